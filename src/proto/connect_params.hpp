@@ -1,0 +1,87 @@
+#pragma once
+// Connection parameters carried in rdma_cm private data (connect and accept).
+//
+// Wire layout (40 bytes, little-endian):
+//   0 magic u16 (kMagic)          2 version u8        3 role u8
+//   4 credits u16                 6 reserved u16 = 0
+//   8 recv_buf_size u32          12 max_value u32
+//  16 index_addr u64             24 index_rkey u32   28 index_buckets u32
+//  32 index_bucket_size u32      36 reserved u32 = 0
+//
+// rdma_cm may hand the receiver more private data than was sent (transport
+// padding), so trailing bytes after the 40 are ignored.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <variant>
+
+#include "proto/wire.hpp"
+
+namespace rkv::proto {
+
+inline constexpr std::size_t kConnectParamsSize = 40;
+// rdma_cm's limit for RC connect private data (accept allows more).
+inline constexpr std::size_t kMaxConnectPrivateData = 56;
+static_assert(kConnectParamsSize <= kMaxConnectPrivateData);
+// Smallest receive buffer either side may announce: must hold a max-key RDV SET.
+inline constexpr std::uint32_t kMinRecvBufSize = kHeaderSize + kMaxKey + kRdvDescSize;
+
+enum class Role : std::uint8_t {
+  client = 1,  // rdma_connect private data
+  server = 2,  // rdma_accept private data
+};
+
+struct ConnectParams {
+  Role role = Role::client;
+  // client: receive buffers it posted for replies = its max requests in flight;
+  // server: receive buffers posted for this client = the client's initial
+  //         send credits (one per SEND, however many messages it packs).
+  std::uint16_t credits = 0;
+  // Size of each receive buffer the sender posted: the peer must never send a
+  // SEND (all packed messages together) larger than this.
+  std::uint32_t recv_buf_size = 0;
+  // server: largest value_len it accepts (0 = unspecified); client: 0.
+  std::uint32_t max_value = 0;
+  // server: remotely readable index (later feature); all zero = none.
+  // client: all zero.
+  std::uint64_t index_addr = 0;
+  std::uint32_t index_rkey = 0;
+  std::uint32_t index_buckets = 0;
+  std::uint32_t index_bucket_size = 0;
+
+  friend bool operator==(const ConnectParams&, const ConnectParams&) = default;
+};
+
+enum class ConnectError : std::uint8_t {
+  too_short,           // fewer than kConnectParamsSize bytes
+  bad_magic,           // magic != kMagic
+  bad_version,         // version != kVersion
+  bad_role,            // unknown role, or not the role the receiver expects
+  reserved_nonzero,    // a reserved field is not zero
+  zero_credits,        // credits == 0
+  recv_buf_too_small,  // recv_buf_size < kMinRecvBufSize
+  server_only_field,   // a client set max_value or index fields
+  bad_index,           // index fields inconsistent (buckets without size or vice versa)
+};
+
+[[nodiscard]] std::string_view to_string(Role r) noexcept;
+[[nodiscard]] std::string_view to_string(ConnectError e) noexcept;
+
+// Semantic rules for p (role included); nullopt if valid.
+[[nodiscard]] std::optional<ConnectError> check_connect_params(const ConnectParams& p) noexcept;
+
+// Encodes p as is; run check_connect_params first if p is not trusted.
+[[nodiscard]] std::array<std::byte, kConnectParamsSize> encode_connect_params(
+    const ConnectParams& p) noexcept;
+
+// Strict decode; `expected` is the role the peer must have (the server
+// expects Role::client, the client expects Role::server).
+using ConnectDecodeResult = std::variant<ConnectParams, ConnectError>;
+[[nodiscard]] ConnectDecodeResult decode_connect_params(std::span<const std::byte> data,
+                                                        Role expected) noexcept;
+
+}  // namespace rkv::proto

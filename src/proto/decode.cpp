@@ -1,0 +1,55 @@
+#include "proto/decode.hpp"
+
+#include "proto/endian.hpp"
+
+namespace rkv::proto {
+
+DecodeResult Decoder::next() noexcept {
+  if (error_) return *error_;
+  const std::size_t rest = buf_.size() - pos_;
+  if (rest == 0) return EndOfBuffer{};
+  if (rest < kHeaderSize) return fail(Reason::truncated_header);
+  const RawHeader raw = read_raw_header(buf_.subspan(pos_).first<kHeaderSize>());
+  if (auto r = check_header(raw, limits_)) return fail(*r);
+  return decode_body(raw);
+}
+
+DecodeResult Decoder::fail(Reason r) noexcept {
+  error_ = DecodeError{r, pos_};
+  return *error_;
+}
+
+// Header is valid; bound every length against what is left before reading it.
+DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
+  MessageView m;
+  m.header = to_header(raw);
+  m.offset = pos_;
+  std::size_t p = pos_ + kHeaderSize;
+
+  if (raw.key_len > buf_.size() - p) return fail(Reason::truncated_payload);
+  if (raw.key_len != 0) m.key = as_string_view(buf_.subspan(p, raw.key_len));
+  p += raw.key_len;
+
+  const std::size_t avail = buf_.size() - p;
+  if (m.header.rdv()) {
+    if (avail < kRdvDescSize) return fail(Reason::truncated_payload);
+    const auto desc = buf_.subspan(p, kRdvDescSize);
+    if (load_le<std::uint32_t>(desc, rdv_off::reserved) != 0)
+      return fail(Reason::rdv_reserved_nonzero);
+    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr),
+                    load_le<std::uint32_t>(desc, rdv_off::rkey)};
+    p += kRdvDescSize;
+  } else {
+    // value_len is an untrusted u64: compare before narrowing.
+    if (raw.value_len > static_cast<std::uint64_t>(avail)) return fail(Reason::truncated_payload);
+    const auto len = static_cast<std::size_t>(raw.value_len);
+    if (len != 0) m.value = buf_.subspan(p, len);
+    p += len;
+  }
+
+  m.size = p - pos_;
+  pos_ = p;
+  return m;
+}
+
+}  // namespace rkv::proto

@@ -1,0 +1,178 @@
+#include "proto/encode.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace rkv::proto {
+
+namespace msg {
+
+MessageSpec set_request(std::uint32_t req_id, std::string_view key,
+                        std::span<const std::byte> value) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::set;
+  m.req_id = req_id;
+  m.key = key;
+  m.value = value;
+  return m;
+}
+
+MessageSpec set_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc desc,
+                            std::uint64_t value_len) noexcept {
+  MessageSpec m = set_request(req_id, key, {});
+  m.rdv = desc;
+  m.rdv_len = value_len;
+  return m;
+}
+
+MessageSpec get_request(std::uint32_t req_id, std::string_view key) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::get;
+  m.req_id = req_id;
+  m.key = key;
+  return m;
+}
+
+MessageSpec get_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc buf,
+                            std::uint64_t buf_len) noexcept {
+  MessageSpec m = get_request(req_id, key);
+  m.rdv = buf;
+  m.rdv_len = buf_len;
+  return m;
+}
+
+MessageSpec stats_request(std::uint32_t req_id) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::stats;
+  m.req_id = req_id;
+  return m;
+}
+
+namespace {
+MessageSpec reply(Opcode op, std::uint32_t req_id, std::uint16_t credits) noexcept {
+  MessageSpec m;
+  m.opcode = op;
+  m.req_id = req_id;
+  m.credits = credits;
+  return m;
+}
+}  // namespace
+
+MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits, Status status) noexcept {
+  MessageSpec m = reply(Opcode::set_reply, req_id, credits);
+  m.status = status;
+  return m;
+}
+
+MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
+                            std::span<const std::byte> value) noexcept {
+  MessageSpec m = reply(Opcode::get_reply, req_id, credits);
+  m.found = true;
+  m.value = value;
+  return m;
+}
+
+MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
+                          std::uint64_t value_len) noexcept {
+  MessageSpec m = reply(Opcode::get_reply, req_id, credits);
+  m.found = true;
+  m.rdv = desc;
+  m.rdv_len = value_len;
+  return m;
+}
+
+MessageSpec get_reply_missing(std::uint32_t req_id, std::uint16_t credits) noexcept {
+  return reply(Opcode::get_reply, req_id, credits);
+}
+
+MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
+                        std::string_view text) noexcept {
+  MessageSpec m = reply(Opcode::stats_reply, req_id, credits);
+  m.value = as_bytes(text);
+  return m;
+}
+
+MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
+                        Status status) noexcept {
+  MessageSpec m = reply(reply_opcode(request), req_id, credits);
+  m.status = status;
+  return m;
+}
+
+}  // namespace msg
+
+std::string_view to_string(EncodeStatus s) noexcept {
+  switch (s) {
+    case EncodeStatus::ok: return "ok";
+    case EncodeStatus::no_space: return "message does not fit in the buffer";
+    case EncodeStatus::invalid: return "message breaks a wire rule";
+  }
+  return "unknown encode status";
+}
+
+namespace {
+
+std::uint16_t message_flags(const MessageSpec& m) noexcept {
+  std::uint16_t flags = 0;
+  if (m.found) flags |= kFlagFound;
+  if (m.rdv) flags |= kFlagRdv;
+  return flags;
+}
+
+// Precondition: m.key.size() fits in u16 (checked by check_message).
+RawHeader raw_header_of(const MessageSpec& m) noexcept {
+  RawHeader h;
+  h.opcode = static_cast<std::uint8_t>(m.opcode);
+  h.flags = message_flags(m);
+  h.status = static_cast<std::uint16_t>(m.status);
+  h.credits = m.credits;
+  h.key_len = static_cast<std::uint16_t>(m.key.size());
+  h.req_id = m.req_id;
+  h.value_len = m.rdv ? m.rdv_len : m.value.size();
+  return h;
+}
+
+void write_message(std::span<std::byte> out, const MessageSpec& m) noexcept {
+  write_raw_header(out.first<kHeaderSize>(), raw_header_of(m));
+  std::ranges::copy(as_bytes(m.key), out.begin() + kHeaderSize);
+  const auto payload = out.subspan(kHeaderSize + m.key.size());
+  if (m.rdv) {
+    write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
+  } else {
+    std::ranges::copy(m.value, payload.begin());
+  }
+}
+
+}  // namespace
+
+std::size_t encoded_size(const MessageSpec& m) noexcept {
+  return kHeaderSize + m.key.size() + (m.rdv ? kRdvDescSize : m.value.size());
+}
+
+std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
+  // Guards against the u16 truncation in raw_header_of.
+  if (m.key.size() > std::numeric_limits<std::uint16_t>::max()) {
+    const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get;
+    return keyed ? Reason::bad_key_len : Reason::key_not_allowed;
+  }
+  // Both an eager value and a descriptor would be ambiguous.
+  if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
+  return check_header(raw_header_of(m), limits);
+}
+
+EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m,
+                    const Limits& limits) noexcept {
+  if (check_message(m, limits)) return {EncodeStatus::invalid, offset};
+  const std::size_t size = encoded_size(m);
+  if (offset > buf.size() || size > buf.size() - offset) return {EncodeStatus::no_space, offset};
+  write_message(buf.subspan(offset, size), m);
+  return {EncodeStatus::ok, offset + size};
+}
+
+EncodeStatus Encoder::append(const MessageSpec& m) noexcept {
+  const EncodeResult r = encode(buf_, pos_, m, limits_);
+  if (r.ok()) pos_ = r.offset;
+  return r.status;
+}
+
+}  // namespace rkv::proto

@@ -1,0 +1,109 @@
+#pragma once
+// Encoding: describe a message with a MessageSpec (usually built by a msg::
+// helper), then append it into a caller-provided buffer. No allocation, no
+// exceptions; a message that would break a wire rule is refused, never sent.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "proto/validate.hpp"
+#include "proto/wire.hpp"
+
+namespace rkv::proto {
+
+// A message to encode. key_len/value_len/flags are derived from the fields.
+struct MessageSpec {
+  Opcode opcode = Opcode::set;
+  std::uint32_t req_id = 0;
+  Status status = Status::ok;
+  std::uint16_t credits = 0;
+  bool found = false;                 // GET_REPLY hit
+  std::string_view key;               // SET/GET only
+  std::span<const std::byte> value;   // eager value bytes (empty with rdv)
+  std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
+  std::uint64_t rdv_len = 0;          // value_len sent with rdv
+};
+
+// Builders for the common messages.
+namespace msg {
+// Client -> server.
+MessageSpec set_request(std::uint32_t req_id, std::string_view key,
+                        std::span<const std::byte> value) noexcept;
+// Server RDMA READs value_len bytes at desc, then replies.
+MessageSpec set_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc desc,
+                            std::uint64_t value_len) noexcept;
+MessageSpec get_request(std::uint32_t req_id, std::string_view key) noexcept;
+// Offers a client buffer of buf_len bytes the server may RDMA WRITE the value into.
+MessageSpec get_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc buf,
+                            std::uint64_t buf_len) noexcept;
+MessageSpec stats_request(std::uint32_t req_id) noexcept;
+
+// Server -> client.
+MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits,
+                      Status status = Status::ok) noexcept;
+MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
+                            std::span<const std::byte> value) noexcept;
+// Value of value_len bytes is at desc: either the client's offered buffer
+// (echoed; the server already wrote it) or server memory to RDMA READ.
+MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
+                          std::uint64_t value_len) noexcept;
+MessageSpec get_reply_missing(std::uint32_t req_id, std::uint16_t credits) noexcept;
+MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
+                        std::string_view text) noexcept;
+// Bare non-ok reply answering `request` (SET/GET/STATS or its reply opcode).
+MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
+                        Status status) noexcept;
+}  // namespace msg
+
+enum class EncodeStatus : std::uint8_t {
+  ok,
+  no_space,  // does not fit in the buffer after offset; nothing written
+  invalid,   // breaks a wire rule (see check_message); nothing written
+};
+
+[[nodiscard]] std::string_view to_string(EncodeStatus s) noexcept;
+
+struct EncodeResult {
+  EncodeStatus status = EncodeStatus::ok;
+  std::size_t offset = 0;  // new end offset when ok, the input offset otherwise
+  [[nodiscard]] bool ok() const noexcept { return status == EncodeStatus::ok; }
+};
+
+// Bytes the message occupies on the wire.
+[[nodiscard]] std::size_t encoded_size(const MessageSpec& m) noexcept;
+
+// Why the decoder (with these limits) would reject m, nullopt if valid.
+[[nodiscard]] std::optional<Reason> check_message(const MessageSpec& m,
+                                                  const Limits& limits = {}) noexcept;
+
+// Appends m at buf[offset..]. Writes nothing unless it returns ok.
+[[nodiscard]] EncodeResult encode(std::span<std::byte> buf, std::size_t offset,
+                                  const MessageSpec& m, const Limits& limits = {}) noexcept;
+
+// Packs messages back to back into one buffer (one SEND).
+class Encoder {
+ public:
+  explicit Encoder(std::span<std::byte> buf, std::size_t offset = 0, Limits limits = {}) noexcept
+      : buf_(buf), pos_(offset <= buf.size() ? offset : buf.size()), limits_(limits) {}
+
+  [[nodiscard]] EncodeStatus append(const MessageSpec& m) noexcept;
+
+  [[nodiscard]] std::size_t size() const noexcept { return pos_; }
+  [[nodiscard]] std::size_t remaining() const noexcept { return buf_.size() - pos_; }
+  [[nodiscard]] bool fits(const MessageSpec& m) const noexcept {
+    return encoded_size(m) <= remaining();
+  }
+  // Everything written so far, from the start of the buffer.
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return buf_.first(pos_); }
+  void reset() noexcept { pos_ = 0; }
+
+ private:
+  std::span<std::byte> buf_;
+  std::size_t pos_;
+  Limits limits_;
+};
+
+}  // namespace rkv::proto

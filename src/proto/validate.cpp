@@ -1,0 +1,119 @@
+#include "proto/validate.hpp"
+
+#include <algorithm>
+
+namespace rkv::proto {
+
+std::string_view to_string(Reason r) noexcept {
+  switch (r) {
+    case Reason::truncated_header: return "truncated header (fewer than 24 bytes left)";
+    case Reason::bad_magic: return "bad magic";
+    case Reason::bad_version: return "unsupported protocol version";
+    case Reason::unknown_opcode: return "unknown opcode";
+    case Reason::reserved_flags: return "reserved flag bits set";
+    case Reason::status_in_request: return "nonzero status in a request";
+    case Reason::credits_in_request: return "nonzero credits in a request";
+    case Reason::unknown_status: return "unknown reply status";
+    case Reason::payload_on_error: return "error reply carries flags or a value";
+    case Reason::found_not_allowed: return "FOUND flag on a message other than GET_REPLY";
+    case Reason::rdv_not_allowed: return "RDV flag not allowed on this message";
+    case Reason::bad_key_len: return "key length zero or above the limit";
+    case Reason::key_not_allowed: return "key on a message that takes none";
+    case Reason::value_not_allowed: return "value on a message that takes none";
+    case Reason::value_too_large: return "value length above the limit";
+    case Reason::eager_too_large: return "eager key + value not below the eager limit";
+    case Reason::truncated_payload: return "key, value or descriptor runs past the buffer";
+    case Reason::rdv_reserved_nonzero: return "rendezvous descriptor reserved field not zero";
+  }
+  return "unknown reason";
+}
+
+namespace {
+
+// What each opcode may carry.
+struct OpRules {
+  bool key;    // SET/GET need 1..max_key key bytes; others none
+  bool value;  // eager value bytes allowed
+  bool rdv;    // RDV descriptor allowed
+  bool found;  // FOUND flag allowed
+};
+
+constexpr OpRules rules_for(Opcode op, bool found) noexcept {
+  switch (op) {
+    case Opcode::set: return {true, true, true, false};
+    case Opcode::get: return {true, false, true, false};  // RDV = offered buffer
+    case Opcode::stats:  // header only
+    case Opcode::set_reply: return {false, false, false, false};
+    // A miss carries nothing; a hit carries the value eagerly or by descriptor.
+    case Opcode::get_reply: return {false, found, found, true};
+    case Opcode::stats_reply: return {false, true, false, false};
+  }
+  return {false, false, false, false};
+}
+
+std::optional<Reason> check_request_fields(const RawHeader& h) noexcept {
+  if (h.status != 0) return Reason::status_in_request;
+  if (h.credits != 0) return Reason::credits_in_request;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_reply_fields(const RawHeader& h) noexcept {
+  const auto status = status_from_wire(h.status);
+  if (!status) return Reason::unknown_status;
+  // Errors are bare so a client never mistakes a partial result for data.
+  if (*status != Status::ok && (h.flags != 0 || h.value_len != 0)) return Reason::payload_on_error;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_flags(const RawHeader& h, const OpRules& rules) noexcept {
+  if ((h.flags & kFlagFound) != 0 && !rules.found) return Reason::found_not_allowed;
+  if ((h.flags & kFlagRdv) != 0 && !rules.rdv) return Reason::rdv_not_allowed;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_key(const RawHeader& h, const OpRules& rules,
+                                const Limits& limits) noexcept {
+  if (!rules.key) return h.key_len == 0 ? std::nullopt : std::optional{Reason::key_not_allowed};
+  const std::size_t max_key = std::min(limits.max_key, kMaxKey);
+  if (h.key_len == 0 || h.key_len > max_key) return Reason::bad_key_len;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_value(Opcode op, const RawHeader& h, const OpRules& rules,
+                                  const Limits& limits) noexcept {
+  const bool rdv = (h.flags & kFlagRdv) != 0;
+  if (!rdv && !rules.value && h.value_len != 0) return Reason::value_not_allowed;
+  if (op == Opcode::set && !rdv && !eager_fits(h.key_len, h.value_len))
+    return Reason::eager_too_large;
+  if (h.value_len > limits.max_value) return Reason::value_too_large;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noexcept {
+  if (h.magic != kMagic) return Reason::bad_magic;
+  if (h.version != kVersion) return Reason::bad_version;
+  const auto op = opcode_from_wire(h.opcode);
+  if (!op) return Reason::unknown_opcode;
+  if ((h.flags & ~kKnownFlags) != 0) return Reason::reserved_flags;
+  if (auto r = is_request(*op) ? check_request_fields(h) : check_reply_fields(h)) return r;
+  const OpRules rules = rules_for(*op, (h.flags & kFlagFound) != 0);
+  if (auto r = check_flags(h, rules)) return r;
+  if (auto r = check_key(h, rules, limits)) return r;
+  return check_value(*op, h, rules, limits);
+}
+
+Header to_header(const RawHeader& h) noexcept {
+  Header out;
+  out.opcode = static_cast<Opcode>(h.opcode);
+  out.flags = h.flags;
+  out.status = static_cast<Status>(h.status);
+  out.credits = h.credits;
+  out.key_len = h.key_len;
+  out.req_id = h.req_id;
+  out.value_len = h.value_len;
+  return out;
+}
+
+}  // namespace rkv::proto

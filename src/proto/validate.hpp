@@ -1,0 +1,50 @@
+#pragma once
+// The wire rules, shared by the decoder (to reject) and the encoder (to never
+// produce what the decoder would reject).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "proto/wire.hpp"
+
+namespace rkv::proto {
+
+// Receiver-side limits. max_key above kMaxKey is clamped to kMaxKey.
+struct Limits {
+  std::size_t max_key = kMaxKey;
+  std::uint64_t max_value = kDefaultMaxValue;  // eager and RDV value_len alike
+};
+
+// Why a message is malformed. Each rule has its own reason.
+enum class Reason : std::uint8_t {
+  truncated_header,      // fewer than 24 bytes left, but more than zero
+  bad_magic,             // magic != kMagic
+  bad_version,           // version != kVersion
+  unknown_opcode,        // opcode not in Opcode
+  reserved_flags,        // flag bits other than FOUND|RDV set
+  status_in_request,     // request with nonzero status
+  credits_in_request,    // request with nonzero credits
+  unknown_status,        // reply status not in Status
+  payload_on_error,      // non-ok reply carrying flags or a value
+  found_not_allowed,     // FOUND on anything but GET_REPLY
+  rdv_not_allowed,       // RDV on an opcode (or not-found GET_REPLY) that forbids it
+  bad_key_len,           // SET/GET key_len 0 or above the limit
+  key_not_allowed,       // nonzero key_len on STATS or a reply
+  value_not_allowed,     // eager value on a message that carries none
+  value_too_large,       // value_len above Limits::max_value
+  eager_too_large,       // eager SET with key + value >= kEagerLimit
+  truncated_payload,     // key, value or descriptor runs past the buffer
+  rdv_reserved_nonzero,  // descriptor reserved field != 0
+};
+
+[[nodiscard]] std::string_view to_string(Reason r) noexcept;
+
+// Every rule that can be judged from the 24 header bytes alone.
+[[nodiscard]] std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noexcept;
+
+// Precondition: check_header(h, ...) returned nullopt.
+[[nodiscard]] Header to_header(const RawHeader& h) noexcept;
+
+}  // namespace rkv::proto

@@ -1,0 +1,149 @@
+#pragma once
+// Wire constants, opcodes, flags, status codes and the 24-byte message header.
+//
+// Message = header (24 B) | key (key_len B) | payload
+//   payload = value bytes (value_len B, "eager")
+//          or, with kFlagRdv, a 16-byte rendezvous descriptor {addr, rkey, 0}
+//             naming value_len bytes in registered memory.
+// Several messages may be packed back to back in one SEND, no padding.
+// All integers are little-endian.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace rkv::proto {
+
+inline constexpr std::uint16_t kMagic = 0x4B56;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 24;
+inline constexpr std::size_t kMaxKey = 1024;
+inline constexpr std::size_t kRdvDescSize = 16;
+// key + value of an eager SET must be strictly below this.
+inline constexpr std::size_t kEagerLimit = 4096;
+inline constexpr std::uint64_t kDefaultMaxValue = std::uint64_t{256} << 20;
+// Largest eager SET request on the wire: servers size receive buffers >= this.
+inline constexpr std::size_t kMaxEagerSetSize = kHeaderSize + kEagerLimit - 1;
+
+// Byte offsets of the header fields.
+namespace hdr_off {
+inline constexpr std::size_t magic = 0;
+inline constexpr std::size_t version = 2;
+inline constexpr std::size_t opcode = 3;
+inline constexpr std::size_t flags = 4;
+inline constexpr std::size_t status = 6;
+inline constexpr std::size_t credits = 8;
+inline constexpr std::size_t key_len = 10;
+inline constexpr std::size_t req_id = 12;
+inline constexpr std::size_t value_len = 16;
+}  // namespace hdr_off
+
+// Byte offsets inside the rendezvous descriptor.
+namespace rdv_off {
+inline constexpr std::size_t addr = 0;
+inline constexpr std::size_t rkey = 8;
+inline constexpr std::size_t reserved = 12;
+}  // namespace rdv_off
+
+enum class Opcode : std::uint8_t {
+  set = 0x01,
+  get = 0x02,
+  stats = 0x03,
+  set_reply = 0x81,
+  get_reply = 0x82,
+  stats_reply = 0x83,
+};
+
+// GET_REPLY only: the key existed.
+inline constexpr std::uint16_t kFlagFound = 1u << 0;
+// Payload after the key is a rendezvous descriptor instead of value bytes.
+inline constexpr std::uint16_t kFlagRdv = 1u << 1;
+inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv;
+
+// Reply status. A GET of a missing key is `ok` with kFlagFound clear.
+enum class Status : std::uint16_t {
+  ok = 0,
+  too_large = 1,      // key or value exceeds what the server accepts
+  bad_request = 2,    // well-formed on the wire but refused by the server
+  no_memory = 3,      // store is full
+  internal = 4,       // server-side bug or unexpected failure
+  remote_access = 5,  // server's RDMA READ/WRITE on the client's descriptor failed
+};
+
+[[nodiscard]] std::string_view to_string(Opcode op) noexcept;
+[[nodiscard]] std::string_view to_string(Status s) noexcept;
+
+// Wire value -> enum, nullopt for values this version does not know.
+[[nodiscard]] std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept;
+[[nodiscard]] std::optional<Status> status_from_wire(std::uint16_t v) noexcept;
+
+[[nodiscard]] constexpr bool is_request(Opcode op) noexcept {
+  return (static_cast<std::uint8_t>(op) & 0x80u) == 0;
+}
+[[nodiscard]] constexpr bool is_reply(Opcode op) noexcept { return !is_request(op); }
+
+// Reply opcode that answers `op` (a reply maps to itself).
+[[nodiscard]] constexpr Opcode reply_opcode(Opcode op) noexcept {
+  return static_cast<Opcode>(static_cast<std::uint8_t>(op) | 0x80u);
+}
+
+// Whether key + value may travel eagerly (inline in the SEND).
+[[nodiscard]] constexpr bool eager_fits(std::size_t key_len, std::uint64_t value_len) noexcept {
+  return key_len < kEagerLimit && value_len < kEagerLimit - key_len;
+}
+
+// Validated header, magic and version implied.
+struct Header {
+  Opcode opcode = Opcode::set;
+  std::uint16_t flags = 0;
+  Status status = Status::ok;
+  std::uint16_t credits = 0;  // replies: receive buffers returned to the client
+  std::uint16_t key_len = 0;
+  std::uint32_t req_id = 0;
+  std::uint64_t value_len = 0;  // eager bytes, or the length behind the descriptor
+
+  [[nodiscard]] bool found() const noexcept { return (flags & kFlagFound) != 0; }
+  [[nodiscard]] bool rdv() const noexcept { return (flags & kFlagRdv) != 0; }
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+// Registered memory the peer may RDMA READ/WRITE; its length is Header::value_len.
+struct RdvDesc {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  friend bool operator==(const RdvDesc&, const RdvDesc&) = default;
+};
+
+// Header fields exactly as on the wire, unvalidated. Used by the codec and
+// handy for tests that need to forge malformed headers.
+struct RawHeader {
+  std::uint16_t magic = kMagic;
+  std::uint8_t version = kVersion;
+  std::uint8_t opcode = 0;
+  std::uint16_t flags = 0;
+  std::uint16_t status = 0;
+  std::uint16_t credits = 0;
+  std::uint16_t key_len = 0;
+  std::uint32_t req_id = 0;
+  std::uint64_t value_len = 0;
+  friend bool operator==(const RawHeader&, const RawHeader&) = default;
+};
+
+[[nodiscard]] RawHeader read_raw_header(std::span<const std::byte, kHeaderSize> in) noexcept;
+void write_raw_header(std::span<std::byte, kHeaderSize> out, const RawHeader& h) noexcept;
+[[nodiscard]] RawHeader to_raw(const Header& h) noexcept;
+
+// Writes {addr, rkey, reserved = 0}.
+void write_rdv_desc(std::span<std::byte, kRdvDescSize> out, const RdvDesc& d) noexcept;
+
+// Byte views of text, for STATS_REPLY blobs and keys.
+[[nodiscard]] inline std::span<const std::byte> as_bytes(std::string_view s) noexcept {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+[[nodiscard]] inline std::string_view as_string_view(std::span<const std::byte> b) noexcept {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+}  // namespace rkv::proto
