@@ -1,0 +1,36 @@
+// rkv: one executable for both roles, as the assignment asks. It picks the
+// role from the name it was started under (kvd, kvload: links made by the
+// build) or from its first argument (`rkv server ...`, `rkv load ...`).
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "kvd.hpp"
+#include "kvload.hpp"
+
+namespace {
+std::string_view basename_of(const char* path) {
+  std::string_view p(path);
+  const auto slash = p.rfind('/');
+  return slash == std::string_view::npos ? p : p.substr(slash + 1);
+}
+
+int usage() {
+  std::fputs("usage: kvd [OPTIONS]            (server; or: rkv server [OPTIONS])\n"
+             "       kvload [OPTIONS]         (client; or: rkv load [OPTIONS])\n"
+             "       run either with --help for its options\n",
+             stderr);
+  return 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto name = basename_of(argv[0]);
+  if (name == "kvd") return rkv::apps::kvd_main(argc, argv);
+  if (name == "kvload") return rkv::apps::kvload_main(argc, argv);
+  if (argc < 2) return usage();
+  const std::string_view role(argv[1]);
+  if (role == "server" || role == "kvd") return rkv::apps::kvd_main(argc - 1, argv + 1);
+  if (role == "load" || role == "client" || role == "kvload") return rkv::apps::kvload_main(argc - 1, argv + 1);
+  return usage();
+}
