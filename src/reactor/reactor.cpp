@@ -1,0 +1,286 @@
+#include "reactor/reactor.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <climits>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace rkv::reactor {
+namespace {
+
+// epoll_data for the timerfd. Index 0xFFFFFFFF is never allocated by a
+// SlotTable, so no registration can collide with it.
+constexpr std::uint64_t kTimerToken = ~std::uint64_t{0};
+constexpr std::size_t kInitialEvents = 64;
+constexpr std::size_t kMaxEvents = 4096;
+
+[[noreturn]] void throw_errno(int err, const std::string& what) {
+  throw std::system_error(err, std::system_category(), what);
+}
+
+}  // namespace
+
+Reactor::Reactor()
+    : epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
+      owner_(std::this_thread::get_id()),
+      events_(kInitialEvents) {
+  if (!epoll_fd_) throw_errno(errno, "epoll_create1(EPOLL_CLOEXEC)");
+  timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer_fd_) throw_errno(errno, "timerfd_create(CLOCK_MONOTONIC)");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTimerToken;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, timer_fd_.get(), &ev) < 0) {
+    throw_errno(errno, "epoll_ctl(EPOLL_CTL_ADD) timerfd");
+  }
+  ::sigemptyset(&signals_);
+  SPDLOG_DEBUG("reactor: created (epoll fd {}, timerfd {})", epoll_fd_.get(), timer_fd_.get());
+}
+
+Reactor::~Reactor() {
+  assert_on_reactor_thread();
+  // Drop callbacks first: handles captured inside them release themselves
+  // here; any handle still counted after that is owned from outside.
+  watches_.clear();
+  timers_.clear();
+  pollers_.clear();
+  if (live_handles_ != 0) {
+    SPDLOG_ERROR("reactor: destroyed while {} handle(s) are alive", live_handles_);
+    assert(live_handles_ == 0 && "every Registration/Timer/Poller/SignalWatch must die before its Reactor");
+  }
+}
+
+void Reactor::assert_on_reactor_thread() const noexcept {
+  assert(std::this_thread::get_id() == owner_ && "Reactor used from a foreign thread");
+}
+
+void Reactor::run() {
+  assert_on_reactor_thread();
+  while (!stop_requested_) run_once(std::chrono::milliseconds(-1));
+  stop_requested_ = false;
+}
+
+void Reactor::stop() noexcept {
+  assert_on_reactor_thread();
+  stop_requested_ = true;
+}
+
+std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
+  assert_on_reactor_thread();
+  if (state_ != ReactorState::kIdle) {
+    throw std::logic_error("Reactor::run_once called from a callback (state " +
+                           std::string(to_string(state_)) + ")");
+  }
+  const bool spin = busy_poll_ && pollers_.live() > 0;
+  arm_timerfd();
+  state_ = ReactorState::kWaiting;
+  int n = 0;
+  try {
+    n = wait(spin ? std::chrono::milliseconds(0) : timeout);
+  } catch (...) {
+    state_ = ReactorState::kIdle;
+    throw;
+  }
+  state_ = ReactorState::kDispatching;
+  std::size_t ran = dispatch(n);
+  ran += run_timers();
+  ran += run_pollers();
+  // A full batch hints at more ready fds than slots; grow like ae.c's setsize.
+  if (static_cast<std::size_t>(n) == events_.size() && events_.size() < kMaxEvents) {
+    events_.resize(events_.size() * 2);
+  }
+  state_ = ReactorState::kIdle;
+  return ran;
+}
+
+int Reactor::wait(std::chrono::milliseconds timeout) {
+  using std::chrono::milliseconds;
+  const bool forever = timeout.count() < 0;
+  milliseconds left = std::min(timeout, milliseconds(INT_MAX));
+  const Clock::time_point deadline = left.count() > 0 ? Clock::now() + left : Clock::time_point{};
+  for (;;) {
+    const int ms = forever ? -1 : static_cast<int>(left.count());
+    const int n = ::epoll_wait(epoll_fd_.get(), events_.data(), static_cast<int>(events_.size()), ms);
+    if (n >= 0) return n;
+    if (errno != EINTR) throw_errno(errno, "epoll_wait");
+    // Retry with whatever time is left so EINTR cannot stretch the timeout.
+    if (!forever && left.count() > 0) {
+      left = std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+    }
+  }
+}
+
+std::size_t Reactor::dispatch(int n) noexcept {
+  std::size_t ran = 0;
+  for (int i = 0; i < n; ++i) {
+    const epoll_event ev = events_[static_cast<std::size_t>(i)];
+    if (ev.data.u64 == kTimerToken) {
+      drain_timerfd();  // due timers run after the fd batch
+      continue;
+    }
+    const SlotKey key = SlotKey::unpack(ev.data.u64);
+    // Re-checked per event: an earlier callback in this batch may have
+    // destroyed (and even reused) this slot; the generation tells.
+    Watch* w = watches_.begin_call(key);
+    if (w == nullptr) {
+      SPDLOG_TRACE("reactor: dropping stale event for slot {} gen {}", key.index, key.generation);
+      continue;
+    }
+    // Like ae.c, honour a mask narrowed by modify() earlier in the batch.
+    const std::uint32_t revents = ev.events & (w->events | EPOLLERR | EPOLLHUP);
+    if (revents != 0) {
+      SPDLOG_TRACE("reactor: fd {} ready {:#x}", w->fd, revents);
+      w->cb(revents);
+      ++ran;
+    }
+    watches_.end_call(key.index);
+  }
+  return ran;
+}
+
+std::size_t Reactor::run_timers() noexcept {
+  const auto next = timers_.next_deadline();
+  if (!next) return 0;
+  const Clock::time_point now = Clock::now();
+  if (*next > now) return 0;
+  return timers_.run_due(now);
+}
+
+std::size_t Reactor::run_pollers() noexcept {
+  std::size_t worked = 0;
+  // Index-based: pollers may be added or removed by the ones we run.
+  const std::uint32_t count = pollers_.slot_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const auto key = pollers_.key_at(i);
+    if (!key) continue;
+    PollerEntry* p = pollers_.begin_call(*key);
+    if (p == nullptr) continue;
+    if (p->fn()) ++worked;
+    pollers_.end_call(i);
+  }
+  return worked;
+}
+
+void Reactor::arm_timerfd() noexcept {
+  const auto next = timers_.next_deadline();
+  if (next == armed_) return;
+  itimerspec spec{};  // all zero disarms
+  if (next) {
+    // An all-zero it_value would disarm, so clamp to 1ns (already expired).
+    const auto ns = std::max<std::int64_t>(next->time_since_epoch().count(), 1);
+    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  }
+  if (::timerfd_settime(timer_fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) < 0) {
+    SPDLOG_ERROR("reactor: timerfd_settime failed: errno {}", errno);
+    assert(false && "timerfd_settime cannot fail with a valid fd and spec");
+    return;
+  }
+  armed_ = next;
+}
+
+void Reactor::drain_timerfd() noexcept {
+  std::uint64_t expirations = 0;
+  while (::read(timer_fd_.get(), &expirations, sizeof expirations) < 0 && errno == EINTR) {
+  }
+  armed_.reset();  // expired: force a re-arm before the next wait
+}
+
+Registration Reactor::watch(int fd, std::uint32_t events, FdCallback cb) {
+  assert_on_reactor_thread();
+  const SlotKey key = watches_.insert(Watch{fd, events, std::move(cb)});
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = key.pack();
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
+    const int err = errno;
+    watches_.erase(key);
+    throw_errno(err, "epoll_ctl(EPOLL_CTL_ADD) fd " + std::to_string(fd));
+  }
+  SPDLOG_DEBUG("reactor: watch fd {} events {:#x} slot {} gen {}", fd, events, key.index, key.generation);
+  return Registration(this, key);
+}
+
+void Reactor::modify_watch(SlotKey key, std::uint32_t events) {
+  assert_on_reactor_thread();
+  Watch* w = watches_.find(key);
+  assert(w != nullptr && "modify on a dead registration");
+  if (w == nullptr) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = key.pack();
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, w->fd, &ev) < 0) {
+    throw_errno(errno, "epoll_ctl(EPOLL_CTL_MOD) fd " + std::to_string(w->fd));
+  }
+  w->events = events;
+}
+
+void Reactor::unwatch(SlotKey key) noexcept {
+  const Watch* w = watches_.find(key);
+  if (w == nullptr) return;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, w->fd, nullptr) < 0) {
+    // EBADF/ENOENT: the fd was closed first; the kernel already dropped it.
+    if (errno == EBADF || errno == ENOENT) {
+      SPDLOG_DEBUG("reactor: fd {} closed before its registration", w->fd);
+    } else {
+      SPDLOG_WARN("reactor: epoll_ctl(DEL) fd {} failed: errno {}", w->fd, errno);
+    }
+  }
+  SPDLOG_DEBUG("reactor: unwatch fd {} slot {} gen {}", w->fd, key.index, key.generation);
+  watches_.erase(key);
+}
+
+void Reactor::release(HandleKind kind, SlotKey key) noexcept {
+  assert_on_reactor_thread();
+  assert(live_handles_ > 0);
+  --live_handles_;
+  switch (kind) {
+    case HandleKind::kWatch:
+      unwatch(key);
+      return;
+    case HandleKind::kTimer:
+      timers_.cancel(key);
+      return;
+    case HandleKind::kPoller:
+      pollers_.erase(key);
+      return;
+  }
+}
+
+Timer Reactor::after(std::chrono::nanoseconds delay, std::function<void()> cb) {
+  return at(now() + std::max(delay, std::chrono::nanoseconds(0)), std::move(cb));
+}
+
+Timer Reactor::at(Clock::time_point deadline, std::function<void()> cb) {
+  assert_on_reactor_thread();
+  return Timer(this, timers_.add(deadline, Clock::duration(0), std::move(cb)));
+}
+
+Timer Reactor::every(std::chrono::nanoseconds period, std::function<void()> cb) {
+  assert_on_reactor_thread();
+  if (period.count() <= 0) throw std::invalid_argument("Reactor::every: period must be positive");
+  return Timer(this, timers_.add(now() + period, period, std::move(cb)));
+}
+
+SignalWatch Reactor::on_signals(std::initializer_list<int> signals, std::function<void(int signo)> cb) {
+  return SignalWatch(*this, signals, std::move(cb));
+}
+
+Poller Reactor::add_poller(std::function<bool()> poll_fn) {
+  assert_on_reactor_thread();
+  return Poller(this, pollers_.insert(PollerEntry{std::move(poll_fn)}));
+}
+
+void Reactor::set_busy_poll(bool on) noexcept {
+  assert_on_reactor_thread();
+  busy_poll_ = on;
+}
+
+}  // namespace rkv::reactor

@@ -1,0 +1,166 @@
+// Reactor: single-threaded epoll event loop (fds, timers, signals, pollers).
+//
+// Model: Redis ae.c's small loop with Seastar-style RAII sources. Every source
+// is a move-only handle (Registration, Timer, SignalWatch, Poller); it is
+// registered when created and removed when the handle dies.
+//
+// Rules for users:
+//  * Thread affinity: the reactor belongs to the thread that constructed it.
+//    Every member function (and handle operation) must run on that thread;
+//    only EventFd::notify() is meant for other threads (wake the loop through
+//    an EventFd you watch).
+//  * Lifetime: destroy every handle before the Reactor (asserted in ~Reactor).
+//    Destroy a Registration before closing its fd.
+//  * Inside callbacks anything goes: destroy or modify any handle (including
+//    the running one), create new sources, call stop(). Events already fetched
+//    for a source destroyed earlier in the same batch are dropped (epoll
+//    events carry a slot index + generation, never a pointer).
+//  * Callbacks must not throw; an escaping exception calls std::terminate.
+//  * Not reentrant: do not call run()/run_once() from a callback.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "reactor/event_fd.hpp"
+#include "reactor/fd.hpp"
+#include "reactor/handle.hpp"
+#include "reactor/signal_source.hpp"
+#include "reactor/slot_table.hpp"
+#include "reactor/timer_queue.hpp"
+
+namespace rkv::reactor {
+
+enum class ReactorState : std::uint8_t {
+  kIdle,         // not inside run_once()
+  kWaiting,      // blocked in (or about to enter) epoll_wait
+  kDispatching,  // running callbacks
+};
+
+[[nodiscard]] constexpr std::string_view to_string(ReactorState s) noexcept {
+  switch (s) {
+    case ReactorState::kIdle: return "idle";
+    case ReactorState::kWaiting: return "waiting";
+    case ReactorState::kDispatching: return "dispatching";
+  }
+  return "?";
+}
+
+class Reactor {
+ public:
+  using Clock = MonotonicClock;
+  using FdCallback = std::function<void(std::uint32_t revents)>;
+
+  // Throws std::system_error if epoll_create1 or timerfd_create fails.
+  Reactor();
+  // Asserts that no handle is alive.
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+  Reactor(Reactor&&) = delete;
+  Reactor& operator=(Reactor&&) = delete;
+
+  // Loops until stop(); clears the stop request when it returns, so the
+  // reactor can be run again. A stop() issued before run() makes it return
+  // without waiting.
+  void run();
+
+  // One iteration: epoll_wait (timeout < 0 waits forever; forced to 0 in
+  // busy-poll mode), dispatch ready fds, fire due timers, run pollers.
+  // Returns the number of user callbacks that ran (pollers count only when
+  // they report work). Throws std::system_error if epoll_wait fails.
+  std::size_t run_once(std::chrono::milliseconds timeout);
+
+  // Asks run() to return after the current iteration. Safe from callbacks.
+  void stop() noexcept;
+  [[nodiscard]] bool stop_requested() const noexcept { return stop_requested_; }
+
+  // Watches a non-blocking fd. `events` is an EPOLLIN/EPOLLOUT/... mask
+  // passed to epoll as is (EPOLLET allowed); the callback receives the ready
+  // events, restricted to the current mask plus EPOLLERR/EPOLLHUP. One
+  // registration per fd. Throws std::system_error if epoll_ctl(ADD) fails.
+  [[nodiscard]] Registration watch(int fd, std::uint32_t events, FdCallback cb);
+
+  // One-shot timer after `delay` (negative counts as 0).
+  [[nodiscard]] Timer after(std::chrono::nanoseconds delay, std::function<void()> cb);
+  // One-shot timer at an absolute CLOCK_MONOTONIC deadline (see now()).
+  [[nodiscard]] Timer at(Clock::time_point deadline, std::function<void()> cb);
+  // Periodic timer, first firing one period from now. Ticks missed while the
+  // loop was busy are skipped, not replayed. Throws std::invalid_argument if
+  // period <= 0.
+  [[nodiscard]] Timer every(std::chrono::nanoseconds period, std::function<void()> cb);
+
+  // Watches signals through a signalfd; see signal_source.hpp.
+  [[nodiscard]] SignalWatch on_signals(std::initializer_list<int> signals,
+                                       std::function<void(int signo)> cb);
+
+  // Adds a function run once per loop iteration; returns true if it did work.
+  [[nodiscard]] Poller add_poller(std::function<bool()> poll_fn);
+  // With busy-poll on and at least one poller, epoll_wait never sleeps.
+  void set_busy_poll(bool on) noexcept;
+  [[nodiscard]] bool busy_poll() const noexcept { return busy_poll_; }
+
+  [[nodiscard]] static Clock::time_point now() noexcept { return Clock::now(); }
+  [[nodiscard]] ReactorState state() const noexcept { return state_; }
+  [[nodiscard]] std::size_t watch_count() const noexcept { return watches_.live(); }
+  [[nodiscard]] std::size_t timer_count() const noexcept { return timers_.size(); }
+  [[nodiscard]] std::size_t poller_count() const noexcept { return pollers_.live(); }
+
+  // Asserts (debug builds) that the caller is the constructing thread.
+  void assert_on_reactor_thread() const noexcept;
+
+ private:
+  template <HandleKind>
+  friend class detail::Handle;
+  friend class Registration;
+  friend class Timer;
+  friend class SignalWatch;
+
+  struct Watch {
+    int fd;
+    std::uint32_t events;
+    FdCallback cb;
+  };
+  struct PollerEntry {
+    std::function<bool()> fn;
+  };
+
+  // Handle plumbing.
+  void retain() noexcept { ++live_handles_; }
+  void release(HandleKind kind, SlotKey key) noexcept;
+  void unwatch(SlotKey key) noexcept;
+  void modify_watch(SlotKey key, std::uint32_t events);
+  [[nodiscard]] const Watch* find_watch(SlotKey key) const noexcept { return watches_.find(key); }
+  [[nodiscard]] bool timer_pending(SlotKey key) const noexcept { return timers_.pending(key); }
+
+  int wait(std::chrono::milliseconds timeout);
+  std::size_t dispatch(int n) noexcept;
+  std::size_t run_timers() noexcept;
+  std::size_t run_pollers() noexcept;
+  void arm_timerfd() noexcept;
+  void drain_timerfd() noexcept;
+
+  UniqueFd epoll_fd_;
+  UniqueFd timer_fd_;
+  std::thread::id owner_;
+  SlotTable<Watch> watches_;
+  TimerQueue timers_;
+  SlotTable<PollerEntry> pollers_;
+  std::vector<epoll_event> events_;
+  std::optional<Clock::time_point> armed_;  // deadline the timerfd is set to
+  sigset_t signals_{};                       // signals owned by SignalWatches
+  std::size_t live_handles_ = 0;
+  ReactorState state_ = ReactorState::kIdle;
+  bool stop_requested_ = false;
+  bool busy_poll_ = false;
+};
+
+}  // namespace rkv::reactor
