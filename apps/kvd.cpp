@@ -1,11 +1,85 @@
+// kvd: the server role. Parses flags, runs a kv::Server on a Reactor in the
+// main thread, prints `kvd: listening on ADDR:PORT` (stdout, flushed) once
+// listening, shuts down cleanly on SIGINT/SIGTERM and prints stats to stderr
+// on SIGUSR1. Single-threaded: everything runs on the main (reactor) thread.
 #include "kvd.hpp"
 
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
+#include <string>
+
+#include "kv/server.hpp"
+#include "kv/store.hpp"
+#include "reactor/reactor.hpp"
 
 namespace rkv::apps {
-// Placeholder until the kvd role lands.
-int kvd_main(int, char**) {
-  std::fputs("kvd: not implemented yet\n", stderr);
-  return 1;
+
+int kvd_main(int argc, char** argv) {
+  kv::ServerOptions opt;
+  opt.port = 7471;
+  std::string log_level = "info";
+  CLI::App app{"kvd: RDMA key-value server"};
+  app.add_option("--port", opt.port, "port to listen on (0: pick a free one; printed)")->capture_default_str();
+  app.add_option("--bind", opt.bind_address,
+                 "numeric address to bind (0.0.0.0: every RDMA device; use the device's address, e.g. "
+                 "$SOFTROCE_ADDR, to bind one)")
+      ->capture_default_str();
+  app.add_option("--credits", opt.credits, "receive buffers posted per client (its send credits)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--max-clients", opt.max_clients, "connections accepted at once")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-value", opt.max_value, "largest value accepted, bytes")
+      ->check(CLI::Range(1u, 0xFFFFFFFFu))
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  try {
+    reactor::Reactor reactor;
+    kv::Store store;
+    // Signals first: they must be blocked before anything could start a thread.
+    kv::Server* server_ptr = nullptr;
+    auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
+      if (signo == SIGUSR1) {
+        if (server_ptr != nullptr) std::fprintf(stderr, "kvd: stats: %s\n", server_ptr->stats_text().c_str());
+        return;
+      }
+      if (server_ptr == nullptr || server_ptr->shutting_down()) {
+        reactor.stop();  // a second signal: stop now
+        return;
+      }
+      spdlog::info("kvd: signal {}: shutting down", signo);
+      server_ptr->shutdown([&reactor] { reactor.stop(); });
+    });
+    kv::Server server(reactor, store, opt);
+    server_ptr = &server;
+    std::printf("kvd: listening on %s:%u\n", opt.bind_address.c_str(), static_cast<unsigned>(server.port()));
+    std::fflush(stdout);
+    reactor.run();
+    server_ptr = nullptr;
+    std::fprintf(stderr, "kvd: final stats: %s\n", server.stats_text().c_str());
+    signals.reset();  // handles die before the reactor
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvd: %s\n", e.what());
+    return 1;
+  }
+  return 0;
 }
+
 }  // namespace rkv::apps

@@ -1,0 +1,178 @@
+#pragma once
+// ClientConn: the client side of one connection's protocol (docs/protocol.md),
+// with no verbs in it: it posts through a Link and is fed verbs::Completion
+// values, so the protocol suite drives it with a FakeLink.
+//
+// Owns: the request slot table (req_id = generation << 16 | slot), the queue
+// of submitted-but-unsent requests, the send credits granted by the server,
+// and a MessageChannel over the caller's pools (which must outlive it).
+//
+// Flow: submit_set()/submit_get() check the limits and queue the request;
+// flush() encodes queued requests into send buffers (coalescing as many as fit
+// in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
+// receive buffers) and a send buffer are available. A reply frees its slot,
+// returns its credits and completes the request. The receive buffer is copied
+// out and re-posted BEFORE any callback of the replies it carried runs.
+// On failure (error completion, a flush while established, a decode error,
+// an unknown/stale req_id, a disconnect) every pending request completes with
+// an error exactly once; later submits are refused.
+//
+// Thread: the reactor thread that owns the connection; not thread-safe.
+// Callbacks may submit (flush is the owner's job, once per CQ drain) and may
+// call close()/fail(); they must not destroy the ClientConn.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/buffer_pool.hpp"
+#include "kv/link.hpp"
+#include "kv/msg_channel.hpp"
+#include "proto/wire.hpp"
+#include "verbs/completion.hpp"
+
+namespace rkv::kv {
+
+// Outcome of one client operation.
+enum class Status : std::uint8_t {
+  ok,
+  bad_key,            // key empty or longer than proto::kMaxKey (refused at submit)
+  too_large,          // key + value does not fit (refused at submit) or the server said so
+  bad_request,        // the server refused the request
+  no_memory,          // the server's store is full
+  server_error,       // the server failed (internal error, remote access)
+  not_connected,      // submitted while the connection is not usable
+  connection_failed,  // the connection failed while the request was pending
+  closed,             // the connection was closed locally while it was pending
+  timeout,            // a sync helper gave up waiting (the connection is failed)
+  invalid_use,        // API misuse, e.g. a sync helper called from a reactor callback
+};
+
+[[nodiscard]] std::string_view to_string(Status s) noexcept;
+// Client status for a reply's wire status.
+[[nodiscard]] Status from_wire(proto::Status s) noexcept;
+
+enum class ConnState : std::uint8_t {
+  connecting,   // receives may be posted; requests queue until established
+  established,  // requests flow
+  failed,       // terminal: pending requests completed with an error
+  closed,       // terminal: closed locally
+};
+
+[[nodiscard]] std::string_view to_string(ConnState s) noexcept;
+
+// Completion of one request; `value` (GET hits only) is valid only during the call.
+using Callback = std::function<void(Status, bool found, std::span<const std::byte> value)>;
+
+struct ClientCounters {
+  std::uint64_t requests = 0;         // accepted by submit
+  std::uint64_t refused = 0;          // refused by submit
+  std::uint64_t completed = 0;        // callbacks run (any status)
+  std::uint64_t sends_posted = 0;     // SENDs (each one credit)
+  std::uint64_t messages_sent = 0;    // requests encoded into those SENDs
+  std::uint64_t max_coalesced = 0;    // most requests in one SEND
+  std::uint64_t replies = 0;          // replies received
+  std::uint64_t recv_completions = 0; // receive buffers that carried replies
+  std::uint64_t credit_stalls = 0;    // flushes that left requests queued for lack of credits
+  [[nodiscard]] double messages_per_send() const noexcept {
+    return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
+  }
+};
+
+class ClientConn {
+ public:
+  // `recv`'s buffer count is max_in_flight (what the client announces as its
+  // credits). Nothing is posted until post_receives().
+  ClientConn(Link& link, BufferPool& recv, BufferPool& send);
+
+  ClientConn(const ClientConn&) = delete;
+  ClientConn& operator=(const ClientConn&) = delete;
+  ClientConn(ClientConn&&) = delete;  // the channel and callbacks refer to it
+  ClientConn& operator=(ClientConn&&) = delete;
+  ~ClientConn() = default;  // pending callbacks are dropped: close() first
+
+  // Posts every receive buffer (before rdma_connect). 0 or an errno.
+  [[nodiscard]] int post_receives() noexcept;
+  // The server's ConnectParams arrived: initial credits, its receive buffer size.
+  void on_established(std::uint16_t credits, std::uint32_t server_recv_size) noexcept;
+
+  // Queue a request. The value bytes must stay alive until the callback
+  // (the key is copied). Returns ok, or why it was refused (the callback is
+  // then never called).
+  [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+
+  // Encodes and posts what credits, slots and send buffers allow. Returns the
+  // number of SENDs posted. A post failure fails the connection.
+  std::size_t flush() noexcept;
+
+  // One work completion of this connection (any kind, any status).
+  void on_completion(const verbs::Completion& c) noexcept;
+
+  // Terminal transitions; both complete every pending request once. No-ops
+  // in a terminal state.
+  void fail(std::string_view reason) noexcept;
+  void close() noexcept;
+
+  [[nodiscard]] ConnState state() const noexcept { return state_; }
+  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
+  [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
+  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
+  [[nodiscard]] std::size_t pending() const noexcept { return in_flight_ + queue_.size(); }
+  // WRs posted and not yet completed (receives + sends): teardown drains to 0.
+  [[nodiscard]] std::size_t outstanding_work() const noexcept {
+    return recvs_posted_ + channel_.sends_in_flight();
+  }
+  [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
+
+  static constexpr std::uint32_t kSlotBits = 16;
+  static constexpr std::uint32_t kMaxSlots = 1u << kSlotBits;
+
+ private:
+  struct Request {
+    proto::Opcode op = proto::Opcode::get;
+    std::string key;
+    std::span<const std::byte> value;
+    Callback cb;
+  };
+  struct Slot {
+    std::uint16_t generation = 0;
+    bool busy = false;
+    proto::Opcode op = proto::Opcode::get;
+    Callback cb;
+  };
+
+  [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                              Callback cb);
+  [[nodiscard]] std::uint32_t req_id(std::uint32_t slot) const noexcept {
+    return (std::uint32_t{slots_[slot].generation} << kSlotBits) | slot;
+  }
+  void on_recv(const verbs::Completion& c) noexcept;
+  // Decodes one received buffer (already copied to scratch_); false on a protocol error.
+  bool handle_replies(std::span<const std::byte> bytes) noexcept;
+  void finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept;
+  void complete_all(Status st) noexcept;
+
+  Link* link_;
+  BufferPool* recv_;
+  MessageChannel channel_;
+  ConnState state_ = ConnState::connecting;
+  std::string failure_;
+  std::uint32_t credits_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::size_t in_flight_ = 0;
+  std::deque<Request> queue_;
+  std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
+  std::size_t recvs_posted_ = 0;
+  ClientCounters counters_;
+};
+
+}  // namespace rkv::kv

@@ -1,0 +1,51 @@
+/* kv.h: the C API of the RDMA key-value store client (C and C++).
+ *
+ * A handle is one connection with its own event loop. Calls on one handle
+ * must come from one thread at a time (the thread that opened it); different
+ * handles are independent.
+ *
+ * Every int function returns 0 on success or a positive errno-style code:
+ *   EINVAL        NULL or malformed argument (empty key, bad server name)
+ *   E2BIG         key longer than 1024 bytes, or key + value >= 4096 bytes
+ *   ECONNREFUSED  nothing accepted the connection on that address/port
+ *   ETIMEDOUT     no answer in time (connect, or a request)
+ *   EHOSTUNREACH  the address cannot be resolved/reached over RDMA
+ *   ENOTCONN      the handle's connection is closed or failed earlier
+ *   EIO           the connection failed during the request, or a server error
+ *   ENOMEM        out of memory (here or in the server's store)
+ * kv_strerror(code) names a code; kv_last_error(handle) gives the last
+ * failure's full message. Output parameters are written only on success.
+ */
+#ifndef RKV_KV_H
+#define RKV_KV_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Port used when servername has no ":port". */
+#define KV_DEFAULT_PORT 7471
+
+/* servername: "host" or "host:port" ("[v6addr]:port" for IPv6). */
+int kv_open(char *servername, void **kv_handle);
+int kv_set(void *kv_handle, const char *key, const char *value);
+/* *value: a malloc'd NUL-terminated copy ("" for a missing key); free it
+ * with kv_release. */
+int kv_get(void *kv_handle, const char *key, char **value);
+void kv_release(char *value);
+/* Closes the connection and frees the handle (also after an error). */
+int kv_close(void *kv_handle);
+
+/* Static text for a code returned above (never NULL). */
+const char *kv_strerror(int code);
+/* The last failure's message on this handle; with NULL, the calling
+ * thread's last failure without a handle (e.g. a failed kv_open). Never
+ * NULL; "" when there was none. Valid until the next call on that handle
+ * (or thread). */
+const char *kv_last_error(void *kv_handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RKV_KV_H */

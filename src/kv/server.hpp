@@ -1,0 +1,132 @@
+#pragma once
+// Server: the kvd network side. Owns the rdma_cm event channel (watched by
+// the reactor), the listening cm_id, one ProtectionDomain shared by every
+// connection, and the connection table. Each connection is a kv::Endpoint
+// (cm_id, CQ + completion channel, QP, registered buffers) driven by a
+// kv::ServerConn; its CQ fd is watched by the reactor and every readiness
+// runs one cq.drain() followed by one ServerConn::flush(), so the replies of
+// one drain batch share SENDs.
+//
+// Table entries are addressed by slot + generation: cm_id tokens and the
+// reactor callbacks carry (slot, generation), never pointers, and an event
+// for a slot whose generation moved on is dropped.
+//
+// Teardown follows verbs/qp.hpp: server-initiated -> cm_id.disconnect(), wait
+// for DISCONNECTED; peer-initiated (DISCONNECTED first) -> answer with
+// disconnect(); then qp.to_error(), drain the flushed completions, destroy.
+// A deadline (disconnect_timeout + drain_timeout) forces the destroy if the
+// CM or the flush never comes back.
+//
+// Thread: everything runs on the reactor's thread.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kv/endpoint.hpp"
+#include "kv/server_conn.hpp"
+#include "kv/store.hpp"
+#include "reactor/reactor.hpp"
+#include "verbs/cm_id.hpp"
+#include "verbs/event_channel.hpp"
+#include "verbs/pd.hpp"
+
+namespace rkv::kv {
+
+struct ServerOptions {
+  std::string bind_address = "0.0.0.0";  // numeric IPv4/IPv6
+  std::uint16_t port = 0;                 // 0: the kernel picks one (see Server::port())
+  std::uint16_t credits = 16;             // receive buffers posted per client
+  std::uint32_t buf_size = 8192;          // each receive and send buffer (multiple of 64)
+  std::uint32_t max_clients = 1024;
+  std::uint32_t max_value = static_cast<std::uint32_t>(proto::kDefaultMaxValue);
+  std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
+  int backlog = 128;
+  std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
+  std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
+};
+
+// Snapshot for Server::stats().
+struct ServerStats {
+  ServerCounters counters;
+  std::size_t keys = 0;
+  std::size_t bytes = 0;
+};
+
+class Server {
+ public:
+  // Binds and listens; throws verbs::Error / std::invalid_argument on setup failure.
+  Server(reactor::Reactor& reactor, Store& store, ServerOptions options);
+  // Destroys every connection at once (no waiting): prefer shutdown() first.
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  Server(Server&&) = delete;
+  Server& operator=(Server&&) = delete;
+
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  [[nodiscard]] const ServerOptions& options() const noexcept { return options_; }
+  [[nodiscard]] ServerStats stats() const noexcept;
+  [[nodiscard]] std::size_t connections() const noexcept { return counters_.connections; }
+  [[nodiscard]] std::string stats_text() const;
+
+  // Stops accepting (the listener is destroyed), disconnects every client
+  // and calls on_done once the last connection is torn down (at once if
+  // none). on_done runs on the reactor thread and must not destroy the Server.
+  void shutdown(std::function<void()> on_done);
+  [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
+
+ private:
+  struct Conn {
+    std::uint32_t generation = 1;
+    bool in_use = false;
+    bool closing = false;       // disconnect decided
+    bool cm_done = false;       // DISCONNECTED seen (or none will come)
+    std::string peer;
+    std::unique_ptr<Endpoint> ep;
+    std::unique_ptr<ServerConn> sc;
+    reactor::Registration cq_watch;  // destroyed before ep (closes the fd)
+    reactor::Timer deadline;
+  };
+
+  static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
+  static std::uint64_t token(std::uint32_t slot, std::uint32_t generation) noexcept {
+    return (std::uint64_t{generation} << 32) | slot;
+  }
+  Conn* find(std::uint64_t token) noexcept;
+
+  void on_cm_readable() noexcept;
+  void on_cm_event(verbs::CmEvent& ev);
+  void on_connect_request(verbs::CmEvent& ev);
+  void on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev);
+  void on_cq(std::uint64_t tok) noexcept;
+  // Decided to close (any reason); idempotent.
+  void begin_close(std::uint32_t slot, CloseCause cause, const std::string& reason) noexcept;
+  // The CM part is over: QP to error, drain what is flushed, destroy if drained.
+  void cm_finished(std::uint32_t slot) noexcept;
+  void drain_cq(Conn& c) noexcept;
+  void try_finish(std::uint32_t slot, bool force) noexcept;
+  void destroy(std::uint32_t slot) noexcept;
+  std::optional<std::uint32_t> alloc_slot() noexcept;
+
+  reactor::Reactor* reactor_;
+  Store* store_;
+  ServerOptions options_;
+  ServerCounters counters_;
+  verbs::EventChannel events_;
+  std::optional<verbs::CmId> listener_;
+  std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  std::uint16_t port_ = 0;
+  std::vector<Conn> conns_;
+  std::vector<std::uint32_t> free_slots_;
+  bool shutting_down_ = false;
+  std::function<void()> on_shutdown_done_;
+  reactor::Registration events_watch_;  // declared last: unwatched first
+};
+
+}  // namespace rkv::kv

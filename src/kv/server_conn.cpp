@@ -1,0 +1,287 @@
+// ServerConn: see server_conn.hpp. Reactor thread only.
+#include "kv/server_conn.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <new>
+#include <utility>
+#include <variant>
+
+namespace rkv::kv {
+
+using proto::Opcode;
+using proto::Status;
+using verbs::CompletionStatus;
+using verbs::WrKind;
+
+ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
+                       ServerConnConfig config)
+    : store_(&store),
+      counters_(&counters),
+      config_(std::move(config)),
+      recv_(&recv),
+      channel_(link, recv, send, config_.generation, config_.peer_recv_size),
+      granted_(config_.credits) {}
+
+Verdict ServerConn::start() noexcept {
+  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
+    if (!repost(i)) return Verdict::disconnect;
+  }
+  return Verdict::keep;
+}
+
+void ServerConn::on_established() noexcept {
+  if (state_ == ConnState::connecting) state_ = ConnState::established;
+}
+
+void ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexcept {
+  if (!serving()) return;
+  state_ = ConnState::draining;
+  cause_ = cause;
+  reason_.assign(reason);
+}
+
+bool ServerConn::drained() const noexcept {
+  return state_ == ConnState::draining && recvs_posted_ == 0 && channel_.sends_in_flight() == 0;
+}
+
+Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
+  if (!serving()) return Verdict::keep;  // already decided
+  switch (cause) {
+    case CloseCause::protocol_error: ++counters_->protocol_errors; break;
+    case CloseCause::credit_overrun: ++counters_->credit_overruns; break;
+    case CloseCause::completion_error: ++counters_->completion_errors; break;
+    case CloseCause::none:
+    case CloseCause::post_error:
+    case CloseCause::internal:
+    case CloseCause::peer_left:
+    case CloseCause::shutdown: break;
+  }
+  spdlog::warn("conn {}: disconnecting ({}): {}", config_.label, to_string(cause), reason);
+  state_ = ConnState::draining;
+  cause_ = cause;
+  reason_ = std::move(reason);
+  held_.clear();  // their buffers are not re-posted: nothing more is executed
+  return Verdict::disconnect;
+}
+
+bool ServerConn::repost(std::uint32_t slot) noexcept {
+  if (const int rc = channel_.repost(slot); rc != 0) {
+    fail(CloseCause::post_error, fmt::format("post_recv failed: errno {}", rc));
+    return false;
+  }
+  ++recvs_posted_;
+  return true;
+}
+
+Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
+  if (!c.wr_id.is_current(config_.generation)) {
+    ++counters_->stale_completions;
+    SPDLOG_DEBUG("conn {}: dropping stale completion (generation {} != {})", config_.label,
+                 c.wr_id.generation(), config_.generation);
+    return Verdict::keep;
+  }
+  switch (c.wr_id.kind()) {
+    case WrKind::recv: return on_recv(c);
+    case WrKind::send: return on_send(c);
+    case WrKind::none:
+    case WrKind::rdma_read:
+    case WrKind::rdma_write: break;
+  }
+  ++counters_->stale_completions;
+  if (!serving()) return Verdict::keep;
+  return fail(CloseCause::internal, fmt::format("completion of a WR kind never posted: {}", to_string(c.wr_id.kind())));
+}
+
+Verdict ServerConn::on_recv(const verbs::Completion& c) noexcept {
+  if (c.wr_id.slot() >= recv_->count() || recvs_posted_ == 0) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  --recvs_posted_;
+  if (!serving()) return Verdict::keep;  // flushed while draining: normal
+  if (!c.ok()) {
+    if (c.status == CompletionStatus::flushed) {
+      return fail(CloseCause::completion_error, "receive flushed: the QP went to error");
+    }
+    return fail(CloseCause::completion_error,
+                fmt::format("receive completion error: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  state_ = ConnState::established;
+  ++received_;
+  ++counters_->sends_received;
+  if (received_ > granted_) {
+    return fail(CloseCause::credit_overrun,
+                fmt::format("credit overrun: {} SENDs received, {} credits granted", received_, granted_));
+  }
+  const auto slot = c.wr_id.slot();
+  const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
+
+  // Validate the whole buffer before executing any of it.
+  proto::Decoder check(bytes, config_.limits);
+  for (;;) {
+    const auto r = check.next();
+    if (const auto* err = std::get_if<proto::DecodeError>(&r)) {
+      return fail(CloseCause::protocol_error, fmt::format("malformed request at offset {} of a {}-byte SEND: {}",
+                                                          err->offset, bytes.size(), to_string(err->reason)));
+    }
+    if (std::holds_alternative<proto::EndOfBuffer>(r)) break;
+    const auto& m = std::get<proto::MessageView>(r);
+    if (!proto::is_request(m.opcode())) {
+      return fail(CloseCause::protocol_error, fmt::format("reply opcode {} at offset {} from a client",
+                                                          to_string(m.opcode()), m.offset));
+    }
+  }
+  held_.push_back({slot, bytes.size(), 0});
+  return process_held();
+}
+
+Verdict ServerConn::on_send(const verbs::Completion& c) noexcept {
+  const bool ours = channel_.on_send_completion(c);
+  if (!ours) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  if (!serving()) return Verdict::keep;
+  if (!c.ok()) {
+    return fail(CloseCause::completion_error,
+                fmt::format("send completion error: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  return process_held();  // a send buffer is free again
+}
+
+Verdict ServerConn::process_held() noexcept {
+  while (!held_.empty()) {
+    switch (process(held_.front())) {
+      case Progress::finished: held_.pop_front(); break;
+      case Progress::paused:
+        ++counters_->pauses;
+        SPDLOG_DEBUG("conn {}: no send buffer free; {} received buffer(s) wait", config_.label, held_.size());
+        return Verdict::keep;
+      case Progress::failed: return Verdict::disconnect;
+    }
+  }
+  return Verdict::keep;
+}
+
+ServerConn::Progress ServerConn::process(Held& h) noexcept {
+  if (h.offset == h.len) {  // an empty SEND: nothing to answer, the buffer is free
+    if (!repost(h.slot)) return Progress::failed;
+    ++owed_;
+    return Progress::finished;
+  }
+  const auto bytes = std::span<const std::byte>(recv_->buffer(h.slot)).first(h.len);
+  proto::Decoder dec(bytes.subspan(h.offset), config_.limits);
+  for (;;) {
+    const auto r = dec.next();
+    const auto* m = std::get_if<proto::MessageView>(&r);
+    if (m == nullptr) {  // validated on arrival: cannot happen
+      fail(CloseCause::internal, "held buffer no longer decodes");
+      return Progress::failed;
+    }
+    proto::MessageSpec reply = plan_reply(*m);
+    const std::size_t need = proto::encoded_size(reply);
+    if (!channel_.can_append(need)) return Progress::paused;  // h.offset stays at this request
+    execute(*m, reply);
+    h.offset += m->size;
+    const bool last = h.offset == h.len;
+    if (last) {  // every request of the buffer is executed: give it back now
+      if (!repost(h.slot)) return Progress::failed;
+      ++owed_;
+    }
+    reply.credits = static_cast<std::uint16_t>(owed_);
+    if (reply.status != Status::ok) ++counters_->error_replies;
+    if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
+      fail(CloseCause::internal, fmt::format("reply to {} req {} not appended: {}", to_string(m->opcode()),
+                                             m->header.req_id, to_string(st)));
+      return Progress::failed;
+    }
+    granted_pending_ += owed_;
+    owed_ = 0;
+    if (last) return Progress::finished;
+  }
+}
+
+proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept {
+  const std::uint32_t id = m.header.req_id;
+  proto::MessageSpec reply;
+  switch (m.opcode()) {
+    case Opcode::set:
+      reply = m.rdv ? proto::msg::error_reply(Opcode::set, id, 0, Status::bad_request)
+                    : proto::msg::set_reply(id, 0);
+      break;
+    case Opcode::get:
+      if (m.rdv) {
+        reply = proto::msg::error_reply(Opcode::get, id, 0, Status::bad_request);
+      } else if (const auto hit = store_->get(m.key); hit.found) {
+        reply = proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
+      } else {
+        reply = proto::msg::get_reply_missing(id, 0);
+      }
+      break;
+    case Opcode::stats:
+      stats_text_ = fmt::format(
+          "connections {}\naccepted {}\nsends_received {}\nsends_posted {}\nsets {}\ngets {}\nget_hits {}\n"
+          "stats {}\nrdv_refused {}\nerror_replies {}\nprotocol_errors {}\ncredit_overruns {}\nkeys {}\n"
+          "bytes {}\n",
+          counters_->connections, counters_->accepted, counters_->sends_received, counters_->sends_posted,
+          counters_->sets, counters_->gets, counters_->get_hits, counters_->stats, counters_->rdv_refused,
+          counters_->error_replies, counters_->protocol_errors, counters_->credit_overruns, store_->size(),
+          store_->bytes());
+      reply = proto::msg::stats_reply(id, 0, stats_text_);
+      break;
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply:  // refused on arrival
+      reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
+      break;
+  }
+  if (proto::encoded_size(reply) > channel_.max_message()) {  // e.g. a small client receive buffer
+    reply = proto::msg::error_reply(m.opcode(), id, 0, Status::too_large);
+  }
+  return reply;
+}
+
+void ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  switch (m.opcode()) {
+    case Opcode::set:
+      ++counters_->sets;
+      if (m.rdv) {  // rendezvous not yet supported: answered bad_request, connection kept
+        ++counters_->rdv_refused;
+        return;
+      }
+      if (reply.status != Status::ok) return;
+      try {
+        store_->set(m.key, m.value_text());
+      } catch (const std::bad_alloc&) {
+        reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
+      }
+      return;
+    case Opcode::get:
+      ++counters_->gets;
+      if (m.rdv) {
+        ++counters_->rdv_refused;
+      } else if (reply.found) {
+        ++counters_->get_hits;
+      }
+      return;
+    case Opcode::stats: ++counters_->stats; return;
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply: return;
+  }
+}
+
+Verdict ServerConn::flush() noexcept {
+  if (!serving()) return Verdict::keep;  // draining: post nothing new
+  int err = 0;
+  counters_->sends_posted += channel_.flush(std::numeric_limits<std::size_t>::max(), &err);
+  if (err != 0) return fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+  if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
+    granted_ += granted_pending_;
+    granted_pending_ = 0;
+  }
+  return Verdict::keep;
+}
+
+}  // namespace rkv::kv

@@ -1,0 +1,209 @@
+#pragma once
+// ServerConn: the server's per-connection protocol state machine (eager
+// SET/GET/STATS, credits, back-pressure). It posts work only through a Link
+// and is fed verbs::Completion values, so the `protocol` suite drives it with
+// a FakeLink. It never touches verbs objects or cm_ids: when it decides the
+// connection must go (malformed request, credit overrun, error completion) it
+// returns Verdict::disconnect and records why; the owner (kv::Server) runs the
+// teardown (verbs/qp.hpp) and keeps feeding it the flushed completions until
+// drained().
+//
+// Per received buffer: the whole buffer is validated first (one DecodeError
+// anywhere -> disconnect, nothing of it is executed), then each request is
+// executed and its reply appended to the MessageChannel (replies coalesce
+// until flush()). The buffer is re-posted right after its last request is
+// executed and before that request's reply is appended, so the credit it
+// frees rides on that very reply. If no send buffer is free for a reply the
+// buffer is held (with its decode offset) and later buffers queue behind it;
+// a send completion resumes processing. Nothing is dropped, nothing blocks.
+//
+// Credit accounting: granted = initial credits + credits carried by replies
+// that were posted (counted at flush time, i.e. when the client could first
+// see them); a SEND arriving when received > granted is an overrun.
+//
+// Thread: the reactor thread that owns the connection; not thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+
+#include "kv/buffer_pool.hpp"
+#include "kv/link.hpp"
+#include "kv/msg_channel.hpp"
+#include "kv/store.hpp"
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+#include "verbs/completion.hpp"
+
+namespace rkv::kv {
+
+enum class ConnState : std::uint8_t {
+  connecting,   // receives posted, accept sent, ESTABLISHED not seen yet
+  established,  // serving requests
+  draining,     // closing: no new work, waiting for posted WRs to come back
+  closed,       // the owner destroyed the verbs resources
+};
+
+[[nodiscard]] constexpr std::string_view to_string(ConnState s) noexcept {
+  switch (s) {
+    case ConnState::connecting: return "connecting";
+    case ConnState::established: return "established";
+    case ConnState::draining: return "draining";
+    case ConnState::closed: return "closed";
+  }
+  return "invalid";
+}
+
+// Why a connection is being closed.
+enum class CloseCause : std::uint8_t {
+  none,              // still open
+  protocol_error,    // DecodeError or a reply opcode from the client
+  credit_overrun,    // more SENDs than credits granted
+  completion_error,  // an error (or unexpected flushed) completion
+  post_error,        // post_recv/post_send failed
+  internal,          // a bug: encoder refused a reply, ...
+  peer_left,         // owner: DISCONNECTED / connect error from the peer
+  shutdown,          // owner: server shutdown
+};
+
+[[nodiscard]] constexpr std::string_view to_string(CloseCause c) noexcept {
+  switch (c) {
+    case CloseCause::none: return "none";
+    case CloseCause::protocol_error: return "protocol_error";
+    case CloseCause::credit_overrun: return "credit_overrun";
+    case CloseCause::completion_error: return "completion_error";
+    case CloseCause::post_error: return "post_error";
+    case CloseCause::internal: return "internal";
+    case CloseCause::peer_left: return "peer_left";
+    case CloseCause::shutdown: return "shutdown";
+  }
+  return "invalid";
+}
+
+// What the owner must do after a call.
+enum class Verdict : std::uint8_t {
+  keep,        // nothing to do
+  disconnect,  // this call decided to close; see disconnect_reason()
+};
+
+[[nodiscard]] constexpr std::string_view to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::keep: return "keep";
+    case Verdict::disconnect: return "disconnect";
+  }
+  return "invalid";
+}
+
+// Server-wide counters, shared by every connection (reactor thread only).
+struct ServerCounters {
+  std::uint64_t connections = 0;  // live (accepted, not yet destroyed)
+  std::uint64_t accepted = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t closed = 0;
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t credit_overruns = 0;
+  std::uint64_t completion_errors = 0;
+  std::uint64_t sends_received = 0;  // request SENDs (one may pack several requests)
+  std::uint64_t sends_posted = 0;    // reply SENDs
+  std::uint64_t sets = 0;
+  std::uint64_t gets = 0;
+  std::uint64_t get_hits = 0;
+  std::uint64_t stats = 0;
+  std::uint64_t rdv_refused = 0;     // RDV requests answered bad_request (not yet supported)
+  std::uint64_t error_replies = 0;   // any non-ok reply
+  std::uint64_t stale_completions = 0;
+  std::uint64_t pauses = 0;          // times a buffer waited for a free send buffer
+};
+
+struct ServerConnConfig {
+  std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
+  std::uint32_t generation = 1;     // WrId generation of this connection
+  std::size_t peer_recv_size = 0;   // client's receive buffer size (bounds each SEND)
+  proto::Limits limits{};           // decoder limits (max_value)
+  std::string label;                // for logs, e.g. the peer address
+};
+
+class ServerConn {
+ public:
+  ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
+             ServerConnConfig config);
+
+  ServerConn(const ServerConn&) = delete;
+  ServerConn& operator=(const ServerConn&) = delete;
+  ServerConn(ServerConn&&) = delete;
+  ServerConn& operator=(ServerConn&&) = delete;
+  ~ServerConn() = default;
+
+  // Posts every receive buffer; call before accept(). Disconnect if a post fails.
+  [[nodiscard]] Verdict start() noexcept;
+  // ESTABLISHED seen (a recv completion before it also implies it).
+  void on_established() noexcept;
+  // Every completion of this connection's CQ, successful or not.
+  [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
+  // Posts the replies appended since the last flush; once per CQ drain.
+  [[nodiscard]] Verdict flush() noexcept;
+
+  // The owner closes the connection for its own reason (peer left, shutdown);
+  // no effect if already draining/closed.
+  void begin_draining(CloseCause cause, std::string_view reason) noexcept;
+  // Draining and every posted WR has come back (teardown step 5 done).
+  [[nodiscard]] bool drained() const noexcept;
+  // The owner destroyed the verbs resources.
+  void close() noexcept { state_ = ConnState::closed; }
+
+  [[nodiscard]] ConnState state() const noexcept { return state_; }
+  [[nodiscard]] CloseCause close_cause() const noexcept { return cause_; }
+  [[nodiscard]] const std::string& disconnect_reason() const noexcept { return reason_; }
+  [[nodiscard]] std::uint64_t sends_received() const noexcept { return received_; }
+  [[nodiscard]] std::uint64_t credits_granted() const noexcept { return granted_; }
+  [[nodiscard]] std::uint32_t credits_owed() const noexcept { return owed_; }
+  [[nodiscard]] std::size_t held_buffers() const noexcept { return held_.size(); }
+  [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return recvs_posted_; }
+  [[nodiscard]] std::size_t sends_in_flight() const noexcept { return channel_.sends_in_flight(); }
+  [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
+
+ private:
+  // A received buffer not fully handled yet.
+  struct Held {
+    std::uint32_t slot;
+    std::size_t len;
+    std::size_t offset;  // start of the next request to execute
+  };
+  enum class Progress : std::uint8_t { finished, paused, failed };
+
+  Verdict on_recv(const verbs::Completion& c) noexcept;
+  Verdict on_send(const verbs::Completion& c) noexcept;
+  Verdict process_held() noexcept;
+  Progress process(Held& h) noexcept;
+  // The reply to `m`, before executing it (GET looks the key up now).
+  proto::MessageSpec plan_reply(const proto::MessageView& m) noexcept;
+  // Side effects of `m` (SET stores); may turn `reply` into an error reply.
+  void execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  bool repost(std::uint32_t slot) noexcept;
+  Verdict fail(CloseCause cause, std::string reason) noexcept;
+  [[nodiscard]] bool serving() const noexcept {
+    return state_ == ConnState::connecting || state_ == ConnState::established;
+  }
+
+  Store* store_;
+  ServerCounters* counters_;
+  ServerConnConfig config_;
+  BufferPool* recv_;
+  MessageChannel channel_;
+
+  ConnState state_ = ConnState::connecting;
+  CloseCause cause_ = CloseCause::none;
+  std::string reason_;
+
+  std::deque<Held> held_;
+  std::uint32_t recvs_posted_ = 0;
+  std::uint64_t received_ = 0;         // request SENDs received
+  std::uint64_t granted_ = 0;          // initial + credits in posted replies
+  std::uint64_t granted_pending_ = 0;  // credits in appended, not yet posted replies
+  std::uint32_t owed_ = 0;             // re-posted buffers not yet returned in a reply
+  std::string stats_text_;             // storage behind a STATS reply until it is appended
+};
+
+}  // namespace rkv::kv

@@ -1,0 +1,182 @@
+#include "verbs/qp.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+
+#include "verbs/cm_id.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/detail/handles.hpp"
+#include "verbs/pd.hpp"
+
+namespace rkv::verbs {
+
+namespace {
+
+constexpr std::size_t kMaxSendSge = 16;    // stack array bound for post_send(sges)
+constexpr std::size_t kRecvChunk = 32;     // chain length per ibv_post_recv
+
+bool fits_u32(std::size_t n) noexcept { return n <= UINT32_MAX; }
+
+ibv_sge make_sge(const void* data, std::size_t len, std::uint32_t lkey) noexcept {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(data);
+  sge.length = static_cast<std::uint32_t>(len);
+  sge.lkey = lkey;
+  return sge;
+}
+
+int post_one_send(ibv_qp* qp, ibv_send_wr& wr) noexcept {
+  ibv_send_wr* bad = nullptr;
+  // ibv_post_send returns an errno value; ENOMEM = send queue full.
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+}  // namespace
+
+QueuePair::QueuePair(CmId& id, const ProtectionDomain& pd, const CompletionQueue& send_cq,
+                     const CompletionQueue& recv_cq, const QpCaps& caps) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = send_cq.handle_->cq;
+  attr.recv_cq = recv_cq.handle_->cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = 0;  // each post says whether it wants a completion
+  attr.cap.max_send_wr = caps.max_send_wr;
+  attr.cap.max_recv_wr = caps.max_recv_wr;
+  attr.cap.max_send_sge = caps.max_send_sge;
+  attr.cap.max_recv_sge = caps.max_recv_sge;
+  attr.cap.max_inline_data = 0;  // Soft-RoCE disables inline
+  rdma_cm_id* raw_id = id.handle_->id;
+  if (rdma_create_qp(raw_id, pd.handle_->pd, &attr) != 0) detail::throw_error("rdma_create_qp", errno);
+  try {
+    handle_ = std::make_shared<detail::QpHandle>(id.handle_, pd.handle_, send_cq.handle_, recv_cq.handle_,
+                                                 raw_id->qp);
+  } catch (...) {
+    rdma_destroy_qp(raw_id);
+    throw;
+  }
+  // rdma_create_qp wrote back what the provider granted.
+  caps_ = QpCaps{attr.cap.max_send_wr, attr.cap.max_recv_wr, attr.cap.max_send_sge, attr.cap.max_recv_sge};
+  SPDLOG_DEBUG("verbs: qp {} created (send_wr={} recv_wr={})", raw_id->qp->qp_num, caps_.max_send_wr,
+               caps_.max_recv_wr);
+}
+
+std::uint32_t QueuePair::qp_num() const noexcept { return handle_->qp->qp_num; }
+
+int QueuePair::post_recv(WrId wr_id, std::span<std::byte> buffer, std::uint32_t lkey) noexcept {
+  if (!fits_u32(buffer.size())) return EINVAL;
+  ibv_sge sge = make_sge(buffer.data(), buffer.size(), lkey);
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = &sge;
+  wr.num_sge = buffer.empty() ? 0 : 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(handle_->qp, &wr, &bad);
+}
+
+int QueuePair::post_recv_batch(std::span<const RecvRequest> reqs, std::size_t* posted) noexcept {
+  std::array<ibv_sge, kRecvChunk> sges;
+  std::array<ibv_recv_wr, kRecvChunk> wrs;
+  std::size_t done = 0;
+  while (done < reqs.size()) {
+    const std::size_t n = std::min(kRecvChunk, reqs.size() - done);
+    for (std::size_t i = 0; i < n; ++i) {
+      const RecvRequest& r = reqs[done + i];
+      if (!fits_u32(r.buffer.size())) {
+        if (posted != nullptr) *posted = done;
+        return EINVAL;
+      }
+      sges[i] = make_sge(r.buffer.data(), r.buffer.size(), r.lkey);
+      wrs[i] = ibv_recv_wr{};
+      wrs[i].wr_id = r.wr_id.encode();
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = r.buffer.empty() ? 0 : 1;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = ibv_post_recv(handle_->qp, wrs.data(), &bad); rc != 0) {
+      // WRs before `bad` were posted.
+      if (posted != nullptr) *posted = done + (bad != nullptr ? static_cast<std::size_t>(bad - wrs.data()) : 0);
+      return rc;
+    }
+    done += n;
+  }
+  if (posted != nullptr) *posted = done;
+  return 0;
+}
+
+int QueuePair::post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint32_t lkey,
+                         bool signaled) noexcept {
+  const Sge one{bytes, lkey};
+  return post_send(wr_id, std::span<const Sge>(&one, 1), signaled);
+}
+
+int QueuePair::post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) noexcept {
+  if (sges.size() > kMaxSendSge) return EINVAL;
+  std::array<ibv_sge, kMaxSendSge> list;
+  int num = 0;
+  for (const Sge& s : sges) {
+    if (!fits_u32(s.bytes.size())) return EINVAL;
+    if (s.bytes.empty()) continue;  // a zero-length element adds nothing
+    list[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
+  }
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = list.data();
+  wr.num_sge = num;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  SPDLOG_TRACE("verbs: post_send qp={} slot={} sge={}", handle_->qp->qp_num, wr_id.slot(), num);
+  return post_one_send(handle_->qp, wr);
+}
+
+int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey,
+                              std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
+  if (!fits_u32(local.size())) return EINVAL;
+  ibv_sge sge = make_sge(local.data(), local.size(), lkey);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = &sge;
+  wr.num_sge = local.empty() ? 0 : 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_one_send(handle_->qp, wr);
+}
+
+int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
+                               std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
+  if (!fits_u32(local.size())) return EINVAL;
+  ibv_sge sge = make_sge(local.data(), local.size(), lkey);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = &sge;
+  wr.num_sge = local.empty() ? 0 : 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_one_send(handle_->qp, wr);
+}
+
+int QueuePair::to_error() noexcept {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  const int rc = ibv_modify_qp(handle_->qp, &attr, IBV_QP_STATE);
+  SPDLOG_DEBUG("verbs: qp {} -> ERROR rc={}", handle_->qp->qp_num, rc);
+  return rc;
+}
+
+int QueuePair::set_min_rnr_timer(std::uint8_t ib_code) noexcept {
+  if (ib_code > 31) return EINVAL;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.min_rnr_timer = ib_code;
+  return ibv_modify_qp(handle_->qp, &attr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
+}
+
+}  // namespace rkv::verbs

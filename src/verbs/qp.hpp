@@ -1,0 +1,114 @@
+#pragma once
+// QueuePair: an RC QP created with rdma_create_qp on a CmId, plus the
+// data-path post functions (status values, never exceptions).
+//
+// TEARDOWN ORDER (the known pitfalls; an owner of a connection follows it):
+//  1. Stop posting new work.
+//  2. Initiator: cm_id.disconnect(). Passive side, on DISCONNECTED: call
+//     cm_id.disconnect() too (answers the peer's DREQ). librdmacm moves the
+//     QP to ERROR inside disconnect() on IB/RoCE.
+//  3. The side that called disconnect() waits for its DISCONNECTED event
+//     before destroying the QP (destroying earlier races the CM exchange).
+//  4. qp.to_error(): idempotent; guarantees the flush even when step 2 was
+//     skipped (peer vanished, connect failed/rejected, error completion).
+//  5. Drain the CQ(s) until every WR the owner posted has come back. WRs
+//     still queued complete with status `flushed` (IBV_WC_WR_FLUSH_ERR):
+//     normal after a peer leaves, not a crash. Only then may the buffers
+//     they reference be reused or freed. Use WrId generations to drop flushes
+//     for slots that were already recycled.
+//  6. Destroy QueuePair, then CmId, CompletionQueue, MemoryRegions,
+//     ProtectionDomain, channels. The handles enforce QP -> CQ -> MR -> PD ->
+//     channel on their own (each keeps its parents alive), so dropping them
+//     in another order is safe, just later.
+//
+// Soft-RoCE (rxe) disables inline data, so max_inline_data is always 0 and
+// no send uses IBV_SEND_INLINE. The QP is created with sq_sig_all = 0:
+// unsignaled sends are allowed, but signal at least one WR per send-queue
+// depth or the send queue never frees its slots.
+//
+// Not thread-safe: one thread (the reactor) owns a QP and its CQs.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "verbs/wr_id.hpp"
+
+namespace rkv::verbs {
+
+namespace detail {
+struct QpHandle;
+}
+class CmId;
+class ProtectionDomain;
+class CompletionQueue;
+
+struct QpCaps {
+  std::uint32_t max_send_wr = 64;
+  std::uint32_t max_recv_wr = 64;
+  std::uint32_t max_send_sge = 1;
+  std::uint32_t max_recv_sge = 1;
+};
+
+// One gather element of a SEND.
+struct Sge {
+  std::span<const std::byte> bytes;
+  std::uint32_t lkey = 0;
+};
+
+// One receive of a post_recv_batch chain.
+struct RecvRequest {
+  WrId wr_id;
+  std::span<std::byte> buffer;
+  std::uint32_t lkey = 0;
+};
+
+class QueuePair {
+ public:
+  // rdma_create_qp(id, pd, {send_cq, recv_cq, caps, RC, inline 0}); the
+  // send and recv CQ may be the same object. Throws verbs::Error.
+  QueuePair(CmId& id, const ProtectionDomain& pd, const CompletionQueue& send_cq,
+            const CompletionQueue& recv_cq, const QpCaps& caps);
+
+  QueuePair(QueuePair&&) noexcept = default;
+  QueuePair& operator=(QueuePair&&) noexcept = default;
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+  ~QueuePair() = default;  // destroys the QP and detaches it from the cm_id
+
+  [[nodiscard]] std::uint32_t qp_num() const noexcept;
+  [[nodiscard]] const QpCaps& caps() const noexcept { return caps_; }  // as granted
+  [[nodiscard]] bool valid() const noexcept { return handle_ != nullptr; }
+
+  // --- data path: 0 or an errno value --------------------------------------
+  // ENOMEM from a send-side post means the send queue is full: poll/defer.
+  int post_recv(WrId wr_id, std::span<std::byte> buffer, std::uint32_t lkey) noexcept;
+  // Posts `reqs` as chained WRs (one ibv_post_recv per chunk of up to 32).
+  // On failure *posted (if given) says how many were posted before it.
+  int post_recv_batch(std::span<const RecvRequest> reqs, std::size_t* posted = nullptr) noexcept;
+  int post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint32_t lkey, bool signaled) noexcept;
+  int post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) noexcept;
+  // Reads remote [remote_addr, +local.size()) into `local` (its MR needs
+  // local_write; the remote MR needs remote_read).
+  int post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
+                     std::uint32_t rkey, bool signaled = true) noexcept;
+  // Writes `local` to remote_addr (the remote MR needs remote_write).
+  int post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
+                      std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept;
+
+  // --- control ----------------------------------------------------------------
+  // Move to ERROR so every outstanding WR flushes (teardown step 4).
+  int to_error() noexcept;
+  // Min RNR NAK timer (IB encoding 0..31: 0 = 655.36 ms, 1 = 0.01 ms,
+  // 12 = 0.64 ms, 14 = 1.28 ms ...) that this QP advertises when it NAKs a
+  // SEND for lack of a receive. rdma_cm has no knob for it (the kernel CM
+  // picks it), so set it with an RTS->RTS modify once connected.
+  int set_min_rnr_timer(std::uint8_t ib_code) noexcept;
+
+ private:
+  std::shared_ptr<detail::QpHandle> handle_;
+  QpCaps caps_;
+};
+
+}  // namespace rkv::verbs

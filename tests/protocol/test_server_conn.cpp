@@ -1,0 +1,455 @@
+// protocol suite: kv::ServerConn driven through FakeLink (no device). Covers
+// replies, coalescing, re-posting and credit return, malformed buffers,
+// credit overrun, send-buffer back-pressure, stale completions, the eager
+// size boundary, RDV refusal and the teardown accounting.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fake_link.hpp"
+#include "kv/server_conn.hpp"
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+
+namespace rkv::kv {
+namespace {
+
+using proto::Opcode;
+using proto::Status;
+using test::FakeLink;
+using verbs::CompletionOpcode;
+using verbs::CompletionStatus;
+using verbs::WrId;
+using verbs::WrKind;
+
+constexpr std::uint16_t kCredits = 4;
+constexpr std::uint32_t kGen = 7;
+
+std::span<const std::byte> bytes_of(const std::string& s) { return proto::as_bytes(s); }
+
+// Requests packed back to back, as one SEND.
+std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
+  std::vector<std::byte> out(16384);
+  proto::Encoder enc(out);
+  for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
+  out.resize(enc.size());
+  return out;
+}
+
+std::vector<std::byte> raw_header(const proto::RawHeader& h) {
+  std::vector<std::byte> out(proto::kHeaderSize);
+  proto::write_raw_header(std::span<std::byte, proto::kHeaderSize>(out.data(), proto::kHeaderSize), h);
+  return out;
+}
+
+struct Reply {
+  proto::Header header;
+  std::string value;
+};
+
+std::vector<Reply> decode_all(const std::vector<std::byte>& send) {
+  std::vector<Reply> out;
+  proto::Decoder dec(send);
+  for (;;) {
+    auto r = dec.next();
+    if (std::holds_alternative<proto::EndOfBuffer>(r)) break;
+    if (const auto* e = std::get_if<proto::DecodeError>(&r)) {
+      ADD_FAILURE() << "server sent an undecodable reply: " << to_string(e->reason);
+      break;
+    }
+    const auto& m = std::get<proto::MessageView>(r);
+    out.push_back({m.header, std::string(m.value_text())});
+  }
+  return out;
+}
+
+class ServerConnTest : public ::testing::Test {
+ protected:
+  explicit ServerConnTest(std::uint32_t send_count = 8, std::size_t send_size = 8192)
+      : recv_(kCredits, 8192), send_(send_count, send_size) {}
+
+  void SetUp() override { make(); }
+
+  void make() {
+    ServerConnConfig cfg;
+    cfg.credits = kCredits;
+    cfg.generation = kGen;
+    cfg.peer_recv_size = 8192;
+    cfg.label = "fake-peer";
+    conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg);
+    ASSERT_EQ(conn_->start(), Verdict::keep);
+    ASSERT_EQ(link_.recvs.size(), kCredits);
+    conn_->on_established();
+  }
+
+  // Delivers `bytes` into the oldest posted, not yet used receive.
+  Verdict deliver(const std::vector<std::byte>& bytes) {
+    EXPECT_LT(next_recv_, link_.recvs.size()) << "no receive posted for this SEND";
+    return conn_->on_completion(FakeLink::deliver(link_.recvs.at(next_recv_++), bytes));
+  }
+
+  // Flushes and returns every reply of the SENDs posted since the last call.
+  std::vector<Reply> flush_replies() {
+    EXPECT_EQ(conn_->flush(), Verdict::keep);
+    std::vector<Reply> all;
+    for (; next_send_ < link_.sends.size(); ++next_send_) {
+      auto r = decode_all(link_.sends[next_send_].bytes);
+      all.insert(all.end(), r.begin(), r.end());
+    }
+    return all;
+  }
+
+  void complete_send(std::size_t i) {
+    EXPECT_EQ(conn_->on_completion(FakeLink::complete(link_.sends.at(i), CompletionOpcode::send)), Verdict::keep);
+  }
+
+  FakeLink link_;
+  BufferPool recv_;
+  BufferPool send_;
+  Store store_;
+  ServerCounters counters_;
+  std::unique_ptr<ServerConn> conn_;
+  std::size_t next_recv_ = 0;
+  std::size_t next_send_ = 0;
+  std::size_t completed_ = 0;
+};
+
+TEST_F(ServerConnTest, SetThenGet) {
+  const std::string value = "world";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "hello", bytes_of(value))})), Verdict::keep);
+  auto r = flush_replies();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::set_reply);
+  EXPECT_EQ(r[0].header.status, Status::ok);
+  EXPECT_EQ(r[0].header.req_id, 1u);
+  EXPECT_EQ(store_.get("hello").value, "world");
+
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(2, "hello")})), Verdict::keep);
+  r = flush_replies();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::get_reply);
+  EXPECT_TRUE(r[0].header.found());
+  EXPECT_EQ(r[0].header.req_id, 2u);
+  EXPECT_EQ(r[0].value, "world");
+  EXPECT_EQ(counters_.sets, 1u);
+  EXPECT_EQ(counters_.gets, 1u);
+  EXPECT_EQ(counters_.get_hits, 1u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ServerConnTest, GetMissingIsOkNotFoundEmpty) {
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(9, "nope")})), Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::get_reply);
+  EXPECT_EQ(r[0].header.status, Status::ok);
+  EXPECT_FALSE(r[0].header.found());
+  EXPECT_EQ(r[0].header.value_len, 0u);
+  EXPECT_TRUE(r[0].value.empty());
+}
+
+TEST_F(ServerConnTest, SeveralRequestsInOneBufferShareOneReplySend) {
+  const std::string a = "AAA", b = "BB";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "a", bytes_of(a)), proto::msg::set_request(2, "b", bytes_of(b)),
+                          proto::msg::get_request(3, "a"), proto::msg::get_request(4, "zz"),
+                          proto::msg::stats_request(5)})),
+            Verdict::keep);
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 1u) << "replies of one buffer must be coalesced";
+  const auto r = decode_all(link_.sends[0].bytes);
+  ASSERT_EQ(r.size(), 5u);
+  for (std::uint32_t i = 0; i < 5; ++i) EXPECT_EQ(r[i].header.req_id, i + 1);
+  EXPECT_EQ(r[2].value, "AAA");
+  EXPECT_FALSE(r[3].header.found());
+  EXPECT_EQ(r[4].header.opcode, Opcode::stats_reply);
+  EXPECT_NE(r[4].value.find("keys 2"), std::string::npos) << r[4].value;
+  EXPECT_NE(r[4].value.find("sets 2"), std::string::npos) << r[4].value;
+  unsigned credits = 0;
+  for (const auto& x : r) credits += x.header.credits;
+  EXPECT_EQ(credits, 1u);
+  EXPECT_EQ(r[4].header.credits, 1u) << "the buffer's credit rides on its last reply";
+}
+
+TEST_F(ServerConnTest, ReceiveBufferIsRepostedAfterHandling) {
+  const WrId first = link_.recvs[0].id;
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(1, "k")})), Verdict::keep);
+  ASSERT_EQ(link_.recvs.size(), kCredits + 1u);
+  EXPECT_EQ(link_.recvs.back().id, first);
+  EXPECT_EQ(link_.recvs.back().id.generation(), kGen);
+  EXPECT_EQ(link_.recvs.back().target.data(), link_.recvs[0].target.data());
+  EXPECT_EQ(conn_->recvs_posted(), kCredits);
+}
+
+TEST_F(ServerConnTest, CreditsReturnedSumToBuffersHandled) {
+  unsigned credits = 0;
+  std::uint32_t id = 0;
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < kCredits; ++i) {  // a full window per batch
+      ASSERT_EQ(deliver(pack({proto::msg::get_request(++id, "k"), proto::msg::get_request(++id, "k")})),
+                Verdict::keep);
+    }
+    for (const auto& r : flush_replies()) credits += r.header.credits;
+    for (; completed_ < link_.sends.size(); ++completed_) complete_send(completed_);
+  }
+  EXPECT_EQ(credits, 5u * kCredits);
+  EXPECT_EQ(conn_->credits_granted(), kCredits + 5u * kCredits);
+  EXPECT_EQ(conn_->sends_received(), 5u * kCredits);
+  EXPECT_EQ(conn_->credits_owed(), 0u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ServerConnTest, EmptySendReturnsItsCreditOnTheNextReply) {
+  ASSERT_EQ(deliver({}), Verdict::keep);
+  EXPECT_EQ(conn_->credits_owed(), 1u);
+  EXPECT_EQ(link_.recvs.size(), kCredits + 1u);
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(1, "k")})), Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.credits, 2u);
+}
+
+struct Malformed {
+  const char* name;
+  std::vector<std::byte> bytes;
+  proto::Reason reason;
+};
+
+std::vector<Malformed> malformed_cases() {
+  std::vector<Malformed> v;
+  const std::string val = "v";
+  proto::RawHeader h;
+  h.opcode = 0x01;
+  h.key_len = 1;
+  h.value_len = 1;
+  auto with_payload = [](std::vector<std::byte> hdr, std::string_view payload) {
+    for (char ch : payload) hdr.push_back(static_cast<std::byte>(ch));
+    return hdr;
+  };
+  {
+    auto x = h;
+    x.magic = 0x1234;
+    v.push_back({"bad_magic", with_payload(raw_header(x), "kv"), proto::Reason::bad_magic});
+  }
+  {
+    auto x = h;
+    x.opcode = 0x42;
+    v.push_back({"unknown_opcode", with_payload(raw_header(x), "kv"), proto::Reason::unknown_opcode});
+  }
+  {
+    auto x = h;
+    x.credits = 3;
+    v.push_back({"credits_in_request", with_payload(raw_header(x), "kv"), proto::Reason::credits_in_request});
+  }
+  {
+    auto x = h;
+    x.key_len = 0;
+    v.push_back({"bad_key_len", with_payload(raw_header(x), "kv"), proto::Reason::bad_key_len});
+  }
+  {
+    auto x = raw_header(h);
+    x.resize(10);
+    v.push_back({"truncated_header", x, proto::Reason::truncated_header});
+  }
+  {
+    auto x = h;
+    x.value_len = 100;  // runs past the buffer
+    v.push_back({"truncated_payload", with_payload(raw_header(x), "kv"), proto::Reason::truncated_payload});
+  }
+  {
+    // A valid SET followed by garbage: nothing of the buffer is executed.
+    auto x = pack({proto::msg::set_request(1, "good", bytes_of(val))});
+    auto bad = h;
+    bad.version = 9;
+    auto tail = with_payload(raw_header(bad), "kv");
+    x.insert(x.end(), tail.begin(), tail.end());
+    v.push_back({"valid_then_bad_version", x, proto::Reason::bad_version});
+  }
+  return v;
+}
+
+TEST_F(ServerConnTest, MalformedBufferDisconnectsAndStoresNothing) {
+  for (const auto& m : malformed_cases()) {
+    SCOPED_TRACE(m.name);
+    link_ = FakeLink{};
+    counters_ = {};
+    next_recv_ = next_send_ = 0;
+    make();
+    ASSERT_EQ(deliver(m.bytes), Verdict::disconnect);
+    EXPECT_EQ(conn_->state(), ConnState::draining);
+    EXPECT_EQ(conn_->close_cause(), CloseCause::protocol_error);
+    EXPECT_NE(conn_->disconnect_reason().find(to_string(m.reason)), std::string::npos) << conn_->disconnect_reason();
+    EXPECT_EQ(store_.size(), 0u);
+    EXPECT_EQ(conn_->flush(), Verdict::keep);
+    EXPECT_TRUE(link_.sends.empty()) << "nothing is answered after a protocol error";
+    EXPECT_EQ(link_.recvs.size(), kCredits) << "the bad buffer is not re-posted";
+    EXPECT_EQ(counters_.protocol_errors, 1u);
+  }
+}
+
+TEST_F(ServerConnTest, ReplyOpcodeFromClientDisconnects) {
+  ASSERT_EQ(deliver(pack({proto::msg::set_reply(1, 0)})), Verdict::disconnect);
+  EXPECT_EQ(conn_->close_cause(), CloseCause::protocol_error);
+}
+
+TEST_F(ServerConnTest, CreditOverrunDisconnects) {
+  // kCredits SENDs, all handled (buffers re-posted) but no reply posted yet:
+  // the client cannot have seen a returned credit, so a further SEND overruns.
+  for (std::uint32_t i = 0; i < kCredits; ++i) {
+    ASSERT_EQ(deliver(pack({proto::msg::get_request(i + 1, "k")})), Verdict::keep);
+  }
+  EXPECT_EQ(deliver(pack({proto::msg::get_request(99, "k")})), Verdict::disconnect);
+  EXPECT_EQ(conn_->close_cause(), CloseCause::credit_overrun);
+  EXPECT_EQ(counters_.credit_overruns, 1u);
+}
+
+TEST_F(ServerConnTest, SendAfterCreditsPostedIsNoOverrun) {
+  for (std::uint32_t i = 0; i < kCredits; ++i) {
+    ASSERT_EQ(deliver(pack({proto::msg::get_request(i + 1, "k")})), Verdict::keep);
+  }
+  (void)flush_replies();  // the returned credits are on the wire now
+  for (std::uint32_t i = 0; i < kCredits; ++i) {
+    ASSERT_EQ(deliver(pack({proto::msg::get_request(i + 10, "k")})), Verdict::keep);
+  }
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ServerConnTest, StaleGenerationCompletionIsDropped) {
+  verbs::Completion c = FakeLink::deliver(link_.recvs[0], pack({proto::msg::set_request(1, "k", bytes_of("v"))}));
+  c.wr_id = WrId(0, kGen - 1, WrKind::recv);
+  EXPECT_EQ(conn_->on_completion(c), Verdict::keep);
+  EXPECT_EQ(counters_.stale_completions, 1u);
+  EXPECT_EQ(store_.size(), 0u);
+  EXPECT_EQ(conn_->recvs_posted(), kCredits);
+  EXPECT_EQ(conn_->sends_received(), 0u);
+  // A stale send completion too.
+  verbs::Completion s;
+  s.wr_id = WrId(0, kGen + 1, WrKind::send);
+  s.status = CompletionStatus::flushed;
+  EXPECT_EQ(conn_->on_completion(s), Verdict::keep);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ServerConnTest, EagerBoundary4095) {
+  const std::string v4094(4094, 'x');
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(v4094))})), Verdict::keep);
+  const std::string key1024(1024, 'K');
+  const std::string v3071(3071, 'y');
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(2, key1024, bytes_of(v3071))})), Verdict::keep);
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(3, "k"), proto::msg::get_request(4, key1024)})), Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[2].value, v4094);
+  EXPECT_EQ(r[3].value, v3071);
+
+  // key + value = 4096: the encoder refuses it, so forge it.
+  proto::RawHeader h;
+  h.opcode = 0x01;
+  h.key_len = 1;
+  h.value_len = 4095;
+  auto bad = raw_header(h);
+  bad.push_back(std::byte{'k'});
+  bad.resize(bad.size() + 4095, std::byte{'z'});
+  EXPECT_EQ(deliver(bad), Verdict::disconnect);
+  EXPECT_NE(conn_->disconnect_reason().find(to_string(proto::Reason::eager_too_large)), std::string::npos);
+}
+
+TEST_F(ServerConnTest, RendezvousIsRefusedWithoutDisconnect) {
+  ASSERT_EQ(deliver(pack({proto::msg::set_request_rdv(1, "big", {0x1000, 42}, 100000),
+                          proto::msg::get_request_rdv(2, "big", {0x2000, 43}, 100000)})),
+            Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::set_reply);
+  EXPECT_EQ(r[0].header.status, Status::bad_request);
+  EXPECT_EQ(r[1].header.opcode, Opcode::get_reply);
+  EXPECT_EQ(r[1].header.status, Status::bad_request);
+  EXPECT_EQ(store_.size(), 0u);
+  EXPECT_EQ(counters_.rdv_refused, 2u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ServerConnTest, ErrorCompletionDisconnectsAndFlushesDrain) {
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(1, "k")})), Verdict::keep);
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 1u);
+  EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.sends[0], CompletionStatus::retry_exceeded)),
+            Verdict::disconnect);
+  EXPECT_EQ(conn_->close_cause(), CloseCause::completion_error);
+  EXPECT_FALSE(conn_->drained());
+  // The owner moves the QP to error: every posted receive comes back flushed.
+  for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
+    EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
+  }
+  EXPECT_TRUE(conn_->drained());
+  EXPECT_EQ(counters_.completion_errors, 1u);
+}
+
+TEST_F(ServerConnTest, OwnerInitiatedDrain) {
+  conn_->begin_draining(CloseCause::peer_left, "peer disconnected");
+  EXPECT_EQ(conn_->state(), ConnState::draining);
+  EXPECT_EQ(conn_->disconnect_reason(), "peer disconnected");
+  for (std::size_t i = 0; i < link_.recvs.size(); ++i) {
+    EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
+  }
+  EXPECT_TRUE(conn_->drained());
+  conn_->close();
+  EXPECT_EQ(conn_->state(), ConnState::closed);
+}
+
+// Two send buffers of 4160 bytes: one 3000-byte GET reply fills one.
+class ServerConnBackPressure : public ServerConnTest {
+ protected:
+  ServerConnBackPressure() : ServerConnTest(2, 4160) {}
+};
+
+TEST_F(ServerConnBackPressure, PausesUntilASendCompletesAndLosesNothing) {
+  const std::string big(3000, 'b');
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(big))})), Verdict::keep);
+  ASSERT_EQ(conn_->flush(), Verdict::keep);  // send 0 in flight (set reply, buffer 0)
+  ASSERT_EQ(link_.sends.size(), 1u);
+
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(2, "k"), proto::msg::get_request(3, "k"),
+                          proto::msg::get_request(4, "k")})),
+            Verdict::keep);
+  // GET 2 took buffer 1; GET 3 has no buffer: paused, buffer held, not re-posted.
+  EXPECT_EQ(conn_->held_buffers(), 1u);
+  EXPECT_EQ(link_.recvs.size(), kCredits + 1u);
+  EXPECT_EQ(counters_.pauses, 1u);
+  // A later buffer queues behind the held one.
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(5, "missing")})), Verdict::keep);
+  EXPECT_EQ(conn_->held_buffers(), 2u);
+
+  ASSERT_EQ(conn_->flush(), Verdict::keep);  // posts buffer 1 (GET 2)
+  ASSERT_EQ(link_.sends.size(), 2u);
+  complete_send(0);  // frees buffer 0: GET 3 goes, GET 4 waits again
+  EXPECT_EQ(conn_->held_buffers(), 2u);
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 3u);
+  complete_send(1);  // GET 4 and then GET 5 (small, same buffer)
+  EXPECT_EQ(conn_->held_buffers(), 0u);
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  complete_send(2);
+
+  std::vector<Reply> all;
+  for (const auto& s : link_.sends) {
+    auto r = decode_all(s.bytes);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(all.size(), 5u);
+  unsigned credits = 0;
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(all[i].header.req_id, i + 1) << "replies in request order";
+    credits += all[i].header.credits;
+  }
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(all[static_cast<std::size_t>(i)].value, big);
+  EXPECT_FALSE(all[4].header.found());
+  EXPECT_EQ(credits, 3u);
+  EXPECT_EQ(link_.recvs.size(), kCredits + 3u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+}  // namespace
+}  // namespace rkv::kv

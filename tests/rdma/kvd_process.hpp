@@ -1,0 +1,215 @@
+#pragma once
+// Test helper for the rdma suite: run kvd (and kvload) as child processes.
+//
+// KvdProcess starts `kvd --bind ADDR --port 0`, reads its stdout until the
+// `kvd: listening on ADDR:PORT` line (log lines may come first) and keeps
+// draining stdout on a thread (echoed to stderr, for the test log) so the
+// server never blocks on a full pipe. The destructor stops it (SIGTERM, then
+// SIGKILL after 10 s). run_command() runs a program to completion with a
+// timeout and captures stdout/stderr. Single test thread; header-only.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rkv::test {
+
+using namespace std::chrono_literals;
+
+namespace detail {
+
+inline std::vector<char*> argv_of(std::vector<std::string>& args) {
+  std::vector<char*> out;
+  for (auto& a : args) out.push_back(a.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+inline std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace detail
+
+// Waits for `pid` to exit within `timeout`; returns its wait status, or -1 on timeout.
+inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return -1;
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+class KvdProcess {
+ public:
+  KvdProcess(const std::string& exe, const std::string& addr, std::vector<std::string> extra = {},
+             std::chrono::milliseconds startup = 120s) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(detail::errno_text("pipe2"));
+    std::vector<std::string> args = {exe, "--bind", addr, "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto argv = detail::argv_of(args);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(detail::errno_text("fork"));
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::execv(exe.c_str(), argv.data());
+      std::fprintf(stderr, "exec %s: %s\n", exe.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    fd_ = out[0];
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + startup;
+    while (port_ == 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        stop();
+        throw std::runtime_error("kvd did not print 'kvd: listening on ADDR:PORT' within " +
+                                 std::to_string(startup.count()) + " ms");
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char c = 0;
+      const ssize_t n = ::read(fd_, &c, 1);
+      if (n <= 0) {
+        stop();
+        throw std::runtime_error("kvd exited before listening (see its stderr above)");
+      }
+      if (c != '\n') {
+        line += c;
+        continue;
+      }
+      std::fprintf(stderr, "[kvd] %s\n", line.c_str());
+      static constexpr const char* kPrefix = "kvd: listening on ";
+      if (line.rfind(kPrefix, 0) == 0) {
+        const auto colon = line.rfind(':');
+        port_ = static_cast<std::uint16_t>(std::stoul(line.substr(colon + 1)));
+      }
+      line.clear();
+    }
+    drain_ = std::thread([fd = fd_] {
+      char buf[4096];
+      for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) return;
+        std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
+      }
+    });
+  }
+
+  KvdProcess(const KvdProcess&) = delete;
+  KvdProcess& operator=(const KvdProcess&) = delete;
+  ~KvdProcess() { stop(); }
+
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+
+  // SIGTERM (then SIGKILL) and reap; returns the wait status (-1 if unknown).
+  int stop() noexcept {
+    int status = -1;
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      status = wait_exit(pid_, 10s);
+      if (status == -1) {
+        ::kill(pid_, SIGKILL);
+        status = wait_exit(pid_, 10s);
+      }
+      pid_ = -1;
+    }
+    if (drain_.joinable()) drain_.join();  // EOF once kvd is gone
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread drain_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // -1: killed by a signal or timed out
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] (a path) with `input` on stdin; captures stdout and stderr.
+inline CommandResult run_command(std::vector<std::string> args, const std::string& input = {},
+                                 std::chrono::milliseconds timeout = 300s) {
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    throw std::runtime_error(detail::errno_text("pipe2"));
+  }
+  auto argv = detail::argv_of(args);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(detail::errno_text("fork"));
+  if (pid == 0) {
+    ::dup2(in[0], STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    ::execv(args[0].c_str(), argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0].c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  // Inputs here are small (well under a pipe buffer): write all, then close.
+  if (!input.empty() && ::write(in[1], input.data(), input.size()) < 0) {
+    std::fprintf(stderr, "run_command: writing stdin: %s\n", std::strerror(errno));
+  }
+  ::close(in[1]);
+  CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open = 2;
+  while (open > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) ::close(f.fd);
+  }
+  const int status = wait_exit(pid, r.timed_out ? 10s : timeout);
+  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  return r;
+}
+
+}  // namespace rkv::test

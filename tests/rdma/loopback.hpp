@@ -1,0 +1,108 @@
+#pragma once
+// Test helper for the rdma suite: a loopback RC connection through rdma_cm
+// on $SOFTROCE_ADDR (listener + client in one process), with both CM event
+// channels driven from one thread by poll(2). Independent of src/reactor.
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "verbs/cm_id.hpp"
+#include "verbs/comp_channel.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/event_channel.hpp"
+#include "verbs/pd.hpp"
+#include "verbs/qp.hpp"
+
+namespace rkv::verbs::test {
+
+using namespace std::chrono_literals;
+
+// $SOFTROCE_ADDR, after checking an RDMA device exists. Throws (failing the
+// test with the message) when either is missing: these tests never skip.
+std::string softroce_addr();
+
+// One side of the connection. Members in destruction-safe order (the QP
+// goes first, the cm_id last).
+struct Endpoint {
+  std::optional<CmId> id;
+  std::optional<ProtectionDomain> pd;
+  std::optional<CompletionChannel> channel;
+  std::optional<CompletionQueue> cq;  // used for both send and recv
+  std::optional<QueuePair> qp;
+
+  void create_resources(const QpCaps& caps, int cq_entries);
+  // Waits (poll on the completion channel fd, never busy-polls) and drains
+  // until `done()` or the timeout; returns done().
+  template <class F>
+  bool drain_until(std::chrono::milliseconds timeout, F&& on_completion, const std::function<bool()>& done);
+};
+
+struct LoopbackOptions {
+  QpCaps caps;
+  int cq_entries = 256;
+  ConnParams client_params;
+  ConnParams server_params;
+  // Called after each side's QP exists and before connect()/accept(): post
+  // receives here. The return value is that side's private data.
+  std::function<std::vector<std::byte>(Endpoint&)> before_connect;
+  std::function<std::vector<std::byte>(Endpoint&)> before_accept;
+  std::chrono::milliseconds timeout = 120s;  // per CM step; TCG guests are slow
+};
+
+class Loopback {
+ public:
+  static constexpr std::uint64_t kListenerToken = 1;
+  static constexpr std::uint64_t kClientToken = 2;
+  static constexpr std::uint64_t kServerToken = 3;
+
+  // Establishes the connection; throws std::runtime_error on any failure.
+  Loopback(const std::string& addr, LoopbackOptions options);
+  ~Loopback();  // best-effort disconnect if still connected; never throws
+  Loopback(const Loopback&) = delete;
+  Loopback& operator=(const Loopback&) = delete;
+
+  // Teardown steps 2-3 (see verbs/qp.hpp): the client disconnects, the
+  // server answers on DISCONNECTED, both wait for their DISCONNECTED.
+  void disconnect();
+
+  // Declared first: destroyed last.
+  EventChannel server_events;
+  EventChannel client_events;
+  std::optional<CmId> listener;
+  Endpoint server;
+  Endpoint client;
+  std::vector<std::byte> server_saw_private;  // from connect_request
+  std::vector<std::byte> client_saw_private;  // from established
+
+ private:
+  // Polls both event channels until done() or timeout (throws on timeout).
+  void pump(const char* what, const std::function<void(CmEvent&)>& handle, const std::function<bool()>& done);
+
+  LoopbackOptions options_;
+  bool connected_ = false;
+};
+
+template <class F>
+bool Endpoint::drain_until(std::chrono::milliseconds timeout, F&& on_completion, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{channel->fd(), POLLIN, 0};
+    const int n = ::poll(&pfd, 1, static_cast<int>(left.count()));
+    if (n < 0) return false;
+    if (n == 0) continue;  // re-check the deadline
+    const DrainStats st = cq->drain(on_completion);
+    if (st.error != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace rkv::verbs::test

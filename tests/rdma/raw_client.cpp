@@ -1,0 +1,175 @@
+// RawClient: see raw_client.hpp. Single-threaded test helper.
+#include "raw_client.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include "proto/connect_params.hpp"
+
+namespace rkv::test {
+
+using namespace std::chrono_literals;
+using verbs::CmEventType;
+using verbs::WrId;
+using verbs::WrKind;
+
+RawClient::RawClient(const std::string& addr, std::uint16_t port, std::uint16_t recv_credits)
+    : addr_(addr), port_(port), recv_credits_(recv_credits) {
+  id_.emplace(events_, 1);
+  id_->resolve_addr(addr_, addr_, port_, 10s);
+}
+
+RawClient::~RawClient() {
+  if (established_ && !disconnected_ && id_) (void)id_->disconnect();
+}
+
+void RawClient::poll() {
+  while (auto ev = events_.next()) on_cm(*ev);
+  if (!cq_) return;
+  std::array<verbs::Completion, 16> batch;
+  for (;;) {
+    const int n = cq_->poll(batch);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) on_completion(batch[static_cast<std::size_t>(i)]);
+  }
+}
+
+void RawClient::on_cm(verbs::CmEvent& ev) {
+  switch (ev.type) {
+    case CmEventType::addr_resolved: id_->resolve_route(10s); return;
+    case CmEventType::route_resolved: setup_and_connect(); return;
+    case CmEventType::established: {
+      const auto p = proto::decode_connect_params(ev.private_data(), proto::Role::server);
+      if (const auto* e = std::get_if<proto::ConnectError>(&p)) {
+        failure_ = std::string("bad accept parameters: ") + std::string(to_string(*e));
+        return;
+      }
+      credits_ = std::get<proto::ConnectParams>(p).credits;
+      established_ = true;
+      return;
+    }
+    case CmEventType::disconnected:
+      (void)id_->disconnect();  // answer (no-op if we initiated)
+      disconnected_ = true;
+      return;
+    case CmEventType::rejected:
+    case CmEventType::unreachable:
+    case CmEventType::connect_error:
+    case CmEventType::addr_error:
+    case CmEventType::route_error:
+    case CmEventType::device_removal:
+      failure_ = std::string("cm event ") + std::string(to_string(ev.type)) + " status " + std::to_string(ev.status);
+      return;
+    case CmEventType::connect_request:
+    case CmEventType::timewait_exit:
+    case CmEventType::other: return;
+  }
+}
+
+void RawClient::setup_and_connect() {
+  pd_.emplace(*id_);
+  channel_.emplace(*id_);
+  cq_.emplace(*channel_, static_cast<int>(recv_credits_ + kSendSlots + 8));
+  recv_mem_.assign(std::size_t{recv_credits_} * kBufSize, std::byte{0});
+  send_mem_.assign(std::size_t{kSendSlots} * kBufSize, std::byte{0});
+  recv_mr_.emplace(*pd_, std::span<std::byte>(recv_mem_), verbs::Access::local_write);
+  send_mr_.emplace(*pd_, std::span<std::byte>(send_mem_), verbs::Access::none);
+  verbs::QpCaps caps;
+  caps.max_send_wr = kSendSlots;
+  caps.max_recv_wr = recv_credits_;
+  qp_.emplace(*id_, *pd_, *cq_, *cq_, caps);
+  for (std::uint32_t i = 0; i < recv_credits_; ++i) {
+    auto buf = std::span<std::byte>(recv_mem_).subspan(std::size_t{i} * kBufSize, kBufSize);
+    if (int rc = qp_->post_recv(WrId(i, 1, WrKind::recv), buf, recv_mr_->lkey()); rc != 0) {
+      throw std::runtime_error("post_recv failed");
+    }
+  }
+  proto::ConnectParams mine;
+  mine.role = proto::Role::client;
+  mine.credits = recv_credits_;
+  mine.recv_buf_size = kBufSize;
+  const auto priv = proto::encode_connect_params(mine);
+  verbs::ConnParams cp;
+  cp.private_data = priv;
+  id_->connect(cp);
+}
+
+void RawClient::on_completion(const verbs::Completion& c) {
+  switch (c.wr_id.kind()) {
+    case WrKind::recv: {
+      if (!c.ok()) return;  // flushed at teardown
+      const auto slot = c.wr_id.slot();
+      auto buf = std::span<std::byte>(recv_mem_).subspan(std::size_t{slot} * kBufSize, kBufSize);
+      proto::Decoder dec(buf.first(c.byte_len));
+      for (;;) {
+        auto r = dec.next();
+        if (std::holds_alternative<proto::EndOfBuffer>(r)) break;
+        if (const auto* e = std::get_if<proto::DecodeError>(&r)) {
+          failure_ = std::string("undecodable reply: ") + std::string(to_string(e->reason));
+          break;
+        }
+        const auto& m = std::get<proto::MessageView>(r);
+        credits_ += m.header.credits;
+        inbox_.push_back({m.header, std::string(m.value_text())});
+      }
+      (void)qp_->post_recv(c.wr_id, buf, recv_mr_->lkey());
+      return;
+    }
+    case WrKind::send:
+      ++sends_completed_;
+      if (!c.ok()) send_errors_.push_back(c);
+      return;
+    case WrKind::none:
+    case WrKind::rdma_read:
+    case WrKind::rdma_write: return;
+  }
+}
+
+int RawClient::send_raw(std::span<const std::byte> bytes) {
+  if (!qp_ || bytes.size() > kBufSize) return EINVAL;
+  const std::uint32_t slot = next_send_slot_++ % kSendSlots;
+  auto buf = std::span<std::byte>(send_mem_).subspan(std::size_t{slot} * kBufSize, kBufSize);
+  if (!bytes.empty()) std::memcpy(buf.data(), bytes.data(), bytes.size());
+  return qp_->post_send(WrId(slot, 1, WrKind::send), buf.first(bytes.size()), send_mr_->lkey(), true);
+}
+
+int RawClient::send_request(const proto::MessageSpec& m) {
+  EXPECT_GT(credits_, 0u) << "a well-behaved client never sends without a credit";
+  std::vector<std::byte> out(proto::encoded_size(m));
+  const auto r = proto::encode(out, 0, m);
+  if (!r.ok()) return EINVAL;
+  --credits_;
+  return send_raw(out);
+}
+
+std::optional<RawReply> RawClient::take_reply(std::uint32_t req_id) {
+  for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+    if (it->header.req_id == req_id) {
+      RawReply r = *it;
+      inbox_.erase(it);
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
+void RawClient::disconnect() {
+  if (id_) (void)id_->disconnect();
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout,
+                const std::function<void()>& step, std::initializer_list<RawClient*> clients) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    step();
+    for (RawClient* c : clients) c->poll();
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+}  // namespace rkv::test

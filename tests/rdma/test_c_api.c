@@ -1,0 +1,227 @@
+/* c_api: the C API (kv.h) from a C program against a kvd child process.
+ * open/set/get/release/close, the size limits, and misuse (NULL arguments,
+ * bad server names, nothing listening) returning errors instead of crashing
+ * or hanging. Fails (never skips) without $SOFTROCE_ADDR. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kv/kv.h"
+
+#ifndef RKV_KVD_PATH
+#error "RKV_KVD_PATH must name the kvd binary"
+#endif
+
+static int failures = 0;
+
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+#define CHECK_RC(expr, want)                                                           \
+  do {                                                                                 \
+    int rc_ = (expr);                                                                  \
+    if (rc_ != (want)) {                                                               \
+      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d; last error: %s\n", __FILE__, \
+              __LINE__, #expr, rc_, kv_strerror(rc_), (want), kv_last_error(NULL));    \
+      ++failures;                                                                      \
+    }                                                                                  \
+  } while (0)
+
+static pid_t kvd_pid = -1;
+
+/* Starts kvd on addr with --port 0; returns its port (0 on failure). */
+static unsigned start_kvd(const char *addr) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  kvd_pid = fork();
+  if (kvd_pid < 0) return 0;
+  if (kvd_pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execl(RKV_KVD_PATH, RKV_KVD_PATH, "--bind", addr, "--port", "0", (char *)NULL);
+    perror("exec kvd");
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE *out = fdopen(fds[0], "r");
+  if (out == NULL) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  unsigned port = 0;
+  while (port == 0 && getline(&line, &cap, out) > 0) {
+    fprintf(stderr, "[kvd] %s", line);
+    if (strncmp(line, "kvd: listening on ", 18) == 0) {
+      const char *colon = strrchr(line, ':');
+      if (colon != NULL) port = (unsigned)strtoul(colon + 1, NULL, 10);
+    }
+  }
+  free(line);
+  /* Keep draining kvd's stdout so it never blocks on a full pipe. */
+  if (fork() == 0) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, out)) > 0) fwrite(buf, 1, n, stderr);
+    _exit(0);
+  }
+  fclose(out);
+  return port;
+}
+
+static void stop_kvd(void) {
+  if (kvd_pid <= 0) return;
+  kill(kvd_pid, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 500; ++i) {
+    if (waitpid(kvd_pid, &status, WNOHANG) == kvd_pid) {
+      kvd_pid = -1;
+      return;
+    }
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  kill(kvd_pid, SIGKILL);
+  waitpid(kvd_pid, &status, 0);
+  kvd_pid = -1;
+}
+
+static char *repeat(char c, size_t n) {
+  char *s = malloc(n + 1);
+  memset(s, c, n);
+  s[n] = '\0';
+  return s;
+}
+
+int main(void) {
+  const char *addr = getenv("SOFTROCE_ADDR");
+  if (addr == NULL || *addr == '\0') {
+    fprintf(stderr, "FAIL: SOFTROCE_ADDR is not set: run inside scripts/softroce (meson test --suite rdma)\n");
+    return 1;
+  }
+  /* Misuse needing no server. */
+  void *h = (void *)0x1;
+  CHECK_RC(kv_open(NULL, &h), EINVAL);
+  CHECK(h == (void *)0x1); /* output untouched on failure */
+  CHECK_RC(kv_open((char *)"192.0.2.1", NULL), EINVAL);
+  CHECK_RC(kv_open((char *)"", &h), EINVAL);
+  CHECK_RC(kv_open((char *)"host:", &h), EINVAL);
+  CHECK_RC(kv_open((char *)"host:notaport", &h), EINVAL);
+  CHECK_RC(kv_open((char *)"host:70000", &h), EINVAL);
+  CHECK(strlen(kv_last_error(NULL)) > 0);
+  CHECK_RC(kv_set(NULL, "k", "v"), EINVAL);
+  char *value = (char *)0x1;
+  CHECK_RC(kv_get(NULL, "k", &value), EINVAL);
+  CHECK(value == (char *)0x1);
+  CHECK_RC(kv_close(NULL), EINVAL);
+  kv_release(NULL);
+  CHECK(strcmp(kv_strerror(E2BIG), "key or value too large") == 0);
+  CHECK(kv_strerror(12345) != NULL);
+
+  unsigned port = start_kvd(addr);
+  if (port == 0) {
+    fprintf(stderr, "FAIL: kvd did not start\n");
+    stop_kvd();
+    return 1;
+  }
+  char name[128];
+  snprintf(name, sizeof name, "%s:%u", addr, port);
+
+  /* Nothing listens on port 1: an error, quickly, not a hang. */
+  char nobody[128];
+  snprintf(nobody, sizeof nobody, "%s:1", addr);
+  time_t t0 = time(NULL);
+  h = NULL;
+  CHECK_RC(kv_open(nobody, &h), ECONNREFUSED);
+  CHECK(h == NULL);
+  CHECK(time(NULL) - t0 < 60);
+  fprintf(stderr, "unreachable server: %s\n", kv_last_error(NULL));
+
+  void *kv = NULL;
+  CHECK_RC(kv_open(name, &kv), 0);
+  if (kv == NULL) {
+    fprintf(stderr, "FAIL: kv_open(%s): %s\n", name, kv_last_error(NULL));
+    stop_kvd();
+    return 1;
+  }
+  void *kv2 = NULL;
+  CHECK_RC(kv_open(name, &kv2), 0);
+
+  CHECK_RC(kv_set(kv, "greeting", "hello, world"), 0);
+  value = NULL;
+  CHECK_RC(kv_get(kv2, "greeting", &value), 0);
+  CHECK(value != NULL && strcmp(value, "hello, world") == 0);
+  kv_release(value);
+
+  /* Missing key: 0 and "". */
+  value = NULL;
+  CHECK_RC(kv_get(kv, "missing-key", &value), 0);
+  CHECK(value != NULL && value[0] == '\0');
+  kv_release(value);
+
+  /* Empty value round-trips as "". */
+  CHECK_RC(kv_set(kv, "empty", ""), 0);
+  value = NULL;
+  CHECK_RC(kv_get(kv, "empty", &value), 0);
+  CHECK(value != NULL && value[0] == '\0');
+  kv_release(value);
+
+  /* Size limits: key + value = 4095 works, 4096 is E2BIG; keys up to 1024. */
+  char *key = repeat('k', 95);
+  char *v_ok = repeat('v', 4000);
+  char *v_big = repeat('v', 4001);
+  CHECK_RC(kv_set(kv, key, v_ok), 0);
+  value = NULL;
+  CHECK_RC(kv_get(kv, key, &value), 0);
+  CHECK(value != NULL && strcmp(value, v_ok) == 0);
+  kv_release(value);
+  CHECK_RC(kv_set(kv, key, v_big), E2BIG);
+  CHECK(strlen(kv_last_error(kv)) > 0);
+  char *long_key = repeat('k', 1025);
+  CHECK_RC(kv_set(kv, long_key, "v"), E2BIG);
+  value = (char *)0x1;
+  CHECK_RC(kv_get(kv, long_key, &value), E2BIG);
+  CHECK(value == (char *)0x1);
+  long_key[1024] = '\0';
+  CHECK_RC(kv_set(kv, long_key, "max key"), 0);
+  free(key);
+  free(v_ok);
+  free(v_big);
+  free(long_key);
+
+  /* Misuse on a live handle. */
+  CHECK_RC(kv_set(kv, NULL, "v"), EINVAL);
+  CHECK_RC(kv_set(kv, "k", NULL), EINVAL);
+  CHECK_RC(kv_set(kv, "", "v"), EINVAL);
+  CHECK_RC(kv_get(kv, NULL, &value), EINVAL);
+  CHECK_RC(kv_get(kv, "k", NULL), EINVAL);
+  /* The handle still works after all that. */
+  CHECK_RC(kv_set(kv, "after", "misuse"), 0);
+  value = NULL;
+  CHECK_RC(kv_get(kv, "after", &value), 0);
+  CHECK(value != NULL && strcmp(value, "misuse") == 0);
+  kv_release(value);
+
+  CHECK_RC(kv_close(kv), 0);
+  CHECK_RC(kv_close(kv2), 0);
+  stop_kvd();
+
+  if (failures > 0) {
+    fprintf(stderr, "FAIL: %d checks failed\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "PASS\n");
+  return 0;
+}

@@ -1,0 +1,168 @@
+// client_e2e: kv::Client against a real kvd child process over Soft-RoCE.
+// Two clients at once, SET/GET round trips, missing keys, the eager size
+// boundary, coalescing of async requests, refused connections.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/client.hpp"
+#include "kvd_process.hpp"
+#include "loopback.hpp"  // softroce_addr(): fails, never skips, without a device
+#include "reactor/reactor.hpp"
+
+#ifndef RKV_KVD_PATH
+#error "RKV_KVD_PATH must name the kvd binary"
+#endif
+
+namespace rkv::kv {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ClientE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    addr_ = verbs::test::softroce_addr();
+    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_);
+  }
+  void TearDown() override {
+    if (kvd_) {
+      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
+    }
+  }
+
+  std::unique_ptr<Client> open() { return Client::connect(reactor_, addr_, kvd_->port(), {}); }
+
+  std::string addr_;
+  std::unique_ptr<test::KvdProcess> kvd_;
+  reactor::Reactor reactor_;
+};
+
+TEST_F(ClientE2E, TwoClientsSetThenGet) {
+  auto a = open();
+  auto b = open();
+  ASSERT_EQ(a->state(), ConnState::established);
+  ASSERT_EQ(b->state(), ConnState::established);
+  EXPECT_GT(a->server_credits(), 0u);
+  EXPECT_EQ(a->set_sync("alpha", "from a"), Status::ok);
+  EXPECT_EQ(b->set_sync("beta", "from b with spaces"), Status::ok);
+
+  std::string v;
+  bool found = false;
+  EXPECT_EQ(b->get_sync("alpha", v, found), Status::ok);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(v, "from a");
+  EXPECT_EQ(a->get_sync("beta", v, found), Status::ok);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(v, "from b with spaces");
+
+  // Overwrite, then read back through the other client.
+  EXPECT_EQ(a->set_sync("beta", "overwritten"), Status::ok);
+  EXPECT_EQ(b->get_sync("beta", v, found), Status::ok);
+  EXPECT_EQ(v, "overwritten");
+
+  // Missing key: ok, not found, empty value.
+  v = "stale";
+  found = true;
+  EXPECT_EQ(a->get_sync("no-such-key", v, found), Status::ok);
+  EXPECT_FALSE(found);
+  EXPECT_EQ(v, "");
+
+  a->close();
+  b->close();
+  EXPECT_EQ(a->state(), ConnState::closed);
+  EXPECT_EQ(a->set_sync("x", "y"), Status::not_connected);
+}
+
+TEST_F(ClientE2E, EagerLimitBoundary) {
+  auto c = open();
+  const std::string key(95, 'k');
+  const std::string value_ok(4095 - key.size(), 'v');   // key + value = 4095
+  const std::string value_big(4096 - key.size(), 'v');  // key + value = 4096
+  EXPECT_EQ(c->set_sync(key, value_ok), Status::ok);
+  std::string v;
+  bool found = false;
+  EXPECT_EQ(c->get_sync(key, v, found), Status::ok);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(v, value_ok);
+  const auto sends_before = c->counters().sends_posted;
+  EXPECT_EQ(c->set_sync(key, value_big), Status::too_large);
+  EXPECT_EQ(c->counters().sends_posted, sends_before) << "a refused request must not be sent";
+  EXPECT_EQ(to_errno(Status::too_large), E2BIG);
+  // Key limits.
+  EXPECT_EQ(c->set_sync("", "v"), Status::bad_key);
+  EXPECT_EQ(c->set_sync(std::string(1025, 'k'), "v"), Status::bad_key);
+  EXPECT_EQ(c->set_sync(std::string(1024, 'k'), "max key"), Status::ok);
+  EXPECT_EQ(c->state(), ConnState::established);
+}
+
+TEST_F(ClientE2E, AsyncRequestsCoalesce) {
+  auto c = open();
+  constexpr int kOps = 8;
+  std::vector<std::string> values;
+  for (int i = 0; i < kOps; ++i) values.push_back("value-" + std::to_string(i));
+  int done = 0;
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_EQ(c->set("key-" + std::to_string(i), values[static_cast<std::size_t>(i)],
+                     [&](Status st, bool, std::span<const std::byte>) {
+                       EXPECT_EQ(st, Status::ok);
+                       ++done;
+                     }),
+              Status::ok);
+  }
+  ASSERT_TRUE(c->wait_idle(120s));
+  EXPECT_EQ(done, kOps);
+  const auto& k = c->counters();
+  EXPECT_EQ(k.messages_sent, static_cast<std::uint64_t>(kOps));
+  EXPECT_LT(k.sends_posted, static_cast<std::uint64_t>(kOps)) << "requests submitted together share SENDs";
+  EXPECT_GT(k.max_coalesced, 1u);
+
+  // Read them back asynchronously, values checked in the callbacks.
+  int got = 0;
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_EQ(c->get("key-" + std::to_string(i),
+                     [&, i](Status st, bool found, std::span<const std::byte> v) {
+                       EXPECT_EQ(st, Status::ok);
+                       EXPECT_TRUE(found);
+                       EXPECT_EQ(std::string(reinterpret_cast<const char*>(v.data()), v.size()),
+                                 values[static_cast<std::size_t>(i)]);
+                       ++got;
+                     }),
+              Status::ok);
+  }
+  ASSERT_TRUE(c->wait_idle(120s));
+  EXPECT_EQ(got, kOps);
+}
+
+TEST_F(ClientE2E, NothingListeningIsRefused) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto c = Client::connect(reactor_, addr_, 1, {});
+    FAIL() << "connect to a port nobody listens on succeeded";
+  } catch (const ConnectError& e) {
+    EXPECT_EQ(e.code(), ECONNREFUSED) << e.what();
+    EXPECT_NE(std::string(e.what()).find(":1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s);
+}
+
+TEST_F(ClientE2E, ServerExitFailsTheClientNotHangs) {
+  ClientOptions opt;
+  opt.op_timeout = 60s;
+  auto c = Client::connect(reactor_, addr_, kvd_->port(), opt);
+  ASSERT_EQ(c->set_sync("k", "v"), Status::ok);
+  EXPECT_EQ(kvd_->stop(), 0);  // SIGTERM: kvd disconnects its clients and exits
+  kvd_.reset();
+  std::string v;
+  bool found = false;
+  const Status st = c->get_sync("k", v, found);
+  EXPECT_NE(st, Status::ok);
+  EXPECT_EQ(c->state(), ConnState::failed) << to_string(st);
+}
+
+}  // namespace
+}  // namespace rkv::kv

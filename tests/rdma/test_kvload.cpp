@@ -1,0 +1,103 @@
+// kvload_e2e: the kvload binary against a kvd child process. A malformed
+// workload reports FILE:LINE for every bad line and exits nonzero without
+// connecting; a good one runs and --json has the summary keys; interactive
+// mode answers SET/GET; bad flags exit 2.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "kvd_process.hpp"
+#include "loopback.hpp"  // softroce_addr()
+
+#ifndef RKV_KVD_PATH
+#error "RKV_KVD_PATH must name the kvd binary"
+#endif
+#ifndef RKV_KVLOAD_PATH
+#error "RKV_KVLOAD_PATH must name the kvload binary"
+#endif
+
+namespace rkv::test {
+namespace {
+
+// A scratch file in the current directory (the guest's /tmp is private; the
+// build directory is shared and writable).
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = "kvload_test_" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return path;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+TEST(KvloadE2E, MalformedFileReportsEveryLineAndSendsNothing) {
+  const std::string addr = verbs::test::softroce_addr();
+  const std::string file = write_file("bad.txt",
+                                      "# comment\n"
+                                      "SET ok value\n"
+                                      "SET missing_value\n"  // line 3
+                                      "GET\n"                // line 4
+                                      "GET fine\n"
+                                      "FROB x\n");  // line 6
+  // Port 1: nothing listens there. Had kvload tried to connect, it would
+  // report a refused connection; it must stop at the parse errors instead.
+  const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", "1", "--file", file}, {}, 120s);
+  std::remove(file.c_str());
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, file + ":3:")) << r.err;
+  EXPECT_TRUE(contains(r.err, file + ":4:")) << r.err;
+  EXPECT_TRUE(contains(r.err, file + ":6:")) << r.err;
+  EXPECT_FALSE(contains(r.err, file + ":2:")) << r.err;
+  EXPECT_FALSE(contains(r.err, file + ":5:")) << r.err;
+  EXPECT_FALSE(contains(r.err, "connect")) << "kvload tried to connect: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const std::string file = write_file("good.txt",
+                                      "SET alpha first value\n"
+                                      "SET beta @3000:7\n"
+                                      "GET alpha\n"
+                                      "GET beta\n"
+                                      "GET never-set\n"
+                                      "SET alpha second\n"
+                                      "GET alpha\n");
+  const auto port = std::to_string(kvd.port());
+  auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--json", "--verify"},
+                       {}, 300s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"\"ops\":7", "\"errors\":0", "\"seconds\":", "\"ops_per_s\":", "\"mismatches\":0"}) {
+    EXPECT_TRUE(contains(r.out, key)) << "missing " << key << " in " << r.out;
+  }
+  // Text summary too.
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "-q"}, {}, 300s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "7 ops")) << r.out;
+  std::remove(file.c_str());
+}
+
+TEST(KvloadE2E, InteractiveMode) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port())},
+                             "SET k hello there\nget k\nGET nope\nquit\nGET k\n", 300s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // No prompt: stdin is not a terminal. Nothing after quit.
+  EXPECT_EQ(r.out, "OK\n\"hello there\"\n(not found)\n") << r.err;
+}
+
+TEST(KvloadE2E, BadFlagsExitTwo) {
+  EXPECT_EQ(run_command({RKV_KVLOAD_PATH}, {}, 60s).exit_code, 2);  // --server missing
+  EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--depth", "0"}, {}, 60s).exit_code, 2);
+  EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--bogus"}, {}, 60s).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace rkv::test
