@@ -151,12 +151,14 @@ std::string to_text(const Report& r) {
       if (s.count == 0) continue;
       any = true;
       const Histogram& h = s.latency;
+      // Only failures: there is no latency to show, and 0ns would be a lie.
+      const auto lat = [&h](std::uint64_t ns) { return h.count() ? format_ns(ns) : "-"; };
       out += fmt::format(fmt::runtime(kRow), upper(k), to_string(c), s.count, s.errors,
                          format_bytes(s.bytes),
                          fmt::format("{:.1f}", rate(static_cast<double>(s.count), r.seconds)),
                          fmt::format("{:.2f}", rate(static_cast<double>(s.bytes) / 1e6, r.seconds)),
-                         format_ns(h.percentile(50)), format_ns(h.percentile(99)),
-                         format_ns(h.percentile(99.9)), format_ns(h.max()));
+                         lat(h.percentile(50)), lat(h.percentile(99)), lat(h.percentile(99.9)),
+                         lat(h.max()));
     }
   }
   if (!any) out += "(no operations)\n";
@@ -198,7 +200,7 @@ std::string json_escape(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
       const std::size_t n = utf8_len(s, i);
-      if (false) {
+      if (n == 0) {
         out += "\\ufffd";
         ++i;
       } else {

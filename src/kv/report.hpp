@@ -68,7 +68,8 @@ struct Report {
 //  "classes":[{"op":"get"|"set", "size_class":"eager"|"rendezvous", "count":N,
 //    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,
 //    "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N}}, ...]}
-// All four classes are always present, in index() order.
+// All four classes are always present, in index() order; a class without
+// successful operations has all latency fields 0.
 [[nodiscard]] std::string to_json(const Report& r);
 
 // JSON string contents for `s` (no quotes). Invalid UTF-8 becomes U+FFFD so

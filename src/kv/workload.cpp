@@ -123,7 +123,8 @@ bool parse_generated(std::string_view spec, std::uint64_t max_value, GeneratedVa
     out.seed = 0;
   }
   if (big || n > max_value / mult) {
-    err = "value size " + shown + " is over the limit of " + std::to_string(max_value) + " bytes";
+    err = "value size " + shown + " is over the limit of " + std::to_string(max_value) +
+          " bytes (" + format_size(max_value) + ")";
     return false;
   }
   out.size = n * mult;

@@ -66,6 +66,9 @@ TEST(Histogram, SmallValuesAreExact) {
   EXPECT_EQ(h.percentile(50), 50u);
   EXPECT_EQ(h.percentile(99), 99u);
   EXPECT_EQ(h.percentile(1), 1u);
+  // 7 / 100 * 100 is 7.000000000000001 in doubles: still rank 7, not 8.
+  EXPECT_EQ(h.percentile(7), 7u);
+  EXPECT_EQ(h.percentile(56), 56u);
   EXPECT_EQ(h.percentile(0), 1u);
   EXPECT_EQ(h.percentile(100), 100u);
   EXPECT_EQ(h.percentile(250), 100u);  // clamped

@@ -352,6 +352,11 @@ TEST(Report, TextTable) {
   EXPECT_EQ(widths[0], widths[1]) << t;
   EXPECT_EQ(widths[0], widths[2]) << t;
   EXPECT_NE(to_text(Report{}).find("(no operations)"), std::string::npos);
+  Report failed;
+  failed.record(Op::Kind::set, SizeClass::eager, 0, 0, false);
+  const std::string f = to_text(failed);
+  EXPECT_EQ(f.find("0ns"), std::string::npos) << f;  // no latency, not zero latency
+  EXPECT_NE(f.find(" -"), std::string::npos) << f;
 }
 
 }  // namespace
