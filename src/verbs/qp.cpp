@@ -35,6 +35,22 @@ int post_one_send(ibv_qp* qp, ibv_send_wr& wr) noexcept {
   return ibv_post_send(qp, &wr, &bad);
 }
 
+// One RDMA READ or WRITE of [local, +len) against remote_addr/rkey.
+int post_one_rdma(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, const void* local, std::size_t len,
+                  std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
+  if (!fits_u32(len)) return EINVAL;
+  ibv_sge sge = make_sge(local, len, lkey);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = &sge;
+  wr.num_sge = len == 0 ? 0 : 1;
+  wr.opcode = opcode;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_one_send(qp, wr);
+}
+
 }  // namespace
 
 QueuePair::QueuePair(CmId& id, const ProtectionDomain& pd, const CompletionQueue& send_cq,
@@ -135,32 +151,14 @@ int QueuePair::post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) n
 
 int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey,
                               std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  if (!fits_u32(local.size())) return EINVAL;
-  ibv_sge sge = make_sge(local.data(), local.size(), lkey);
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id.encode();
-  wr.sg_list = &sge;
-  wr.num_sge = local.empty() ? 0 : 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  return post_one_send(handle_->qp, wr);
+  return post_one_rdma(handle_->qp, IBV_WR_RDMA_READ, wr_id, local.data(), local.size(), lkey, remote_addr, rkey,
+                       signaled);
 }
 
 int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                                std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  if (!fits_u32(local.size())) return EINVAL;
-  ibv_sge sge = make_sge(local.data(), local.size(), lkey);
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id.encode();
-  wr.sg_list = &sge;
-  wr.num_sge = local.empty() ? 0 : 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  return post_one_send(handle_->qp, wr);
+  return post_one_rdma(handle_->qp, IBV_WR_RDMA_WRITE, wr_id, local.data(), local.size(), lkey, remote_addr, rkey,
+                       signaled);
 }
 
 int QueuePair::to_error() noexcept {
