@@ -1,11 +1,13 @@
-// kvload: the client role. Runs a workload file against a kvd server and
-// prints a summary (text or JSON), or, without --file, reads commands from
-// stdin interactively. Single-threaded: the Client runs on a Reactor in the
-// main thread.
+// kvload: the client role. Runs a workload file against a kvd server with up
+// to --depth operations in flight (kvload_run.cpp) and prints a summary (text
+// or JSON); without --file, reads commands from stdin interactively (one at a
+// time); `kvload gen ...` writes a workload file (kvload_gen.cpp).
+// Single-threaded: the Client runs on a Reactor in the main thread.
 //
 // Exit status: 0 all operations succeeded, 1 an operation/connection/file
 // error (or a --verify mismatch), 2 bad command-line flags.
 #include "kvload.hpp"
+#include "kvload_flags.hpp"
 
 #include <unistd.h>
 
@@ -34,24 +36,12 @@ namespace rkv::apps {
 
 namespace {
 
-struct Flags {
-  std::string server;
-  std::uint16_t port = kv::kDefaultPort;
-  std::string file;
-  bool json = false;
-  bool quiet = false;
-  unsigned depth = 1;
-  bool verify = false;
-};
+using Flags = KvloadFlags;
 
 std::string value_bytes(const kv::ValueSpec& v) {
   std::string out(kv::value_size(v), '\0');
   kv::write_value(v, std::as_writable_bytes(std::span<char>(out.data(), out.size())));
   return out;
-}
-
-std::span<const std::byte> as_bytes(const std::string& s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
 }
 
 std::unique_ptr<kv::Client> connect(reactor::Reactor& reactor, const Flags& f) {
@@ -61,81 +51,6 @@ std::unique_ptr<kv::Client> connect(reactor::Reactor& reactor, const Flags& f) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return nullptr;
   }
-}
-
-// Runs every op in order; returns the exit status.
-int run_file(const Flags& f) {
-  std::ifstream in(f.file, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "kvload: %s: cannot open\n", f.file.c_str());
-    return 1;
-  }
-  // Parse everything first: a bad file sends nothing.
-  const kv::ParseResult parsed = kv::parse_workload(in);
-  if (!parsed.ok()) {
-    for (const auto& e : parsed.errors) std::fprintf(stderr, "%s:%u: %s\n", f.file.c_str(), e.line, e.message.c_str());
-    if (parsed.errors_omitted > 0) {
-      std::fprintf(stderr, "%s: %zu more errors not shown\n", f.file.c_str(), parsed.errors_omitted);
-    }
-    std::fprintf(stderr, "kvload: %s: %zu errors, nothing sent\n", f.file.c_str(),
-                 parsed.errors.size() + parsed.errors_omitted);
-    return 1;
-  }
-
-  reactor::Reactor reactor;
-  auto client = connect(reactor, f);
-  if (!client) return 1;
-
-  kv::Report report;
-  report.name = f.file;
-  std::unordered_map<std::string, kv::ValueSpec> expected;  // --verify: last value SET per key
-  std::string got;
-  const auto start = std::chrono::steady_clock::now();
-  for (const kv::Op& op : parsed.ops) {
-    const auto t0 = std::chrono::steady_clock::now();
-    kv::Status st = kv::Status::ok;
-    std::uint64_t value_len = 0;
-    bool found = false;
-    if (op.kind == kv::Op::Kind::set) {
-      const std::string value = value_bytes(op.value);
-      value_len = value.size();
-      st = client->set_sync(op.key, value);
-      if (st == kv::Status::ok && f.verify) expected.insert_or_assign(op.key, op.value);
-    } else {
-      st = client->get_sync(op.key, got, found);
-      if (st == kv::Status::ok) value_len = found ? got.size() : 0;
-      if (st == kv::Status::ok && f.verify) {
-        const auto it = expected.find(op.key);
-        if (it != expected.end() && (!found || !kv::matches(it->second, as_bytes(got)))) {
-          ++report.mismatches;
-          if (!f.quiet) std::fprintf(stderr, "%s:%u: GET %s returned other bytes than were SET\n", f.file.c_str(),
-                                     op.line, op.key.c_str());
-        }
-      }
-    }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-    const bool ok = st == kv::Status::ok;
-    report.record(op.kind, kv::size_class(op.key.size(), op.kind == kv::Op::Kind::set ? value_len : 0),
-                  op.key.size() + value_len, static_cast<std::uint64_t>(ns.count()), ok);
-    if (!ok && !f.quiet) {
-      std::fprintf(stderr, "%s:%u: %s %s: %s\n", f.file.c_str(), op.line, std::string(kv::to_string(op.kind)).c_str(),
-                   op.key.c_str(), std::string(kv::to_string(st)).c_str());
-    }
-  }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto& c = client->counters();
-  if (!f.quiet && !f.json) {
-    std::fprintf(stderr, "kvload: %llu requests in %llu sends (%.2f per send)\n",
-                 static_cast<unsigned long long>(c.messages_sent), static_cast<unsigned long long>(c.sends_posted),
-                 c.messages_per_send());
-  }
-  client->close();
-  if (f.json) {
-    std::printf("%s\n", kv::to_json(report).c_str());
-  } else {
-    std::printf("%s", kv::to_text(report).c_str());
-  }
-  return report.errors() > 0 || report.mismatches > 0 ? 1 : 0;
 }
 
 bool is_quit(std::string_view line) {
@@ -223,6 +138,7 @@ int run_interactive(const Flags& f) {
 }  // namespace
 
 int kvload_main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "gen") return kvload_gen_main(argc - 1, argv + 1);
   Flags f;
   CLI::App app{"kvload: RDMA key-value client (workload runner and interactive shell)"};
   app.add_option("--server", f.server, "server address (numeric or a name)")->required();
@@ -233,11 +149,19 @@ int kvload_main(int argc, char** argv) {
   app.add_flag("--json", f.json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", f.quiet, "no prompt, no per-operation error lines, warnings only in the log");
   app.add_option("--depth", f.depth,
-                 "requests in flight (accepted; values above 1 take effect with the coroutine load "
-                 "generator, operations run one at a time for now)")
-      ->check(CLI::Range(1u, 65535u))
+                 "--file: operations in flight at once (each in its own fiber); operations on one key still "
+                 "go in file order")
+      ->check(CLI::Range(1u, kv::load::kMaxDepth))
       ->capture_default_str();
-  app.add_flag("--verify", f.verify, "check every GET against the last value this run SET for the key");
+  app.add_flag("--verify", f.verify,
+               "--file: check every GET of a key this run SET against the value it last SET (the keys it "
+               "writes must be its own); mismatches count as errors");
+  app.add_option("--stall-timeout", f.stall_timeout_ms,
+                 "--file: close the connection (failing what is pending) when requests are in flight and "
+                 "none completed for this many ms")
+      ->check(CLI::Range(100u, 3'600'000u))
+      ->capture_default_str();
+  app.footer("Write a workload file: kvload gen --help");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -250,7 +174,7 @@ int kvload_main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);
   try {
-    return f.file.empty() ? run_interactive(f) : run_file(f);
+    return f.file.empty() ? run_interactive(f) : kvload_run_file(f);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return 1;

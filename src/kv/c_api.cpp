@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "kv/client.hpp"
+#include "kv/landing.hpp"
 #include "proto/wire.hpp"
 #include "reactor/reactor.hpp"
 
@@ -89,10 +90,33 @@ int check_sizes(Handle* h, const char* key, std::size_t value_len) noexcept {
   const std::size_t klen = std::strlen(key);
   if (klen == 0) return set_error(h, EINVAL, "empty key");
   if (klen > rkv::proto::kMaxKey) return set_error(h, E2BIG, "key longer than 1024 bytes");
-  if (!rkv::proto::eager_fits(klen, value_len)) {
-    return set_error(h, E2BIG, "key + value must be under 4096 bytes (larger values are not supported yet)");
+  const std::uint64_t max = h->client ? h->client->server_max_value() : 0;
+  if (max != 0 && value_len > max) {
+    try {
+      return set_error(h, E2BIG, "value of " + std::to_string(value_len) + " bytes is over the server's limit of " +
+                                     std::to_string(max));
+    } catch (...) {
+      return set_error(h, E2BIG, "value over the server's limit");
+    }
   }
   return 0;
+}
+
+// Small values returned by kv_get: malloc'd with the same 64-byte header
+// position as a landing buffer, so kv_release can tell the two apart.
+struct SmallHeader {
+  std::uint64_t magic;
+};
+
+char* small_copy(std::string_view v) noexcept {
+  auto* base = static_cast<char*>(std::malloc(rkv::kv::kValueHeader + v.size() + 1));
+  if (base == nullptr) return nullptr;
+  const SmallHeader hdr{rkv::kv::kMallocMagic};
+  std::memcpy(base, &hdr, sizeof hdr);
+  char* p = base + rkv::kv::kValueHeader;
+  std::memcpy(p, v.data(), v.size());  // eager values only: under 4 KiB
+  p[v.size()] = '\0';
+  return p;
 }
 
 }  // namespace
@@ -134,7 +158,11 @@ int kv_set(void* kv_handle, const char* key, const char* value) {
   if (!h->client) return set_error(h, ENOTCONN, "kv_set: handle is closed");
   if (int rc = check_sizes(h, key, std::strlen(value)); rc != 0) return rc;
   try {
-    const Status st = h->client->set_sync(key, value);
+    const std::string_view v(value);
+    const Status st = h->client->set_sync(key, v);
+    // A C caller may free this buffer right after: keep no registration of
+    // it (a cached one could outlive the memory, see reg_cache.hpp).
+    h->client->forget(std::as_bytes(std::span<const char>(v.data(), v.size())));
     if (st != Status::ok) return status_error(h, st, "kv_set");
     return 0;
   } catch (const std::exception& e) {
@@ -152,14 +180,16 @@ int kv_get(void* kv_handle, const char* key, char** value) {
   if (!h->client) return set_error(h, ENOTCONN, "kv_get: handle is closed");
   if (int rc = check_sizes(h, key, 0); rc != 0) return rc;
   try {
-    std::string out;
+    rkv::kv::Value out;
     bool found = false;
     const Status st = h->client->get_sync(key, out, found);
     if (st != Status::ok) return status_error(h, st, "kv_get");
-    char* copy = static_cast<char*>(std::malloc(out.size() + 1));
+    if (out.is_large()) {  // the registered buffer it landed in, NUL-terminated; no copy
+      *value = reinterpret_cast<char*>(out.release_large().release()->data().data());
+      return 0;
+    }
+    char* copy = small_copy(out.view());
     if (copy == nullptr) return set_error(h, ENOMEM, "kv_get: out of memory");
-    std::memcpy(copy, out.data(), out.size());
-    copy[out.size()] = '\0';
     *value = copy;
     return 0;
   } catch (const std::exception& e) {
@@ -169,7 +199,23 @@ int kv_get(void* kv_handle, const char* key, char** value) {
   }
 }
 
-void kv_release(char* value) { std::free(value); }
+void kv_release(char* value) {
+  if (value == nullptr) return;
+  if (auto* lb = rkv::kv::LandingBuffer::from_data(value)) {
+    delete lb;  // unmaps (its registration ended when kv_get returned it)
+    return;
+  }
+  char* base = value - rkv::kv::kValueHeader;
+  SmallHeader hdr{};
+  std::memcpy(&hdr, base, sizeof hdr);
+  if (hdr.magic != rkv::kv::kMallocMagic) {
+    spdlog::error("kv_release: {} was not returned by kv_get (ignored)", static_cast<void*>(value));
+    return;
+  }
+  hdr.magic = 0;  // a double release is caught, not a double free
+  std::memcpy(base, &hdr, sizeof hdr);
+  std::free(base);
+}
 
 int kv_close(void* kv_handle) {
   auto* h = static_cast<Handle*>(kv_handle);

@@ -156,9 +156,11 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.recv_size = options_.recv_size;
   cfg.send_count = options_.send_count;
   cfg.send_size = options_.send_size;
-  cfg.rdma_depth = 1;  // no rendezvous yet
+  cfg.rdma_depth = options_.max_in_flight;  // pull-path RDMA READs, at most one per request
+  registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
-  conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool());
+  conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
+                                       options_.rdv);
   cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
   if (int rc = conn_->post_receives(); rc != 0) {
     throw ConnectError(rc, std::string("posting receives failed: ") + std::strerror(rc));
@@ -187,7 +189,8 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   }
   server_credits_ = theirs.credits;
   server_recv_size_ = theirs.recv_buf_size;
-  conn_->on_established(theirs.credits, theirs.recv_buf_size);
+  server_max_value_ = theirs.max_value;
+  conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
   spdlog::debug("client: connected to {} ({} credits, server recv size {})", peer_, server_credits_,
                 server_recv_size_);
   // Events that raced the connect (e.g. an immediate DISCONNECTED).
@@ -335,9 +338,11 @@ Status Client::set_sync(std::string_view key, std::string_view value) {
 Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
-  Status st = get(key, [result](Status s, bool f, std::span<const std::byte> v) {
+  ClientConn* conn = conn_.get();
+  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
     result->found = f;
     result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    conn->note_copy(v.size());
     result->status = s;
   });
   if (st != Status::ok) return st;
@@ -351,6 +356,62 @@ Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
     found = result->found;
   }
   return *result->status;
+}
+
+namespace {
+struct ValueResult {
+  std::optional<Status> status;
+  bool found = false;
+  Value value;
+};
+}  // namespace
+
+Status Client::get_sync(std::string_view key, Value& out, bool& found) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<ValueResult>();
+  ClientConn* conn = conn_.get();
+  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
+    result->found = f;
+    if (auto lb = conn->adopt_landing()) {
+      result->value = Value(std::move(lb));  // no copy: the buffer it landed in
+    } else {
+      result->value = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, < 4 KiB
+    }
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  do_flush();
+  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
+    if (conn_) conn_->fail("a GET got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
+    return Status::timeout;
+  }
+  if (*result->status == Status::ok) {
+    out = std::move(result->value);
+    found = result->found;
+  }
+  return *result->status;
+}
+
+Status Client::stats_sync(std::string& out) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  if (!conn_ || closed_) return Status::not_connected;
+  auto result = std::make_shared<SyncResult>();
+  Status st = conn_->submit_stats([result](Status s, bool, std::span<const std::byte> v) {
+    result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  do_flush();
+  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
+    if (conn_) conn_->fail("a STATS got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
+    return Status::timeout;
+  }
+  if (*result->status == Status::ok) out = std::move(result->value);
+  return *result->status;
+}
+
+void Client::forget(std::span<const std::byte> bytes) noexcept {
+  if (conn_) conn_->forget(bytes);
 }
 
 bool Client::wait_idle(std::chrono::milliseconds timeout) {

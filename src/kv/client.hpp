@@ -24,6 +24,8 @@
 #include <string_view>
 
 #include "kv/client_conn.hpp"
+#include "kv/landing.hpp"
+#include "kv/registrar.hpp"
 #include "reactor/reactor.hpp"
 #include "verbs/event_channel.hpp"
 
@@ -42,6 +44,7 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{30'000};  // rdma_connect -> ESTABLISHED
   std::chrono::milliseconds op_timeout{30'000};       // sync helpers
   std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
+  RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
 };
 
 // Setup failure: what() says which step failed and why; code() is an errno
@@ -71,6 +74,10 @@ class Client {
   // Async: the callback runs on the reactor thread (see client_conn.hpp for
   // its contract). The value must stay alive until the callback; the key is
   // copied. A refused request returns its status and never calls back.
+  // Values of 4 KiB and more go by rendezvous: the server RDMA READs them
+  // from `value`, which is registered through a pin-down cache and STAYS
+  // registered for reuse: call forget() before freeing/unmapping such a
+  // buffer (or the cache could later serve its stale registration).
   [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status set(std::string_view key, std::string_view value, Callback cb) {
     return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
@@ -80,7 +87,15 @@ class Client {
   // Sync: run the reactor until the op completes or options.op_timeout passes
   // (then the connection is failed and Status::timeout returned).
   [[nodiscard]] Status set_sync(std::string_view key, std::string_view value);
-  [[nodiscard]] Status get_sync(std::string_view key, std::string& out, bool& found);
+  [[nodiscard]] Status get_sync(std::string_view key, std::string& out, bool& found);  // copies the value
+  // Zero-copy: a large value stays in the registered buffer it landed in,
+  // now owned by `out`. found = false (and `out` empty) for a missing key.
+  [[nodiscard]] Status get_sync(std::string_view key, Value& out, bool& found);
+  // The server's STATS text ("name value" lines: counters, pinned, connections...).
+  [[nodiscard]] Status stats_sync(std::string& out);
+  // Drop cached registrations of a buffer given to set() (before freeing it).
+  void forget(std::span<const std::byte> bytes) noexcept;
+  [[nodiscard]] std::uint64_t server_max_value() const noexcept { return server_max_value_; }
 
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);
@@ -115,6 +130,7 @@ class Client {
   std::string peer_;
   std::uint32_t server_credits_ = 0;
   std::uint32_t server_recv_size_ = 0;
+  std::uint64_t server_max_value_ = 0;
   bool connected_ = false;      // ESTABLISHED was reached (disconnect needed)
   bool disconnected_ = false;   // DISCONNECTED seen
   bool closed_ = false;
@@ -129,6 +145,7 @@ class Client {
   // the verbs resources (QP before buffers, cm_id last), then the channel.
   verbs::EventChannel events_;
   std::unique_ptr<Endpoint> ep_;
+  std::unique_ptr<PdRegistrar> registrar_;  // outlives conn_ (its cache and landing buffers)
   std::unique_ptr<ClientConn> conn_;
   reactor::Registration cm_watch_;
   reactor::Registration cq_watch_;

@@ -57,8 +57,11 @@ std::string_view to_string(ConnState s) noexcept {
   return "invalid";
 }
 
-ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send)
+ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv)
     : link_(&link),
+      registrar_(registrar),
+      rdv_(rdv),
+      cache_(registrar != nullptr ? std::make_unique<RegCache>(*registrar, rdv.reg_cache_bytes) : nullptr),
       recv_(&recv),
       channel_(link, recv, send, kGeneration),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots - 1)),
@@ -75,11 +78,14 @@ int ClientConn::post_receives() noexcept {
   return 0;
 }
 
-void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size) noexcept {
+void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size,
+                                std::uint64_t max_value) noexcept {
   if (state_ != ConnState::connecting) return;
   credits_ = credits;
+  max_value_ = max_value;
   channel_.set_peer_recv_size(server_recv_size);
   state_ = ConnState::established;
+  replenish();
   SPDLOG_DEBUG("client: established, {} credits, server recv size {}, max in flight {}", credits,
                server_recv_size, slots_.size());
 }
@@ -92,30 +98,44 @@ Status ClientConn::submit_get(std::string_view key, Callback cb) {
   return submit(proto::Opcode::get, key, {}, std::move(cb));
 }
 
+Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
+
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
   Status st = Status::ok;
   if (state_ == ConnState::failed || state_ == ConnState::closed) {
     st = Status::not_connected;
-  } else if (key.empty() || key.size() > proto::kMaxKey) {
+  } else if (op != proto::Opcode::stats && (key.empty() || key.size() > proto::kMaxKey)) {
     st = Status::bad_key;
   } else if (!proto::eager_fits(key.size(), value.size())) {
-    st = Status::too_large;  // rendezvous comes later
+    // Rendezvous: the server READs the value from this (registered) buffer.
+    if (registrar_ == nullptr || (max_value_ != 0 && value.size() > max_value_)) st = Status::too_large;
   } else if (state_ == ConnState::established &&
              proto::kHeaderSize + key.size() + value.size() > channel_.max_message()) {
     st = Status::too_large;  // the server's receive buffers are smaller than this request
+  }
+  RegCache::Lease lease;
+  if (st == Status::ok && op == proto::Opcode::set && !proto::eager_fits(key.size(), value.size())) {
+    // The rkey travels in the SET: this registration (or cache hit) must precede the SEND.
+    try {
+      lease = cache_->acquire(value, verbs::Access::remote_read);
+    } catch (const std::exception& e) {
+      spdlog::warn("client: registering a {}-byte SET value failed: {}", value.size(), e.what());
+      st = Status::no_memory;
+    }
+    counters_.registrations = registrar_->registrations();
   }
   if (st != Status::ok) {
     ++counters_.refused;
     return st;
   }
-  queue_.push_back(Request{op, std::string(key), value, std::move(cb)});
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease)});
   ++counters_.requests;
   SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());
   return Status::ok;
 }
 
 std::size_t ClientConn::flush() noexcept {
-  if (state_ != ConnState::established || queue_.empty()) return 0;
+  if (state_ != ConnState::established || (queue_.empty() && releases_.empty())) return 0;
   // The channel holds nothing unposted between flushes (each flush posts all
   // it appended), so its buffer filling is mirrored here exactly: a message
   // opens a new SEND when it does not fit the open one; each SEND is a credit.
@@ -124,14 +144,34 @@ std::size_t ClientConn::flush() noexcept {
   std::size_t open_used = 0;
   std::uint64_t in_current = 0;
   bool credit_limited = false;
+  // RELEASEs first (they free server memory). One alone may not take the last
+  // credit: nothing would return it. With a request behind it, it shares its SEND.
+  while (!releases_.empty()) {
+    const proto::MessageSpec spec = proto::msg::release(releases_.front());
+    const std::size_t need = proto::encoded_size(spec);
+    const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
+    const std::uint32_t left = credits_ - static_cast<std::uint32_t>(new_sends);
+    if (new_buffer && (left == 0 || (left == 1 && queue_.empty()))) break;
+    if (channel_.append(spec) != AppendStatus::ok) break;  // no send buffer: after a send completion
+    if (new_buffer) {
+      ++new_sends;
+      open_used = 0;
+      in_current = 0;
+    }
+    open_used += need;
+    ++in_current;
+    ++counters_.messages_sent;
+    ++counters_.releases_sent;
+    releases_.pop_front();
+  }
   while (!queue_.empty() && !free_slots_.empty()) {
     Request& r = queue_.front();
     const std::uint32_t slot = free_slots_.back();
     const std::uint32_t id = req_id(slot);
-    const proto::MessageSpec spec = r.op == proto::Opcode::set ? proto::msg::set_request(id, r.key, r.value)
-                                                                : proto::msg::get_request(id, r.key);
+    const proto::MessageSpec spec = request_spec(r, id, slots_[slot]);
     const std::size_t need = proto::encoded_size(spec);
     if (need > max_msg) {  // queued before the server's limit was known
+      recycle(std::move(slots_[slot].landing));
       Request dead = std::move(queue_.front());
       queue_.pop_front();
       finish(Status::too_large, false, {}, dead.cb);
@@ -141,9 +181,11 @@ std::size_t ClientConn::flush() noexcept {
     const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
     if (new_buffer && new_sends == credits_) {
       credit_limited = true;
+      recycle(std::move(slots_[slot].landing));  // an offered landing buffer goes back
       break;
     }
     const AppendStatus ap = channel_.append(spec);
+    if (ap != AppendStatus::ok) recycle(std::move(slots_[slot].landing));
     if (ap == AppendStatus::no_buffer) break;  // resumes after a send completion
     if (ap != AppendStatus::ok) {
       spdlog::error("client: encoder refused a {} request: {}", proto::to_string(r.op), to_string(ap));
@@ -165,6 +207,14 @@ std::size_t ClientConn::flush() noexcept {
     s.busy = true;
     s.op = r.op;
     s.cb = std::move(r.cb);
+    s.lease = std::move(r.lease);
+    if (r.op == proto::Opcode::set) {
+      if (spec.rdv) {
+        ++counters_.sets_large;
+      } else {
+        counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer
+      }
+    }
     free_slots_.pop_back();
     ++in_flight_;
     ++counters_.messages_sent;
@@ -176,6 +226,9 @@ std::size_t ClientConn::flush() noexcept {
   const std::size_t posted = channel_.flush(new_sends, &err);
   credits_ -= static_cast<std::uint32_t>(posted);
   counters_.sends_posted += posted;
+  // The SENDs are on the wire: registration work happens while they fly.
+  retired_.clear();
+  replenish();
   SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_, in_flight_,
                queue_.size());
   if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
@@ -190,8 +243,10 @@ void ClientConn::on_completion(const verbs::Completion& c) noexcept {
     case verbs::WrKind::send:
       channel_.on_send_completion(c);
       break;
-    case verbs::WrKind::none:
     case verbs::WrKind::rdma_read:
+      on_read(c);
+      return;
+    case verbs::WrKind::none:
     case verbs::WrKind::rdma_write:
       SPDLOG_DEBUG("client: unexpected {} completion", verbs::to_string(c.wr_id.kind()));
       break;
@@ -246,7 +301,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     }
     const auto& m = std::get<proto::MessageView>(res);
     const proto::Opcode op = m.opcode();
-    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply) {
+    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply) {
       fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
       return false;
     }
@@ -262,12 +317,20 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
            std::string(proto::to_string(s.op)));
       return false;
     }
-    if (m.header.rdv()) {
-      fail("rendezvous reply to an eager request");
+    if (m.header.rdv() && op != proto::Opcode::get_reply) {
+      fail("rendezvous descriptor on a " + std::string(proto::to_string(op)));
       return false;
     }
     credits_ += m.header.credits;
     ++counters_.replies;
+    if (m.header.rdv()) {
+      if (!on_get_rdv(slot, m.header, *m.rdv)) return false;
+      if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
+      continue;
+    }
+    recycle(std::move(s.landing));  // offered but not used (eager value, miss, error)
+    s.lease.reset();
+    if (op == proto::Opcode::get_reply) counters_.bytes_copied += m.value.size();  // eager value, copied out
     Callback cb = std::move(s.cb);
     s.cb = nullptr;
     s.busy = false;
@@ -278,7 +341,8 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     const bool found = op == proto::Opcode::get_reply && m.found();
     SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
                  to_string(st), found, m.value.size(), m.header.credits);
-    finish(st, found, found ? m.value : std::span<const std::byte>{}, cb);
+    const bool text = op == proto::Opcode::stats_reply;
+    finish(st, found, found || text ? m.value : std::span<const std::byte>{}, cb);
     // A callback that closed or failed the connection already completed the rest.
     if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
   }
@@ -308,7 +372,10 @@ void ClientConn::complete_all(Status st) noexcept {
     Slot& s = slots_[i];
     if (!s.busy) continue;
     s.busy = false;
+    s.reading = false;  // the READ's flush completion only lowers reads_in_flight_
     s.generation = static_cast<std::uint16_t>(s.generation + 1);
+    s.lease.reset();
+    s.landing.reset();  // deregistered first: no DMA reaches it afterwards
     free_slots_.push_back(i);
     Callback cb = std::move(s.cb);
     s.cb = nullptr;
@@ -321,6 +388,7 @@ void ClientConn::complete_all(Status st) noexcept {
   in_flight_ = 0;
   std::deque<Request> queued = std::move(queue_);
   queue_.clear();
+  releases_.clear();  // the server drops its pins with the connection
   for (auto& cb : cbs) finish(st, false, {}, cb);
   for (auto& r : queued) finish(st, false, {}, r.cb);
 }

@@ -25,13 +25,17 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kv/buffer_pool.hpp"
+#include "kv/landing.hpp"
 #include "kv/link.hpp"
+#include "kv/reg_cache.hpp"
+#include "kv/registrar.hpp"
 #include "kv/msg_channel.hpp"
 #include "proto/wire.hpp"
 #include "verbs/completion.hpp"
@@ -79,33 +83,65 @@ struct ClientCounters {
   std::uint64_t replies = 0;          // replies received
   std::uint64_t recv_completions = 0; // receive buffers that carried replies
   std::uint64_t credit_stalls = 0;    // flushes that left requests queued for lack of credits
+  // Rendezvous (docs/protocol.md). messages_sent includes RELEASEs.
+  std::uint64_t sets_large = 0;       // SETs sent with a descriptor (server READs the value)
+  std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered landing buffer
+  std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
+  std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
+  std::uint64_t rdma_reads = 0;       // RDMA READs posted
+  std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
+  std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
+  std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
   [[nodiscard]] double messages_per_send() const noexcept {
     return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
   }
 };
 
+struct RdvOptions {
+  std::size_t landing_size = std::size_t{1} << 20;   // capacity of the landing buffers offered with GETs
+  std::uint32_t landing_spares = 2;                  // registered landing buffers kept ready
+  std::size_t keep_landing_max = std::size_t{64} << 20;  // larger ones (from pulls) are not kept
+  std::size_t reg_cache_bytes = std::size_t{256} << 20;  // pin-down cache budget (SET sources)
+};
+
 class ClientConn {
  public:
   // `recv`'s buffer count is max_in_flight (what the client announces as its
-  // credits). Nothing is posted until post_receives().
-  ClientConn(Link& link, BufferPool& recv, BufferPool& send);
+  // credits). Nothing is posted until post_receives(). Without a registrar
+  // (it must outlive this) values that do not fit a SEND are refused.
+  ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar = nullptr,
+             RdvOptions rdv = {});
 
   ClientConn(const ClientConn&) = delete;
   ClientConn& operator=(const ClientConn&) = delete;
   ClientConn(ClientConn&&) = delete;  // the channel and callbacks refer to it
   ClientConn& operator=(ClientConn&&) = delete;
-  ~ClientConn() = default;  // pending callbacks are dropped: close() first
+  ~ClientConn();  // pending callbacks are dropped: close() first
 
   // Posts every receive buffer (before rdma_connect). 0 or an errno.
   [[nodiscard]] int post_receives() noexcept;
   // The server's ConnectParams arrived: initial credits, its receive buffer size.
-  void on_established(std::uint16_t credits, std::uint32_t server_recv_size) noexcept;
+  // max_value: the server's limit (0: unknown). Registers the spare landing
+  // buffers (connection setup, not the data path).
+  void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0) noexcept;
 
   // Queue a request. The value bytes must stay alive until the callback
   // (the key is copied). Returns ok, or why it was refused (the callback is
   // then never called).
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+  // STATS: the callback's value is the server's counter text ("name value" lines).
+  [[nodiscard]] Status submit_stats(Callback cb);
+
+  // Inside a GET callback whose value is large: takes the landing buffer the
+  // value is in (no copy) and ends the server's access to it. Null otherwise.
+  [[nodiscard]] std::unique_ptr<LandingBuffer> adopt_landing() noexcept;
+  // Drops cached registrations overlapping `bytes` (before freeing a buffer
+  // that was passed to submit_set).
+  void forget(std::span<const std::byte> bytes) noexcept;
+  [[nodiscard]] RegCacheStats reg_cache_stats() const noexcept;
+  // A caller copied n value bytes out of a callback's view (counted).
+  void note_copy(std::size_t n) noexcept { counters_.bytes_copied += n; }
 
   // Encodes and posts what credits, slots and send buffers allow. Returns the
   // number of SENDs posted. A post failure fails the connection.
@@ -128,7 +164,7 @@ class ClientConn {
   [[nodiscard]] std::size_t pending() const noexcept { return in_flight_ + queue_.size(); }
   // WRs posted and not yet completed (receives + sends): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
-    return recvs_posted_ + channel_.sends_in_flight();
+    return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
   }
   [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
 
@@ -141,12 +177,16 @@ class ClientConn {
     std::string key;
     std::span<const std::byte> value;
     Callback cb;
+    RegCache::Lease lease;  // large SET: the registration of `value`
   };
   struct Slot {
     std::uint16_t generation = 0;
     bool busy = false;
+    bool reading = false;  // pull: our RDMA READ of the value is in flight
     proto::Opcode op = proto::Opcode::get;
     Callback cb;
+    RegCache::Lease lease;                   // large SET in flight
+    std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
   };
 
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
@@ -159,8 +199,26 @@ class ClientConn {
   bool handle_replies(std::span<const std::byte> bytes) noexcept;
   void finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept;
   void complete_all(Status st) noexcept;
+  // --- rendezvous (client_rdv.cpp) ---
+  [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
+  bool on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  void on_read(const verbs::Completion& c) noexcept;
+  // Frees the slot and runs its callback with the value in its landing buffer.
+  void deliver_landing(std::uint32_t slot, std::size_t len) noexcept;
+  void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
+  void replenish() noexcept;  // registers spare landing buffers up to the target
+  void free_slot(std::uint32_t slot) noexcept;
 
   Link* link_;
+  Registrar* registrar_;
+  RdvOptions rdv_;
+  std::unique_ptr<RegCache> cache_;  // before slots_/queue_: their leases go first
+  std::uint64_t max_value_ = 0;
+  std::vector<std::unique_ptr<LandingBuffer>> spares_;
+  std::vector<std::unique_ptr<Registration>> retired_;  // of adopted buffers: deregistered after a SEND
+  std::unique_ptr<LandingBuffer> delivering_;           // during a large GET's callback
+  std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND
+  std::size_t reads_in_flight_ = 0;
   BufferPool* recv_;
   MessageChannel channel_;
   ConnState state_ = ConnState::connecting;

@@ -6,7 +6,8 @@
  *
  * Every int function returns 0 on success or a positive errno-style code:
  *   EINVAL        NULL or malformed argument (empty key, bad server name)
- *   E2BIG         key longer than 1024 bytes, or key + value >= 4096 bytes
+ *   E2BIG         key longer than 1024 bytes, or value over the server's limit
+ *                 (kvd --max-value, default 256 MiB)
  *   ECONNREFUSED  nothing accepted the connection on that address/port
  *   ETIMEDOUT     no answer in time (connect, or a request)
  *   EHOSTUNREACH  the address cannot be resolved/reached over RDMA
@@ -28,9 +29,13 @@ extern "C" {
 
 /* servername: "host" or "host:port" ("[v6addr]:port" for IPv6). */
 int kv_open(char *servername, void **kv_handle);
+/* Values of any size up to the server's limit. A large value (4 KiB and
+ * more) is sent zero-copy: the server RDMA READs it from `value` (registered
+ * for the call only). */
 int kv_set(void *kv_handle, const char *key, const char *value);
-/* *value: a malloc'd NUL-terminated copy ("" for a missing key); free it
- * with kv_release. */
+/* *value: the NUL-terminated value ("" for a missing key); free it with
+ * kv_release. A large value is returned in the memory it was RDMA-written
+ * or read into (no copy); small ones in a malloc'd buffer. */
 int kv_get(void *kv_handle, const char *key, char **value);
 void kv_release(char *value);
 /* Closes the connection and frees the handle (also after an error). */

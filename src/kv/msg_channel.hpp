@@ -54,6 +54,8 @@ class MessageChannel {
 
   void set_peer_recv_size(std::size_t n) noexcept { peer_recv_size_ = n; }
   [[nodiscard]] std::uint32_t generation() const noexcept { return generation_; }
+  // The link this channel posts on (rendezvous READ/WRITEs share it).
+  [[nodiscard]] Link& link() noexcept { return *link_; }
 
   // --- receive side -----------------------------------------------------------
   [[nodiscard]] int post_all_receives() noexcept;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
+#include <limits>
 #include <stdexcept>
 #include <utility>
 #include <variant>
@@ -25,7 +26,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
   listener_->bind(options_.bind_address, options_.port);
   listener_->listen(options_.backlog);
   port_ = listener_->local_port();
-  if (listener_->has_device()) pd_ = std::make_shared<const verbs::ProtectionDomain>(*listener_);
+  if (listener_->has_device()) make_pd(*listener_);
   events_watch_ = reactor_->watch(events_.fd(), EPOLLIN, [this](std::uint32_t) { on_cm_readable(); });
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
@@ -36,9 +37,15 @@ Server::~Server() {
   for (auto& c : conns_) {
     c.deadline.reset();
     c.cq_watch.reset();
-    c.sc.reset();
     c.ep.reset();  // destroys the QP (and disconnects the cm_id if still connected)
+    c.sc.reset();  // then the memory its transfers targeted
   }
+}
+
+void Server::make_pd(const verbs::CmId& id) {
+  pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
+  registrar_ = std::make_unique<PdRegistrar>(pd_);
+  arena_ = std::make_unique<Arena>(*registrar_, options_.arena);
 }
 
 ServerStats Server::stats() const noexcept {
@@ -50,10 +57,17 @@ std::string Server::stats_text() const {
   return fmt::format(
       "connections={} accepted={} rejected={} closed={} protocol_errors={} credit_overruns={} "
       "completion_errors={} sends_received={} sends_posted={} sets={} gets={} get_hits={} stats={} "
-      "rdv_refused={} error_replies={} pauses={} keys={} bytes={}",
+      "rdv_refused={} error_replies={} pauses={} keys={} bytes={} messages_received={} replies_sent={} "
+      "large_sets={} large_gets_written={} large_gets_pulled={} releases={} rdma_reads={} rdma_writes={} "
+      "bytes_copied={} too_large={} transfers_aborted={} pinned={} transfers={} registrations={} "
+      "arena_reserved={} arena_used={}",
       k.connections, k.accepted, k.rejected, k.closed, k.protocol_errors, k.credit_overruns, k.completion_errors,
       k.sends_received, k.sends_posted, k.sets, k.gets, k.get_hits, k.stats, k.rdv_refused, k.error_replies,
-      k.pauses, store_->size(), store_->bytes());
+      k.pauses, store_->size(), store_->bytes(), k.messages_received, k.replies_sent, k.large_sets,
+      k.large_gets_written, k.large_gets_pulled, k.releases, k.rdma_reads, k.rdma_writes, k.bytes_copied,
+      k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
+      arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
+         fmt::format(" max_conn_outstanding={} conn_bytes={}", k.max_conn_outstanding, k.conn_bytes);
 }
 
 Server::Conn* Server::find(std::uint64_t tok) noexcept {
@@ -132,23 +146,29 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
   Conn& c = conns_[*slot];
   const std::uint64_t tok = token(*slot, c.generation);
   try {
-    if (!pd_) pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
+    if (!pd_) make_pd(id);
     id.set_token(tok);
     EndpointConfig cfg;
     cfg.recv_count = options_.credits;
     cfg.recv_size = options_.buf_size;
     cfg.send_count = std::min<std::uint32_t>(params.credits, options_.max_send_buffers);
     cfg.send_size = options_.buf_size;
-    cfg.rdma_depth = 0;  // no RDMA READ/WRITE until rendezvous lands
+    const std::uint32_t transfers = std::max<std::uint32_t>(1, std::min<std::uint32_t>(params.credits, options_.max_transfers));
+    cfg.rdma_depth = transfers;
     auto ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
     ServerConnConfig scfg;
     scfg.credits = options_.credits;
     scfg.generation = c.generation;
     scfg.peer_recv_size = params.recv_buf_size;
-    scfg.limits.max_value = options_.max_value;
+    // The decoder takes any RDV length; ServerConn refuses one over max_value
+    // with too_large (a clear reply, not a disconnect).
+    scfg.limits.max_value = std::numeric_limits<std::uint64_t>::max();
+    scfg.max_value = options_.max_value;
+    scfg.max_transfers = transfers;
+    scfg.max_pins = params.credits;
     scfg.label = peer;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
-                                           std::move(scfg));
+                                           std::move(scfg), arena_.get());
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       (void)ep->id().reject();
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
@@ -177,6 +197,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     return;                        // the moved-from/destroyed cm_id rejects the request
   }
   ++counters_.connections;
+  counters_.conn_bytes += conns_[*slot].ep->recv_pool().bytes().size() + conns_[*slot].ep->send_pool().bytes().size();
   ++counters_.accepted;
   SPDLOG_DEBUG("server: accepted {} into slot {} (client credits {}, recv_buf_size {})", peer, *slot,
                params.credits, params.recv_buf_size);
@@ -288,8 +309,9 @@ void Server::destroy(std::uint32_t slot) noexcept {
   c.deadline.reset();
   c.cq_watch.reset();  // before the completion channel fd closes
   c.sc->close();
-  c.sc.reset();
+  counters_.conn_bytes -= c.ep->recv_pool().bytes().size() + c.ep->send_pool().bytes().size();
   c.ep.reset();  // step 6: QP, CQ, MRs, buffers, channel, cm_id
+  c.sc.reset();  // then transfers and pins: no WR can reach their memory any more
   c.in_use = false;
   c.closing = false;
   c.cm_done = false;

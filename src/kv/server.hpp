@@ -27,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "kv/arena.hpp"
 #include "kv/endpoint.hpp"
+#include "kv/registrar.hpp"
 #include "kv/server_conn.hpp"
 #include "kv/store.hpp"
 #include "reactor/reactor.hpp"
@@ -45,6 +47,8 @@ struct ServerOptions {
   std::uint32_t max_clients = 1024;
   std::uint32_t max_value = static_cast<std::uint32_t>(proto::kDefaultMaxValue);
   std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
+  std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
+  ArenaConfig arena{};                    // registered memory for large values
   int backlog = 128;
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
@@ -113,6 +117,7 @@ class Server {
   void try_finish(std::uint32_t slot, bool force) noexcept;
   void destroy(std::uint32_t slot) noexcept;
   std::optional<std::uint32_t> alloc_slot() noexcept;
+  void make_pd(const verbs::CmId& id);
 
   reactor::Reactor* reactor_;
   Store* store_;
@@ -121,6 +126,8 @@ class Server {
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;
   std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  std::unique_ptr<PdRegistrar> registrar_;  // with pd_; before arena_ (used by it)
+  std::unique_ptr<Arena> arena_;
   std::uint16_t port_ = 0;
   std::vector<Conn> conns_;
   std::vector<std::uint32_t> free_slots_;

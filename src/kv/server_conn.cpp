@@ -15,13 +15,19 @@ using verbs::CompletionStatus;
 using verbs::WrKind;
 
 ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-                       ServerConnConfig config)
+                       ServerConnConfig config, Arena* arena)
     : store_(&store),
       counters_(&counters),
       config_(std::move(config)),
       recv_(&recv),
       channel_(link, recv, send, config_.generation, config_.peer_recv_size),
-      granted_(config_.credits) {}
+      granted_(config_.credits),
+      arena_(arena) {
+  transfers_.resize(config_.max_transfers);
+  free_transfers_.reserve(config_.max_transfers);
+  for (std::uint32_t i = config_.max_transfers; i > 0; --i) free_transfers_.push_back(i - 1);
+  pulls_.reserve(config_.max_pins);
+}
 
 Verdict ServerConn::start() noexcept {
   for (std::uint32_t i = 0; i < recv_->count(); ++i) {
@@ -42,7 +48,8 @@ void ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexc
 }
 
 bool ServerConn::drained() const noexcept {
-  return state_ == ConnState::draining && recvs_posted_ == 0 && channel_.sends_in_flight() == 0;
+  return state_ == ConnState::draining && recvs_posted_ == 0 && channel_.sends_in_flight() == 0 &&
+         transfers_in_flight_ == 0;
 }
 
 Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
@@ -62,6 +69,8 @@ Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
   cause_ = cause;
   reason_ = std::move(reason);
   held_.clear();  // their buffers are not re-posted: nothing more is executed
+  ready_.clear();
+  pulls_.clear();  // unpinned: the client can no longer READ (its QP goes to error)
   return Verdict::disconnect;
 }
 
@@ -84,9 +93,9 @@ Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
   switch (c.wr_id.kind()) {
     case WrKind::recv: return on_recv(c);
     case WrKind::send: return on_send(c);
-    case WrKind::none:
     case WrKind::rdma_read:
-    case WrKind::rdma_write: break;
+    case WrKind::rdma_write: return on_transfer(c);
+    case WrKind::none: break;
   }
   ++counters_->stale_completions;
   if (!serving()) return Verdict::keep;
@@ -131,7 +140,9 @@ Verdict ServerConn::on_recv(const verbs::Completion& c) noexcept {
       return fail(CloseCause::protocol_error, fmt::format("reply opcode {} at offset {} from a client",
                                                           to_string(m.opcode()), m.offset));
     }
+    if (m.opcode() != Opcode::release) ++outstanding_;  // RELEASE gets no reply
   }
+  counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
   held_.push_back({slot, bytes.size(), 0});
   return process_held();
 }
@@ -151,6 +162,15 @@ Verdict ServerConn::on_send(const verbs::Completion& c) noexcept {
 }
 
 Verdict ServerConn::process_held() noexcept {
+  while (!ready_.empty() && serving()) {  // deferred replies first, in order
+    if (!channel_.can_append(proto::encoded_size(ready_.front()))) {
+      ++counters_->pauses;
+      return Verdict::keep;
+    }
+    proto::MessageSpec r = ready_.front();
+    ready_.pop_front();
+    if (!append_reply(r, r.opcode)) return Verdict::disconnect;
+  }
   while (!held_.empty()) {
     switch (process(held_.front())) {
       case Progress::finished: held_.pop_front(); break;
@@ -181,25 +201,39 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     }
     proto::MessageSpec reply = plan_reply(*m);
     const std::size_t need = proto::encoded_size(reply);
-    if (!channel_.can_append(need)) return Progress::paused;  // h.offset stays at this request
-    execute(*m, reply);
+    if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
+    if (m->opcode() == Opcode::set && m->rdv && arena_ != nullptr && transfers_full()) {
+      return Progress::paused;  // resumes when a READ/WRITE completes
+    }
+    const Outcome out = execute(*m, reply);
+    if (out == Outcome::failed) return Progress::failed;
     h.offset += m->size;
     const bool last = h.offset == h.len;
     if (last) {  // every request of the buffer is executed: give it back now
       if (!repost(h.slot)) return Progress::failed;
       ++owed_;
     }
-    reply.credits = static_cast<std::uint16_t>(owed_);
-    if (reply.status != Status::ok) ++counters_->error_replies;
-    if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
-      fail(CloseCause::internal, fmt::format("reply to {} req {} not appended: {}", to_string(m->opcode()),
-                                             m->header.req_id, to_string(st)));
-      return Progress::failed;
-    }
-    granted_pending_ += owed_;
-    owed_ = 0;
+    // No reply yet (a transfer answers on completion; RELEASE has none): the
+    // credit rides on the next reply.
+    if (out == Outcome::reply && !append_reply(reply, m->opcode())) return Progress::failed;
     if (last) return Progress::finished;
   }
+}
+
+bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept {
+  reply.credits = static_cast<std::uint16_t>(owed_);
+  if (reply.status != Status::ok) ++counters_->error_replies;
+  if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
+    fail(CloseCause::internal,
+         fmt::format("reply to {} req {} not appended: {}", to_string(request), reply.req_id, to_string(st)));
+    return false;
+  }
+  ++counters_->replies_sent;
+  if (outstanding_ > 0) --outstanding_;
+  if (reply.opcode == Opcode::get_reply) counters_->bytes_copied += reply.value.size();  // eager value
+  granted_pending_ += owed_;
+  owed_ = 0;
+  return true;
 }
 
 proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept {
@@ -207,13 +241,16 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
   proto::MessageSpec reply;
   switch (m.opcode()) {
     case Opcode::set:
-      reply = m.rdv ? proto::msg::error_reply(Opcode::set, id, 0, Status::bad_request)
-                    : proto::msg::set_reply(id, 0);
+      reply = m.rdv && arena_ == nullptr ? proto::msg::error_reply(Opcode::set, id, 0, Status::bad_request)
+                                         : proto::msg::set_reply(id, 0);
       break;
+    case Opcode::release: reply = proto::msg::set_reply(id, 0); break;  // none is sent; sized like one
     case Opcode::get:
-      if (m.rdv) {
+      if (m.rdv && arena_ == nullptr) {
         reply = proto::msg::error_reply(Opcode::get, id, 0, Status::bad_request);
-      } else if (const auto hit = store_->get(m.key); hit.found) {
+      } else if (const auto hit = store_->get(m.key); hit.found && hit.large) {
+        reply = proto::msg::get_reply_pull(id, 0, {}, hit.value.size());  // the largest it can become
+      } else if (hit.found) {
         reply = proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
       } else {
         reply = proto::msg::get_reply_missing(id, 0);
@@ -223,11 +260,17 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       stats_text_ = fmt::format(
           "connections {}\naccepted {}\nsends_received {}\nsends_posted {}\nsets {}\ngets {}\nget_hits {}\n"
           "stats {}\nrdv_refused {}\nerror_replies {}\nprotocol_errors {}\ncredit_overruns {}\nkeys {}\n"
-          "bytes {}\n",
+          "bytes {}\nmessages_received {}\nreplies_sent {}\nlarge_sets {}\nlarge_gets_written {}\n"
+          "large_gets_pulled {}\nreleases {}\nrdma_reads {}\nrdma_writes {}\nbytes_copied {}\ntoo_large {}\n"
+          "transfers_aborted {}\npinned {}\ntransfers {}\nregistrations {}\narena_reserved {}\narena_used {}\n",
           counters_->connections, counters_->accepted, counters_->sends_received, counters_->sends_posted,
           counters_->sets, counters_->gets, counters_->get_hits, counters_->stats, counters_->rdv_refused,
           counters_->error_replies, counters_->protocol_errors, counters_->credit_overruns, store_->size(),
-          store_->bytes());
+          store_->bytes(), counters_->messages_received, counters_->replies_sent, counters_->large_sets,
+          counters_->large_gets_written, counters_->large_gets_pulled, counters_->releases, counters_->rdma_reads,
+          counters_->rdma_writes, counters_->bytes_copied, counters_->too_large, counters_->transfers_aborted,
+          counters_->pinned, counters_->transfers, arena_ ? arena_->registrations() : 0,
+          arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0);
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
     case Opcode::set_reply:
@@ -236,40 +279,47 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       break;
   }
+  if (m.opcode() == Opcode::release) return reply;
   if (proto::encoded_size(reply) > channel_.max_message()) {  // e.g. a small client receive buffer
     reply = proto::msg::error_reply(m.opcode(), id, 0, Status::too_large);
   }
   return reply;
 }
 
-void ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  ++counters_->messages_received;
   switch (m.opcode()) {
     case Opcode::set:
       ++counters_->sets;
-      if (m.rdv) {  // rendezvous not yet supported: answered bad_request, connection kept
+      if (m.rdv && arena_ == nullptr) {  // no registered memory: answered bad_request, connection kept
         ++counters_->rdv_refused;
-        return;
+        return Outcome::reply;
       }
-      if (reply.status != Status::ok) return;
+      if (m.rdv) return execute_set_rdv(m, reply);
+      if (reply.status != Status::ok) return Outcome::reply;
       try {
         store_->set(m.key, m.value_text());
+        counters_->bytes_copied += m.value.size();
       } catch (const std::bad_alloc&) {
         reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
       }
-      return;
+      return Outcome::reply;
     case Opcode::get:
       ++counters_->gets;
-      if (m.rdv) {
+      if (m.rdv && arena_ == nullptr) {
         ++counters_->rdv_refused;
       } else if (reply.found) {
         ++counters_->get_hits;
+        if (reply.rdv) return execute_get_large(m, store_->get(m.key).large, reply);
       }
-      return;
-    case Opcode::stats: ++counters_->stats; return;
+      return Outcome::reply;
+    case Opcode::release: return execute_release(m);
+    case Opcode::stats: ++counters_->stats; return Outcome::reply;
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply: return;
+    case Opcode::stats_reply: return Outcome::reply;
   }
+  return Outcome::reply;
 }
 
 Verdict ServerConn::flush() noexcept {
@@ -277,6 +327,7 @@ Verdict ServerConn::flush() noexcept {
   int err = 0;
   counters_->sends_posted += channel_.flush(std::numeric_limits<std::size_t>::max(), &err);
   if (err != 0) return fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+  if (arena_ != nullptr) arena_->top_up();  // replies are on the wire: grow the arena now, if it must
   if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
     granted_ += granted_pending_;
     granted_pending_ = 0;

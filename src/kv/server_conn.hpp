@@ -26,9 +26,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
+#include "kv/arena.hpp"
 #include "kv/buffer_pool.hpp"
 #include "kv/link.hpp"
 #include "kv/msg_channel.hpp"
@@ -115,26 +119,47 @@ struct ServerCounters {
   std::uint64_t error_replies = 0;   // any non-ok reply
   std::uint64_t stale_completions = 0;
   std::uint64_t pauses = 0;          // times a buffer waited for a free send buffer
+  // Rendezvous (docs/protocol.md). Control messages = requests received + replies sent.
+  std::uint64_t messages_received = 0;   // requests decoded and executed (RELEASE included)
+  std::uint64_t replies_sent = 0;        // replies appended to SENDs
+  std::uint64_t large_sets = 0;          // RDV SETs installed
+  std::uint64_t large_gets_written = 0;  // large GETs served by RDMA WRITE into the offered buffer
+  std::uint64_t large_gets_pulled = 0;   // large GETs answered with a pinned descriptor (client READs)
+  std::uint64_t releases = 0;            // RELEASE messages received
+  std::uint64_t rdma_reads = 0;          // RDMA READs posted (SET values)
+  std::uint64_t rdma_writes = 0;         // RDMA WRITEs posted (GET values)
+  std::uint64_t bytes_copied = 0;        // value bytes memcpy'd (eager values only)
+  std::uint64_t too_large = 0;           // requests refused for size before any allocation
+  std::uint64_t transfers_aborted = 0;   // transfers dropped by an error or a disconnect
+  std::uint64_t pinned = 0;              // now: large values held by transfers and pulls
+  std::uint64_t transfers = 0;           // now: RDMA READ/WRITEs in flight
+  std::uint64_t max_conn_outstanding = 0;  // most requests of one connection received, reply not yet appended
+  std::uint64_t conn_bytes = 0;          // now: send + receive buffer bytes of live connections (Server)
 };
 
 struct ServerConnConfig {
   std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
   std::uint32_t generation = 1;     // WrId generation of this connection
   std::size_t peer_recv_size = 0;   // client's receive buffer size (bounds each SEND)
-  proto::Limits limits{};           // decoder limits (max_value)
+  proto::Limits limits{};           // decoder limits
+  std::uint64_t max_value = proto::kDefaultMaxValue;  // larger RDV SETs: too_large, before allocating
+  std::uint32_t max_transfers = 16;  // RDMA READ/WRITEs in flight (the QP's rdma depth)
+  std::uint32_t max_pins = 16;       // pulled GETs awaiting RELEASE (client's max requests in flight)
   std::string label;                // for logs, e.g. the peer address
 };
 
 class ServerConn {
  public:
+  // `arena` (optional, outlives this): registered memory for the rendezvous
+  // path; without it RDV requests are refused with bad_request.
   ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-             ServerConnConfig config);
+             ServerConnConfig config, Arena* arena = nullptr);
 
   ServerConn(const ServerConn&) = delete;
   ServerConn& operator=(const ServerConn&) = delete;
   ServerConn(ServerConn&&) = delete;
   ServerConn& operator=(ServerConn&&) = delete;
-  ~ServerConn() = default;
+  ~ServerConn();  // releases transfers and pins (the owner destroyed the QP first)
 
   // Posts every receive buffer; call before accept(). Disconnect if a post fails.
   [[nodiscard]] Verdict start() noexcept;
@@ -162,6 +187,8 @@ class ServerConn {
   [[nodiscard]] std::size_t held_buffers() const noexcept { return held_.size(); }
   [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return recvs_posted_; }
   [[nodiscard]] std::size_t sends_in_flight() const noexcept { return channel_.sends_in_flight(); }
+  [[nodiscard]] std::size_t transfers_in_flight() const noexcept { return transfers_in_flight_; }
+  [[nodiscard]] std::size_t pulls_pinned() const noexcept { return pulls_.size(); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
 
  private:
@@ -172,6 +199,45 @@ class ServerConn {
     std::size_t offset;  // start of the next request to execute
   };
   enum class Progress : std::uint8_t { finished, paused, failed };
+  // What executing a request produced.
+  enum class Outcome : std::uint8_t { reply, no_reply, failed };
+  // A large value held for a transfer or a pull; counted in counters.pinned.
+  class Pin {
+   public:
+    Pin() = default;
+    Pin(LargeRef v, ServerCounters& c) noexcept : value_(std::move(v)), counters_(&c) { ++counters_->pinned; }
+    Pin(Pin&& o) noexcept : value_(std::move(o.value_)), counters_(o.counters_) { o.counters_ = nullptr; }
+    Pin& operator=(Pin&& o) noexcept {
+      if (this != &o) {
+        reset();
+        value_ = std::move(o.value_);
+        counters_ = o.counters_;
+        o.counters_ = nullptr;
+      }
+      return *this;
+    }
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+    ~Pin() { reset(); }
+    void reset() noexcept {
+      if (counters_ != nullptr) --counters_->pinned;
+      counters_ = nullptr;
+      value_.reset();
+    }
+    [[nodiscard]] const LargeRef& value() const noexcept { return value_; }
+
+   private:
+    LargeRef value_;
+    ServerCounters* counters_ = nullptr;
+  };
+  enum class TransferKind : std::uint8_t { none, set_read, get_write };
+  // An RDMA READ (SET) or WRITE (GET) in flight; WrId slot = index in transfers_.
+  struct Transfer {
+    TransferKind kind = TransferKind::none;
+    std::uint32_t req_id = 0;
+    std::string key;  // SET: installed under it when the READ completes
+    Pin pin;
+  };
 
   Verdict on_recv(const verbs::Completion& c) noexcept;
   Verdict on_send(const verbs::Completion& c) noexcept;
@@ -180,7 +246,18 @@ class ServerConn {
   // The reply to `m`, before executing it (GET looks the key up now).
   proto::MessageSpec plan_reply(const proto::MessageView& m) noexcept;
   // Side effects of `m` (SET stores); may turn `reply` into an error reply.
-  void execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  Outcome execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // --- rendezvous (server_rdv.cpp) ---
+  Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
+  Outcome execute_release(const proto::MessageView& m) noexcept;
+  [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
+  std::uint32_t take_transfer() noexcept;
+  void free_transfer(std::uint32_t slot) noexcept;
+  Verdict on_transfer(const verbs::Completion& c) noexcept;
+  // Appends a reply now (with the credits owed), or queues it behind a full channel.
+  bool emit(proto::MessageSpec reply) noexcept;
+  bool append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept;
   bool repost(std::uint32_t slot) noexcept;
   Verdict fail(CloseCause cause, std::string reason) noexcept;
   [[nodiscard]] bool serving() const noexcept {
@@ -202,8 +279,16 @@ class ServerConn {
   std::uint64_t received_ = 0;         // request SENDs received
   std::uint64_t granted_ = 0;          // initial + credits in posted replies
   std::uint64_t granted_pending_ = 0;  // credits in appended, not yet posted replies
+  std::uint64_t outstanding_ = 0;      // requests received whose reply is not appended yet
   std::uint32_t owed_ = 0;             // re-posted buffers not yet returned in a reply
   std::string stats_text_;             // storage behind a STATS reply until it is appended
+
+  Arena* arena_ = nullptr;
+  std::vector<Transfer> transfers_;
+  std::vector<std::uint32_t> free_transfers_;
+  std::size_t transfers_in_flight_ = 0;
+  std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
+  std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
 };
 
 }  // namespace rkv::kv

@@ -48,6 +48,13 @@ MessageSpec stats_request(std::uint32_t req_id) noexcept {
   return m;
 }
 
+MessageSpec release(std::uint32_t req_id) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::release;
+  m.req_id = req_id;
+  return m;
+}
+
 namespace {
 MessageSpec reply(Opcode op, std::uint32_t req_id, std::uint16_t credits) noexcept {
   MessageSpec m;
@@ -78,6 +85,13 @@ MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc d
   m.found = true;
   m.rdv = desc;
   m.rdv_len = value_len;
+  return m;
+}
+
+MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
+                           std::uint64_t value_len) noexcept {
+  MessageSpec m = get_reply_rdv(req_id, credits, desc, value_len);
+  m.pull = true;
   return m;
 }
 
@@ -116,6 +130,7 @@ std::uint16_t message_flags(const MessageSpec& m) noexcept {
   std::uint16_t flags = 0;
   if (m.found) flags |= kFlagFound;
   if (m.rdv) flags |= kFlagRdv;
+  if (m.pull) flags |= kFlagPull;
   return flags;
 }
 

@@ -21,6 +21,7 @@ struct MessageSpec {
   Status status = Status::ok;
   std::uint16_t credits = 0;
   bool found = false;                 // GET_REPLY hit
+  bool pull = false;                  // GET_REPLY: rdv names server memory to READ, then RELEASE
   std::string_view key;               // SET/GET only
   std::span<const std::byte> value;   // eager value bytes (empty with rdv)
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
@@ -40,6 +41,8 @@ MessageSpec get_request(std::uint32_t req_id, std::string_view key) noexcept;
 MessageSpec get_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc buf,
                             std::uint64_t buf_len) noexcept;
 MessageSpec stats_request(std::uint32_t req_id) noexcept;
+// The client finished READing the value the reply to GET `req_id` pinned.
+MessageSpec release(std::uint32_t req_id) noexcept;
 
 // Server -> client.
 MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits,
@@ -50,6 +53,10 @@ MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
 // (echoed; the server already wrote it) or server memory to RDMA READ.
 MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
                           std::uint64_t value_len) noexcept;
+// Value of value_len bytes is in server memory at desc, pinned until the
+// client's RELEASE(req_id) (or its disconnect).
+MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
+                           std::uint64_t value_len) noexcept;
 MessageSpec get_reply_missing(std::uint32_t req_id, std::uint16_t credits) noexcept;
 MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
                         std::string_view text) noexcept;

@@ -24,6 +24,7 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::eager_too_large: return "eager key + value not below the eager limit";
     case Reason::truncated_payload: return "key, value or descriptor runs past the buffer";
     case Reason::rdv_reserved_nonzero: return "rendezvous descriptor reserved field not zero";
+    case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND";
   }
   return "unknown reason";
 }
@@ -42,7 +43,8 @@ constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
     case Opcode::set: return {true, true, true, false};
     case Opcode::get: return {true, false, true, false};  // RDV = offered buffer
-    case Opcode::stats:  // header only
+    case Opcode::stats:    // header only
+    case Opcode::release:  // header only; req_id names the pinned GET
     case Opcode::set_reply: return {false, false, false, false};
     // A miss carries nothing; a hit carries the value eagerly or by descriptor.
     case Opcode::get_reply: return {false, found, found, true};
@@ -68,6 +70,10 @@ std::optional<Reason> check_reply_fields(const RawHeader& h) noexcept {
 std::optional<Reason> check_flags(const RawHeader& h, const OpRules& rules) noexcept {
   if ((h.flags & kFlagFound) != 0 && !rules.found) return Reason::found_not_allowed;
   if ((h.flags & kFlagRdv) != 0 && !rules.rdv) return Reason::rdv_not_allowed;
+  if ((h.flags & kFlagPull) != 0 &&
+      (!rules.rdv || (h.flags & (kFlagRdv | kFlagFound)) != (kFlagRdv | kFlagFound))) {
+    return Reason::pull_not_allowed;
+  }
   return std::nullopt;
 }
 

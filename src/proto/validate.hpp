@@ -37,6 +37,7 @@ enum class Reason : std::uint8_t {
   eager_too_large,       // eager SET with key + value >= kEagerLimit
   truncated_payload,     // key, value or descriptor runs past the buffer
   rdv_reserved_nonzero,  // descriptor reserved field != 0
+  pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;

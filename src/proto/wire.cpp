@@ -9,6 +9,7 @@ std::string_view to_string(Opcode op) noexcept {
     case Opcode::set: return "SET";
     case Opcode::get: return "GET";
     case Opcode::stats: return "STATS";
+    case Opcode::release: return "RELEASE";
     case Opcode::set_reply: return "SET_REPLY";
     case Opcode::get_reply: return "GET_REPLY";
     case Opcode::stats_reply: return "STATS_REPLY";
@@ -35,6 +36,7 @@ std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept {
     case Opcode::set:
     case Opcode::get:
     case Opcode::stats:
+    case Opcode::release:
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply: return op;

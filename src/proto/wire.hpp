@@ -51,6 +51,9 @@ enum class Opcode : std::uint8_t {
   set = 0x01,
   get = 0x02,
   stats = 0x03,
+  // Rendezvous: the client is done RDMA READing the value a GET_REPLY with
+  // kFlagPull pinned for it; req_id names that GET. Header only, no reply.
+  release = 0x04,
   set_reply = 0x81,
   get_reply = 0x82,
   stats_reply = 0x83,
@@ -60,7 +63,11 @@ enum class Opcode : std::uint8_t {
 inline constexpr std::uint16_t kFlagFound = 1u << 0;
 // Payload after the key is a rendezvous descriptor instead of value bytes.
 inline constexpr std::uint16_t kFlagRdv = 1u << 1;
-inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv;
+// GET_REPLY with RDV|FOUND only: the descriptor names server memory the client
+// must RDMA READ and then free with a RELEASE (req_id of this GET). Without it
+// an RDV GET_REPLY means "already RDMA WRITTEN into the buffer you offered".
+inline constexpr std::uint16_t kFlagPull = 1u << 2;
+inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull;
 
 // Reply status. A GET of a missing key is `ok` with kFlagFound clear.
 enum class Status : std::uint16_t {
@@ -106,6 +113,7 @@ struct Header {
 
   [[nodiscard]] bool found() const noexcept { return (flags & kFlagFound) != 0; }
   [[nodiscard]] bool rdv() const noexcept { return (flags & kFlagRdv) != 0; }
+  [[nodiscard]] bool pull() const noexcept { return (flags & kFlagPull) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
 

@@ -1,12 +1,14 @@
 #pragma once
 // Test helper for the rdma suite: run kvd (and kvload) as child processes.
 //
-// KvdProcess starts `kvd --bind ADDR --port 0`, reads its stdout until the
-// `kvd: listening on ADDR:PORT` line (log lines may come first) and keeps
-// draining stdout on a thread (echoed to stderr, for the test log) so the
-// server never blocks on a full pipe. The destructor stops it (SIGTERM, then
-// SIGKILL after 10 s). run_command() runs a program to completion with a
-// timeout and captures stdout/stderr. Single test thread; header-only.
+// KvdProcess starts `kvd --bind ADDR --port 0` with stdout and stderr on one
+// pipe, reads it until the `kvd: listening on ADDR:PORT` line (log lines may
+// come first) and keeps draining it on a thread (echoed to stderr, for the
+// test log) so the server never blocks on a full pipe. stats() asks kvd for
+// its counters (SIGUSR1 -> a `kvd: stats: name=value ...` line). The
+// destructor stops it (SIGTERM, then SIGKILL after 10 s). run_command() runs
+// a program to completion with a timeout and captures stdout/stderr. One test
+// thread drives a KvdProcess; header-only.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +18,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -67,6 +74,7 @@ class KvdProcess {
     if (pid_ < 0) throw std::runtime_error(detail::errno_text("fork"));
     if (pid_ == 0) {
       ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(out[1], STDERR_FILENO);
       ::execv(exe.c_str(), argv.data());
       std::fprintf(stderr, "exec %s: %s\n", exe.c_str(), std::strerror(errno));
       ::_exit(127);
@@ -102,14 +110,46 @@ class KvdProcess {
       }
       line.clear();
     }
-    drain_ = std::thread([fd = fd_] {
+    drain_ = std::thread([this, fd = fd_] {
       char buf[4096];
+      std::string partial;
       for (;;) {
         const ssize_t n = ::read(fd, buf, sizeof buf);
         if (n <= 0) return;
         std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
+        partial.append(buf, static_cast<std::size_t>(n));
+        for (auto nl = partial.find('\n'); nl != std::string::npos; nl = partial.find('\n')) {
+          static constexpr std::string_view kStats = "kvd: stats: ";
+          if (partial.compare(0, kStats.size(), kStats) == 0) {
+            std::lock_guard lock(mu_);
+            stats_line_ = partial.substr(kStats.size(), nl - kStats.size());
+            ++stats_seq_;
+            cv_.notify_all();
+          }
+          partial.erase(0, nl + 1);
+        }
       }
     });
+  }
+
+  // kvd's counters now (name -> value), nullopt if it did not answer in time.
+  std::optional<std::map<std::string, std::uint64_t>> stats(std::chrono::milliseconds timeout = 30s) {
+    std::unique_lock lock(mu_);
+    const std::uint64_t seen = stats_seq_;
+    if (pid_ <= 0 || ::kill(pid_, SIGUSR1) != 0) return std::nullopt;
+    if (!cv_.wait_for(lock, timeout, [&] { return stats_seq_ != seen; })) return std::nullopt;
+    std::map<std::string, std::uint64_t> out;
+    std::istringstream words(stats_line_);
+    std::string word;
+    while (words >> word) {
+      const auto eq = word.find('=');
+      if (eq == std::string::npos) continue;
+      try {
+        out[word.substr(0, eq)] = std::stoull(word.substr(eq + 1));
+      } catch (const std::exception&) {
+      }
+    }
+    return out;
   }
 
   KvdProcess(const KvdProcess&) = delete;
@@ -143,6 +183,10 @@ class KvdProcess {
   pid_t pid_ = -1;
   int fd_ = -1;
   std::uint16_t port_ = 0;
+  std::mutex mu_;  // the stats line, shared with the drain thread
+  std::condition_variable cv_;
+  std::string stats_line_;
+  std::uint64_t stats_seq_ = 0;
   std::thread drain_;
 };
 

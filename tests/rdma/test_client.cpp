@@ -89,8 +89,16 @@ TEST_F(ClientE2E, EagerLimitBoundary) {
   EXPECT_EQ(c->get_sync(key, v, found), Status::ok);
   EXPECT_TRUE(found);
   EXPECT_EQ(v, value_ok);
+  // key + value = 4096 crosses to the rendezvous path (docs/protocol.md).
+  const auto large_before = c->counters().sets_large;
+  EXPECT_EQ(c->set_sync(key, value_big), Status::ok);
+  EXPECT_EQ(c->counters().sets_large, large_before + 1);
+  EXPECT_EQ(c->get_sync(key, v, found), Status::ok);
+  EXPECT_EQ(v, value_big);
+  // Over the server's value limit: refused before anything is sent.
+  const std::string too_big(c->server_max_value() + 1, 'x');
   const auto sends_before = c->counters().sends_posted;
-  EXPECT_EQ(c->set_sync(key, value_big), Status::too_large);
+  EXPECT_EQ(c->set_sync(key, too_big), Status::too_large);
   EXPECT_EQ(c->counters().sends_posted, sends_before) << "a refused request must not be sent";
   EXPECT_EQ(to_errno(Status::too_large), E2BIG);
   // Key limits.

@@ -6,8 +6,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
+#include "kv/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 
@@ -97,6 +99,26 @@ TEST(KvloadE2E, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH}, {}, 60s).exit_code, 2);  // --server missing
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--depth", "0"}, {}, 60s).exit_code, 2);
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--bogus"}, {}, 60s).exit_code, 2);
+  EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--depth", "100000"}, {}, 60s).exit_code, 2);
+  const auto bad_mix = run_command({RKV_KVLOAD_PATH, "gen", "--sizes", "64,4q"}, {}, 60s);
+  EXPECT_EQ(bad_mix.exit_code, 2);
+  EXPECT_TRUE(contains(bad_mix.err, "4q")) << bad_mix.err;
+  EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "gen", "--get-ratio", "1.5"}, {}, 60s).exit_code, 2);
+}
+
+TEST(KvloadE2E, GenWritesAParsableWorkload) {
+  const auto r = run_command({RKV_KVLOAD_PATH, "gen", "--keys", "10", "--ops", "30", "--get-ratio", "0.3",
+                              "--sizes", "16:3,4k:1,1m:1", "--seed", "4"},
+                             {}, 60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  const kv::ParseResult parsed = kv::parse_workload(in);
+  ASSERT_TRUE(parsed.ok()) << r.out;
+  EXPECT_EQ(parsed.ops.size(), 40u);  // 10 preload SETs + 30 random ops
+  const auto again = run_command({RKV_KVLOAD_PATH, "gen", "--keys", "10", "--ops", "30", "--get-ratio", "0.3",
+                                  "--sizes", "16:3,4k:1,1m:1", "--seed", "4"},
+                                 {}, 60s);
+  EXPECT_EQ(again.out, r.out);  // deterministic
 }
 
 }  // namespace

@@ -180,7 +180,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
       EXPECT_TRUE(seen.insert(to_string(*op)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen.size(), 7u);
   seen.clear();
   for (unsigned v = 0; v < 0x10000; ++v) {
     if (auto s = status_from_wire(static_cast<std::uint16_t>(v))) {
@@ -189,7 +189,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
   }
   EXPECT_EQ(seen.size(), 6u);
   seen.clear();
-  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::rdv_reserved_nonzero); ++v) {
+  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::pull_not_allowed); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
   }
   EXPECT_EQ(to_string(Status::ok), "ok");
@@ -643,7 +643,7 @@ TEST(ProtoStrict, UnknownOpcode) {
 }
 
 TEST(ProtoStrict, ReservedFlags) {
-  for (unsigned bit = 2; bit < 16; ++bit) {
+  for (unsigned bit = 3; bit < 16; ++bit) {
     const auto flag = static_cast<std::uint16_t>(1u << bit);
     expect_reason(patched(msg::get_request(1, "k"), [flag](RawHeader& h) { h.flags |= flag; }),
                   Reason::reserved_flags);
@@ -979,6 +979,57 @@ TEST(ProtoConnect, ToString) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<ConnectError>(v))).second);
   }
   EXPECT_EQ(to_string(Role::server), "server");
+}
+
+}  // namespace
+}  // namespace rkv::proto
+
+namespace rkv::proto {
+namespace {
+
+// --- rendezvous additions: RELEASE and the PULL flag ------------------------
+
+TEST(ProtoRdv, ReleaseRoundTrip) {
+  const auto d = roundtrip(msg::release(0x00050007));
+  EXPECT_EQ(d.m.opcode(), Opcode::release);
+  EXPECT_EQ(d.m.header.req_id, 0x00050007u);
+  EXPECT_EQ(d.m.size, kHeaderSize);
+  EXPECT_TRUE(is_request(Opcode::release));
+  EXPECT_EQ(to_string(Opcode::release), "RELEASE");
+}
+
+TEST(ProtoRdv, ReleaseIsHeaderOnly) {
+  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
+  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.value_len = 1; }), Reason::value_not_allowed);
+  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.flags = kFlagRdv; }), Reason::rdv_not_allowed);
+  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
+  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.credits = 1; }), Reason::credits_in_request);
+  EXPECT_FALSE(check_message(msg::release(9)).has_value());
+}
+
+TEST(ProtoRdv, PullReplyRoundTrip) {
+  const RdvDesc desc{0x7f0000001000ull, 0xabcd};
+  const auto d = roundtrip(msg::get_reply_pull(3, 2, desc, std::uint64_t{64} << 20));
+  EXPECT_TRUE(d.m.found());
+  EXPECT_TRUE(d.m.header.rdv());
+  EXPECT_TRUE(d.m.header.pull());
+  ASSERT_TRUE(d.m.rdv.has_value());
+  EXPECT_EQ(*d.m.rdv, desc);
+  EXPECT_EQ(d.m.header.value_len, std::uint64_t{64} << 20);
+  const auto w = roundtrip(msg::get_reply_rdv(3, 2, desc, 100));
+  EXPECT_FALSE(w.m.header.pull());
+}
+
+TEST(ProtoRdv, PullOnlyOnRdvFoundGetReply) {
+  expect_reason(patched(msg::get_reply_found(1, 0, {}), [](RawHeader& h) { h.flags |= kFlagPull; }),
+                Reason::pull_not_allowed);
+  expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagPull; }),
+                Reason::pull_not_allowed);
+  expect_reason(patched(msg::set_reply(1, 0), [](RawHeader& h) { h.flags |= kFlagPull; }),
+                Reason::pull_not_allowed);
+  MessageSpec bad = msg::get_reply_found(1, 0, {});
+  bad.pull = true;  // the encoder refuses what the decoder would
+  EXPECT_EQ(check_message(bad), Reason::pull_not_allowed);
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+#pragma once
+// kvload's parsed command line and its two workload commands (kvload.cpp
+// parses; kvload_run.cpp runs a file; kvload_gen.cpp writes one).
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "kv/client.hpp"
+#include "kv/load/runner.hpp"
+
+namespace rkv::apps {
+
+struct KvloadFlags {
+  std::string server;
+  std::uint16_t port = kv::kDefaultPort;
+  std::string file;
+  bool json = false;
+  bool quiet = false;
+  unsigned depth = kv::load::kDefaultDepth;
+  bool verify = false;
+  unsigned stall_timeout_ms = 30'000;
+};
+
+// Runs the workload file with up to flags.depth operations in flight; returns the exit status.
+int kvload_run_file(const KvloadFlags& flags);
+
+// `kvload gen ...`: argv[0] is "gen". Returns the exit status.
+int kvload_gen_main(int argc, char** argv);
+
+}  // namespace rkv::apps

@@ -1,0 +1,112 @@
+// kvload --file: parse the whole workload, connect, run it through a LoadRun
+// (fibers, up to --depth in flight) on this thread's reactor, print the
+// summary. A progress line goes to stderr while stderr is a terminal.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kv/load/fiber.hpp"
+#include "kv/load/runner.hpp"
+#include "kv/report.hpp"
+#include "kv/workload.hpp"
+#include "kvload_flags.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::apps {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+void print_progress(const kv::load::LoadRun& run) {
+  const double s = run.elapsed_seconds();
+  std::fprintf(stderr, "\r%llu/%llu ops  %.0f ops/s  %llu errors  %zu in flight\x1b[K",
+               static_cast<unsigned long long>(run.done()), static_cast<unsigned long long>(run.total()),
+               s > 0 ? static_cast<double>(run.done()) / s : 0.0, static_cast<unsigned long long>(run.errors()),
+               run.in_flight());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int kvload_run_file(const KvloadFlags& f) {
+  std::ifstream in(f.file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "kvload: %s: cannot open\n", f.file.c_str());
+    return 1;
+  }
+  // Parse everything first: a bad file sends nothing.
+  const kv::ParseResult parsed = kv::parse_workload(in);
+  if (!parsed.ok()) {
+    for (const auto& e : parsed.errors) std::fprintf(stderr, "%s:%u: %s\n", f.file.c_str(), e.line, e.message.c_str());
+    if (parsed.errors_omitted > 0) {
+      std::fprintf(stderr, "%s: %zu more errors not shown\n", f.file.c_str(), parsed.errors_omitted);
+    }
+    std::fprintf(stderr, "kvload: %s: %zu errors, nothing sent\n", f.file.c_str(),
+                 parsed.errors.size() + parsed.errors_omitted);
+    return 1;
+  }
+
+  reactor::Reactor reactor;
+  kv::ClientOptions copt;
+  copt.max_in_flight = f.depth;  // receive buffers = requests in flight
+  std::unique_ptr<kv::Client> client;
+  try {
+    client = kv::Client::connect(reactor, f.server, f.port, copt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvload: %s\n", e.what());
+    return 1;
+  }
+
+  kv::load::LoadOptions lopt;
+  lopt.depth = f.depth;
+  lopt.verify = f.verify;
+  lopt.name = f.file;
+  lopt.stall_timeout = std::chrono::milliseconds(f.stall_timeout_ms);
+  const bool show_progress = !f.quiet && ::isatty(STDERR_FILENO) == 1;
+  if (!f.quiet) {
+    lopt.on_error = [show_progress](const std::string& line) {  // over the progress line, if any
+      std::fprintf(stderr, show_progress ? "\r%s\x1b[K\n" : "%s\n", line.c_str());
+    };
+  }
+  std::optional<kv::Report> report;
+  kv::ClientCounters counters;
+  std::size_t max_in_flight = 0;
+  {
+    kv::load::Scheduler scheduler;
+    kv::load::LoadRun run(scheduler, *client, parsed.ops, lopt);
+    run.start();
+    reactor::Timer progress;
+    if (show_progress) progress = reactor.every(500ms, [&run] { print_progress(run); });
+    kv::load::drive(reactor, scheduler, [&run] { return run.finished(); }, std::chrono::hours(24 * 365),
+                    [&run] { run.check_stall(reactor::Reactor::now()); });
+    progress.reset();
+    if (show_progress) std::fputs("\r\x1b[K", stderr);
+    counters = client->counters();
+    max_in_flight = run.max_in_flight();
+    client->close();  // before the scheduler goes: callbacks wake its fibers
+    report = run.report();
+  }
+  if (client->state() == kv::ConnState::failed && !f.quiet) {
+    std::fprintf(stderr, "kvload: connection failed: %s\n", client->failure().c_str());
+  }
+  client.reset();
+  if (!f.quiet && !f.json) {
+    std::fprintf(stderr, "kvload: %llu requests in %llu sends (%.2f per send), up to %zu in flight (depth %u)\n",
+                 static_cast<unsigned long long>(counters.messages_sent),
+                 static_cast<unsigned long long>(counters.sends_posted), counters.messages_per_send(), max_in_flight,
+                 f.depth);
+  }
+  if (f.json) {
+    std::printf("%s\n", kv::to_json(*report).c_str());
+  } else {
+    std::printf("%s", kv::to_text(*report).c_str());
+  }
+  return report->errors() > 0 || report->mismatches > 0 ? 1 : 0;
+}
+
+}  // namespace rkv::apps

@@ -1,0 +1,62 @@
+// await_set/await_get: see await.hpp.
+#include "kv/load/await.hpp"
+
+#include <memory>
+#include <utility>
+
+namespace rkv::kv::load {
+
+namespace {
+
+// Shared by the waiting fiber and the op's callback.
+struct Pending {
+  Scheduler* scheduler;  // null once the fiber stopped waiting (cancelled)
+  FiberId fiber;
+  bool keep_value = false;
+  bool done = false;
+  OpResult result;
+
+  void complete(Status st, bool found, std::span<const std::byte> value) noexcept {
+    result.status = st;
+    result.found = found;
+    result.size = value.size();
+    if (keep_value) {
+      try {
+        result.value.assign(value.begin(), value.end());
+      } catch (...) {  // out of memory here: the bytes cannot be checked
+        result.status = Status::no_memory;
+      }
+    }
+    done = true;
+    if (scheduler != nullptr) scheduler->wake(fiber);
+  }
+};
+
+OpResult wait_for(Scheduler& s, const std::shared_ptr<Pending>& p) {
+  try {
+    while (!p->done) s.suspend();
+  } catch (...) {
+    p->scheduler = nullptr;
+    throw;
+  }
+  return std::move(p->result);
+}
+
+}  // namespace
+
+OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value) {
+  auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
+  const Status st =
+      c.set(key, value, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  if (st != Status::ok) return OpResult{st, false, 0, {}};
+  return wait_for(s, p);
+}
+
+OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value) {
+  auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
+  const Status st = c.get(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  if (st != Status::ok) return OpResult{st, false, 0, {}};
+  return wait_for(s, p);
+}
+
+}  // namespace rkv::kv::load

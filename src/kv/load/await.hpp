@@ -1,0 +1,39 @@
+#pragma once
+// Awaiting kv::Client operations from a fiber: submit with a callback that
+// records the outcome and wakes the fiber, then suspend until it ran. Many
+// fibers awaiting at once = many requests in flight on one connection.
+//
+// Lifetime: the Scheduler must outlive every callback of an op it awaits, i.e.
+// close (or destroy) the Client before the Scheduler. A fiber cancelled while
+// it waits (~Scheduler) detaches from its op, whose callback then only
+// records; but a SET's value bytes are the fiber's, so close the Client
+// (completing its ops) before cancelling fibers with SETs in flight.
+// Large SET values are registered through the Client's pin-down cache: reuse
+// the buffer, and Client::forget() it before freeing it.
+//
+// Thread: the reactor's (= the scheduler's) thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kv/client.hpp"
+#include "kv/load/fiber.hpp"
+
+namespace rkv::kv::load {
+
+struct OpResult {
+  Status status = Status::ok;    // no_memory also if a GET's bytes could not be copied here
+  bool found = false;            // GET
+  std::uint64_t size = 0;        // GET: value bytes received
+  std::vector<std::byte> value;  // GET with keep_value: the bytes
+};
+
+// Fiber only. A refused submit returns at once with its status.
+// `value` must stay alive and unchanged until this returns.
+[[nodiscard]] OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value);
+[[nodiscard]] OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value);
+
+}  // namespace rkv::kv::load

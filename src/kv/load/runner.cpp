@@ -1,0 +1,164 @@
+// LoadRun and drive(): see runner.hpp.
+#include "kv/load/runner.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "kv/load/await.hpp"
+
+namespace rkv::kv::load {
+
+std::string_view to_string(RunState s) noexcept {
+  switch (s) {
+    case RunState::idle: return "idle";
+    case RunState::running: return "running";
+    case RunState::finished: return "finished";
+  }
+  return "invalid";
+}
+
+LoadRun::LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& ops, LoadOptions options)
+    : scheduler_(&scheduler), client_(&client), ops_(&ops), options_(std::move(options)), gate_(scheduler) {
+  options_.depth = std::clamp(options_.depth, 1u, kMaxDepth);
+  report_.name = options_.name;
+}
+
+void LoadRun::start() {
+  if (state_ != RunState::idle) return;
+  start_ = last_progress_ = Clock::now();
+  state_ = RunState::running;
+  const std::size_t n = std::min<std::size_t>(options_.depth, ops_->size());
+  if (n == 0) {
+    state_ = RunState::finished;
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    scheduler_->spawn([this] { worker(); });
+    ++workers_;
+  }
+}
+
+double LoadRun::elapsed_seconds() const noexcept {
+  if (state_ == RunState::idle) return 0.0;
+  if (state_ == RunState::finished) return report_.seconds;
+  return std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+void LoadRun::worker() {
+  struct Exit {  // runs on return and on cancellation alike
+    LoadRun* run;
+    ~Exit() {
+      if (--run->workers_ == 0) {
+        run->report_.seconds = std::chrono::duration<double>(Clock::now() - run->start_).count();
+        run->state_ = RunState::finished;
+      }
+    }
+  } exit{this};
+  // SET values are built here and reused, so large ones stay registered in
+  // the client's pin-down cache; forgotten before the memory goes.
+  struct ValueBuffer {
+    Client* client;
+    std::vector<std::byte> bytes;
+    ~ValueBuffer() { client->forget(bytes); }
+  } buf{client_, {}};
+  while (next_ < ops_->size()) {
+    const Op& op = (*ops_)[next_++];
+    const KeyGate::Guard key = gate_.lock(op.key);  // earlier ops on this key are done
+    switch (op.kind) {
+      case Op::Kind::set: {
+        const std::uint64_t size = value_size(op.value);
+        if (size > buf.bytes.capacity()) {
+          client_->forget(buf.bytes);
+          buf.bytes = std::vector<std::byte>();  // free before allocating the bigger one
+        }
+        buf.bytes.resize(size);
+        run_set(op, buf.bytes);
+        break;
+      }
+      case Op::Kind::get: run_get(op); break;
+    }
+    ++done_;
+  }
+}
+
+void LoadRun::begin_op() {
+  ++in_flight_;
+  max_in_flight_ = std::max(max_in_flight_, in_flight_);
+}
+
+void LoadRun::end_op() {
+  --in_flight_;
+  last_progress_ = Clock::now();
+}
+
+void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
+  write_value(op.value, value);
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_set(*scheduler_, *client_, op.key, value);
+  end_op();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  const bool ok = r.status == Status::ok;
+  report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
+                 static_cast<std::uint64_t>(ns), ok);
+  if (options_.verify) {
+    if (ok) {
+      expected_.insert_or_assign(op.key, op.value);
+    } else {
+      expected_.insert_or_assign(op.key, std::nullopt);
+    }
+  }
+  if (!ok) error_line(op, std::string(to_string(r.status)));
+}
+
+void LoadRun::run_get(const Op& op) {
+  const ValueSpec* want = nullptr;  // --verify: the value this run last SET (null: unchecked)
+  if (options_.verify) {
+    if (const auto it = expected_.find(op.key); it != expected_.end() && it->second) want = &*it->second;
+  }
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_get(*scheduler_, *client_, op.key, want != nullptr);
+  end_op();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  const bool ok = r.status == Status::ok;
+  const std::uint64_t size = ok ? r.size : (want != nullptr ? value_size(*want) : 0);
+  report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,
+                 static_cast<std::uint64_t>(ns), ok);
+  if (!ok) {
+    error_line(op, std::string(to_string(r.status)));
+    return;
+  }
+  if (want != nullptr && (!r.found || !matches(*want, r.value))) {
+    ++report_.mismatches;
+    error_line(op, r.found ? "returned other bytes than were SET (" + std::to_string(r.size) + " bytes, expected " +
+                                 std::to_string(value_size(*want)) + ")"
+                           : "found nothing, expected the value SET before");
+  }
+}
+
+void LoadRun::error_line(const Op& op, const std::string& what) {
+  ++error_lines_;
+  if (!options_.on_error || error_lines_ > options_.max_error_lines + 1) return;
+  if (error_lines_ == options_.max_error_lines + 1) {
+    options_.on_error(options_.name + ": more errors; not shown");
+    return;
+  }
+  options_.on_error(options_.name + ":" + std::to_string(op.line) + ": " + std::string(to_string(op.kind)) + " " +
+                    op.key + ": " + what);
+}
+
+void LoadRun::check_stall(Clock::time_point now) {
+  if (state_ != RunState::running || stalled_ || in_flight_ == 0) return;
+  if (now - last_progress_ < options_.stall_timeout) return;
+  stalled_ = true;
+  if (options_.on_error) {
+    options_.on_error(options_.name + ": no reply for " + std::to_string(options_.stall_timeout.count()) +
+                      " ms with " + std::to_string(in_flight_) + " requests in flight; closing the connection");
+  }
+  client_->close();  // every pending op completes with Status::closed; later submits are refused
+}
+
+}  // namespace rkv::kv::load

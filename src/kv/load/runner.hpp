@@ -1,0 +1,129 @@
+#pragma once
+// LoadRun: one client's pipelined run of a parsed workload, the engine of
+// `kvload --depth N`.
+//
+// start() spawns min(depth, ops) worker fibers on the given Scheduler. Each
+// worker takes the next operation in file order, waits (KeyGate) until this
+// run's earlier operations on the same key have completed, submits it to the
+// Client and parks until the reply: up to `depth` requests in flight, one per
+// key at a time, so a GET after a SET of the same key in the file sees that
+// SET (or a later write by another client). Operations on different keys
+// overtake each other freely. Several LoadRuns (several Clients) may share one
+// Scheduler and Reactor.
+//
+// Recording (kv::Report): latency is submit -> reply (time spent waiting for
+// the key is not included); count/errors per (kind x size class). A GET's
+// size class is that of the value it returned (of the value expected, if it
+// failed). With `verify`, the keys this run SETs are its own: a GET of such a
+// key must return exactly the value last SET (mismatches counted); a SET that
+// failed makes the key's value unknown (its GETs are not checked until the
+// next successful SET); GETs of keys never SET are not checked.
+//
+// Errors never hang a run: a refused submit (too_large, not_connected after a
+// connection failure) completes the op at once with that status; a connection
+// failure completes every pending op with an error; and check_stall() closes
+// the connection when ops are pending but none completed for stall_timeout.
+//
+// Thread: the reactor's; fibers run between reactor iterations (drive()).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/client.hpp"
+#include "kv/load/drive.hpp"
+#include "kv/load/fiber.hpp"
+#include "kv/load/key_gate.hpp"
+#include "kv/report.hpp"
+#include "kv/workload.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::kv::load {
+
+inline constexpr unsigned kDefaultDepth = 16;
+inline constexpr unsigned kMaxDepth = 1024;
+
+struct LoadOptions {
+  unsigned depth = kDefaultDepth;  // operations in flight, 1..kMaxDepth
+  bool verify = false;
+  std::string name;                // the report's name and the prefix of error lines (the file)
+  std::size_t max_error_lines = 10;  // per-op error/mismatch lines; later ones are only counted
+  std::function<void(const std::string&)> on_error;  // one line, no newline; null: silent
+  std::chrono::milliseconds stall_timeout{30'000};
+};
+
+enum class RunState : std::uint8_t {
+  idle,      // constructed, start() not called
+  running,   // workers alive
+  finished,  // every worker ended; report() is final
+};
+
+[[nodiscard]] std::string_view to_string(RunState s) noexcept;
+
+class LoadRun {
+ public:
+  // `scheduler`, `client` and `ops` must outlive the run.
+  LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& ops, LoadOptions options);
+
+  LoadRun(const LoadRun&) = delete;
+  LoadRun& operator=(const LoadRun&) = delete;
+  LoadRun(LoadRun&&) = delete;
+  LoadRun& operator=(LoadRun&&) = delete;
+  ~LoadRun() = default;  // destroy the Scheduler (or let the run finish) first if fibers are alive
+
+  // Spawns the workers (they run at the next Scheduler::run_ready()) and
+  // starts the clock. Throws std::bad_alloc / std::system_error (stacks).
+  void start();
+  // From the main context between reactor iterations: fails the connection
+  // when ops are in flight and none completed for stall_timeout.
+  void check_stall(reactor::Reactor::Clock::time_point now);
+
+  [[nodiscard]] RunState state() const noexcept { return state_; }
+  [[nodiscard]] bool finished() const noexcept { return state_ == RunState::finished; }
+  // Final once finished() (seconds = start() to the last completion).
+  [[nodiscard]] const Report& report() const noexcept { return report_; }
+  [[nodiscard]] std::uint64_t total() const noexcept { return ops_->size(); }
+  [[nodiscard]] std::uint64_t done() const noexcept { return done_; }
+  [[nodiscard]] std::uint64_t errors() const noexcept { return report_.errors(); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t max_in_flight() const noexcept { return max_in_flight_; }  // most at once
+  [[nodiscard]] double elapsed_seconds() const noexcept;
+  [[nodiscard]] bool stalled() const noexcept { return stalled_; }
+
+ private:
+  using Clock = reactor::Reactor::Clock;
+
+  void worker();
+  void run_set(const Op& op, std::span<std::byte> value);
+  void run_get(const Op& op);
+  void error_line(const Op& op, const std::string& what);
+  void begin_op();
+  void end_op();
+
+  Scheduler* scheduler_;
+  Client* client_;
+  const std::vector<Op>* ops_;
+  LoadOptions options_;
+  KeyGate gate_;
+  RunState state_ = RunState::idle;
+  Report report_;
+  std::size_t next_ = 0;     // next op to take, in file order
+  std::size_t workers_ = 0;  // alive
+  std::uint64_t done_ = 0;
+  std::size_t in_flight_ = 0;
+  std::size_t max_in_flight_ = 0;
+  std::size_t error_lines_ = 0;
+  bool stalled_ = false;
+  Clock::time_point start_{};
+  Clock::time_point last_progress_{};
+  // --verify: the value last SET per key; nullopt = unknown (that SET failed).
+  std::unordered_map<std::string, std::optional<ValueSpec>> expected_;
+};
+
+}  // namespace rkv::kv::load

@@ -1,0 +1,177 @@
+// protocol suite: the rendezvous path of ClientConn through
+// FakeLink + FakeRegistrar: what they post (RDMA READ/WRITE, replies,
+// RELEASE), pins and their release, errors mid-transfer.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fake_link.hpp"
+#include "fake_registrar.hpp"
+#include "kv/client_conn.hpp"
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+
+namespace rkv::kv {
+namespace {
+
+using proto::Opcode;
+using test::FakeLink;
+using test::FakeRegistrar;
+using verbs::CompletionOpcode;
+using verbs::CompletionStatus;
+
+std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
+  std::vector<std::byte> out(8192);
+  proto::Encoder enc(out);
+  for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
+  out.resize(enc.size());
+  return out;
+}
+
+std::vector<proto::MessageView> decode(const std::vector<std::byte>& b) {
+  std::vector<proto::MessageView> out;
+  proto::Decoder d(b);
+  for (;;) {
+    auto r = d.next();
+    if (auto* m = std::get_if<proto::MessageView>(&r)) {
+      out.push_back(*m);
+      continue;
+    }
+    EXPECT_TRUE(std::holds_alternative<proto::EndOfBuffer>(r));
+    return out;
+  }
+}
+
+std::string text(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+// --- ClientConn -----------------------------------------------------------------
+
+class ClientRdv : public ::testing::Test {
+ protected:
+  ClientRdv() : recv_(4, 8192), send_(4, 8192) {
+    RdvOptions o;
+    o.landing_size = 16384;
+    o.landing_spares = 1;
+    cc_ = std::make_unique<ClientConn>(link_, recv_, send_, &reg_, o);
+    EXPECT_EQ(cc_->post_receives(), 0);
+    cc_->on_established(4, 8192, 1u << 20);
+  }
+  void reply(std::initializer_list<proto::MessageSpec> specs) {
+    cc_->on_completion(FakeLink::deliver(link_.recvs[next_recv_++ % 4], pack(specs)));
+  }
+
+  FakeLink link_;
+  FakeRegistrar reg_;
+  BufferPool recv_, send_;
+  std::unique_ptr<ClientConn> cc_;
+  std::size_t next_recv_ = 0;
+};
+
+TEST_F(ClientRdv, LargeSetSendsADescriptorOfTheRegisteredValue) {
+  EXPECT_EQ(reg_.registrations(), 1u) << "the spare landing buffer, at setup";
+  std::vector<std::byte> value(100000, std::byte{'v'});
+  Status got = Status::invalid_use;
+  ASSERT_EQ(cc_->submit_set("k", value, [&](Status s, bool, std::span<const std::byte>) { got = s; }), Status::ok);
+  EXPECT_EQ(reg_.registrations(), 2u) << "registered before the SEND: its rkey is in it";
+  EXPECT_EQ(reg_.last_access, verbs::Access::remote_read);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  ASSERT_EQ(m.size(), 1u);
+  ASSERT_TRUE(m[0].rdv);
+  EXPECT_EQ(m[0].rdv->addr, reinterpret_cast<std::uint64_t>(value.data()));
+  EXPECT_EQ(m[0].header.value_len, value.size());
+  reply({proto::msg::set_reply(m[0].header.req_id, 1)});
+  EXPECT_EQ(got, Status::ok);
+  // Same buffer again: a cache hit.
+  ASSERT_EQ(cc_->submit_set("k", value, nullptr), Status::ok);
+  EXPECT_EQ(reg_.registrations(), 2u);
+  EXPECT_EQ(cc_->counters().sets_large, 1u);
+  EXPECT_EQ(cc_->counters().bytes_copied, 0u);
+  // Over the server's limit: refused before anything is sent.
+  std::vector<std::byte> huge((1u << 20) + 1);
+  EXPECT_EQ(cc_->submit_set("k", huge, nullptr), Status::too_large);
+}
+
+TEST_F(ClientRdv, GetOffersALandingBufferTheServerWrites) {
+  std::string seen;
+  ASSERT_EQ(cc_->submit_get("k", [&](Status s, bool found, std::span<const std::byte> v) {
+    EXPECT_EQ(s, Status::ok);
+    EXPECT_TRUE(found);
+    seen = text(v);
+  }),
+            Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  ASSERT_TRUE(m[0].rdv) << "a landing buffer is offered";
+  EXPECT_EQ(m[0].header.value_len, 16384u);
+  auto* dst = reinterpret_cast<std::byte*>(m[0].rdv->addr);
+  std::memset(dst, 'w', 9000);  // the server's RDMA WRITE
+  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, 9000)});
+  EXPECT_EQ(seen, std::string(9000, 'w'));
+  EXPECT_EQ(cc_->counters().gets_written, 1u);
+  EXPECT_EQ(cc_->counters().rdma_reads, 0u);
+  EXPECT_EQ(reg_.registrations(), 1u) << "the lent buffer counts as a spare and comes back: no registration";
+}
+
+TEST_F(ClientRdv, PulledGetIsReadThenReleased) {
+  std::string seen;
+  std::unique_ptr<LandingBuffer> kept;
+  ASSERT_EQ(cc_->submit_get("k", [&](Status, bool, std::span<const std::byte> v) {
+    seen = text(v);
+    kept = cc_->adopt_landing();
+  }),
+            Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  const std::uint32_t id = m[0].header.req_id;
+  std::vector<std::byte> server(50000, std::byte{'p'});
+  reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  ASSERT_EQ(link_.reads.size(), 1u);
+  EXPECT_EQ(link_.reads[0].rkey, 9u);
+  EXPECT_TRUE(seen.empty()) << "delivered only after the READ";
+  std::memcpy(link_.reads[0].target.data(), server.data(), server.size());  // the HCA's READ
+  cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 50000));
+  EXPECT_EQ(seen.size(), 50000u);
+  ASSERT_TRUE(kept);
+  EXPECT_FALSE(kept->registered()) << "adopted: no remote access any more";
+  EXPECT_EQ(reinterpret_cast<const char*>(kept->data().data())[50000], '\0');
+  // The RELEASE goes alone (nothing queued, credits to spare).
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto rel = decode(link_.sends.back().bytes);
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].opcode(), Opcode::release);
+  EXPECT_EQ(rel[0].header.req_id, id);
+  EXPECT_EQ(cc_->counters().releases_sent, 1u);
+  EXPECT_EQ(cc_->counters().messages_sent, 2u);
+}
+
+TEST_F(ClientRdv, ReleaseIsFoldedIntoTheNextRequest) {
+  ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
+  std::vector<std::byte> server(20000);
+  reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  ASSERT_EQ(cc_->submit_get("other", nullptr), Status::ok);  // queued before the READ completes
+  cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 20000));
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends.back().bytes);
+  ASSERT_EQ(m.size(), 2u) << "RELEASE + GET in one SEND";
+  EXPECT_EQ(m[0].opcode(), Opcode::release);
+  EXPECT_EQ(m[1].opcode(), Opcode::get);
+}
+
+TEST_F(ClientRdv, FailedReadFailsTheConnection) {
+  Status got = Status::ok;
+  ASSERT_EQ(cc_->submit_get("k", [&](Status s, bool, std::span<const std::byte>) { got = s; }), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
+  reply({proto::msg::get_reply_pull(id, 1, {0x1234, 9}, 20000)});
+  EXPECT_EQ(cc_->outstanding_work(), 4u + 1u + 1u) << "receives, the GET's send, the READ";
+  cc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::remote_access_error));
+  EXPECT_EQ(got, Status::connection_failed);
+  EXPECT_EQ(cc_->state(), ConnState::failed);
+}
+
+}  // namespace
+}  // namespace rkv::kv

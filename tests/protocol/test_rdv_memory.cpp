@@ -1,0 +1,139 @@
+// Arena and RegCache logic with a FakeRegistrar (no device): size classes,
+// growth in chunks, top-up off the critical path, reuse after the last
+// reference, limits; cache hits by containment, LRU eviction over budget,
+// leases that block eviction, forget().
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fake_registrar.hpp"
+#include "kv/arena.hpp"
+#include "kv/reg_cache.hpp"
+
+namespace rkv::kv {
+namespace {
+
+using test::FakeRegistrar;
+
+TEST(Arena, SizeClassesAndChunks) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 1u << 20, 64u << 20});
+  EXPECT_EQ(arena.block_size(1), 4096u);
+  EXPECT_EQ(arena.block_size(4097), 8192u);
+  EXPECT_EQ(arena.block_size(1u << 20), 1u << 20);
+  auto a = arena.allocate(5000);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->bytes.size(), 5000u);
+  EXPECT_EQ(reg.registrations(), 1u);  // one 1 MiB chunk of 8 KiB blocks
+  EXPECT_EQ(reg.last_access, verbs::Access::local_write | verbs::Access::remote_read);
+  std::vector<std::shared_ptr<LargeValue>> many;
+  for (int i = 0; i < 127; ++i) many.push_back(arena.allocate(8192));  // the rest of the chunk
+  EXPECT_EQ(reg.registrations(), 1u);
+  EXPECT_EQ(arena.stats().blocks_in_use, 128u);
+  auto b = arena.allocate(8192);  // empty class: grows on demand
+  EXPECT_EQ(reg.registrations(), 2u);
+  EXPECT_NE(b->addr, a->addr);
+  EXPECT_EQ(a->addr, reinterpret_cast<std::uint64_t>(a->bytes.data()));
+  EXPECT_EQ(a->rkey, 2001u);
+}
+
+TEST(Arena, TopUpKeepsTheNextAllocationFree) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 4u << 20, 64u << 20});
+  auto v1 = arena.allocate(3u << 20);  // 4 MiB class: one block per chunk
+  EXPECT_EQ(reg.registrations(), 1u);
+  arena.top_up();                      // after the replies are posted
+  EXPECT_EQ(reg.registrations(), 2u);
+  const auto before = reg.registrations();
+  // Steady state: overwrite pattern (new block, then the old one freed).
+  for (int i = 0; i < 10; ++i) {
+    auto v2 = arena.allocate(3u << 20);
+    ASSERT_TRUE(v2);
+    arena.top_up();
+    v1 = std::move(v2);  // old block back to the free list
+    arena.top_up();
+  }
+  EXPECT_LE(reg.registrations() - before, 1u) << "growth only until the free list covers the pattern";
+}
+
+TEST(Arena, BlockReusedOnlyAfterTheLastReference) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 8192, 64u << 20});  // two 4 KiB blocks per chunk
+  auto a = arena.allocate(4096);
+  auto b = arena.allocate(4096);
+  auto pin = a;  // a transfer's pin
+  const auto addr = a->addr;
+  a.reset();
+  auto c = arena.allocate(4096);
+  EXPECT_NE(c->addr, addr) << "still pinned";
+  pin.reset();
+  auto d = arena.allocate(4096);
+  EXPECT_EQ(d->addr, addr);
+  EXPECT_EQ(arena.stats().blocks_in_use, 3u);
+}
+
+TEST(Arena, LimitAndRegistrationFailureGiveNull) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 1u << 20, 2u << 20});
+  auto a = arena.allocate(2u << 20);
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(arena.allocate(4096)) << "over max_bytes";
+  Arena other(reg, {4096, 1u << 20, 64u << 20});
+  reg.fail_next = true;
+  EXPECT_FALSE(other.allocate(4096));
+  EXPECT_TRUE(other.allocate(4096));
+}
+
+TEST(Arena, BlocksOutliveTheArena) {
+  FakeRegistrar reg;
+  std::shared_ptr<LargeValue> v;
+  {
+    Arena arena(reg, {});
+    v = arena.allocate(10000);
+  }
+  EXPECT_EQ(reg.live, 1);
+  v->bytes[0] = std::byte{1};  // still mapped and registered
+  v.reset();
+  EXPECT_EQ(reg.live, 0);
+}
+
+TEST(RegCache, HitByContainmentAndLru) {
+  FakeRegistrar reg;
+  RegCache cache(reg, 3 * 4096);
+  std::vector<std::byte> a(4096), b(4096), c(4096), d(4096);
+  {
+    auto l1 = cache.acquire(a, verbs::Access::remote_read);
+    EXPECT_EQ(l1.addr_of(a.data() + 10), reinterpret_cast<std::uint64_t>(a.data()) + 10);
+    auto l2 = cache.acquire(std::span(a).subspan(100, 200), verbs::Access::remote_read);  // inside: hit
+    EXPECT_EQ(l2.rkey(), l1.rkey());
+    auto l3 = cache.acquire(a, verbs::Access::local_write);  // other access: miss
+    EXPECT_NE(l3.rkey(), l1.rkey());
+  }
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().misses, 2u);
+  (void)cache.acquire(b, verbs::Access::remote_read);
+  (void)cache.acquire(c, verbs::Access::remote_read);  // 4 entries > budget of 3: LRU evicted
+  EXPECT_EQ(cache.stats().entries, 3u);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  EXPECT_EQ(reg.live, 3);
+}
+
+TEST(RegCache, LeasesBlockEvictionAndForget) {
+  FakeRegistrar reg;
+  RegCache cache(reg, 4096);
+  std::vector<std::byte> a(4096), b(4096);
+  auto la = cache.acquire(a, verbs::Access::remote_read);
+  auto lb = cache.acquire(b, verbs::Access::remote_read);
+  EXPECT_EQ(reg.live, 2) << "both in use: over budget but not evictable";
+  la.reset();
+  EXPECT_EQ(reg.live, 1) << "released and over budget: evicted";
+  cache.forget(b);  // in use: dropped at release
+  EXPECT_EQ(reg.live, 1);
+  lb.reset();
+  EXPECT_EQ(reg.live, 0);
+  auto again = cache.acquire(b, verbs::Access::remote_read);
+  EXPECT_EQ(cache.stats().misses, 3u) << "forgotten: registered again";
+}
+
+}  // namespace
+}  // namespace rkv::kv

@@ -1,0 +1,212 @@
+// protocol suite: the rendezvous path of ServerConn through
+// FakeLink + FakeRegistrar: what they post (RDMA READ/WRITE, replies,
+// RELEASE), pins and their release, errors mid-transfer.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fake_link.hpp"
+#include "fake_registrar.hpp"
+#include "kv/arena.hpp"
+#include "kv/server_conn.hpp"
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+
+namespace rkv::kv {
+namespace {
+
+using proto::Opcode;
+using test::FakeLink;
+using test::FakeRegistrar;
+using verbs::CompletionOpcode;
+using verbs::CompletionStatus;
+
+std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
+  std::vector<std::byte> out(8192);
+  proto::Encoder enc(out);
+  for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
+  out.resize(enc.size());
+  return out;
+}
+
+std::vector<proto::MessageView> decode(const std::vector<std::byte>& b) {
+  std::vector<proto::MessageView> out;
+  proto::Decoder d(b);
+  for (;;) {
+    auto r = d.next();
+    if (auto* m = std::get_if<proto::MessageView>(&r)) {
+      out.push_back(*m);
+      continue;
+    }
+    EXPECT_TRUE(std::holds_alternative<proto::EndOfBuffer>(r));
+    return out;
+  }
+}
+
+std::string text(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+
+class ServerRdv : public ::testing::Test {
+ protected:
+  ServerRdv() : recv_(4, 8192), send_(8, 8192), arena_(reg_, {4096, 1u << 20, 64u << 20}) {
+    ServerConnConfig cfg;
+    cfg.credits = 4;
+    cfg.generation = 3;
+    cfg.peer_recv_size = 8192;
+    cfg.max_value = 1u << 20;
+    cfg.max_transfers = 2;
+    cfg.max_pins = 2;
+    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg, &arena_);
+    EXPECT_EQ(sc_->start(), Verdict::keep);
+    sc_->on_established();
+  }
+  // Delivers one SEND into the next posted receive, then flushes.
+  Verdict request(const std::vector<std::byte>& bytes) {
+    const auto& r = link_.recvs[next_recv_++];
+    const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
+    (void)sc_->flush();
+    return v;
+  }
+  std::vector<proto::MessageView> last_send() { return decode(link_.sends.back().bytes); }
+
+  FakeLink link_;
+  FakeRegistrar reg_;
+  BufferPool recv_, send_;
+  Store store_;
+  ServerCounters counters_;
+  Arena arena_;
+  std::unique_ptr<ServerConn> sc_;
+  std::size_t next_recv_ = 0;
+};
+
+TEST_F(ServerRdv, LargeSetIsOneReadThenTheReply) {
+  std::vector<std::byte> client(100000);
+  const proto::RdvDesc desc{0x1000, 77};
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(5, "big", desc, client.size())})), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 1u);
+  EXPECT_TRUE(link_.sends.empty()) << "the reply waits for the READ";
+  const auto& rd = link_.reads[0];
+  EXPECT_EQ(rd.remote_addr, 0x1000u);
+  EXPECT_EQ(rd.rkey, 77u);
+  ASSERT_EQ(rd.target.size(), client.size());
+  EXPECT_EQ(counters_.pinned, 1u);
+  EXPECT_EQ(counters_.transfers, 1u);
+  std::memset(rd.target.data(), 'x', rd.target.size());  // the HCA's READ
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(rd, CompletionOpcode::rdma_read)), Verdict::keep);
+  (void)sc_->flush();
+  ASSERT_EQ(link_.sends.size(), 1u);
+  const auto r = last_send();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode(), Opcode::set_reply);
+  EXPECT_EQ(r[0].header.req_id, 5u);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_EQ(r[0].header.credits, 1u) << "the request's buffer credit rides on the deferred reply";
+  const auto hit = store_.get("big");
+  ASSERT_TRUE(hit.found && hit.large);
+  EXPECT_EQ(hit.value, std::string(client.size(), 'x'));
+  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(counters_.transfers, 0u);
+  EXPECT_EQ(counters_.rdma_reads, 1u);
+  EXPECT_EQ(counters_.bytes_copied, 0u);
+}
+
+TEST_F(ServerRdv, OverTheLimitIsTooLargeBeforeAllocating) {
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(1, "k", {0x1000, 1}, (1u << 20) + 1)})), Verdict::keep);
+  EXPECT_TRUE(link_.reads.empty());
+  EXPECT_EQ(reg_.registrations(), 0u) << "nothing allocated";
+  const auto r = last_send();
+  EXPECT_EQ(r[0].header.status, proto::Status::too_large);
+  EXPECT_EQ(counters_.too_large, 1u);
+}
+
+// Stores a large value the way a SET does.
+void put_large(Arena& arena, Store& store, std::string_view key, char fill, std::size_t n) {
+  auto v = arena.allocate(n);
+  std::memset(v->bytes.data(), fill, n);
+  store.set_large(key, v);
+}
+
+TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {
+  put_large(arena_, store_, "v", 'a', 10000);
+  ASSERT_EQ(request(pack({proto::msg::get_request_rdv(9, "v", {0x5000, 55}, 16384)})), Verdict::keep);
+  ASSERT_EQ(link_.writes.size(), 1u);
+  EXPECT_EQ(link_.writes[0].remote_addr, 0x5000u);
+  EXPECT_EQ(link_.writes[0].rkey, 55u);
+  EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
+  const auto r = last_send();  // posted after the WRITE: RC order makes it visible first
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r[0].found() && r[0].header.rdv() && !r[0].header.pull());
+  EXPECT_EQ(r[0].rdv->addr, 0x5000u);
+  EXPECT_EQ(r[0].header.value_len, 10000u);
+  EXPECT_EQ(counters_.pinned, 1u) << "until the WRITE completes";
+  put_large(arena_, store_, "v", 'b', 10000);  // overwrite during the transfer
+  EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
+  (void)sc_->on_completion(FakeLink::complete(link_.writes[0], CompletionOpcode::rdma_write));
+  EXPECT_EQ(counters_.pinned, 0u);
+}
+
+TEST_F(ServerRdv, GetWithoutABigEnoughOfferIsPulledAndReleased) {
+  put_large(arena_, store_, "v", 'c', 50000);
+  ASSERT_EQ(request(pack({proto::msg::get_request_rdv(4, "v", {0x5000, 55}, 4096)})), Verdict::keep);
+  EXPECT_TRUE(link_.writes.empty());
+  auto r = last_send();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r[0].header.pull());
+  const auto hit = store_.get("v");
+  EXPECT_EQ(r[0].rdv->addr, hit.large->addr);
+  EXPECT_EQ(r[0].rdv->rkey, hit.large->rkey);
+  EXPECT_EQ(counters_.pinned, 1u);
+  // Overwritten while pinned: the pinned bytes stay whole.
+  const std::byte* old = hit.large->bytes.data();
+  put_large(arena_, store_, "v", 'd', 50000);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(old), 50000), std::string(50000, 'c'));
+  // RELEASE coalesced with the next request: no reply of its own.
+  const auto sends = link_.sends.size();
+  ASSERT_EQ(request(pack({proto::msg::release(4), proto::msg::get_request(5, "nope")})), Verdict::keep);
+  EXPECT_EQ(link_.sends.size(), sends + 1);
+  r = last_send();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.req_id, 5u);
+  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(counters_.releases, 1u);
+  // A RELEASE of nothing is a protocol error.
+  EXPECT_EQ(request(pack({proto::msg::release(4)})), Verdict::disconnect);
+  EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
+}
+
+TEST_F(ServerRdv, FailedReadReleasesEverything) {
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(5, "big", {0x1000, 7}, 100000)})), Verdict::keep);
+  ASSERT_EQ(arena_.stats().blocks_in_use, 1u);
+  EXPECT_EQ(sc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::remote_access_error)),
+            Verdict::disconnect);
+  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(counters_.transfers, 0u);
+  EXPECT_EQ(arena_.stats().blocks_in_use, 0u);
+  EXPECT_FALSE(store_.get("big").found);
+}
+
+TEST_F(ServerRdv, DisconnectMidTransferFreesAtDestruction) {
+  put_large(arena_, store_, "v", 'a', 10000);
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(1, "big", {0x1000, 7}, 100000),
+                          proto::msg::get_request(2, "v")})),
+            Verdict::keep);
+  EXPECT_EQ(counters_.pinned, 2u);  // the SET's block and the pulled value
+  sc_->begin_draining(CloseCause::peer_left, "peer left");
+  EXPECT_FALSE(sc_->drained()) << "the READ has not come back";
+  // Flushed completions after the QP went to error.
+  for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
+    (void)sc_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed));
+  }
+  (void)sc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::flushed));
+  for (const auto& s : link_.sends) (void)sc_->on_completion(FakeLink::complete(s, CompletionOpcode::send));
+  EXPECT_TRUE(sc_->drained());
+  EXPECT_EQ(counters_.transfers, 0u);
+  sc_.reset();
+  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(store_.get("v").large.use_count(), 2) << "only the Store (and this lookup) hold it";
+}
+
+
+}  // namespace
+}  // namespace rkv::kv

@@ -1,0 +1,331 @@
+// rdv_e2e: the rendezvous path (docs/protocol.md) against a kvd child process
+// over Soft-RoCE: large values round-trip byte-exactly through kv::Client,
+// the counters show the documented control messages / RDMA operations /
+// registrations / copies per operation, and a client killed in the middle of
+// a large SET or GET leaves the server with no pins and no connection of it,
+// and other clients' data intact.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/client.hpp"
+#include "kvd_process.hpp"
+#include "loopback.hpp"
+#include "reactor/reactor.hpp"
+
+#ifndef RKV_KVD_PATH
+#error "RKV_KVD_PATH must name the kvd binary"
+#endif
+#ifndef RKV_RDV_HELPER_PATH
+#error "RKV_RDV_HELPER_PATH must name the rdv_helper binary"
+#endif
+
+namespace rkv::kv {
+namespace {
+
+using namespace std::chrono_literals;
+using Stats = std::map<std::string, std::uint64_t>;
+
+std::string pattern(std::size_t n, std::uint64_t seed) {
+  std::string s(n, '\0');
+  std::uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+std::uint64_t checksum(std::string_view v) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : v) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+class RdvE2E : public ::testing::Test {
+ protected:
+  void SetUp() override { addr_ = verbs::test::softroce_addr(); }
+  void start(std::vector<std::string> extra = {}) {
+    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_, std::move(extra));
+  }
+  void TearDown() override {
+    if (kvd_) {
+      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
+    }
+  }
+  std::unique_ptr<Client> open() { return Client::connect(reactor_, addr_, kvd_->port(), {}); }
+
+  static Stats stats(Client& c) {
+    std::string text;
+    EXPECT_EQ(c.stats_sync(text), Status::ok);
+    Stats out;
+    std::istringstream in(text);
+    std::string name;
+    std::uint64_t v = 0;
+    while (in >> name >> v) out[name] = v;
+    return out;
+  }
+  // Polls STATS until pred holds (true) or the timeout passes (false).
+  template <class Pred>
+  static bool wait_stats(Client& c, Pred pred, std::chrono::seconds timeout, Stats* last = nullptr) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      Stats s = stats(c);
+      if (last) *last = s;
+      if (pred(s)) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  std::string addr_;
+  std::unique_ptr<test::KvdProcess> kvd_;
+  reactor::Reactor reactor_;
+};
+
+TEST_F(RdvE2E, SizesRoundTripByteExactly) {
+  start();
+  auto a = open();
+  auto b = open();
+  const std::size_t sizes[] = {4095, 4096, 4097, 64u << 10, 1u << 20, 64u << 20};
+  for (std::size_t n : sizes) {
+    SCOPED_TRACE("value of " + std::to_string(n) + " bytes");
+    const std::string key = "size-" + std::to_string(n);
+    const std::string v = pattern(n, n);
+    ASSERT_EQ(a->set_sync(key, v), Status::ok);
+    Value got;
+    bool found = false;
+    ASSERT_EQ(b->get_sync(key, got, found), Status::ok);
+    EXPECT_TRUE(found);
+    ASSERT_EQ(got.size(), n);
+    EXPECT_EQ(checksum(got.view()), checksum(v));
+    EXPECT_EQ(got.is_large(), n + key.size() >= proto::kEagerLimit) << "rendezvous iff it does not fit eagerly";
+    // The copying API agrees.
+    std::string copy;
+    ASSERT_EQ(a->get_sync(key, copy, found), Status::ok);
+    EXPECT_EQ(checksum(copy), checksum(v));
+  }
+  // Overwrite a large value with a small one and back.
+  ASSERT_EQ(a->set_sync("size-65536", "small now"), Status::ok);
+  std::string s;
+  bool found = false;
+  ASSERT_EQ(b->get_sync("size-65536", s, found), Status::ok);
+  EXPECT_EQ(s, "small now");
+  const Stats st = stats(*a);
+  EXPECT_EQ(st.at("pinned"), 0u);
+  EXPECT_EQ(st.at("transfers"), 0u);
+}
+
+// Deltas of the server's counters between two STATS on the same connection
+// include that first STATS itself: one message received, one reply sent.
+TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
+  start();
+  auto c = open();
+  const std::string v1m = pattern(1u << 20, 1);  // fits the 1 MiB landing buffer: WRITE path
+  const std::string v2m = pattern(2u << 20, 2);  // does not: pull path
+  // Warm-up: the arena grows its classes, the cache registers v1m/v2m.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(c->set_sync("one", v1m), Status::ok);
+    ASSERT_EQ(c->set_sync("two", v2m), Status::ok);
+    std::string out;
+    bool found = false;
+    ASSERT_EQ(c->get_sync("one", out, found), Status::ok);
+    ASSERT_EQ(c->get_sync("two", out, found), Status::ok);
+  }
+
+  auto measure = [&](const char* what, auto&& op, auto&& check) {
+    SCOPED_TRACE(what);
+    const Stats s0 = stats(*c);
+    const ClientCounters k0 = c->counters();
+    op();
+    const ClientCounters k1 = c->counters();
+    const Stats s1 = stats(*c);
+    auto d = [&](const char* name) { return s1.at(name) - s0.at(name); };
+    check(k0, k1, d);
+    EXPECT_EQ(d("registrations"), 0u) << "the server registers nothing per operation";
+    EXPECT_EQ(d("bytes_copied"), 0u) << "no value bytes copied on the server";
+    EXPECT_EQ(k1.bytes_copied - k0.bytes_copied, 0u) << "no value bytes copied on the client";
+    EXPECT_EQ(s1.at("pinned"), 0u);
+  };
+
+  measure("large SET: SET{RDV} + SET_REPLY, one RDMA READ by the server",
+          [&] { ASSERT_EQ(c->set_sync("one", v1m), Status::ok); },
+          [&](const ClientCounters& a, const ClientCounters& b, auto d) {
+            EXPECT_EQ(b.sends_posted - a.sends_posted, 1u);
+            EXPECT_EQ(b.messages_sent - a.messages_sent, 1u);
+            EXPECT_EQ(b.replies - a.replies, 1u);
+            EXPECT_EQ(b.sets_large - a.sets_large, 1u);
+            EXPECT_EQ(b.rdma_reads - a.rdma_reads, 0u);
+            EXPECT_EQ(b.registrations - a.registrations, 0u) << "cache hit";
+            EXPECT_EQ(d("messages_received"), 1u + 1u);
+            EXPECT_EQ(d("replies_sent"), 1u + 1u);
+            EXPECT_EQ(d("rdma_reads"), 1u);
+            EXPECT_EQ(d("rdma_writes"), 0u);
+            EXPECT_EQ(d("large_sets"), 1u);
+          });
+  measure("large GET into an offered buffer: GET{RDV} + GET_REPLY, one RDMA WRITE",
+          [&] {
+            std::uint64_t sum = 0;
+            ASSERT_EQ(c->get(
+                          "one",
+                          [&sum](Status s, bool found, std::span<const std::byte> v) {
+                            EXPECT_EQ(s, Status::ok);
+                            EXPECT_TRUE(found);
+                            sum = checksum({reinterpret_cast<const char*>(v.data()), v.size()});
+                          }),
+                      Status::ok);
+            ASSERT_TRUE(c->wait_idle(60s));
+            EXPECT_EQ(sum, checksum(v1m));
+          },
+          [&](const ClientCounters& a, const ClientCounters& b, auto d) {
+            EXPECT_EQ(b.sends_posted - a.sends_posted, 1u);
+            EXPECT_EQ(b.messages_sent - a.messages_sent, 1u);
+            EXPECT_EQ(b.replies - a.replies, 1u);
+            EXPECT_EQ(b.gets_written - a.gets_written, 1u);
+            EXPECT_EQ(b.rdma_reads - a.rdma_reads, 0u);
+            EXPECT_EQ(b.registrations - a.registrations, 0u) << "the landing buffer went back to the spares";
+            EXPECT_EQ(d("messages_received"), 1u + 1u);
+            EXPECT_EQ(d("replies_sent"), 1u + 1u);
+            EXPECT_EQ(d("rdma_writes"), 1u);
+            EXPECT_EQ(d("large_gets_written"), 1u);
+          });
+  measure("large GET too big for the offer: GET + GET_REPLY{PULL} + RELEASE, one RDMA READ by the client",
+          [&] {
+            Value out;
+            bool found = false;
+            ASSERT_EQ(c->get_sync("two", out, found), Status::ok);
+            EXPECT_EQ(checksum(out.view()), checksum(v2m));
+          },
+          [&](const ClientCounters& a, const ClientCounters& b, auto d) {
+            EXPECT_EQ(b.messages_sent - a.messages_sent, 2u) << "GET and RELEASE";
+            EXPECT_EQ(b.sends_posted - a.sends_posted, 2u) << "idle: the RELEASE went alone";
+            EXPECT_EQ(b.releases_sent - a.releases_sent, 1u);
+            EXPECT_EQ(b.replies - a.replies, 1u);
+            EXPECT_EQ(b.gets_pulled - a.gets_pulled, 1u);
+            EXPECT_EQ(b.rdma_reads - a.rdma_reads, 1u);
+            EXPECT_LE(b.registrations - a.registrations, 1u) << "the exact-size landing buffer";
+            EXPECT_EQ(d("messages_received"), 2u + 1u);
+            EXPECT_EQ(d("replies_sent"), 1u + 1u);
+            EXPECT_EQ(d("large_gets_pulled"), 1u);
+            EXPECT_EQ(d("releases"), 1u);
+          });
+}
+
+TEST_F(RdvE2E, OverTheLimitIsRefusedBeforeSending) {
+  start({"--max-value", "1048576"});
+  auto c = open();
+  EXPECT_EQ(c->server_max_value(), 1048576u);
+  const std::string ok = pattern(1u << 20, 3);
+  const std::string big = pattern((1u << 20) + 1, 4);
+  const auto sends = c->counters().sends_posted;
+  EXPECT_EQ(c->set_sync("big", big), Status::too_large);
+  EXPECT_EQ(c->counters().sends_posted, sends);
+  EXPECT_EQ(c->set_sync("ok", ok), Status::ok);
+  std::string out;
+  bool found = false;
+  EXPECT_EQ(c->get_sync("ok", out, found), Status::ok);
+  EXPECT_EQ(checksum(out), checksum(ok));
+}
+
+// A child running rdv_helper; SIGKILLed by the test.
+class Helper {
+ public:
+  Helper(const std::string& mode, const std::string& server, const std::string& key, std::size_t size) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      const std::string n = std::to_string(size);
+      ::execl(RKV_RDV_HELPER_PATH, RKV_RDV_HELPER_PATH, mode.c_str(), server.c_str(), key.c_str(), n.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    fd_ = out[0];
+  }
+  ~Helper() {
+    kill();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool wait_go(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    char buf[3] = {};
+    return ::read(fd_, buf, sizeof buf) == 3 && std::memcmp(buf, "go\n", 3) == 0;
+  }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    (void)test::wait_exit(pid_, 10s);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+class RdvKill : public RdvE2E, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(RdvKill, ClientKilledMidTransferReleasesEverything) {
+  const std::string mode = GetParam();
+  start();
+  auto a = open();
+  const std::string keep = pattern(1u << 20, 7);
+  ASSERT_EQ(a->set_sync("keep", keep), Status::ok);
+  const std::size_t big = 64u << 20;
+  if (mode == "get") {
+    ASSERT_EQ(a->set_sync("victim", pattern(big, 8)), Status::ok);
+  }
+
+  Helper h(mode, addr_ + ":" + std::to_string(kvd_->port()), "victim", big);
+  ASSERT_TRUE(h.wait_go(120s)) << "rdv_helper did not connect";
+  Stats s;
+  // Mid-flight: a READ/WRITE in progress or a value pinned for the victim.
+  ASSERT_TRUE(wait_stats(
+      *a, [](const Stats& st) { return st.at("transfers") + st.at("pinned") > 0 && st.at("connections") == 2; },
+      120s, &s))
+      << "the helper's transfer never showed up";
+  h.kill();
+  ASSERT_TRUE(wait_stats(
+      *a,
+      [](const Stats& st) { return st.at("connections") == 1 && st.at("pinned") == 0 && st.at("transfers") == 0; },
+      120s, &s))
+      << "after the kill: connections " << s["connections"] << ", pinned " << s["pinned"] << ", transfers "
+      << s["transfers"];
+  Value out;
+  bool found = false;
+  ASSERT_EQ(a->get_sync("keep", out, found), Status::ok);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(checksum(out.view()), checksum(keep));
+  // The server still serves large values.
+  ASSERT_EQ(a->set_sync("after", keep), Status::ok);
+  ASSERT_EQ(a->get_sync("after", out, found), Status::ok);
+  EXPECT_EQ(checksum(out.view()), checksum(keep));
+  if (mode == "get") {
+    ASSERT_EQ(a->get_sync("victim", out, found), Status::ok);
+    EXPECT_EQ(out.size(), big);
+  }
+  EXPECT_EQ(stats(*a).at("arena_used") > 0, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(SetAndGet, RdvKill, ::testing::Values("set", "get"));
+
+}  // namespace
+}  // namespace rkv::kv
