@@ -2,6 +2,7 @@
 // main thread, prints `kvd: listening on ADDR:PORT` (stdout, flushed) once
 // listening, shuts down cleanly on SIGINT/SIGTERM and prints stats to stderr
 // on SIGUSR1. Single-threaded: everything runs on the main (reactor) thread.
+#include "cli.hpp"
 #include "kvd.hpp"
 
 #include <signal.h>
@@ -40,14 +41,7 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (auto code = parse_cli(app, argc, argv)) return *code;
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   try {

@@ -6,6 +6,7 @@
 //
 // Exit status: 0 all operations succeeded, 1 an operation/connection/file
 // error (or a --verify mismatch), 2 bad command-line flags.
+#include "cli.hpp"
 #include "kvload.hpp"
 #include "kvload_flags.hpp"
 
@@ -162,14 +163,7 @@ int kvload_main(int argc, char** argv) {
       ->check(CLI::Range(100u, 3'600'000u))
       ->capture_default_str();
   app.footer("Write a workload file: kvload gen --help");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (auto code = parse_cli(app, argc, argv)) return *code;
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);

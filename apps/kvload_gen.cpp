@@ -2,6 +2,7 @@
 //   kvload gen --keys 1000 --ops 10000 --get-ratio 0.7 --sizes 64:8,4k:2,1m:1 --seed 7 -o big.txt
 // Same flags, same bytes, on every platform. Exit status: 0 written, 1 the
 // output could not be written, 2 bad flags.
+#include "cli.hpp"
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -38,14 +39,7 @@ int kvload_gen_main(int argc, char** argv) {
                  "values up to this size are written out as text, larger ones as @size:seed")
       ->capture_default_str();
   app.add_option("-o,--out", out_path, "output file (default: standard output)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (auto code = parse_cli(app, argc, argv)) return *code;
   std::string error;
   const auto mix = kv::load::parse_size_mix(sizes, error);
   if (!mix) {

@@ -322,16 +322,24 @@ struct SyncResult {
 };
 }  // namespace
 
+// The sync helpers' wait: flush, then run the reactor until `status` is set
+// or the op timeout passes (then the connection is failed: a reply that never
+// comes means the connection is unusable). Returns the op's status, or timeout.
+Status Client::await_reply(const std::optional<Status>& status, std::string_view what) {
+  do_flush();
+  if (!run_until([&] { return status.has_value(); }, options_.op_timeout)) {
+    if (conn_) conn_->fail(std::string(what) + " got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
+    return Status::timeout;
+  }
+  return *status;
+}
+
 Status Client::set_sync(std::string_view key, std::string_view value) {
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
   Status st = set(key, value, [result](Status s, bool, std::span<const std::byte>) { result->status = s; });
   if (st != Status::ok) return st;
-  do_flush();
-  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
-    if (conn_) conn_->fail("a SET got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
-    return Status::timeout;
-  }
+  if (Status w = await_reply(result->status, "a SET"); w != Status::ok) return w;
   return *result->status;
 }
 
@@ -346,11 +354,7 @@ Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
     result->status = s;
   });
   if (st != Status::ok) return st;
-  do_flush();
-  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
-    if (conn_) conn_->fail("a GET got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
-    return Status::timeout;
-  }
+  if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
   if (*result->status == Status::ok) {
     out = std::move(result->value);
     found = result->found;
@@ -380,11 +384,7 @@ Status Client::get_sync(std::string_view key, Value& out, bool& found) {
     result->status = s;
   });
   if (st != Status::ok) return st;
-  do_flush();
-  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
-    if (conn_) conn_->fail("a GET got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
-    return Status::timeout;
-  }
+  if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
   if (*result->status == Status::ok) {
     out = std::move(result->value);
     found = result->found;
@@ -401,11 +401,7 @@ Status Client::stats_sync(std::string& out) {
     result->status = s;
   });
   if (st != Status::ok) return st;
-  do_flush();
-  if (!run_until([&] { return result->status.has_value(); }, options_.op_timeout)) {
-    if (conn_) conn_->fail("a STATS got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
-    return Status::timeout;
-  }
+  if (Status w = await_reply(result->status, "a STATS"); w != Status::ok) return w;
   if (*result->status == Status::ok) out = std::move(result->value);
   return *result->status;
 }

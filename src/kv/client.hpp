@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -122,6 +123,7 @@ class Client {
   void on_cq_readable() noexcept;
   void schedule_flush();
   void do_flush() noexcept;
+  Status await_reply(const std::optional<Status>& status, std::string_view what);
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
   void teardown() noexcept;
 

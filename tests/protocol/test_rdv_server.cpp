@@ -9,6 +9,7 @@
 
 #include "fake_link.hpp"
 #include "fake_registrar.hpp"
+#include "wire_helpers.hpp"
 #include "kv/arena.hpp"
 #include "kv/server_conn.hpp"
 #include "proto/decode.hpp"
@@ -23,29 +24,9 @@ using test::FakeRegistrar;
 using verbs::CompletionOpcode;
 using verbs::CompletionStatus;
 
-std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
-  std::vector<std::byte> out(8192);
-  proto::Encoder enc(out);
-  for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
-  out.resize(enc.size());
-  return out;
-}
-
-std::vector<proto::MessageView> decode(const std::vector<std::byte>& b) {
-  std::vector<proto::MessageView> out;
-  proto::Decoder d(b);
-  for (;;) {
-    auto r = d.next();
-    if (auto* m = std::get_if<proto::MessageView>(&r)) {
-      out.push_back(*m);
-      continue;
-    }
-    EXPECT_TRUE(std::holds_alternative<proto::EndOfBuffer>(r));
-    return out;
-  }
-}
-
-std::string text(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+using test::decode;
+using test::pack;
+using test::text;
 
 class ServerRdv : public ::testing::Test {
  protected:

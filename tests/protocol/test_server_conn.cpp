@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fake_link.hpp"
+#include "wire_helpers.hpp"
 #include "kv/server_conn.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
@@ -30,14 +31,7 @@ constexpr std::uint32_t kGen = 7;
 
 std::span<const std::byte> bytes_of(const std::string& s) { return proto::as_bytes(s); }
 
-// Requests packed back to back, as one SEND.
-std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
-  std::vector<std::byte> out(16384);
-  proto::Encoder enc(out);
-  for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
-  out.resize(enc.size());
-  return out;
-}
+using test::pack;
 
 std::vector<std::byte> raw_header(const proto::RawHeader& h) {
   std::vector<std::byte> out(proto::kHeaderSize);
