@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fiber_test_util.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "reactor/reactor.hpp"
@@ -186,17 +187,7 @@ TEST(Fiber, ToString) {
   EXPECT_EQ(to_string(FiberState::suspended), "suspended");
 }
 
-// A fiber awaiting a reactor timer: arm it with a callback that wakes the
-// fiber, then park. The pattern kvload uses for client operations.
-void await_timer(reactor::Reactor& r, Scheduler& s, std::chrono::milliseconds delay) {
-  bool fired = false;
-  const FiberId me = s.current();
-  reactor::Timer t = r.after(delay, [&] {
-    fired = true;
-    s.wake(me);
-  });
-  while (!fired) s.suspend();
-}
+using test::await_timer;
 
 TEST(FiberDrive, FibersAwaitingTimersOverlap) {
   reactor::Reactor r;

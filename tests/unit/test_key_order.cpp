@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fiber_test_util.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/key_gate.hpp"
@@ -69,16 +70,7 @@ TEST(KeyOrder, AbandonLeavesTheLineOrHandsOver) {
   EXPECT_EQ(o.busy_keys(), 0u);
 }
 
-// Simulated async op: completes after `delay` (reactor timer), waking the fiber.
-void await_timer(reactor::Reactor& r, Scheduler& s, std::chrono::milliseconds delay) {
-  bool fired = false;
-  const FiberId me = s.current();
-  reactor::Timer t = r.after(delay, [&] {
-    fired = true;
-    s.wake(me);
-  });
-  while (!fired) s.suspend();
-}
+using test::await_timer;
 
 TEST(KeyGate, PipelinedOpsKeepPerKeyOrderAndOverlapAcrossKeys) {
   // 60 ops over 4 keys taken in "file order" by 16 workers; op i takes
