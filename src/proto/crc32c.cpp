@@ -1,0 +1,83 @@
+#include "proto/crc32c.hpp"
+
+#include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace rkv::proto {
+namespace {
+
+constexpr std::uint32_t kPoly = 0x82F63B78u;
+
+using Tables = std::array<std::array<std::uint32_t, 256>, 8>;
+
+constexpr Tables make_tables() noexcept {
+  Tables t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kPoly : c >> 1;
+    t[0][i] = c;
+  }
+  for (std::size_t s = 1; s < 8; ++s) {
+    for (std::size_t i = 0; i < 256; ++i) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFu];
+  }
+  return t;
+}
+
+constexpr Tables kTables = make_tables();
+
+// Both implementations work on the raw (pre-inverted) register.
+std::uint32_t raw_portable(std::uint32_t c, const unsigned char* p, std::size_t n) noexcept {
+  while (n >= 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p, 8);  // little-endian hosts only (x86_64, aarch64 LE)
+    w ^= c;
+    c = kTables[7][w & 0xFF] ^ kTables[6][(w >> 8) & 0xFF] ^ kTables[5][(w >> 16) & 0xFF] ^
+        kTables[4][(w >> 24) & 0xFF] ^ kTables[3][(w >> 32) & 0xFF] ^ kTables[2][(w >> 40) & 0xFF] ^
+        kTables[1][(w >> 48) & 0xFF] ^ kTables[0][w >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xFFu];
+  return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t raw_sse42(std::uint32_t c, const unsigned char* p,
+                                                           std::size_t n) noexcept {
+  std::uint64_t c64 = c;
+  while (n >= 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p, 8);
+    c64 = _mm_crc32_u64(c64, w);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c64);
+  while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return c32;
+}
+
+bool have_sse42() noexcept {
+  static const bool yes = __builtin_cpu_supports("sse4.2");
+  return yes;
+}
+#endif
+
+}  // namespace
+
+std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* data, std::size_t n) noexcept {
+  return ~raw_portable(~crc, static_cast<const unsigned char*>(data), n);
+}
+
+std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::size_t n) noexcept {
+#if defined(__x86_64__)
+  if (have_sse42()) return ~raw_sse42(~crc, static_cast<const unsigned char*>(data), n);
+#endif
+  return crc32c_extend_portable(crc, data, n);
+}
+
+}  // namespace rkv::proto
