@@ -38,6 +38,9 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--max-value", opt.max_value, "largest value accepted, bytes")
       ->check(CLI::Range(1u, 0xFFFFFFFFu))
       ->capture_default_str();
+  app.add_flag("--busy-poll", opt.busy_poll,
+               "poll every completion queue in a spinning loop (lowest latency, one core at 100% even when "
+               "idle) instead of sleeping until a completion event");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -46,6 +49,7 @@ int kvd_main(int argc, char** argv) {
 
   try {
     reactor::Reactor reactor;
+    reactor.set_busy_poll(opt.busy_poll);
     kv::Store store;
     // Signals first: they must be blocked before anything could start a thread.
     kv::Server* server_ptr = nullptr;

@@ -47,7 +47,10 @@ std::string value_bytes(const kv::ValueSpec& v) {
 
 std::unique_ptr<kv::Client> connect(reactor::Reactor& reactor, const Flags& f) {
   try {
-    return kv::Client::connect(reactor, f.server, f.port, {});
+    kv::ClientOptions copt;
+    copt.busy_poll = f.busy_poll;
+    reactor.set_busy_poll(f.busy_poll);
+    return kv::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return nullptr;
@@ -154,6 +157,9 @@ int kvload_main(int argc, char** argv) {
                  "go in file order")
       ->check(CLI::Range(1u, kv::load::kMaxDepth))
       ->capture_default_str();
+  app.add_flag("--busy-poll", f.busy_poll,
+               "poll the completion queue in a spinning loop (lowest latency, one core at 100%) instead of "
+               "sleeping until a completion event");
   app.add_flag("--verify", f.verify,
                "--file: check every GET of a key this run SET against the value it last SET (the keys it "
                "writes must be its own); mismatches count as errors");

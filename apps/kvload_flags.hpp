@@ -19,6 +19,7 @@ struct KvloadFlags {
   unsigned depth = kv::load::kDefaultDepth;
   bool verify = false;
   unsigned stall_timeout_ms = 30'000;
+  bool busy_poll = false;  // poll the CQ in a spinning loop instead of waiting for completion events
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

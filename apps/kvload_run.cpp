@@ -54,6 +54,8 @@ int kvload_run_file(const KvloadFlags& f) {
   reactor::Reactor reactor;
   kv::ClientOptions copt;
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
+  copt.busy_poll = f.busy_poll;
+  reactor.set_busy_poll(f.busy_poll);
   std::unique_ptr<kv::Client> client;
   try {
     client = kv::Client::connect(reactor, f.server, f.port, copt);

@@ -161,7 +161,11 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
   conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
                                        options_.rdv);
-  cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
+  if (options_.busy_poll) {
+    cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); });
+  } else {
+    cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
+  }
   if (int rc = conn_->post_receives(); rc != 0) {
     throw ConnectError(rc, std::string("posting receives failed: ") + std::strerror(rc));
   }
@@ -275,6 +279,15 @@ void Client::on_cq_readable() noexcept {
   const verbs::DrainStats st = ep_->cq().drain([this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
   if (st.error != 0) conn_->fail(std::string("completion queue: ") + std::strerror(st.error));
   do_flush();  // once per drain: whatever the callbacks submitted goes out together
+}
+
+bool Client::on_cq_poll() noexcept {
+  if (!ep_ || !conn_) return false;
+  const int n = ep_->cq().poll(kBusyPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
+  if (n < 0) conn_->fail(std::string("completion queue: ") + std::strerror(-n));
+  if (n == 0) return false;
+  do_flush();
+  return true;
 }
 
 void Client::schedule_flush() {
@@ -449,7 +462,7 @@ void Client::teardown() noexcept {
         }
       }
       ep_->qp().to_error();
-      if (conn_ && cq_watch_ &&
+      if (conn_ && (cq_watch_ || cq_poller_) &&
           !run_until([&] { return conn_->outstanding_work() == 0; }, options_.close_timeout)) {
         spdlog::warn("client: {} work requests did not flush within {} ms", conn_->outstanding_work(),
                      options_.close_timeout.count());
@@ -468,6 +481,7 @@ void Client::teardown() noexcept {
     }
   }
   cq_watch_.reset();
+  cq_poller_.reset();
   cm_watch_.reset();
   conn_.reset();
   ep_.reset();  // QP, CQ, MRs, pools, cm_id

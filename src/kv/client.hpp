@@ -46,6 +46,10 @@ struct ClientOptions {
   std::chrono::milliseconds op_timeout{30'000};       // sync helpers
   std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
   RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
+  // Busy-poll mode: a reactor poller polls the CQ on every loop turn instead
+  // of waiting for completion events. Pair it with Reactor::set_busy_poll(true)
+  // so the loop never sleeps (a core spins while the client lives).
+  bool busy_poll = false;
 };
 
 // Setup failure: what() says which step failed and why; code() is an errno
@@ -121,11 +125,14 @@ class Client {
   void on_cm_readable() noexcept;
   void handle_cm_event(const verbs::CmEvent& ev) noexcept;
   void on_cq_readable() noexcept;
+  bool on_cq_poll() noexcept;  // busy-poll mode; true if completions were handled
   void schedule_flush();
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
   void teardown() noexcept;
+
+  static constexpr int kBusyPollBatch = 64;
 
   reactor::Reactor* reactor_;
   ClientOptions options_;
@@ -150,7 +157,8 @@ class Client {
   std::unique_ptr<PdRegistrar> registrar_;  // outlives conn_ (its cache and landing buffers)
   std::unique_ptr<ClientConn> conn_;
   reactor::Registration cm_watch_;
-  reactor::Registration cq_watch_;
+  reactor::Registration cq_watch_;  // event mode
+  reactor::Poller cq_poller_;       // busy-poll mode
   reactor::Timer flush_timer_;
 };
 

@@ -28,11 +28,13 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
   port_ = listener_->local_port();
   if (listener_->has_device()) make_pd(*listener_);
   events_watch_ = reactor_->watch(events_.fd(), EPOLLIN, [this](std::uint32_t) { on_cm_readable(); });
+  if (options_.busy_poll) poller_ = reactor_->add_poller([this] { return poll_all(); });
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
 
 Server::~Server() {
+  poller_.reset();
   events_watch_.reset();
   for (auto& c : conns_) {
     c.deadline.reset();
@@ -67,7 +69,8 @@ std::string Server::stats_text() const {
       k.large_gets_written, k.large_gets_pulled, k.releases, k.rdma_reads, k.rdma_writes, k.bytes_copied,
       k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
       arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
-         fmt::format(" max_conn_outstanding={} conn_bytes={}", k.max_conn_outstanding, k.conn_bytes);
+         fmt::format(" max_conn_outstanding={} conn_bytes={} completions={} cq_wakeups={} busy_polls={}",
+                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls);
 }
 
 Server::Conn* Server::find(std::uint64_t tok) noexcept {
@@ -173,7 +176,13 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
       (void)ep->id().reject();
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
     }
-    auto watch = reactor_->watch(ep->cq_fd(), EPOLLIN, [this, tok](std::uint32_t) { on_cq(tok); });
+    reactor::Registration watch;  // busy-poll mode: poll_all() finds the connection instead
+    if (!options_.busy_poll) {
+      watch = reactor_->watch(ep->cq_fd(), EPOLLIN, [this, tok](std::uint32_t) {
+        ++counters_.cq_wakeups;
+        (void)on_cq(tok);
+      });
+    }
     proto::ConnectParams mine;
     mine.role = proto::Role::server;
     mine.credits = options_.credits;
@@ -235,27 +244,52 @@ void Server::on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev
 
 // --- data path ------------------------------------------------------------------
 
-// One drain batch, then one flush. A disconnect decision shows as the
-// ServerConn draining while the Conn is not `closing` yet (see on_cq).
-void Server::drain_cq(Conn& c) noexcept {
+// One drain batch (busy-poll mode: one poll batch), then one flush. A
+// disconnect decision shows as the ServerConn draining while the Conn is not
+// `closing` yet (see on_cq).
+std::size_t Server::drain_cq(Conn& c) noexcept {
   ServerConn& sc = *c.sc;
-  const auto st = c.ep->cq().drain([&sc](const verbs::Completion& wc) noexcept { (void)sc.on_completion(wc); });
-  (void)sc.flush();
-  if (st.error != 0 && !c.closing) {
-    spdlog::error("server: {}: CQ drain failed: errno {}", c.peer, st.error);
-    sc.begin_draining(CloseCause::internal, fmt::format("CQ drain failed: errno {}", st.error));
+  auto feed = [&sc](const verbs::Completion& wc) noexcept { (void)sc.on_completion(wc); };
+  std::size_t handled = 0;
+  int error = 0;
+  if (options_.busy_poll) {
+    const int n = c.ep->cq().poll(kBusyPollBatch, feed);
+    if (n < 0) error = -n;
+    else handled = static_cast<std::size_t>(n);
+  } else {
+    const auto st = c.ep->cq().drain(feed);
+    error = st.error;
+    handled = st.completions();
   }
+  counters_.completions += handled;
+  if (!options_.busy_poll || handled > 0) (void)sc.flush();  // an idle poll appends nothing
+  if (error != 0 && !c.closing) {
+    spdlog::error("server: {}: CQ poll failed: errno {}", c.peer, error);
+    sc.begin_draining(CloseCause::internal, fmt::format("CQ poll failed: errno {}", error));
+  }
+  return handled;
 }
 
-void Server::on_cq(std::uint64_t tok) noexcept {
+std::size_t Server::on_cq(std::uint64_t tok) noexcept {
   Conn* c = find(tok);
-  if (c == nullptr) return;
+  if (c == nullptr) return 0;
   const auto slot = static_cast<std::uint32_t>(tok);
-  drain_cq(*c);
+  const std::size_t handled = drain_cq(*c);
   if (!c->closing && c->sc->state() == ConnState::draining) {
     begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
   }
   if (c->closing) try_finish(slot, false);
+  return handled;
+}
+
+bool Server::poll_all() noexcept {
+  ++counters_.busy_polls;
+  std::size_t handled = 0;
+  // Index-based and re-checked per slot: on_cq may destroy a connection.
+  for (std::uint32_t s = 0; s < conns_.size(); ++s) {
+    if (conns_[s].in_use) handled += on_cq(token(s, conns_[s].generation));
+  }
+  return handled > 0;
 }
 
 // --- teardown ---------------------------------------------------------------------

@@ -5,7 +5,8 @@
 // (cm_id, CQ + completion channel, QP, registered buffers) driven by a
 // kv::ServerConn; its CQ fd is watched by the reactor and every readiness
 // runs one cq.drain() followed by one ServerConn::flush(), so the replies of
-// one drain batch share SENDs.
+// one drain batch share SENDs. In busy-poll mode (ServerOptions::busy_poll)
+// one reactor poller does the same with a non-blocking poll of every CQ.
 //
 // Table entries are addressed by slot + generation: cm_id tokens and the
 // reactor callbacks carry (slot, generation), never pointers, and an event
@@ -50,6 +51,10 @@ struct ServerOptions {
   std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
   ArenaConfig arena{};                    // registered memory for large values
   int backlog = 128;
+  // Busy-poll mode: one reactor poller polls every connection's CQ on each
+  // loop turn (no completion events, no CQ fds in epoll). Pair it with
+  // Reactor::set_busy_poll(true) so the loop never sleeps. Costs a core.
+  bool busy_poll = false;
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };
@@ -99,6 +104,7 @@ class Server {
   };
 
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
+  static constexpr int kBusyPollBatch = 64;  // completions per connection per poll pass
   static std::uint64_t token(std::uint32_t slot, std::uint32_t generation) noexcept {
     return (std::uint64_t{generation} << 32) | slot;
   }
@@ -108,12 +114,16 @@ class Server {
   void on_cm_event(verbs::CmEvent& ev);
   void on_connect_request(verbs::CmEvent& ev);
   void on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev);
-  void on_cq(std::uint64_t tok) noexcept;
+  // One service pass over a connection's CQ (event mode: a drain; busy-poll
+  // mode: a poll), then the close checks. Returns completions handled.
+  std::size_t on_cq(std::uint64_t tok) noexcept;
+  // Busy-poll mode: on_cq for every live connection; true if any work was done.
+  bool poll_all() noexcept;
   // Decided to close (any reason); idempotent.
   void begin_close(std::uint32_t slot, CloseCause cause, const std::string& reason) noexcept;
   // The CM part is over: QP to error, drain what is flushed, destroy if drained.
   void cm_finished(std::uint32_t slot) noexcept;
-  void drain_cq(Conn& c) noexcept;
+  std::size_t drain_cq(Conn& c) noexcept;
   void try_finish(std::uint32_t slot, bool force) noexcept;
   void destroy(std::uint32_t slot) noexcept;
   std::optional<std::uint32_t> alloc_slot() noexcept;
@@ -133,6 +143,7 @@ class Server {
   std::vector<std::uint32_t> free_slots_;
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
+  reactor::Poller poller_;              // busy-poll mode only
   reactor::Registration events_watch_;  // declared last: unwatched first
 };
 

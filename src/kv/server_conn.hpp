@@ -135,6 +135,11 @@ struct ServerCounters {
   std::uint64_t transfers = 0;           // now: RDMA READ/WRITEs in flight
   std::uint64_t max_conn_outstanding = 0;  // most requests of one connection received, reply not yet appended
   std::uint64_t conn_bytes = 0;          // now: send + receive buffer bytes of live connections (Server)
+  // Completion handling (Server): completions handled, CQ-fd wakeups (event
+  // mode), poll passes over every connection (busy-poll mode).
+  std::uint64_t completions = 0;
+  std::uint64_t cq_wakeups = 0;
+  std::uint64_t busy_polls = 0;
 };
 
 struct ServerConnConfig {

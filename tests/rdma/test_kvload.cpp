@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kv/workload.hpp"
 #include "kvd_process.hpp"
@@ -81,6 +83,48 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
   r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "-q"}, {}, 300s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "7 ops")) << r.out;
+  std::remove(file.c_str());
+}
+
+// --busy-poll on both sides: the same workload (eager and rendezvous values)
+// runs and verifies, and kvd really polls: its poll passes climb while idle
+// and no CQ wakeup happens (event mode: the opposite, checked first).
+TEST(KvloadE2E, BusyPollBothSidesRunsAndVerifies) {
+  const std::string addr = verbs::test::softroce_addr();
+  const std::string file = write_file("busy.txt",
+                                      "SET small @100:1\n"
+                                      "SET big @200000:2\n"
+                                      "GET small\n"
+                                      "GET big\n"
+                                      "SET small @3000:3\n"
+                                      "GET small\n");
+  for (const bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "busy-poll" : "event mode");
+    KvdProcess kvd(RKV_KVD_PATH, addr, busy ? std::vector<std::string>{"--busy-poll"} : std::vector<std::string>{});
+    std::vector<std::string> argv = {RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()),
+                                     "--file", file, "--json", "--verify", "--depth", "4"};
+    if (busy) argv.emplace_back("--busy-poll");
+    const auto r = run_command(argv, {}, 300s);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    for (const char* key : {"\"ops\":6", "\"errors\":0", "\"mismatches\":0"}) {
+      EXPECT_TRUE(contains(r.out, key)) << "missing " << key << " in " << r.out;
+    }
+    const auto s1 = kvd.stats();
+    ASSERT_TRUE(s1.has_value());
+    std::this_thread::sleep_for(300ms);
+    const auto s2 = kvd.stats();
+    ASSERT_TRUE(s2.has_value());
+    EXPECT_EQ(s2->at("sets"), 3u);
+    EXPECT_GT(s2->at("completions"), 0u);
+    if (busy) {
+      EXPECT_EQ(s2->at("cq_wakeups"), 0u);
+      EXPECT_GT(s2->at("busy_polls"), s1->at("busy_polls"));  // polls while idle
+    } else {
+      EXPECT_GT(s2->at("cq_wakeups"), 0u);
+      EXPECT_EQ(s2->at("busy_polls"), 0u);
+    }
+  }
   std::remove(file.c_str());
 }
 
