@@ -106,7 +106,8 @@ int to_errno(Status s) noexcept {
   return EIO;
 }
 
-Client::Client(reactor::Reactor& reactor, const ClientOptions& options) : reactor_(&reactor), options_(options) {}
+Client::Client(reactor::Reactor& reactor, const ClientOptions& options)
+    : reactor_(&reactor), options_(options), flush_poller_(reactor.add_poller([this] { return on_flush_poll(); })) {}
 
 Client::~Client() { close(); }
 
@@ -290,13 +291,20 @@ bool Client::on_cq_poll() noexcept {
   return true;
 }
 
+// Submissions of one loop turn (or of the fibers run between two turns) go
+// out together at the end of the turn: the flush poller runs after the fd
+// callbacks, and wake() keeps the next epoll_wait from sleeping first.
 void Client::schedule_flush() {
   if (flush_scheduled_) return;
-  flush_timer_ = reactor_->after(std::chrono::nanoseconds(0), [this] {
-    flush_scheduled_ = false;
-    do_flush();
-  });
   flush_scheduled_ = true;
+  flush_poller_.wake();
+}
+
+bool Client::on_flush_poll() noexcept {
+  if (!flush_scheduled_) return false;
+  flush_scheduled_ = false;
+  do_flush();
+  return true;
 }
 
 void Client::do_flush() noexcept {
@@ -449,7 +457,7 @@ void Client::close() noexcept {
 }
 
 void Client::teardown() noexcept {
-  flush_timer_.reset();
+  flush_poller_.reset();
   flush_scheduled_ = false;
   try {
     if (ep_) {

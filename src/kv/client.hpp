@@ -127,6 +127,7 @@ class Client {
   void on_cq_readable() noexcept;
   bool on_cq_poll() noexcept;  // busy-poll mode; true if completions were handled
   void schedule_flush();
+  bool on_flush_poll() noexcept;
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
@@ -159,7 +160,7 @@ class Client {
   reactor::Registration cm_watch_;
   reactor::Registration cq_watch_;  // event mode
   reactor::Poller cq_poller_;       // busy-poll mode
-  reactor::Timer flush_timer_;
+  reactor::Poller flush_poller_;    // end-of-turn flush (schedule_flush)
 };
 
 // errno-style code for a Status (0 for ok), for the C API and tools.

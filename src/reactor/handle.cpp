@@ -24,6 +24,10 @@ template class Handle<HandleKind::kPoller>;
 
 }  // namespace detail
 
+void Poller::wake() noexcept {
+  if (reactor() != nullptr) reactor()->wake_pollers();
+}
+
 void Registration::modify(std::uint32_t events) {
   assert(reactor() != nullptr && "Registration::modify on an empty handle");
   if (reactor() != nullptr) reactor()->modify_watch(key(), events);

@@ -78,7 +78,7 @@ std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
     throw std::logic_error("Reactor::run_once called from a callback (state " +
                            std::string(to_string(state_)) + ")");
   }
-  const bool spin = busy_poll_ && pollers_.live() > 0;
+  const bool spin = (busy_poll_ && pollers_.live() > 0) || wake_requested_;
   arm_timerfd();
   state_ = ReactorState::kWaiting;
   int n = 0;
@@ -154,6 +154,7 @@ std::size_t Reactor::run_timers() noexcept {
 }
 
 std::size_t Reactor::run_pollers() noexcept {
+  wake_requested_ = false;  // every poller runs now; a wake() from one of them counts for the next turn
   std::size_t worked = 0;
   // Index-based: pollers may be added or removed by the ones we run.
   const std::uint32_t count = pollers_.slot_count();

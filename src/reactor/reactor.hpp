@@ -74,7 +74,8 @@ class Reactor {
   void run();
 
   // One iteration: epoll_wait (timeout < 0 waits forever; forced to 0 in
-  // busy-poll mode), dispatch ready fds, fire due timers, run pollers.
+  // busy-poll mode or after a Poller::wake()), dispatch ready fds, fire due
+  // timers, run pollers.
   // Returns the number of user callbacks that ran (pollers count only when
   // they report work). Throws std::system_error if epoll_wait fails.
   std::size_t run_once(std::chrono::milliseconds timeout);
@@ -122,6 +123,7 @@ class Reactor {
   friend class detail::Handle;
   friend class Registration;
   friend class Timer;
+  friend class Poller;
   friend class SignalWatch;
 
   struct Watch {
@@ -140,6 +142,7 @@ class Reactor {
   void modify_watch(SlotKey key, std::uint32_t events);
   [[nodiscard]] const Watch* find_watch(SlotKey key) const noexcept { return watches_.find(key); }
   [[nodiscard]] bool timer_pending(SlotKey key) const noexcept { return timers_.pending(key); }
+  void wake_pollers() noexcept { wake_requested_ = true; }
 
   int wait(std::chrono::milliseconds timeout);
   std::size_t dispatch(int n) noexcept;
@@ -161,6 +164,7 @@ class Reactor {
   ReactorState state_ = ReactorState::kIdle;
   bool stop_requested_ = false;
   bool busy_poll_ = false;
+  bool wake_requested_ = false;  // Poller::wake(): the next wait must not block
 };
 
 }  // namespace rkv::reactor

@@ -486,6 +486,43 @@ TEST(Reactor, BusyPollSpinsWithZeroTimeout) {
   EXPECT_GE(Reactor::now() - t1, 15ms);
 }
 
+// Poller::wake() defers work to the end of a turn without a timer: the next
+// run_once does not sleep, runs the pollers once, and the one after sleeps
+// again. A wake() from inside a poller counts for the following turn.
+TEST(Reactor, PollerWakeSkipsTheSleepOnce) {
+  Reactor r;
+  int polls = 0;
+  bool rewake = false;
+  Poller p;
+  p = r.add_poller([&] {
+    ++polls;
+    if (std::exchange(rewake, false)) p.wake();
+    return true;
+  });
+  p.wake();
+  auto t0 = Reactor::now();
+  EXPECT_EQ(r.run_once(10s), 1u);  // would sleep 10 s without the wake
+  EXPECT_LT(Reactor::now() - t0, 5s);
+  EXPECT_EQ(polls, 1);
+  EXPECT_EQ(r.timer_count(), 0u);
+
+  rewake = true;
+  p.wake();
+  t0 = Reactor::now();
+  r.run_once(10s);  // woken: runs the poller, which wakes again
+  r.run_once(10s);  // so this one does not sleep either
+  EXPECT_LT(Reactor::now() - t0, 5s);
+  EXPECT_EQ(polls, 3);
+
+  t0 = Reactor::now();
+  r.run_once(20ms);  // nothing asked: sleeps the timeout
+  EXPECT_GE(Reactor::now() - t0, 15ms);
+  EXPECT_EQ(polls, 4);
+
+  Poller empty;
+  empty.wake();  // no-op on an empty handle
+}
+
 // ---------------------------------------------------------------- lifetime
 
 TEST(Reactor, HandlesCapturedInCallbacksDieWithReactor) {
