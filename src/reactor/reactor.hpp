@@ -165,6 +165,7 @@ class Reactor {
   bool stop_requested_ = false;
   bool busy_poll_ = false;
   bool wake_requested_ = false;  // Poller::wake(): the next wait must not block
+  bool timer_fired_ = false;     // the timerfd was read this turn: run_timers has work
 };
 
 }  // namespace rkv::reactor

@@ -88,9 +88,9 @@ void LoadRun::begin_op() {
   max_in_flight_ = std::max(max_in_flight_, in_flight_);
 }
 
-void LoadRun::end_op() {
+void LoadRun::end_op(Clock::time_point now) {
   --in_flight_;
-  last_progress_ = Clock::now();
+  last_progress_ = now;
 }
 
 void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
@@ -98,8 +98,9 @@ void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
   const auto t0 = Clock::now();
   begin_op();
   const OpResult r = await_set(*scheduler_, *client_, op.key, value);
-  end_op();
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
                  static_cast<std::uint64_t>(ns), ok);
@@ -121,8 +122,9 @@ void LoadRun::run_get(const Op& op) {
   const auto t0 = Clock::now();
   begin_op();
   const OpResult r = await_get(*scheduler_, *client_, op.key, want != nullptr);
-  end_op();
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   const std::uint64_t size = ok ? r.size : (want != nullptr ? value_size(*want) : 0);
   report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,

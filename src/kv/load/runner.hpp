@@ -104,7 +104,7 @@ class LoadRun {
   void run_get(const Op& op);
   void error_line(const Op& op, const std::string& what);
   void begin_op();
-  void end_op();
+  void end_op(Clock::time_point now);
 
   Scheduler* scheduler_;
   Client* client_;
