@@ -1,0 +1,1 @@
+"""bench/run's modules (bench/run is the entry point; see its docstring)."""

@@ -1,0 +1,57 @@
+"""--check: are the outputs well formed? Never looks at a speed."""
+
+import csv
+import os
+import re
+
+from .common import HEADERS, PLOTS, SUMMARY_TABLE_HEADER
+
+
+# ------------------------------------------------------------------ --check
+def check_outputs(d):
+    """Problems with the outputs in d (empty list: well formed). Never looks at a speed."""
+    problems = []
+    for name, header in HEADERS.items():
+        path = os.path.join(d, name)
+        if not os.path.isfile(path):
+            problems.append(f"{name}: missing")
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows or rows[0] != header:
+            problems.append(f"{name}: header is {rows[0] if rows else 'empty'}, expected {header}")
+            continue
+        if len(rows) < 2:
+            problems.append(f"{name}: no data rows")
+        for i, r in enumerate(rows[1:], 2):
+            if len(r) != len(header):
+                problems.append(f"{name}:{i}: {len(r)} fields, expected {len(header)}")
+            elif not r[-1]:
+                problems.append(f"{name}:{i}: empty status")
+        if name == "sweep.csv" and len(rows) > 1 and not any(r[-1] == "ok" for r in rows[1:]):
+            problems.append("sweep.csv: no point measured successfully (kvd/kvload broken?)")
+    sp = os.path.join(d, "summary.md")
+    if not os.path.isfile(sp):
+        problems.append("summary.md: missing")
+    else:
+        with open(sp) as f:
+            text = f.read()
+        if "**Environment:** device " not in text:
+            problems.append("summary.md: no environment line")
+        if SUMMARY_TABLE_HEADER not in text:
+            problems.append("summary.md: no ratio table")
+        for exp in ("sweep", "latency", "busy-poll", "scaling", "tcp"):
+            if not re.search(rf"^\| {exp} \|", text, re.M):
+                problems.append(f"summary.md: no '{exp}' row in the ratio table")
+    for p in PLOTS:
+        path = os.path.join(d, p)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+            size = os.path.getsize(path)
+        except OSError:
+            problems.append(f"{p}: missing")
+            continue
+        if head != b"\x89PNG\r\n\x1a\n" or size < 2000:
+            problems.append(f"{p}: not a PNG or nearly empty ({size} bytes)")
+    return problems

@@ -1,0 +1,284 @@
+"""Outputs: one CSV per experiment, gnuplot PNGs, summary.md with the ratio table."""
+
+import csv
+import os
+import subprocess
+
+from .common import HEADERS, MIB, PLOTS, SUMMARY_TABLE_HEADER, _hsize, _last_line, fmt, log, ratio
+
+
+class Outputs:
+    """Mixin of Bench (session.py): uses the session's kvd, kvload and rows."""
+
+    # -------------------------------------------------------------- output
+    def write_csvs(self):
+        for name, header in HEADERS.items():
+            with open(os.path.join(self.out, name), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(header)
+                for r in self.rows[name]:
+                    w.writerow([fmt(r.get(h, ""), 4) for h in header])
+        with open(os.path.join(self.out, "environment.txt"), "w") as f:
+            for k, v in self.env.items():
+                f.write(f"{k}: {v}\n")
+
+    def plots(self):
+        d = self.out
+        sw = self.rows["sweep.csv"]
+        pt = self.rows["perftest.csv"]
+        # throughput data: one block per series (gnuplot "index")
+        series = []
+        for op in ("set", "get"):
+            for depth in self.depths:
+                pts = [(r["size"], r["mbps"]) for r in sw if r["op"] == op and r["depth"] == depth
+                       and r["status"].startswith(("ok", "partial")) and r["mbps"]]
+                eff = [r["depth_effective"] for r in sw if r["op"] == op and r["depth"] == depth]
+                label = f"kvload {op.upper()} depth {depth}" + (f" (effective {eff[0]})" if eff and eff[0] != depth else "")
+                series.append((label, pts))
+        for tool in ("ib_send_bw", "ib_write_bw", "ib_read_bw"):
+            series.append((tool, [(r["size"], r["mbps"]) for r in pt if r["tool"] == tool and r["status"] == "ok"]))
+        with open(os.path.join(d, "throughput.dat"), "w") as f:
+            for label, pts in series:
+                f.write(f"# {label}\n")
+                for x, y in pts or [("NaN", "NaN")]:
+                    f.write(f"{x} {y}\n")
+                f.write("\n\n")
+        styles = ["lc rgb '#1f77b4' pt 7", "lc rgb '#1f77b4' pt 5 dt 2", "lc rgb '#d62728' pt 7",
+                  "lc rgb '#d62728' pt 5 dt 2", "lc rgb '#2ca02c' pt 9 lw 2", "lc rgb '#9467bd' pt 11 lw 2",
+                  "lc rgb '#ff7f0e' pt 13 lw 2"]
+        plots = ", \\\n     ".join(
+            f"'throughput.dat' index {i} using 1:2 with linespoints {styles[i % len(styles)]} title \"{label}\" noenhanced"
+            for i, (label, _) in enumerate(series))
+        na = [r for r in sw if r["status"].startswith("n/a")]
+        na_note = ""
+        if na:
+            first = min(r["size"] for r in na)
+            na_note = (f"set label 1 \"kvload points from {_hsize(first)} up: n/a (not supported by this build)\" "
+                       "at graph 0.02, graph 0.04 font ',9'\n")
+        env = self._plot_env()
+        self._gnuplot("throughput.gp", f"""
+set terminal pngcairo size 1100,700 font 'DejaVu Sans,10'
+set output 'throughput.png'
+set title "Throughput against value size: KV beside perftest\\n{{/*0.8 {env}}}"
+set logscale x 2
+set logscale y 10
+set format x '%.0s%cB'
+set xlabel 'value / message size (bytes, log2)'
+set ylabel 'Mbit/s (value bytes, log10)'
+set key outside right top
+set grid
+{na_note}plot {plots}
+""")
+        # latency bars
+        lat = self.rows["latency.csv"]
+        with open(os.path.join(d, "latency.dat"), "w") as f:
+            f.write("label p50 p99\n")
+            for r in lat:
+                if r["op"] == "pingpong":
+                    lab = f"{r['ref_tool'].replace('ibv_rc_pingpong', 'pingpong')} {_hsize(r['size'])}"
+                    v = r["ref_usec_per_iter"] if r["status"] == "ok" else 0
+                    f.write(f"\"{lab}\" {v or 0} 0\n")
+                else:
+                    lab = f"kv {r['op'].upper()} {_hsize(r['size'])}" + ("" if r["status"] == "ok" else " (n/a)")
+                    f.write(f"\"{lab}\" {r['kv_p50_us'] or 0} {r['kv_p99_us'] or 0}\n")
+        self._gnuplot("latency.gp", f"""
+set terminal pngcairo size 1100,650 font 'DejaVu Sans,10'
+set output 'latency.png'
+set title "Latency at depth 1: kvload p50/p99 beside ibv_rc_pingpong usec/iter (round trip)\\n{{/*0.8 {env}}}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set ylabel 'microseconds'
+set logscale y 10
+set yrange [1:*]
+set xtics rotate by -30 font ',9'
+set grid ytics
+set key top left
+plot 'latency.dat' using 2:xtic(1) title 'p50 (pingpong: usec/iter)' lc rgb '#1f77b4', \\
+     '' using 3 title 'p99' lc rgb '#ff7f0e'
+""")
+        sc = [r for r in self.rows["scaling.csv"] if r["status"].startswith(("ok", "partial"))]
+        with open(os.path.join(d, "scaling.dat"), "w") as f:
+            base = sc[0]["aggregate_ops_per_s"] if sc and sc[0]["clients"] == 1 else None
+            for r in sc or [{"clients": "NaN", "aggregate_ops_per_s": "NaN"}]:
+                ideal = base * r["clients"] if base else "NaN"
+                f.write(f"{r['clients']} {r['aggregate_ops_per_s']} {ideal}\n")
+        self._gnuplot("scaling.gp", f"""
+set terminal pngcairo size 900,600 font 'DejaVu Sans,10'
+set output 'scaling.png'
+set title "Clients scaling: aggregate ops/s, 32 B values, depth 32, alternating SET/GET\\n{{/*0.8 {env}}}"
+set xlabel 'concurrent kvload clients'
+set ylabel 'aggregate ops/s'
+set xtics (1, 2, 4, 8)
+set xrange [0.5:8.5]
+set yrange [0:*]
+set grid
+set key top left
+plot 'scaling.dat' using 1:2 with linespoints lw 2 pt 7 title 'kvd (one thread)', \\
+     '' using 1:3 with lines dt 2 lc rgb 'gray' title 'linear from 1 client'
+""")
+        tc = self.rows["tcp.csv"]
+        with open(os.path.join(d, "tcp.dat"), "w") as f:
+            f.write("label rdmakv redis memcached\n")
+            for size in (32, 4096):
+                for depth in self.depths:
+                    for op in ("set", "get"):
+                        vals = []
+                        for sysname in ("rdmakv", "redis", "memcached"):
+                            r = [x for x in tc if x["system"] == sysname and x["size"] == size
+                                 and x["depth"] == depth and x["op"] == op]
+                            v = r[0]["ops_per_s"] if r and str(r[0]["status"]).startswith("ok") else 0
+                            vals.append(v or 0)
+                        f.write(f"\"{op.upper()} {_hsize(size)} d{depth}\" {vals[0]} {vals[1]} {vals[2]}\n")
+        self._gnuplot("tcp.gp", f"""
+set terminal pngcairo size 1100,650 font 'DejaVu Sans,10'
+set output 'tcp.png'
+set title "RDMA KV against TCP stores on 127.0.0.1 (same session; 0 = n/a)\\n{{/*0.8 {env}}}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set ylabel 'ops/s'
+set yrange [0:*]
+set grid ytics
+set key top right
+set xtics font ',9'
+plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
+     '' using 3 title 'redis (redis-benchmark, pipeline = depth)' lc rgb '#d62728', \\
+     '' using 4 title 'memcached (memcaslap, connections = depth)' lc rgb '#2ca02c'
+""")
+
+    def _plot_env(self):
+        e = self.env
+        return f"{e['device']}, {e['mode'].split(' ')[0]}, {e['date']}".replace('"', "'")
+
+    def _gnuplot(self, name, text):
+        path = os.path.join(self.out, name)
+        with open(path, "w") as f:
+            f.write(text.lstrip())
+        r = subprocess.run(["gnuplot", name], cwd=self.out, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            self.notes.append(f"gnuplot {name} failed: {_last_line(r.stderr)}")
+            log(f"gnuplot {name}: {r.stderr.strip()[-400:]}")
+
+    def summary(self):
+        L = []
+        e = self.env
+        L.append("# rdmakv benchmark summary\n")
+        L.append(f"**Environment:** {self.env_line()}.\n")
+        L.append(f"Mode: {'fast (few sizes, few ops: a smoke run, not for quoting)' if self.fast else 'full'}; "
+                 f"{self.warm} warm-up + {self.measured} measured ops per point"
+                 + (f", at most {self.byte_budget // MIB} MiB of values per point (fewer ops for large values; "
+                    "the `ops` column says how many)" if self.byte_budget else "") + ".\n")
+        if e["mode"].startswith("guest"):
+            L.append("Everything here ran in one emulated (TCG) guest: absolute figures say little about real "
+                     "hardware; compare ratios within this run only.\n")
+        if self.sanitized or self.binfo.get("buildtype") not in ("release", "plain"):
+            L.append(f"**Build is {self.binfo.get('buildtype')} with sanitizers {self.binfo.get('sanitize')}:** "
+                     "the KV figures are not representative.\n")
+        L.append("## Notes\n")
+        notes = list(self.notes)
+        if not self.depth_works:
+            notes.append("kvload in this build runs one operation at a time (`--depth` is accepted but has no "
+                         "effect yet): depth-32 rows ran at effective depth 1 (`depth_effective` column).")
+        if not self.busy_poll:
+            notes.append("Experiment 3 (event-driven vs busy-poll): kvd/kvload have no `--busy-poll` in this "
+                         "build, so only the event-driven (completion channel) mode is measured; busy-poll rows "
+                         "are `n/a`. The fabric-level comparison is given by ibv_rc_pingpong polled vs `-e`.")
+        na = [r for r in self.rows["sweep.csv"] if r["status"].startswith("n/a")]
+        if na:
+            notes.append(f"{len(na)} sweep points are `n/a: not supported by this build` (values of "
+                         f"{_hsize(min(r['size'] for r in na))} and up take the rendezvous path, which kvload "
+                         "reports as errors until it lands).")
+        failed = [f"{k}: {r.get('op', r.get('tool', ''))} {r.get('size', '')} {r['status']}"
+                  for k, rows in self.rows.items() for r in rows if str(r.get("status", "")).startswith("failed")]
+        if failed:
+            notes.append(f"{len(failed)} measurements failed: " + "; ".join(failed[:8])
+                         + (" ..." if len(failed) > 8 else ""))
+        notes.append("References: eager SET/GET (key + value < 4 KiB, one SEND each way) ↔ ib_send_bw; "
+                     "rendezvous SET (the server pulls the value with RDMA READ) ↔ ib_read_bw; rendezvous GET "
+                     "(the server writes the value into the client's buffer) ↔ ib_write_bw. Latency ↔ "
+                     "ibv_rc_pingpong usec/iter (one SEND each way, like one KV op; `-e` = completion "
+                     "events, as kvd/kvload use). Mbit/s count value bytes only.")
+        notes.append("Redis: redis-benchmark, 1 connection, pipeline = depth. memcached: memcaslap, "
+                     "connections = depth with one request in flight each (it has no pipelining), mean latency "
+                     "only; its GET runs start with its own preload of SETs, whose first statistics period is "
+                     "dropped. Server CPU per op: the server's user+system time (/proc, the counters "
+                     "getrusage reports) over the measured run / ops; client CPU per op: getrusage of the "
+                     "client process.")
+        for n in notes:
+            L.append(f"- {n}")
+        L.append("")
+        L.append("## KV figures against their references\n")
+        L.append(SUMMARY_TABLE_HEADER)
+        L.append("|---|---|---|---|---|---|")
+        for r in self.rows["sweep.csv"]:
+            kv = fmt(r["mbps"]) + " Mbit/s" if r["status"].startswith(("ok", "partial")) else r["status"]
+            L.append(f"| sweep | {r['op'].upper()} {_hsize(r['size'])} depth {r['depth']}"
+                     f"{'' if r['depth_effective'] == r['depth'] else ' (eff. ' + str(r['depth_effective']) + ')'}"
+                     f" ({r['path']}) | {kv} | {r['ref_tool']} | {fmt(r['ref_mbps'])} Mbit/s | {fmt(r['ratio'])} |")
+        for r in self.rows["latency.csv"]:
+            if r["op"] == "pingpong":
+                continue
+            kv = (f"mean {fmt(r['kv_mean_us'])} µs (p50 {fmt(r['kv_p50_us'])}, p99 {fmt(r['kv_p99_us'])})"
+                  if r["status"] == "ok" else r["status"])
+            L.append(f"| latency | {r['op'].upper()} {_hsize(r['size'])} depth 1 | {kv} | {r['ref_tool']} "
+                     f"(mean) | {fmt(r['ref_usec_per_iter'])} µs/iter | {fmt(r['ratio_mean'])} "
+                     f"(p50: {fmt(r['ratio_p50'])}) |")
+        bp = self.rows["busypoll.csv"]
+        for r in bp:
+            if r["mode"] != "event":
+                continue
+            other = [x for x in bp if x["mode"] == "busy-poll" and x["op"] == r["op"] and x["depth"] == r["depth"]]
+            o = other[0] if other else {"status": "n/a"}
+            kv = (f"{fmt(r['ops_per_s'])} ops/s, p50 {fmt(r['p50_us'])} µs, CPU {fmt(r['client_cpu_us_per_op'])} + "
+                  f"{fmt(r['server_cpu_us_per_op'])} µs/op (client + server)" if r["status"] == "ok" else r["status"])
+            ref = (f"{fmt(o['ops_per_s'])} ops/s" if str(o["status"]).startswith("ok") else o["status"])
+            L.append(f"| busy-poll | event mode {r['op'].upper()} 32 B depth {r['depth']} | {kv} | busy-poll mode | "
+                     f"{ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+        pp = [r for r in bp if r["op"] == "pingpong"]
+        if len(pp) == 2 and all(r["status"].startswith("ok") for r in pp):
+            L.append(f"| busy-poll | ibv_rc_pingpong -e 32 B | {fmt(pp[1]['p50_us'])} µs/iter, CPU "
+                     f"{fmt(pp[1]['client_cpu_us_per_op'])} µs/iter | ibv_rc_pingpong (polling) | "
+                     f"{fmt(pp[0]['p50_us'])} µs/iter, CPU {fmt(pp[0]['client_cpu_us_per_op'])} µs/iter | "
+                     f"{fmt(ratio(pp[1]['p50_us'], pp[0]['p50_us']))} |")
+        send32 = [r for r in self.rows["perftest.csv"] if r["tool"] == "ib_send_bw" and r["size"] == 32
+                  and r["status"] == "ok"]
+        for r in self.rows["scaling.csv"]:
+            kv = (f"{fmt(r['aggregate_ops_per_s'])} ops/s" if r["status"].startswith(("ok", "partial"))
+                  else r["status"])
+            L.append(f"| scaling | {r['clients']} client{'s' if r['clients'] > 1 else ''}, 32 B, depth 32"
+                     f"{'' if r['depth_effective'] in ('', 32) else ' (eff. ' + str(r['depth_effective']) + ')'}"
+                     f" | {kv} | 1 client | {fmt(self.rows['scaling.csv'][0]['aggregate_ops_per_s'])} ops/s | "
+                     f"{fmt(r['speedup_vs_1'])} |")
+        if send32:
+            top = max((r["aggregate_ops_per_s"] for r in self.rows["scaling.csv"] if r["aggregate_ops_per_s"]),
+                      default=None)
+            L.append(f"| scaling | best aggregate, 32 B | {fmt(top)} ops/s | ib_send_bw 32 B message rate | "
+                     f"{fmt(send32[0]['msg_rate_per_s'])} msg/s | {fmt(ratio(top, send32[0]['msg_rate_per_s']))} |")
+        tc = self.rows["tcp.csv"]
+        for r in [x for x in tc if x["system"] == "rdmakv"]:
+            for other in ("redis", "memcached"):
+                o = [x for x in tc if x["system"] == other and x["op"] == r["op"] and x["size"] == r["size"]
+                     and x["depth"] == r["depth"]]
+                o = o[0] if o else {"status": "not run", "ops_per_s": ""}
+                kv = f"{fmt(r['ops_per_s'])} ops/s" if str(r["status"]).startswith("ok") else r["status"]
+                ref = f"{fmt(o['ops_per_s'])} ops/s" if str(o["status"]).startswith("ok") else o["status"]
+                L.append(f"| tcp | {r['op'].upper()} {_hsize(r['size'])} depth {r['depth']} | {kv} | "
+                         f"{other} ({o.get('tool', '')}) | {ref} | "
+                         f"{fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+        L.append("")
+        L.append("## CPU time per operation (TCP comparison)\n")
+        L.append("| system | op | size | depth | ops/s | server CPU µs/op | client CPU µs/op | status |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for r in tc:
+            L.append(f"| {r['system']} | {r['op'].upper()} | {_hsize(r['size'])} | {r['depth']} | {fmt(r['ops_per_s'])} | "
+                     f"{fmt(r['server_cpu_us_per_op'])} | {fmt(r['client_cpu_us_per_op'])} | {r['status']} |")
+        L.append("")
+        L.append("## Files\n")
+        L.append("CSV: " + ", ".join(f"`{k}`" for k in HEADERS) + ". Plots: " + ", ".join(f"`{p}`" for p in PLOTS)
+                 + " (gnuplot scripts `*.gp` and data `*.dat` beside them). Environment: `environment.txt`.\n")
+        for p in PLOTS:
+            L.append(f"![{p}]({p})\n")
+        with open(os.path.join(self.out, "summary.md"), "w") as f:
+            f.write("\n".join(L))
