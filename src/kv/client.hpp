@@ -46,6 +46,10 @@ struct ClientOptions {
   std::chrono::milliseconds op_timeout{30'000};       // sync helpers
   std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
   RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
+  // GetMode::read: GETs by RDMA READ of the server's index (no message; a
+  // message GET only as the documented fallback). Against a server without
+  // an index GETs stay messages (logged once at connect).
+  GetMode get_mode = GetMode::rpc;
 };
 
 // Setup failure: what() says which step failed and why; code() is an errno
@@ -97,6 +101,8 @@ class Client {
   // Drop cached registrations of a buffer given to set() (before freeing it).
   void forget(std::span<const std::byte> bytes) noexcept;
   [[nodiscard]] std::uint64_t server_max_value() const noexcept { return server_max_value_; }
+  // GETs go by RDMA READ (read mode asked for and the server has an index).
+  [[nodiscard]] bool onesided() const noexcept { return conn_ && conn_->onesided(); }
 
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);
