@@ -19,6 +19,7 @@ struct KvloadFlags {
   unsigned depth = kv::load::kDefaultDepth;
   bool verify = false;
   unsigned stall_timeout_ms = 30'000;
+  kv::GetMode get_mode = kv::GetMode::rpc;
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

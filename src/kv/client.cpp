@@ -193,7 +193,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
   if (options_.get_mode == GetMode::read) {
     if (theirs.index_buckets == 0 || theirs.index_bucket_size != proto::kBucketSize) {
-      spdlog::info("client: {} has no readable index (kvd --index-buckets 0?): GETs go by message", peer_);
+      spdlog::warn("client: {} has no readable index (kvd --index-buckets 0?): GETs go by message", peer_);
     } else {
       (void)conn_->enable_onesided({theirs.index_addr, theirs.index_rkey, theirs.index_buckets});
     }
