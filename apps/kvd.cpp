@@ -41,6 +41,18 @@ int kvd_main(int argc, char** argv) {
   app.add_flag("--busy-poll", opt.busy_poll,
                "poll every completion queue in a spinning loop (lowest latency, one core at 100% even when "
                "idle) instead of sleeping until a completion event");
+  app.add_option("--index-buckets", opt.index_buckets,
+                 "buckets of the one-sided GET index (a power of two; 64 B each; 0: no index, clients in "
+                 "read mode GET by message)")
+      ->check([](const std::string& v) -> std::string {
+        try {
+          const unsigned long n = std::stoul(v);
+          if (n == 0 || (n <= (1ul << 30) && (n & (n - 1)) == 0)) return {};
+        } catch (...) {
+        }
+        return "must be 0 or a power of two up to 1073741824";
+      })
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();

@@ -50,6 +50,7 @@ std::unique_ptr<kv::Client> connect(reactor::Reactor& reactor, const Flags& f) {
     kv::ClientOptions copt;
     copt.busy_poll = f.busy_poll;
     reactor.set_busy_poll(f.busy_poll);
+    copt.get_mode = f.get_mode;
     return kv::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
@@ -168,8 +169,15 @@ int kvload_main(int argc, char** argv) {
                  "none completed for this many ms")
       ->check(CLI::Range(100u, 3'600'000u))
       ->capture_default_str();
+  std::string get_mode = "rpc";
+  app.add_option("--get-mode", get_mode,
+                 "rpc: GET by message; read: GET by RDMA READ of the server's index, no message (falls back "
+                 "to a message GET when the index cannot answer; docs/protocol.md)")
+      ->check(CLI::IsMember({"rpc", "read"}))
+      ->capture_default_str();
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
+  (void)kv::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);

@@ -58,6 +58,7 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
   copt.busy_poll = f.busy_poll;
   reactor.set_busy_poll(f.busy_poll);
+  copt.get_mode = f.get_mode;
   std::unique_ptr<kv::Client> client;
   try {
     client = kv::Client::connect(reactor, f.server, f.port, copt);
@@ -106,6 +107,14 @@ int kvload_run_file(const KvloadFlags& f) {
                  static_cast<unsigned long long>(counters.messages_sent),
                  static_cast<unsigned long long>(counters.sends_posted), counters.messages_per_send(), max_in_flight,
                  f.depth);
+    if (f.get_mode == kv::GetMode::read) {
+      std::fprintf(stderr, "kvload: one-sided GETs %llu (hits %llu, misses %llu, retries %llu, fallbacks %llu)\n",
+                   static_cast<unsigned long long>(counters.onesided_gets),
+                   static_cast<unsigned long long>(counters.onesided_hits),
+                   static_cast<unsigned long long>(counters.onesided_misses),
+                   static_cast<unsigned long long>(counters.onesided_retries),
+                   static_cast<unsigned long long>(counters.onesided_fallbacks));
+    }
   }
   if (f.json) {
     std::printf("%s\n", kv::to_json(*report).c_str());

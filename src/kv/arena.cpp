@@ -108,7 +108,7 @@ std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
   auto& k = s.classes[c];
   if (k.free.empty() && !s.grow(c, *registrar_)) return nullptr;
   const Block b = k.free.back();
-  auto* value = new (std::nothrow) LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey};
+  auto* value = new (std::nothrow) LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block};
   if (value == nullptr) return nullptr;
   k.free.pop_back();
   s.stats.used_bytes += k.block;

@@ -133,9 +133,16 @@ int kv_open(char* servername, void** kv_handle) {
       return set_error(nullptr, EINVAL, std::string("kv_open: bad server name '") + servername +
                                             "' (expected host or host:port)");
     }
+    rkv::kv::ClientOptions opt;
+    if (const char* mode = std::getenv("RKV_GET_MODE"); mode != nullptr && *mode != '\0') {
+      if (!rkv::kv::parse_get_mode(mode, opt.get_mode)) {
+        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_GET_MODE='") + mode +
+                                              "' is not valid (expected rpc or read)");
+      }
+    }
     auto h = std::make_unique<Handle>();
     h->reactor = std::make_unique<rkv::reactor::Reactor>();
-    h->client = Client::connect(*h->reactor, host, port, {});
+    h->client = Client::connect(*h->reactor, host, port, opt);
     *kv_handle = h.release();
     t_last_error.clear();
     return 0;

@@ -196,6 +196,13 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   server_recv_size_ = theirs.recv_buf_size;
   server_max_value_ = theirs.max_value;
   conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
+  if (options_.get_mode == GetMode::read) {
+    if (theirs.index_buckets == 0 || theirs.index_bucket_size != proto::kBucketSize) {
+      spdlog::warn("client: {} has no readable index (kvd --index-buckets 0?): GETs go by message", peer_);
+    } else {
+      (void)conn_->enable_onesided({theirs.index_addr, theirs.index_rkey, theirs.index_buckets});
+    }
+  }
   spdlog::debug("client: connected to {} ({} credits, server recv size {})", peer_, server_credits_,
                 server_recv_size_);
   // Events that raced the connect (e.g. an immediate DISCONNECTED).

@@ -50,6 +50,10 @@ struct ClientOptions {
   // of waiting for completion events. Pair it with Reactor::set_busy_poll(true)
   // so the loop never sleeps (a core spins while the client lives).
   bool busy_poll = false;
+  // GetMode::read: GETs by RDMA READ of the server's index (no message; a
+  // message GET only as the documented fallback). Against a server without
+  // an index GETs stay messages (logged once at connect).
+  GetMode get_mode = GetMode::rpc;
 };
 
 // Setup failure: what() says which step failed and why; code() is an errno
@@ -101,6 +105,8 @@ class Client {
   // Drop cached registrations of a buffer given to set() (before freeing it).
   void forget(std::span<const std::byte> bytes) noexcept;
   [[nodiscard]] std::uint64_t server_max_value() const noexcept { return server_max_value_; }
+  // GETs go by RDMA READ (read mode asked for and the server has an index).
+  [[nodiscard]] bool onesided() const noexcept { return conn_ && conn_->onesided(); }
 
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);

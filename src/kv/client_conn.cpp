@@ -128,7 +128,8 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     ++counters_.refused;
     return st;
   }
-  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease)});
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease),
+                           op == proto::Opcode::get && onesided()});
   ++counters_.requests;
   SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());
   return Status::ok;
@@ -166,6 +167,12 @@ std::size_t ClientConn::flush() noexcept {
   }
   while (!queue_.empty() && !free_slots_.empty()) {
     Request& r = queue_.front();
+    if (r.onesided) {  // RDMA READs only: no credit, no send buffer
+      Request taken = std::move(r);
+      queue_.pop_front();
+      if (!start_onesided(taken)) return 0;  // the connection failed
+      continue;
+    }
     const std::uint32_t slot = free_slots_.back();
     const std::uint32_t id = req_id(slot);
     const proto::MessageSpec spec = request_spec(r, id, slots_[slot]);
@@ -373,6 +380,7 @@ void ClientConn::complete_all(Status st) noexcept {
     if (!s.busy) continue;
     s.busy = false;
     s.reading = false;  // the READ's flush completion only lowers reads_in_flight_
+    s.os = OsStage::idle;
     s.generation = static_cast<std::uint16_t>(s.generation + 1);
     s.lease.reset();
     s.landing.reset();  // deregistered first: no DMA reaches it afterwards

@@ -37,6 +37,7 @@
 #include "kv/reg_cache.hpp"
 #include "kv/registrar.hpp"
 #include "kv/msg_channel.hpp"
+#include "proto/index_format.hpp"
 #include "proto/wire.hpp"
 #include "verbs/completion.hpp"
 
@@ -92,6 +93,12 @@ struct ClientCounters {
   std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
+  // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
+  std::uint64_t onesided_gets = 0;       // GETs started by RDMA READ of the index
+  std::uint64_t onesided_hits = 0;       // answered found from the server's memory
+  std::uint64_t onesided_misses = 0;     // answered not found by the index alone
+  std::uint64_t onesided_retries = 0;    // re-reads after a torn entry or a value that failed its checks
+  std::uint64_t onesided_fallbacks = 0;  // turned into a message GET (overflow, collision, retries used up)
   [[nodiscard]] double messages_per_send() const noexcept {
     return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
   }
@@ -102,6 +109,22 @@ struct RdvOptions {
   std::uint32_t landing_spares = 2;                  // registered landing buffers kept ready
   std::size_t keep_landing_max = std::size_t{64} << 20;  // larger ones (from pulls) are not kept
   std::size_t reg_cache_bytes = std::size_t{256} << 20;  // pin-down cache budget (SET sources)
+};
+
+// How GETs are served (ClientOptions::get_mode, kvload --get-mode, RKV_GET_MODE).
+enum class GetMode : std::uint8_t {
+  rpc,   // a GET message, answered by the server
+  read,  // one-sided: RDMA READs of the server's index and value, no message
+};
+[[nodiscard]] std::string_view to_string(GetMode m) noexcept;
+// "rpc" / "read"; false for anything else.
+[[nodiscard]] bool parse_get_mode(std::string_view text, GetMode& out) noexcept;
+
+// Where the server's readable index is (its ConnectParams).
+struct IndexInfo {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t buckets = 0;  // a power of two
 };
 
 class ClientConn {
@@ -130,6 +153,12 @@ class ClientConn {
   // then never called).
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+  // Read mode: from now on GETs go by RDMA READ of the server's index
+  // (client_onesided.cpp). Registers one small buffer per request slot
+  // (local_write). False (logged) if the index is unusable or that fails:
+  // GETs then stay messages.
+  bool enable_onesided(const IndexInfo& index) noexcept;
+  [[nodiscard]] bool onesided() const noexcept { return index_.buckets != 0; }
   // STATS: the callback's value is the server's counter text ("name value" lines).
   [[nodiscard]] Status submit_stats(Callback cb);
 
@@ -178,7 +207,9 @@ class ClientConn {
     std::span<const std::byte> value;
     Callback cb;
     RegCache::Lease lease;  // large SET: the registration of `value`
+    bool onesided = false;  // GET by RDMA READ (read mode)
   };
+  enum class OsStage : std::uint8_t { idle, hood, block };
   struct Slot {
     std::uint16_t generation = 0;
     bool busy = false;
@@ -187,6 +218,11 @@ class ClientConn {
     Callback cb;
     RegCache::Lease lease;                   // large SET in flight
     std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
+    // One-sided GET in progress (client_onesided.cpp).
+    OsStage os = OsStage::idle;
+    unsigned attempts = 0;
+    std::string key;
+    proto::IndexEntry entry;
   };
 
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
@@ -208,6 +244,15 @@ class ClientConn {
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
   void free_slot(std::uint32_t slot) noexcept;
+  // --- one-sided GET (client_onesided.cpp) ---
+  bool start_onesided(Request& r) noexcept;  // takes a free slot, posts the neighborhood READ
+  bool post_hood_read(std::uint32_t slot) noexcept;
+  void on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept;
+  void on_hood(std::uint32_t slot) noexcept;
+  void on_block(std::uint32_t slot) noexcept;
+  void retry_or_fallback(std::uint32_t slot) noexcept;
+  void fallback(std::uint32_t slot) noexcept;  // re-queued as a message GET
+  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept;
 
   Link* link_;
   Registrar* registrar_;
@@ -230,6 +275,9 @@ class ClientConn {
   std::deque<Request> queue_;
   std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
   std::size_t recvs_posted_ = 0;
+  IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
+  std::vector<std::byte> os_mem_;              // per slot: neighborhood, key, small value
+  std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
   ClientCounters counters_;
 };
 

@@ -70,6 +70,8 @@ void ClientConn::free_slot(std::uint32_t slot) noexcept {
   Slot& s = slots_[slot];
   s.busy = false;
   s.reading = false;
+  s.os = OsStage::idle;
+  s.key.clear();
   s.generation = static_cast<std::uint16_t>(s.generation + 1);
   s.lease.reset();
   free_slots_.push_back(slot);
@@ -131,6 +133,11 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
   if (reads_in_flight_ > 0) --reads_in_flight_;
   if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
   const std::uint32_t slot = c.wr_id.slot();
+  if (c.wr_id.is_current(kGeneration) && slot < slots_.size() && slots_[slot].busy &&
+      slots_[slot].os != OsStage::idle) {
+    on_onesided_read(slot, c);
+    return;
+  }
   if (!c.wr_id.is_current(kGeneration) || slot >= slots_.size() || !slots_[slot].busy || !slots_[slot].reading) {
     fail("RDMA READ completion for no pending GET");
     return;

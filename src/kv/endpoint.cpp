@@ -9,7 +9,7 @@ verbs::QpCaps caps_for(const EndpointConfig& cfg) {
   verbs::QpCaps caps;
   caps.max_send_wr = cfg.send_count + cfg.rdma_depth;
   caps.max_recv_wr = cfg.recv_count;
-  caps.max_send_sge = 1;
+  caps.max_send_sge = 2;  // one-sided GET: a READ scattered into value + key
   caps.max_recv_sge = 1;
   return caps;
 }

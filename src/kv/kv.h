@@ -27,7 +27,12 @@ extern "C" {
 /* Port used when servername has no ":port". */
 #define KV_DEFAULT_PORT 7471
 
-/* servername: "host" or "host:port" ("[v6addr]:port" for IPv6). */
+/* servername: "host" or "host:port" ("[v6addr]:port" for IPv6).
+ * Environment: RKV_GET_MODE=rpc (default) or read. With "read", kv_get reads
+ * values with one-sided RDMA READs of the server's index and memory, sending
+ * no message (it falls back to a message GET when the index cannot answer, or
+ * when the server has no index; docs/protocol.md "One-sided GET"). Any other
+ * non-empty value makes kv_open fail with EINVAL. */
 int kv_open(char *servername, void **kv_handle);
 /* Values of any size up to the server's limit. A large value (4 KiB and
  * more) is sent zero-copy: the server RDMA READs it from `value` (registered

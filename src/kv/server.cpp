@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
+#include <bit>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 #include <variant>
 
 #include "proto/connect_params.hpp"
+#include "proto/index_format.hpp"
 #include "verbs/error.hpp"
 
 namespace rkv::kv {
@@ -22,6 +24,11 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
                                             proto::kMaxEagerSetSize));
   }
   if (options_.max_clients == 0) throw std::invalid_argument("max clients must be at least 1");
+  if (options_.index_buckets != 0 &&
+      (!std::has_single_bit(options_.index_buckets) || options_.index_buckets > proto::kMaxIndexBuckets)) {
+    throw std::invalid_argument(fmt::format("index buckets must be 0 or a power of two up to {}",
+                                            proto::kMaxIndexBuckets));
+  }
   listener_.emplace(events_, kListenerToken);
   listener_->bind(options_.bind_address, options_.port);
   listener_->listen(options_.backlog);
@@ -35,6 +42,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
 
 Server::~Server() {
   poller_.reset();
+  store_->detach_index();  // the index and the small arena go with the Server
   events_watch_.reset();
   for (auto& c : conns_) {
     c.deadline.reset();
@@ -48,6 +56,21 @@ void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena);
+  if (options_.index_buckets == 0) return;
+  small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena);
+  index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
+  store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); });
+  spdlog::info("server: one-sided GET index: {} buckets, {} bytes (remote_read)", options_.index_buckets,
+               index_->bytes());
+}
+
+std::vector<std::pair<std::string_view, std::uint64_t>> Server::index_stats() const {
+  const IndexStats st = index_ ? index_->index().stats() : IndexStats{};
+  const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};
+  return {{"index_buckets", st.buckets},           {"index_used", st.used},
+          {"index_overflow_keys", st.overflow_keys}, {"index_overflow_buckets", st.overflow_buckets},
+          {"index_rpc_only", st.rpc_only},         {"small_arena_reserved", sm.reserved_bytes},
+          {"small_arena_used", sm.used_bytes}};
 }
 
 ServerStats Server::stats() const noexcept {
@@ -70,7 +93,12 @@ std::string Server::stats_text() const {
       k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
       arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
          fmt::format(" max_conn_outstanding={} conn_bytes={} completions={} cq_wakeups={} busy_polls={}",
-                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls);
+                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls) +
+         [this] {
+           std::string out;
+           for (const auto& [name, value] : index_stats()) out += fmt::format(" {}={}", name, value);
+           return out;
+         }();
 }
 
 Server::Conn* Server::find(std::uint64_t tok) noexcept {
@@ -170,6 +198,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.max_transfers = transfers;
     scfg.max_pins = params.credits;
     scfg.label = peer;
+    scfg.index_stats = [this] { return index_stats(); };
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
                                            std::move(scfg), arena_.get());
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
@@ -188,6 +217,12 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     mine.credits = options_.credits;
     mine.recv_buf_size = options_.buf_size;
     mine.max_value = options_.max_value;
+    if (index_) {
+      mine.index_addr = index_->addr();
+      mine.index_rkey = index_->rkey();
+      mine.index_buckets = index_->index().buckets();
+      mine.index_bucket_size = static_cast<std::uint32_t>(proto::kBucketSize);
+    }
     const auto priv = proto::encode_connect_params(mine);
     verbs::ConnParams cp;
     cp.private_data = priv;

@@ -26,10 +26,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kv/arena.hpp"
 #include "kv/endpoint.hpp"
+#include "kv/index_region.hpp"
 #include "kv/registrar.hpp"
 #include "kv/server_conn.hpp"
 #include "kv/store.hpp"
@@ -50,6 +53,10 @@ struct ServerOptions {
   std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
   std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
   ArenaConfig arena{};                    // registered memory for large values
+  // One-sided GET index (docs/protocol.md): home buckets, a power of two; 0
+  // disables it (clients in read mode then GET by message).
+  std::uint32_t index_buckets = 1u << 18;
+  ArenaConfig small_arena{64, std::size_t{4} << 20, std::size_t{1} << 30};  // small values, index on
   int backlog = 128;
   // Busy-poll mode: one reactor poller polls every connection's CQ on each
   // loop turn (no completion events, no CQ fds in epoll). Pair it with
@@ -83,6 +90,8 @@ class Server {
   [[nodiscard]] ServerStats stats() const noexcept;
   [[nodiscard]] std::size_t connections() const noexcept { return counters_.connections; }
   [[nodiscard]] std::string stats_text() const;
+  // The one-sided GET index, or null (disabled, or no device seen yet).
+  [[nodiscard]] const IndexRegion* index() const noexcept { return index_.get(); }
 
   // Stops accepting (the listener is destroyed), disconnects every client
   // and calls on_done once the last connection is torn down (at once if
@@ -128,6 +137,8 @@ class Server {
   void destroy(std::uint32_t slot) noexcept;
   std::optional<std::uint32_t> alloc_slot() noexcept;
   void make_pd(const verbs::CmId& id);
+  // index_buckets, index_used, ... (STATS reply and stats_text()).
+  [[nodiscard]] std::vector<std::pair<std::string_view, std::uint64_t>> index_stats() const;
 
   reactor::Reactor* reactor_;
   Store* store_;
@@ -138,6 +149,8 @@ class Server {
   std::shared_ptr<const verbs::ProtectionDomain> pd_;
   std::unique_ptr<PdRegistrar> registrar_;  // with pd_; before arena_ (used by it)
   std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
+  std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
   std::uint16_t port_ = 0;
   std::vector<Conn> conns_;
   std::vector<std::uint32_t> free_slots_;

@@ -271,6 +271,12 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
           counters_->rdma_writes, counters_->bytes_copied, counters_->too_large, counters_->transfers_aborted,
           counters_->pinned, counters_->transfers, arena_ ? arena_->registrations() : 0,
           arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0);
+      if (config_.index_stats) {
+        try {
+          for (const auto& [name, value] : config_.index_stats()) stats_text_ += fmt::format("{} {}\n", name, value);
+        } catch (const std::bad_alloc&) {
+        }
+      }
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
     case Opcode::set_reply:

@@ -26,10 +26,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/arena.hpp"
@@ -151,6 +153,8 @@ struct ServerConnConfig {
   std::uint32_t max_transfers = 16;  // RDMA READ/WRITEs in flight (the QP's rdma depth)
   std::uint32_t max_pins = 16;       // pulled GETs awaiting RELEASE (client's max requests in flight)
   std::string label;                // for logs, e.g. the peer address
+  // Extra counters for the STATS reply (the Server's index); empty: none.
+  std::function<std::vector<std::pair<std::string_view, std::uint64_t>>()> index_stats;
 };
 
 class ServerConn {

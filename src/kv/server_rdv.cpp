@@ -49,7 +49,11 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
     reply = proto::msg::error_reply(Opcode::set, id, 0, len == 0 ? Status::bad_request : Status::too_large);
     return Outcome::reply;
   }
-  auto block = arena_->allocate(static_cast<std::size_t>(len));
+  // With the one-sided index the key is stored after the value ([value][key],
+  // docs/protocol.md): the READ lands at the block start as ever.
+  const std::size_t tail = store_->indexed() ? m.key.size() : 0;
+  auto block = arena_->allocate(static_cast<std::size_t>(len) + tail);
+  if (block) block->bytes = block->bytes.first(static_cast<std::size_t>(len));
   if (!block) {
     reply = proto::msg::error_reply(Opcode::set, id, 0, Status::no_memory);
     return Outcome::reply;

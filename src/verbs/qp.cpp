@@ -155,6 +155,27 @@ int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint3
                        signaled);
 }
 
+int QueuePair::post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr,
+                              std::uint32_t rkey, bool signaled) noexcept {
+  if (local.size() > kMaxSendSge || local.size() > caps_.max_send_sge) return EINVAL;
+  std::array<ibv_sge, kMaxSendSge> list;
+  int num = 0;
+  for (const ReadSge& s : local) {
+    if (!fits_u32(s.bytes.size())) return EINVAL;
+    if (s.bytes.empty()) continue;
+    list[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
+  }
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = list.data();
+  wr.num_sge = num;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
+  return post_one_send(handle_->qp, wr);
+}
+
 int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                                std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
   return post_one_rdma(handle_->qp, IBV_WR_RDMA_WRITE, wr_id, local.data(), local.size(), lkey, remote_addr, rkey,

@@ -57,6 +57,12 @@ struct Sge {
   std::uint32_t lkey = 0;
 };
 
+// One scatter element of an RDMA READ (its MR needs local_write).
+struct ReadSge {
+  std::span<std::byte> bytes;
+  std::uint32_t lkey = 0;
+};
+
 // One receive of a post_recv_batch chain.
 struct RecvRequest {
   WrId wr_id;
@@ -93,6 +99,10 @@ class QueuePair {
   // local_write; the remote MR needs remote_read).
   int post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
                      std::uint32_t rkey, bool signaled = true) noexcept;
+  // Reads remote [remote_addr, + total length) scattered over `local` in
+  // order (at most max_send_sge elements; empty elements are skipped).
+  int post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr, std::uint32_t rkey,
+                     bool signaled = true) noexcept;
   // Writes `local` to remote_addr (the remote MR needs remote_write).
   int post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                       std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept;

@@ -14,6 +14,7 @@ namespace rkv::test {
 
 struct Post {
   verbs::WrId id;
+  std::vector<std::span<std::byte>> scatter;  // post_read_sg: the local elements
   std::vector<std::byte> bytes;      // send/write: the payload at post time
   std::span<std::byte> target;       // recv/read: where the data would land
   std::uint64_t remote_addr = 0;
@@ -26,7 +27,7 @@ class FakeLink final : public kv::Link {
   int fail_next_send = 0;  // errno to return from the next post_send (0: succeed)
 
   int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t) noexcept override {
-    recvs.push_back({id, {}, buf});
+    recvs.push_back({id, {}, {}, buf});
     return 0;
   }
   int post_send(verbs::WrId id, std::span<const std::byte> buf, std::uint32_t) noexcept override {
@@ -35,17 +36,24 @@ class FakeLink final : public kv::Link {
       fail_next_send = 0;
       return rc;
     }
-    sends.push_back({id, {buf.begin(), buf.end()}, {}});
+    sends.push_back({id, {}, {buf.begin(), buf.end()}, {}});
     return 0;
   }
   int post_read(verbs::WrId id, std::span<std::byte> local, std::uint32_t, std::uint64_t raddr,
                 std::uint32_t rkey) noexcept override {
-    reads.push_back({id, {}, local, raddr, rkey});
+    reads.push_back({id, {}, {}, local, raddr, rkey});
+    return 0;
+  }
+  int post_read_sg(verbs::WrId id, std::span<const verbs::ReadSge> local, std::uint64_t raddr,
+                   std::uint32_t rkey) noexcept override {
+    Post p{id, {}, {}, {}, raddr, rkey};
+    for (const auto& s : local) p.scatter.push_back(s.bytes);
+    reads.push_back(std::move(p));
     return 0;
   }
   int post_write(verbs::WrId id, std::span<const std::byte> local, std::uint32_t, std::uint64_t raddr,
                  std::uint32_t rkey) noexcept override {
-    writes.push_back({id, {local.begin(), local.end()}, {}, raddr, rkey});
+    writes.push_back({id, {}, {local.begin(), local.end()}, {}, raddr, rkey});
     return 0;
   }
 

@@ -1,0 +1,105 @@
+// The one-sided GET index format: see index_format.hpp.
+#include "proto/index_format.hpp"
+
+#include <algorithm>
+
+#include "proto/crc32c.hpp"
+#include "proto/endian.hpp"
+
+namespace rkv::proto {
+
+namespace off {
+constexpr std::size_t version = 0;
+constexpr std::size_t key_hash = 8;
+constexpr std::size_t addr = 16;
+constexpr std::size_t rkey = 24;
+constexpr std::size_t key_len = 28;
+constexpr std::size_t value_len = 32;
+constexpr std::size_t data_crc = 36;
+constexpr std::size_t flags = 40;
+}  // namespace off
+
+std::uint64_t hash64(std::string_view key) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;  // FNV-1a 64 prime
+  }
+  // MurmurHash3 fmix64.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept {
+  std::array<std::byte, kBucketSize> out{};
+  const std::span<std::byte> o{out};
+  store_le(o, off::version, e.version);
+  store_le(o, off::key_hash, e.key_hash);
+  store_le(o, off::addr, e.addr);
+  store_le(o, off::rkey, e.rkey);
+  store_le(o, off::key_len, e.key_len);
+  store_le(o, off::value_len, e.value_len);
+  store_le(o, off::data_crc, e.data_crc);
+  store_le(o, off::flags, e.flags);
+  store_le(o, kEntryCrcOffset, crc32c(out.data(), kEntryCrcOffset));
+  return out;
+}
+
+std::optional<IndexEntry> decode_entry(std::span<const std::byte> b) noexcept {
+  b = b.first(kBucketSize);
+  if (std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; })) return IndexEntry{};
+  if (load_le<std::uint32_t>(b, kEntryCrcOffset) != crc32c(b.data(), kEntryCrcOffset)) return std::nullopt;
+  for (std::size_t i = kEntryCrcOffset + 4; i < kBucketSize; ++i) {
+    if (b[i] != std::byte{0}) return std::nullopt;
+  }
+  IndexEntry e;
+  e.version = load_le<std::uint64_t>(b, off::version);
+  e.key_hash = load_le<std::uint64_t>(b, off::key_hash);
+  e.addr = load_le<std::uint64_t>(b, off::addr);
+  e.rkey = load_le<std::uint32_t>(b, off::rkey);
+  e.key_len = load_le<std::uint32_t>(b, off::key_len);
+  e.value_len = load_le<std::uint32_t>(b, off::value_len);
+  e.data_crc = load_le<std::uint32_t>(b, off::data_crc);
+  e.flags = load_le<std::uint32_t>(b, off::flags);
+  return e;
+}
+
+std::string_view to_string(ProbeResult r) noexcept {
+  switch (r) {
+    case ProbeResult::found: return "found";
+    case ProbeResult::not_found: return "not_found";
+    case ProbeResult::torn: return "torn";
+    case ProbeResult::ask_rpc: return "ask_rpc";
+  }
+  return "invalid";
+}
+
+ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t key_hash, std::uint32_t key_len,
+                               IndexEntry& entry) noexcept {
+  if (hood.size() < kNeighborhoodBytes) return ProbeResult::torn;
+  bool torn = false;
+  bool overflow = false;
+  for (std::size_t i = 0; i < kNeighborhood; ++i) {
+    const auto e = decode_entry(hood.subspan(i * kBucketSize, kBucketSize));
+    if (!e) {
+      torn = true;  // unknown contents: could be the key, or (home) the overflow flag
+      continue;
+    }
+    if (i == 0) overflow = e->overflow();
+    // A key occupies one bucket: a consistent match is authoritative even if
+    // another bucket was torn.
+    if (e->used() && e->key_hash == key_hash && e->key_len == key_len) {
+      if (e->rpc_only()) return ProbeResult::ask_rpc;
+      entry = *e;
+      return ProbeResult::found;
+    }
+  }
+  if (torn) return ProbeResult::torn;
+  return overflow ? ProbeResult::ask_rpc : ProbeResult::not_found;
+}
+
+}  // namespace rkv::proto

@@ -1,0 +1,96 @@
+#pragma once
+// The remotely readable index of one-sided GET (docs/protocol.md, "One-sided
+// GET"): the bytes a client RDMA READs and how it checks them. Pure: shared by
+// the server (kv::ReadableIndex writes entries) and the client (decodes them).
+//
+// Region: buckets + kNeighborhood - 1 buckets of kBucketSize bytes. A key's
+// home bucket is hash64(key) & (buckets - 1); it lives in one of the
+// kNeighborhood buckets home .. home + 7 (the extra buckets at the end mean a
+// neighborhood never wraps), so one READ of kNeighborhoodBytes finds it.
+//
+// Entry (one bucket, little-endian):
+//    0 version   u64   global SET sequence number of the value it names
+//    8 key_hash  u64   hash64(key)
+//   16 addr      u64   value block: [value_len value bytes][key_len key bytes]
+//   24 rkey      u32   of the block's registration (remote_read only)
+//   28 key_len   u32
+//   32 value_len u32
+//   36 data_crc  u32   crc32c(value bytes followed by key bytes)
+//   40 flags     u32   kFlagUsed | kFlagOverflow | kFlagRpcOnly
+//   44 entry_crc u32   crc32c(bytes 0..43)
+//   48 .. 63           zero
+// An all-zero bucket is empty (and has no overflow). Any other bucket whose
+// entry_crc does not match was read while the server rewrote it (torn).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace rkv::proto {
+
+inline constexpr std::size_t kBucketSize = 64;
+inline constexpr std::size_t kNeighborhood = 8;
+inline constexpr std::size_t kNeighborhoodBytes = kBucketSize * kNeighborhood;
+inline constexpr std::size_t kEntryCrcOffset = 44;
+// Most buckets an index may have (the count travels as a u32 power of two).
+inline constexpr std::uint32_t kMaxIndexBuckets = 1u << 30;
+// A one-sided GET re-reads at most this many times before asking by message.
+inline constexpr unsigned kOneSidedAttempts = 8;
+
+inline constexpr std::uint32_t kFlagUsed = 1u << 0;      // the bucket holds a key
+inline constexpr std::uint32_t kFlagOverflow = 1u << 1;  // a key homed HERE may be missing: ask by message
+inline constexpr std::uint32_t kFlagRpcOnly = 1u << 2;   // used, but the value is not readable: ask by message
+
+// hash64: FNV-1a 64 over the key bytes, then the MurmurHash3 fmix64
+// finalizer (so the low bits, which pick the bucket, depend on every byte).
+// Fixed forever: clients and servers of any build must agree.
+[[nodiscard]] std::uint64_t hash64(std::string_view key) noexcept;
+
+struct IndexEntry {
+  std::uint64_t version = 0;
+  std::uint64_t key_hash = 0;
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t key_len = 0;
+  std::uint32_t value_len = 0;
+  std::uint32_t data_crc = 0;
+  std::uint32_t flags = 0;
+  [[nodiscard]] bool used() const noexcept { return (flags & kFlagUsed) != 0; }
+  [[nodiscard]] bool overflow() const noexcept { return (flags & kFlagOverflow) != 0; }
+  [[nodiscard]] bool rpc_only() const noexcept { return (flags & kFlagRpcOnly) != 0; }
+  friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
+};
+
+// The full 64 bytes of `e` (entry_crc computed, tail zero).
+[[nodiscard]] std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept;
+// nullopt: torn (entry_crc mismatch or a non-zero tail). An all-zero bucket
+// decodes as an empty entry (flags 0). Precondition: bucket.size() >= kBucketSize.
+[[nodiscard]] std::optional<IndexEntry> decode_entry(std::span<const std::byte> bucket) noexcept;
+
+// Home bucket of a hash in an index of `buckets` (a power of two).
+[[nodiscard]] constexpr std::uint64_t home_bucket(std::uint64_t hash, std::uint32_t buckets) noexcept {
+  return hash & (std::uint64_t{buckets} - 1);
+}
+// Bytes of the whole region for `buckets` buckets (before page rounding).
+[[nodiscard]] constexpr std::size_t index_region_bytes(std::uint32_t buckets) noexcept {
+  return (std::size_t{buckets} + kNeighborhood - 1) * kBucketSize;
+}
+
+// What a client concludes from one READ of a key's neighborhood.
+enum class ProbeResult : std::uint8_t {
+  found,      // `entry` names the key's value block (key bytes still to be checked)
+  not_found,  // definitely absent: no entry, no overflow flag on the home bucket
+  torn,       // an entry was read mid-update: read again
+  ask_rpc,    // the index cannot answer (overflow, or an rpc-only entry)
+};
+[[nodiscard]] std::string_view to_string(ProbeResult r) noexcept;
+
+// Scans a neighborhood (kNeighborhoodBytes, home bucket first) for key_hash
+// and key_len. Any torn bucket -> torn (its contents are unknown).
+[[nodiscard]] ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t key_hash,
+                                             std::uint32_t key_len, IndexEntry& entry) noexcept;
+
+}  // namespace rkv::proto

@@ -1,0 +1,305 @@
+// onesided_e2e: one-sided GET (docs/protocol.md, "One-sided GET") against a
+// kvd child process over Soft-RoCE: values read by RDMA READ are byte-exact
+// (small and large), misses are answered by the index alone, keys the index
+// could not place are served by the message fallback, a batch of one-sided
+// GETs leaves the server's request counters unchanged, and a reader racing a
+// writer on the same keys only ever sees values that were written whole.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/client.hpp"
+#include "kvd_process.hpp"
+#include "loopback.hpp"
+#include "proto/crc32c.hpp"
+#include "reactor/reactor.hpp"
+
+#ifndef RKV_KVD_PATH
+#error "RKV_KVD_PATH must name the kvd binary"
+#endif
+
+namespace rkv::kv {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string pattern(std::size_t n, std::uint64_t seed) {
+  std::string s(n, '\0');
+  std::uint64_t x = 0x9E3779B97F4A7C15ull ^ (seed * 0xD1B54A32D192ED03ull);
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+// A self-verifying value: [version u64][key id u32][crc32c(payload) u32] then
+// a payload generated from (key id, version).
+constexpr std::size_t kTag = 16;
+std::string tagged(std::uint32_t key_id, std::uint64_t version, std::size_t n) {
+  std::string payload = pattern(n - kTag, (std::uint64_t{key_id} << 40) ^ version);
+  const std::uint32_t crc = proto::crc32c(payload);
+  std::string v(kTag, '\0');
+  std::memcpy(v.data(), &version, 8);
+  std::memcpy(v.data() + 8, &key_id, 4);
+  std::memcpy(v.data() + 12, &crc, 4);
+  return v + payload;
+}
+// The version if `v` is exactly tagged(key_id, version, n); nullopt otherwise.
+std::optional<std::uint64_t> verify_tagged(std::string_view v, std::uint32_t key_id, std::size_t n) {
+  if (v.size() != n) return std::nullopt;
+  std::uint64_t version = 0;
+  std::uint32_t id = 0;
+  std::memcpy(&version, v.data(), 8);
+  std::memcpy(&id, v.data() + 8, 4);
+  if (id != key_id) return std::nullopt;
+  if (v != tagged(key_id, version, n)) return std::nullopt;
+  return version;
+}
+
+class OneSided : public ::testing::Test {
+ protected:
+  void SetUp() override { addr_ = verbs::test::softroce_addr(); }
+  void start(std::vector<std::string> extra = {}) {
+    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_, std::move(extra));
+  }
+  void TearDown() override {
+    if (kvd_) {
+      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
+    }
+  }
+  std::unique_ptr<Client> open(reactor::Reactor& r, GetMode mode) {
+    ClientOptions o;
+    o.get_mode = mode;
+    return Client::connect(r, addr_, kvd_->port(), o);
+  }
+  std::map<std::string, std::uint64_t> kvd_stats() {
+    auto s = kvd_->stats();
+    EXPECT_TRUE(s.has_value()) << "kvd did not print its stats";
+    return s.value_or(std::map<std::string, std::uint64_t>{});
+  }
+
+  std::string addr_;
+  std::unique_ptr<test::KvdProcess> kvd_;
+  reactor::Reactor reactor_;
+};
+
+TEST_F(OneSided, ValuesAreByteExactSmallAndLargeAndMissesNeedNoServer) {
+  start();
+  auto writer = open(reactor_, GetMode::rpc);
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  const std::size_t sizes[] = {1, 100, 4000, 5000, 64u << 10, 1u << 20};
+  for (std::size_t n : sizes) {
+    ASSERT_EQ(writer->set_sync("v-" + std::to_string(n), pattern(n, n)), Status::ok);
+  }
+  for (int round = 0; round < 2; ++round) {  // the second round reuses landing buffers
+    for (std::size_t n : sizes) {
+      SCOPED_TRACE("value of " + std::to_string(n) + " bytes");
+      const std::string key = "v-" + std::to_string(n);
+      Value got;
+      bool found = false;
+      ASSERT_EQ(reader->get_sync(key, got, found), Status::ok);
+      ASSERT_TRUE(found);
+      EXPECT_TRUE(got.view() == pattern(n, n)) << "value differs";
+      std::string copy;
+      ASSERT_EQ(reader->get_sync(key, copy, found), Status::ok);
+      EXPECT_TRUE(copy == pattern(n, n));
+    }
+  }
+  // Overwrites (small <-> large) are seen at once.
+  ASSERT_EQ(writer->set_sync("v-65536", "small now"), Status::ok);
+  ASSERT_EQ(writer->set_sync("v-1", pattern(70000, 9)), Status::ok);
+  std::string s;
+  bool found = false;
+  ASSERT_EQ(reader->get_sync("v-65536", s, found), Status::ok);
+  EXPECT_EQ(s, "small now");
+  ASSERT_EQ(reader->get_sync("v-1", s, found), Status::ok);
+  EXPECT_TRUE(s == pattern(70000, 9));
+  // A miss.
+  ASSERT_EQ(reader->get_sync("never-set", s, found), Status::ok);
+  EXPECT_FALSE(found);
+  const ClientCounters& c = reader->counters();
+  std::printf("one-sided: gets %llu hits %llu misses %llu retries %llu fallbacks %llu, messages sent %llu\n",
+              static_cast<unsigned long long>(c.onesided_gets), static_cast<unsigned long long>(c.onesided_hits),
+              static_cast<unsigned long long>(c.onesided_misses),
+              static_cast<unsigned long long>(c.onesided_retries),
+              static_cast<unsigned long long>(c.onesided_fallbacks),
+              static_cast<unsigned long long>(c.messages_sent));
+  EXPECT_EQ(c.onesided_gets, 2 * 2 * std::size(sizes) + 3);
+  EXPECT_EQ(c.onesided_hits + c.onesided_fallbacks, 2 * 2 * std::size(sizes) + 2);
+  EXPECT_EQ(c.onesided_fallbacks, 0u) << "nothing here needs the server (no writer races this reader)";
+  EXPECT_EQ(c.onesided_misses, 1u);
+  EXPECT_EQ(c.messages_sent, 0u) << "a one-sided GET sends no message";
+  EXPECT_EQ(c.gets_written + c.gets_pulled, 0u);
+}
+
+TEST_F(OneSided, OneSidedGetsMakeNoRequestToTheServer) {
+  start();
+  auto writer = open(reactor_, GetMode::rpc);
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(writer->set_sync("k" + std::to_string(i), pattern(64 + i * 700, i)), Status::ok);
+  ASSERT_EQ(writer->set_sync("big", pattern(200000, 77)), Status::ok);
+  const auto before = kvd_stats();
+  const ClientCounters c0 = reader->counters();
+  constexpr int kBatch = 200;
+  for (int i = 0; i < kBatch; ++i) {
+    const std::string key = i % 9 == 8 ? "big" : "k" + std::to_string(i % 9);
+    std::string v;
+    bool found = false;
+    ASSERT_EQ(reader->get_sync(key, v, found), Status::ok);
+    ASSERT_TRUE(found);
+    ASSERT_TRUE(v == (key == "big" ? pattern(200000, 77) : pattern(64 + (i % 9) * 700, i % 9)));
+  }
+  const auto after = kvd_stats();
+  const ClientCounters& c1 = reader->counters();
+  for (const char* name : {"gets", "get_hits", "messages_received", "sends_received", "replies_sent", "rdma_writes",
+                           "large_gets_pulled", "large_gets_written"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(before.contains(name) && after.contains(name));
+    EXPECT_EQ(after.at(name), before.at(name)) << "the server saw a request during one-sided GETs";
+  }
+  EXPECT_GT(after.at("index_used"), 8u);
+  EXPECT_EQ(c1.onesided_gets - c0.onesided_gets, std::uint64_t{kBatch});
+  EXPECT_EQ(c1.onesided_hits - c0.onesided_hits, std::uint64_t{kBatch});
+  EXPECT_EQ(c1.sends_posted, c0.sends_posted);
+  EXPECT_EQ(c1.rdma_reads - c0.rdma_reads, std::uint64_t{2 * kBatch}) << "one READ of the index, one of the value";
+}
+
+TEST_F(OneSided, KeysTheIndexCouldNotPlaceAreServedByMessage) {
+  start({"--index-buckets", "4"});  // 4 home buckets + 7: at most 11 keys indexed
+  auto writer = open(reactor_, GetMode::rpc);
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  constexpr int kKeys = 40;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_EQ(writer->set_sync("o" + std::to_string(i), pattern(10 + i * 100, i)), Status::ok);
+  }
+  const auto st = kvd_stats();
+  EXPECT_EQ(st.at("index_buckets"), 4u);
+  EXPECT_GT(st.at("index_overflow_keys"), 0u);
+  EXPECT_EQ(st.at("index_used") + st.at("index_overflow_keys"), std::uint64_t{kKeys});
+  for (int i = 0; i < kKeys; ++i) {
+    std::string v;
+    bool found = false;
+    ASSERT_EQ(reader->get_sync("o" + std::to_string(i), v, found), Status::ok);
+    ASSERT_TRUE(found) << i;
+    EXPECT_TRUE(v == pattern(10 + i * 100, i)) << i;
+  }
+  std::string v;
+  bool found = true;
+  ASSERT_EQ(reader->get_sync("absent", v, found), Status::ok);
+  EXPECT_FALSE(found);
+  const ClientCounters& c = reader->counters();
+  std::printf("overflow: index_used %llu overflow_keys %llu; client hits %llu fallbacks %llu\n",
+              static_cast<unsigned long long>(st.at("index_used")),
+              static_cast<unsigned long long>(st.at("index_overflow_keys")),
+              static_cast<unsigned long long>(c.onesided_hits),
+              static_cast<unsigned long long>(c.onesided_fallbacks));
+  EXPECT_GE(c.onesided_fallbacks, st.at("index_overflow_keys")) << "an overflowed key is asked by message";
+  EXPECT_GT(c.onesided_hits, 0u);
+  EXPECT_GT(c.messages_sent, 0u);
+}
+
+TEST_F(OneSided, ServerWithoutIndexServesReadModeByMessage) {
+  start({"--index-buckets", "0"});
+  auto writer = open(reactor_, GetMode::rpc);
+  auto reader = open(reactor_, GetMode::read);
+  EXPECT_FALSE(reader->onesided());
+  ASSERT_EQ(writer->set_sync("x", "y"), Status::ok);
+  std::string v;
+  bool found = false;
+  ASSERT_EQ(reader->get_sync("x", v, found), Status::ok);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(v, "y");
+  EXPECT_EQ(reader->counters().onesided_gets, 0u);
+  EXPECT_EQ(reader->counters().messages_sent, 1u);
+}
+
+// A writer hammers a few keys (small and large values) while a one-sided
+// reader reads them: every value read must be one that was written whole.
+TEST_F(OneSided, ConcurrentWriterNeverYieldsATornValue) {
+  start();
+  const std::vector<std::size_t> sizes = {64, 1000, 3000, 20000, 64u << 10};
+  std::atomic<std::uint64_t> written{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> writer_ok{true};
+  {
+    reactor::Reactor r;
+    auto seed = open(r, GetMode::rpc);
+    for (std::uint32_t k = 0; k < sizes.size(); ++k) {
+      ASSERT_EQ(seed->set_sync("hot" + std::to_string(k), tagged(k, 0, sizes[k])), Status::ok);
+    }
+  }
+  std::thread writer([&] {
+    try {
+      reactor::Reactor r;
+      auto w = open(r, GetMode::rpc);
+      for (std::uint64_t version = 1; !stop.load(); ++version) {
+        for (std::uint32_t k = 0; k < sizes.size(); ++k) {
+          if (w->set_sync("hot" + std::to_string(k), tagged(k, version, sizes[k])) != Status::ok) {
+            writer_ok = false;
+            return;
+          }
+          ++written;
+        }
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "writer: %s\n", e.what());
+      writer_ok = false;
+    }
+  });
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  std::uint64_t reads = 0, bad = 0;
+  std::vector<std::uint64_t> last(sizes.size(), 0), changes(sizes.size(), 0);
+  const std::uint64_t written_at_start = written.load();
+  const auto deadline = std::chrono::steady_clock::now() + 4s;
+  while (std::chrono::steady_clock::now() < deadline && writer_ok) {
+    for (std::uint32_t k = 0; k < sizes.size(); ++k) {
+      Value got;
+      bool found = false;
+      ASSERT_EQ(reader->get_sync("hot" + std::to_string(k), got, found), Status::ok);
+      ASSERT_TRUE(found);
+      ++reads;
+      const auto version = verify_tagged(got.view(), k, sizes[k]);
+      if (!version) {
+        ++bad;
+        continue;
+      }
+      if (*version != last[k]) ++changes[k];
+      EXPECT_GE(*version, last[k]) << "a one-sided GET went back in time";
+      last[k] = *version;
+    }
+  }
+  const std::uint64_t written_during = written.load() - written_at_start;
+  stop = true;
+  writer.join();
+  EXPECT_TRUE(writer_ok.load());
+  const ClientCounters& c = reader->counters();
+  std::uint64_t total_changes = 0;
+  for (auto ch : changes) total_changes += ch;
+  std::printf("race: %llu one-sided reads, %llu SETs during them, %llu version changes seen, retries %llu, "
+              "fallbacks %llu, torn values returned %llu\n",
+              static_cast<unsigned long long>(reads), static_cast<unsigned long long>(written_during),
+              static_cast<unsigned long long>(total_changes), static_cast<unsigned long long>(c.onesided_retries),
+              static_cast<unsigned long long>(c.onesided_fallbacks), static_cast<unsigned long long>(bad));
+  EXPECT_EQ(bad, 0u) << "a one-sided GET returned a value that was not written whole";
+  EXPECT_GT(reads, 50u);
+  EXPECT_GT(written_during, 50u) << "the writer must really race the reader";
+  EXPECT_GT(total_changes, 10u) << "the reader must see the values change";
+  EXPECT_EQ(c.onesided_gets, reads);
+}
+
+}  // namespace
+}  // namespace rkv::kv

@@ -1,0 +1,271 @@
+// One-sided GET index: hash64 vectors, entry encoding and torn-entry
+// detection, neighborhood placement and overflow, in-place updates, and the
+// Store's [value][key] blocks and entries (docs/protocol.md, "One-sided GET").
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/readable_index.hpp"
+#include "kv/store.hpp"
+#include "proto/crc32c.hpp"
+#include "proto/index_format.hpp"
+
+namespace rkv {
+namespace {
+
+using proto::IndexEntry;
+using proto::ProbeResult;
+
+TEST(Hash64, FixedVectors) {
+  // FNV-1a 64 + fmix64; computed independently (Python) from the definition in docs/protocol.md.
+  EXPECT_EQ(proto::hash64(""), 0xefd01f60ba992926ull);
+  EXPECT_EQ(proto::hash64("a"), 0x82a2a958a9bece5bull);
+  EXPECT_EQ(proto::hash64("key"), 0xcf8c79838f3b3030ull);
+  EXPECT_EQ(proto::hash64("hello world"), 0x7c6d8c019b6ee5d5ull);
+  std::string all;
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  }
+  EXPECT_EQ(proto::hash64(all), 0xd7108d3b43b5e94aull);
+}
+
+IndexEntry sample(std::uint64_t version) {
+  IndexEntry e;
+  e.version = version;
+  e.key_hash = 0x1122334455667788ull;
+  e.addr = 0x7f0000001000ull + version * 64;
+  e.rkey = 0xabcd;
+  e.key_len = 3;
+  e.value_len = 100 + static_cast<std::uint32_t>(version);
+  e.data_crc = 0xdeadbeef ^ static_cast<std::uint32_t>(version);
+  e.flags = proto::kFlagUsed;
+  return e;
+}
+
+TEST(IndexEntry, RoundTripsWithEntryCrcLast) {
+  const IndexEntry e = sample(7);
+  const auto bytes = proto::encode_entry(e);
+  const auto back = proto::decode_entry(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, e);
+  std::uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + 44, 4);
+  EXPECT_EQ(crc, proto::crc32c(bytes.data(), 44));
+  for (std::size_t i = 48; i < 64; ++i) EXPECT_EQ(bytes[i], std::byte{0});
+  // An all-zero bucket is empty, not torn.
+  const std::array<std::byte, 64> zero{};
+  const auto empty = proto::decode_entry(zero);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_FALSE(empty->used());
+}
+
+TEST(IndexEntry, EveryMixOfOldAndNewBytesIsDetectedAsTorn) {
+  const auto old_bytes = proto::encode_entry(sample(1));
+  const auto new_bytes = proto::encode_entry(sample(2));
+  int mixes = 0;
+  // A reader may see any prefix new and the rest old, or the reverse.
+  for (std::size_t split = 1; split < 64; ++split) {
+    for (int dir = 0; dir < 2; ++dir) {
+      std::array<std::byte, 64> mix{};
+      const auto& first = dir == 0 ? new_bytes : old_bytes;
+      const auto& second = dir == 0 ? old_bytes : new_bytes;
+      std::memcpy(mix.data(), first.data(), split);
+      std::memcpy(mix.data() + split, second.data() + split, 64 - split);
+      if (mix == old_bytes || mix == new_bytes) continue;  // identical bytes: a whole entry
+      ++mixes;
+      EXPECT_FALSE(proto::decode_entry(mix).has_value()) << "split " << split << " dir " << dir;
+    }
+  }
+  EXPECT_GT(mixes, 60);
+  auto tail = new_bytes;
+  tail[60] = std::byte{1};
+  EXPECT_FALSE(proto::decode_entry(tail).has_value()) << "a non-zero tail is not an entry";
+}
+
+// Keys whose home bucket (in an index of `buckets`) is `home`.
+std::vector<std::string> keys_homed_at(std::uint64_t home, std::uint32_t buckets, std::size_t n) {
+  std::vector<std::string> out;
+  for (int i = 0; out.size() < n; ++i) {
+    std::string k = "key" + std::to_string(i);
+    if (proto::home_bucket(proto::hash64(k), buckets) == home) out.push_back(k);
+  }
+  return out;
+}
+
+class IndexTest : public ::testing::Test {
+ protected:
+  static constexpr std::uint32_t kBuckets = 16;
+  std::vector<std::byte> region_ = std::vector<std::byte>(proto::index_region_bytes(kBuckets));
+  kv::ReadableIndex index_{region_, kBuckets};
+
+  ProbeResult probe(std::string_view key, IndexEntry& e) const {
+    const auto home = proto::home_bucket(proto::hash64(key), kBuckets);
+    return proto::probe_neighborhood(std::span<const std::byte>(region_).subspan(home * 64, 512),
+                                     proto::hash64(key), static_cast<std::uint32_t>(key.size()), e);
+  }
+};
+
+TEST_F(IndexTest, RejectsBadGeometry) {
+  EXPECT_THROW(kv::ReadableIndex(region_, 12), std::invalid_argument);
+  EXPECT_THROW(kv::ReadableIndex(region_, 0), std::invalid_argument);
+  EXPECT_THROW(kv::ReadableIndex(std::span<std::byte>(region_).first(100), kBuckets), std::invalid_argument);
+}
+
+TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
+  const auto keys = keys_homed_at(3, kBuckets, 9);
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(index_.claim(keys[i]), 3 + i) << "first empty bucket of the neighborhood";
+    index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55);
+  }
+  EXPECT_EQ(index_.claim(keys[8]), kv::ReadableIndex::kNoBucket) << "neighborhood full";
+  EXPECT_EQ(index_.stats().overflow_keys, 1u);
+  EXPECT_EQ(index_.stats().overflow_buckets, 1u);
+  EXPECT_EQ(index_.stats().used, 8u);
+  IndexEntry e;
+  EXPECT_EQ(probe(keys[8], e), ProbeResult::ask_rpc) << "overflow on the home bucket: ask by message";
+  const auto other = keys_homed_at(3, kBuckets, 10)[9];
+  EXPECT_EQ(probe(other, e), ProbeResult::ask_rpc) << "any key homed there may be missing";
+  for (std::size_t i = 0; i < 8; ++i) {
+    ASSERT_EQ(probe(keys[i], e), ProbeResult::found);
+    EXPECT_EQ(e.addr, 0x1000 * (i + 1));
+  }
+  // Home 4's neighborhood (4..11) is partly taken by keys of home 3, has no overflow flag.
+  const auto k4 = keys_homed_at(4, kBuckets, 1)[0];
+  EXPECT_EQ(probe(k4, e), ProbeResult::not_found);
+  EXPECT_EQ(index_.claim(k4), 11u);
+  // The last home bucket's neighborhood ends in the extra buckets: no wrap.
+  const auto k15 = keys_homed_at(kBuckets - 1, kBuckets, 1)[0];
+  EXPECT_EQ(index_.claim(k15), kBuckets - 1);
+}
+
+TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
+  const std::uint32_t b = index_.claim("alpha");
+  ASSERT_NE(b, kv::ReadableIndex::kNoBucket);
+  IndexEntry e;
+  EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc) << "claimed, not published yet";
+  const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11);
+  ASSERT_EQ(probe("alpha", e), ProbeResult::found);
+  EXPECT_EQ(e.version, v1);
+  const auto v2 = index_.publish(b, "alpha", 0x2000, 8, 6, 0x22);
+  EXPECT_GT(v2, v1);
+  ASSERT_EQ(probe("alpha", e), ProbeResult::found);
+  EXPECT_EQ(e.addr, 0x2000u);
+  EXPECT_EQ(e.rkey, 8u);
+  EXPECT_EQ(e.value_len, 6u);
+  EXPECT_EQ(e.data_crc, 0x22u);
+  index_.withdraw(b, "alpha");
+  EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc);
+  const auto raw = proto::decode_entry(std::span<const std::byte>(region_).subspan(b * 64, 64));
+  ASSERT_TRUE(raw.has_value());
+  EXPECT_EQ(raw->addr, 0u);
+  EXPECT_EQ(index_.stats().rpc_only, 1u);
+  index_.release(b);
+  EXPECT_EQ(probe("alpha", e), ProbeResult::not_found);
+}
+
+TEST_F(IndexTest, ATornBucketMakesTheReaderReadAgain) {
+  const std::uint32_t b = index_.claim("beta");
+  index_.publish(b, "beta", 0x1000, 7, 5, 0x11);
+  const auto old_bytes = std::vector<std::byte>(region_.begin() + b * 64, region_.begin() + b * 64 + 64);
+  index_.publish(b, "beta", 0x2000, 7, 5, 0x22);
+  // What a READ racing the rewrite could see: new fields, old entry_crc.
+  std::memcpy(region_.data() + b * 64 + 44, old_bytes.data() + 44, 4);
+  IndexEntry e;
+  EXPECT_EQ(probe("beta", e), ProbeResult::torn);
+}
+
+TEST_F(IndexTest, KeysWithTheSameHashAndLengthAreNotBothIndexed) {
+  const std::uint32_t b = index_.claim("gamma");
+  ASSERT_NE(b, kv::ReadableIndex::kNoBucket);
+  // Pretend another key of length 5 collided on hash64: claim() sees the
+  // same (hash, length) and refuses rather than create two matching entries.
+  EXPECT_EQ(index_.claim("gamma"), kv::ReadableIndex::kNoBucket);
+  EXPECT_EQ(index_.stats().overflow_keys, 1u);
+}
+
+// Blocks from plain memory, like the server's small arena (capacity = a power of two).
+struct FakeBlocks {
+  std::vector<std::unique_ptr<std::byte[]>> mem;
+  bool fail = false;
+  std::shared_ptr<kv::LargeValue> operator()(std::size_t n) {
+    if (fail) return nullptr;
+    const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(n));
+    mem.push_back(std::make_unique<std::byte[]>(cap));
+    auto v = std::make_shared<kv::LargeValue>();
+    v->bytes = {mem.back().get(), n};
+    v->addr = reinterpret_cast<std::uintptr_t>(mem.back().get());
+    v->rkey = 42;
+    v->capacity = cap;
+    return v;
+  }
+};
+
+class StoreIndexTest : public IndexTest {
+ protected:
+  void SetUp() override {
+    store_.attach_index(index_, [this](std::size_t n) { return blocks_(n); });
+  }
+  // The bytes the entry of `key` names, as a reader would check them.
+  void expect_block(std::string_view key, std::string_view value) {
+    IndexEntry e;
+    ASSERT_EQ(probe(key, e), ProbeResult::found);
+    ASSERT_EQ(e.value_len, value.size());
+    ASSERT_EQ(e.key_len, key.size());
+    const auto* block = reinterpret_cast<const char*>(e.addr);
+    EXPECT_EQ(std::string_view(block, value.size()), value) << "value first";
+    EXPECT_EQ(std::string_view(block + value.size(), key.size()), key) << "then the key";
+    EXPECT_EQ(e.data_crc, proto::crc32c(block, value.size() + key.size()));
+  }
+  FakeBlocks blocks_;
+  kv::Store store_;
+};
+
+TEST_F(StoreIndexTest, SmallValuesLiveInBlocksValueThenKey) {
+  store_.set("k1", "hello");
+  expect_block("k1", "hello");
+  const auto hit = store_.get("k1");
+  EXPECT_TRUE(hit.found);
+  EXPECT_EQ(hit.value, "hello");
+  EXPECT_FALSE(hit.large) << "a small value in a block is still answered eagerly";
+  store_.set("k1", std::string(3000, 'x'));  // overwrite: a fresh block, entry rewritten
+  expect_block("k1", std::string(3000, 'x'));
+  EXPECT_EQ(index_.stats().used, 1u);
+}
+
+TEST_F(StoreIndexTest, AValueNotInABlockIsWithdrawnNeverLeftStale) {
+  store_.set("k", "v1");
+  expect_block("k", "v1");
+  blocks_.fail = true;  // arena exhausted: std::string fallback
+  store_.set("k", "v2");
+  EXPECT_EQ(store_.get("k").value, "v2");
+  IndexEntry e;
+  EXPECT_EQ(probe("k", e), ProbeResult::ask_rpc) << "the entry must not name v1 any more";
+  blocks_.fail = false;
+  store_.set("k", "v3");
+  expect_block("k", "v3");
+  store_.erase("k");
+  EXPECT_EQ(probe("k", e), ProbeResult::not_found);
+}
+
+TEST_F(StoreIndexTest, LargeValuesCarryTheKeyAfterTheValue) {
+  auto big = blocks_(70000 + 3);
+  std::memset(big->bytes.data(), 'L', 70000);
+  big->bytes = big->bytes.first(70000);  // as the server allocates it: room for the key after
+  store_.set_large("big", big);
+  expect_block("big", std::string(70000, 'L'));
+  EXPECT_TRUE(store_.get("big").large);
+  // A block with no room for the key cannot be read by clients: withdrawn.
+  auto tight = std::make_shared<kv::LargeValue>(*blocks_(8));
+  tight->capacity = 8;
+  tight->bytes = {tight->bytes.data(), 8};
+  store_.set_large("big", tight);
+  IndexEntry e;
+  EXPECT_EQ(probe("big", e), ProbeResult::ask_rpc);
+}
+
+}  // namespace
+}  // namespace rkv
