@@ -31,6 +31,7 @@ HEADERS = {
     "scaling.csv": [
         "clients", "depth", "depth_effective", "size", "ops_total", "errors", "max_seconds",
         "aggregate_ops_per_s", "sum_client_ops_per_s", "speedup_vs_1", "status"],
+    "onesided.csv": ["op", "size", "ops", "seconds", "ops_per_s", "mean_us", "messages_sent", "status"],
     "tcp.csv": [
         "system", "transport", "tool", "op", "size", "depth", "concurrency", "ops", "ops_per_s",
         "mean_us", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "status"],

@@ -256,6 +256,18 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                       default=None)
             L.append(f"| scaling | best aggregate, 32 B | {fmt(top)} ops/s | ib_send_bw 32 B message rate | "
                      f"{fmt(send32[0]['msg_rate_per_s'])} msg/s | {fmt(ratio(top, send32[0]['msg_rate_per_s']))} |")
+        osd = self.rows["onesided.csv"]
+        for r in osd:
+            if r["op"] == "GET (message)":
+                continue
+            ref_op = "GET (message)"
+            o = [x for x in osd if x["op"] == ref_op and x["size"] == r["size"]]
+            o = o[0] if o else {"status": "not run", "ops_per_s": "", "mean_us": ""}
+            kv = (f"{fmt(r['ops_per_s'])} ops/s, mean {fmt(r['mean_us'])} µs, {r['messages_sent']} messages"
+                  if r["status"] == "ok" else r["status"])
+            ref = f"{fmt(o['ops_per_s'])} ops/s, mean {fmt(o['mean_us'])} µs" if o["status"] == "ok" else o["status"]
+            L.append(f"| one-sided | {r['op']} {_hsize(r['size'])} depth 1, {r['ops']} ops | {kv} | "
+                     f"{ref_op} | {ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
         tc = self.rows["tcp.csv"]
         for r in [x for x in tc if x["system"] == "rdmakv"]:
             for other in ("redis", "memcached"):

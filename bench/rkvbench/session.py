@@ -14,13 +14,14 @@ import time
 from .common import BENCH, HEADERS, MIB, Proc, default_build, die, log, proc_cpu_seconds, run_timed
 from .environment import build_info, cpu_model, gid_index, git_state, rdma_device
 from .fabric import FabricExperiments
+from .lab import LabExperiments
 from .load import LoadExperiments
 from .tcp import TcpExperiments
 from .output import Outputs
 
 
 # ------------------------------------------------------------------ the session
-class Bench(FabricExperiments, LoadExperiments, TcpExperiments, Outputs):
+class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, Outputs):
     def __init__(self, args):
         self.args = args
         self.fast = args.fast
@@ -199,7 +200,6 @@ class Bench(FabricExperiments, LoadExperiments, TcpExperiments, Outputs):
             return max(20, self.byte_budget // size)
         return wanted
 
-
     def stage(self, name, fn):
         t = time.monotonic()
         fn()
@@ -218,6 +218,7 @@ class Bench(FabricExperiments, LoadExperiments, TcpExperiments, Outputs):
             self.stage("latency", self.latency)
             self.busypoll()
             self.stage("scaling", self.scaling)
+            self.stage("onesided", self.onesided)
             self.stop_kvd()
             self.stage("tcp", self.tcp)
         finally:
