@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <utility>
@@ -14,8 +15,8 @@
 
 namespace rkv::kv {
 
-Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
-    : reactor_(&reactor), store_(&store), options_(std::move(options)) {
+Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, Durability* durability)
+    : reactor_(&reactor), store_(&store), options_(std::move(options)), durability_(durability) {
   if (options_.credits == 0) throw std::invalid_argument("credits must be at least 1");
   if (options_.buf_size < proto::kMaxEagerSetSize || options_.buf_size % 64 != 0) {
     throw std::invalid_argument(fmt::format("buffer size must be a multiple of 64 and at least {}",
@@ -46,6 +47,34 @@ void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena);
+  migrate_large_values();
+}
+
+void Server::migrate_large_values() noexcept {
+  try {
+    std::vector<std::string> keys;
+    store_->for_each([&keys](std::string_view k, const Store::Lookup& v) {
+      if (!v.large && !proto::eager_fits(k.size(), v.value.size())) keys.emplace_back(k);
+    });
+    std::size_t bytes = 0;
+    for (const auto& k : keys) {
+      const auto v = store_->get(k);
+      auto block = arena_->allocate(v.value.size());
+      if (!block) {
+        spdlog::error("server: no arena memory for the recovered value of {} ({} bytes): GETs of it fail",
+                      k, v.value.size());
+        continue;
+      }
+      std::memcpy(block->bytes.data(), v.value.data(), v.value.size());
+      bytes += v.value.size();
+      store_->set_large(k, std::move(block));
+    }
+    if (!keys.empty()) {
+      spdlog::info("server: moved {} large values ({} bytes) into registered memory", keys.size(), bytes);
+    }
+  } catch (const std::bad_alloc&) {
+    spdlog::error("server: out of memory moving large values into registered memory");
+  }
 }
 
 ServerStats Server::stats() const noexcept {
@@ -67,7 +96,9 @@ std::string Server::stats_text() const {
       k.large_gets_written, k.large_gets_pulled, k.releases, k.rdma_reads, k.rdma_writes, k.bytes_copied,
       k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
       arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
-         fmt::format(" max_conn_outstanding={} conn_bytes={}", k.max_conn_outstanding, k.conn_bytes);
+         fmt::format(" max_conn_outstanding={} conn_bytes={} durable_waits={} io_errors={}", k.max_conn_outstanding,
+                     k.conn_bytes, k.durable_waits, k.io_errors) +
+         (durability_ != nullptr ? durability_->stats_text() : std::string());
 }
 
 Server::Conn* Server::find(std::uint64_t tok) noexcept {
@@ -167,8 +198,9 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.max_transfers = transfers;
     scfg.max_pins = params.credits;
     scfg.label = peer;
+    scfg.token = tok;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
-                                           std::move(scfg), arena_.get());
+                                           std::move(scfg), arena_.get(), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       (void)ep->id().reject();
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
@@ -241,6 +273,7 @@ void Server::drain_cq(Conn& c) noexcept {
   ServerConn& sc = *c.sc;
   const auto st = c.ep->cq().drain([&sc](const verbs::Completion& wc) noexcept { (void)sc.on_completion(wc); });
   (void)sc.flush();
+  if (durability_ != nullptr) durability_->flush();  // this batch's records go out together
   if (st.error != 0 && !c.closing) {
     spdlog::error("server: {}: CQ drain failed: errno {}", c.peer, st.error);
     sc.begin_draining(CloseCause::internal, fmt::format("CQ drain failed: errno {}", st.error));
@@ -256,6 +289,17 @@ void Server::on_cq(std::uint64_t tok) noexcept {
     begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
   }
   if (c->closing) try_finish(slot, false);
+}
+
+void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {
+  Conn* c = find(tok);
+  if (c == nullptr || c->closing) return;  // the connection went away: nobody to answer
+  const auto slot = static_cast<std::uint32_t>(tok);
+  (void)c->sc->on_durable(req_id, ok);
+  (void)c->sc->flush();
+  if (!c->closing && c->sc->state() == ConnState::draining) {
+    begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
+  }
 }
 
 // --- teardown ---------------------------------------------------------------------

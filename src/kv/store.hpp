@@ -56,6 +56,13 @@ class Store {
   // True if the key existed.
   bool erase(std::string_view key);
 
+  // Calls fn(key, lookup) for every entry, in no particular order. fn must
+  // not insert into or erase from the Store.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large()});
+  }
+
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
   // Sum of key and value lengths, for stats (excludes container overhead).
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
