@@ -162,6 +162,10 @@ int kvload_main(int argc, char** argv) {
                  "none completed for this many ms")
       ->check(CLI::Range(100u, 3'600'000u))
       ->capture_default_str();
+  app.add_option("--ack-log", f.ack_log,
+                 "--file: append one line per acknowledged SET to this file, written (unbuffered) as each reply "
+                 "arrives: `LINE KEY SIZE FNV1A64` (workload line, key, value bytes, 16 hex digits of the value's "
+                 "FNV-1a checksum)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).

@@ -19,6 +19,7 @@ struct KvloadFlags {
   unsigned depth = kv::load::kDefaultDepth;
   bool verify = false;
   unsigned stall_timeout_ms = 30'000;
+  std::string ack_log;
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

@@ -120,6 +120,7 @@ struct FileScan {
   std::uint64_t max_seq = 0;
   bool torn = false;
   bool snapshot_complete = false;
+  bool repaired = false;  // --repair skipped something
 };
 
 // Scans one file, applying SET records to the store.
@@ -162,6 +163,7 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
           }
           spdlog::warn("durable: {}: --repair: ignoring {} bytes after the snapshot end record", path, b.size() - pos);
           s.dropped += b.size() - pos;
+          s.repaired = true;
         }
         break;
       }
@@ -194,6 +196,7 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
     spdlog::warn("durable: {}: --repair: dropping {} damaged bytes at offset {} ({}); resuming at offset {}", path,
                  *next - pos, pos, p.why, *next);
     s.dropped += *next - pos;
+    s.repaired = true;
     pos = *next;
   }
   if (snapshot && !s.snapshot_complete) {
@@ -204,6 +207,7 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
     spdlog::warn("durable: {}: --repair: snapshot damaged after offset {}; keeping its {} good records", path,
                  s.good_end, s.records);
     s.dropped += b.size() - s.good_end;
+    s.repaired = true;
   }
   return s;
 }
@@ -244,12 +248,14 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
   }
   RecoveryResult r;
   std::uint64_t base = 0;  // newest snapshot's generation (0: none)
+  bool repaired = false;
   if (!ls.snapshots.empty()) {
     base = ls.snapshots.back();
     const FileScan s = scan_file(dir + snapshot_name(base), true, opts, store);
     r.records += s.records;
     r.bytes += s.bytes;
     r.dropped_bytes += s.dropped;
+    repaired = repaired || s.repaired;
     r.next_seq = std::max(r.next_seq, s.max_seq + 1);
     ++r.files;
   }
@@ -268,6 +274,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
       const std::string why = fmt::format("{}: sequence numbers restart ({} after {})", path, s.max_seq, r.next_seq - 1);
       if (!opts.repair) throw RecoveryError(why + "; refusing to start");
       spdlog::warn("durable: --repair: {}", why);
+      repaired = true;
     }
     if (s.torn) {
       struct stat st {};
@@ -277,6 +284,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
     r.records += s.records;
     r.bytes += s.bytes;
     r.dropped_bytes += s.dropped;
+    repaired = repaired || s.repaired;
     r.next_seq = std::max(r.next_seq, s.max_seq + 1);
     ++r.files;
     r.generation = logs[i];
@@ -303,7 +311,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
     if (::fsync(fd.get()) != 0) throw_errno("fsync " + dir + log_name(r.generation));
     fsync_dir(opts.dir);
   }
-  if (r.dropped_bytes > 0) {  // --repair: write the repaired state so the damage is gone
+  if (repaired) {  // --repair: write the repaired state so the damage is gone
     const std::uint64_t gen = r.generation + 1;
     write_snapshot_sync(opts.dir, gen, r.next_seq - 1, store);
     spdlog::warn("durable: --repair: {} damaged bytes dropped; rewrote the data as {}{}", r.dropped_bytes, dir,
