@@ -661,7 +661,8 @@ TEST(ProtoStrict, RequestStatusAndCredits) {
 }
 
 TEST(ProtoStrict, UnknownStatus) {
-  for (std::uint16_t s : {6, 100, 0xFFFF}) {
+  EXPECT_EQ(status_from_wire(6), Status::io_error);  // docs/durability.md
+  for (std::uint16_t s : {7, 100, 0xFFFF}) {
     expect_reason(patched(msg::set_reply(1, 1), [s](RawHeader& h) { h.status = s; }),
                   Reason::unknown_status);
   }
