@@ -2,6 +2,11 @@
 // main thread, prints `kvd: listening on ADDR:PORT` (stdout, flushed) once
 // listening, shuts down cleanly on SIGINT/SIGTERM and prints stats to stderr
 // on SIGUSR1. Single-threaded: everything runs on the main (reactor) thread.
+//
+// With --data-dir, the store is durable (docs/durability.md): before
+// listening kvd replays DIR (printing `kvd: recovered N records (B bytes) in
+// T ms`, or refusing to start with exit status 1 on corruption in the middle
+// of a file unless --repair), then logs every SET through io_uring.
 #include "cli.hpp"
 #include "kvd.hpp"
 
@@ -11,8 +16,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
+#include "durable/log.hpp"
+#include "durable/recovery.hpp"
 #include "kv/server.hpp"
 #include "kv/store.hpp"
 #include "reactor/reactor.hpp"
@@ -56,13 +64,62 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
+  durable::LogOptions lopt;
+  bool repair = false;
+  unsigned interval_ms = 1000;
+  auto* dir_opt = app.add_option("--data-dir", lopt.dir,
+                                 "directory for the durability log and snapshots (created if missing); without "
+                                 "it the store is memory only");
+  std::string fsync = "batch";
+  app.add_option("--fsync", fsync,
+                 "always: acknowledge a SET once its record is on disk (group commit); batch: acknowledge at once, "
+                 "fdatasync every --fsync-interval-ms; never: leave write-back to the OS")
+      ->check(CLI::IsMember({"always", "batch", "never"}))
+      ->needs(dir_opt)
+      ->capture_default_str();
+  app.add_option("--fsync-interval-ms", interval_ms, "--fsync batch: at most this long between syncs")
+      ->check(CLI::Range(1u, 60'000u))
+      ->needs(dir_opt)
+      ->capture_default_str();
+  app.add_option("--compact-ratio", lopt.compact_ratio,
+                 "compact when the log exceeds this multiple of the live data (and --compact-min-bytes)")
+      ->check(CLI::Range(1.1, 1000.0))
+      ->needs(dir_opt)
+      ->capture_default_str();
+  app.add_option("--compact-min-bytes", lopt.compact_min_bytes, "never compact a log smaller than this")
+      ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 50))
+      ->needs(dir_opt)
+      ->capture_default_str();
+  app.add_flag("--repair", repair,
+               "start even if a log or snapshot is corrupt in the middle: drop the damaged bytes (logged), keep "
+               "every good record, rewrite the directory")
+      ->needs(dir_opt);
   if (auto code = parse_cli(app, argc, argv)) return *code;
   spdlog::set_level(spdlog::level::from_str(log_level));
+  lopt.interval = std::chrono::milliseconds(interval_ms);
+  lopt.mode = fsync == "always" ? durable::FsyncMode::always
+              : fsync == "never" ? durable::FsyncMode::never
+                                 : durable::FsyncMode::batch;
 
   try {
     reactor::Reactor reactor;
     reactor.set_busy_poll(opt.busy_poll);
     kv::Store store;
+    std::unique_ptr<durable::Log> log;
+    if (!lopt.dir.empty()) {
+      durable::RecoveryResult rec;
+      try {
+        rec = durable::recover({lopt.dir, repair, opt.max_value}, store);
+      } catch (const durable::RecoveryError& e) {
+        std::fprintf(stderr, "kvd: %s\n", e.what());
+        return 1;
+      }
+      std::printf("kvd: recovered %llu records (%llu bytes) in %.1f ms from %s\n",
+                  static_cast<unsigned long long>(rec.records), static_cast<unsigned long long>(rec.bytes), rec.ms,
+                  lopt.dir.c_str());
+      std::fflush(stdout);
+      log = std::make_unique<durable::Log>(reactor, store, lopt, rec);
+    }
     // Signals first: they must be blocked before anything could start a thread.
     kv::Server* server_ptr = nullptr;
     auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
@@ -77,12 +134,16 @@ int kvd_main(int argc, char** argv) {
       spdlog::info("kvd: signal {}: shutting down", signo);
       server_ptr->shutdown([&reactor] { reactor.stop(); });
     });
-    kv::Server server(reactor, store, opt);
+    kv::Server server(reactor, store, opt, log.get());
     server_ptr = &server;
+    if (log) {
+      log->set_sink([&server](std::uint64_t tok, std::uint32_t req_id, bool ok) { server.on_durable(tok, req_id, ok); });
+    }
     std::printf("kvd: listening on %s:%u\n", opt.bind_address.c_str(), static_cast<unsigned>(server.port()));
     std::fflush(stdout);
     reactor.run();
     server_ptr = nullptr;
+    if (log) log->close_sync();  // writes and syncs what is queued
     std::fprintf(stderr, "kvd: final stats: %s\n", server.stats_text().c_str());
     signals.reset();  // handles die before the reactor
   } catch (const std::exception& e) {

@@ -175,6 +175,10 @@ int kvload_main(int argc, char** argv) {
                  "to a message GET when the index cannot answer; docs/protocol.md)")
       ->check(CLI::IsMember({"rpc", "read"}))
       ->capture_default_str();
+  app.add_option("--ack-log", f.ack_log,
+                 "--file: append one line per acknowledged SET to this file, written (unbuffered) as each reply "
+                 "arrives: `LINE KEY SIZE FNV1A64` (workload line, key, value bytes, 16 hex digits of the value's "
+                 "FNV-1a checksum)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
   (void)kv::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember

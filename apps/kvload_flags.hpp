@@ -21,6 +21,7 @@ struct KvloadFlags {
   unsigned stall_timeout_ms = 30'000;
   bool busy_poll = false;  // poll the CQ in a spinning loop instead of waiting for completion events
   kv::GetMode get_mode = kv::GetMode::rpc;
+  std::string ack_log;
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

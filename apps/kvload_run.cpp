@@ -1,11 +1,14 @@
 // kvload --file: parse the whole workload, connect, run it through a LoadRun
 // (fibers, up to --depth in flight) on this thread's reactor, print the
 // summary. A progress line goes to stderr while stderr is a terminal.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -67,7 +70,27 @@ int kvload_run_file(const KvloadFlags& f) {
     return 1;
   }
 
+  reactor::UniqueFd ack_fd;
+  if (!f.ack_log.empty()) {
+    ack_fd.reset(::open(f.ack_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!ack_fd) {
+      std::fprintf(stderr, "kvload: --ack-log %s: %s\n", f.ack_log.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
   kv::load::LoadOptions lopt;
+  if (ack_fd) {
+    // One write(2) per acknowledgement: nothing is buffered in this process,
+    // so the file holds every ack that arrived whatever happens to kvd.
+    lopt.on_set_ok = [fd = ack_fd.get()](const kv::Op& op, std::span<const std::byte> value) {
+      char line[1200];
+      const int n = std::snprintf(line, sizeof line, "%u %s %zu %016llx\n", op.line, op.key.c_str(), value.size(),
+                                  static_cast<unsigned long long>(kv::checksum(value)));
+      if (n > 0 && ::write(fd, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1))) < 0) {
+        std::fprintf(stderr, "kvload: --ack-log write: %s\n", std::strerror(errno));
+      }
+    };
+  }
   lopt.depth = f.depth;
   lopt.verify = f.verify;
   lopt.name = f.file;

@@ -97,6 +97,7 @@ int to_errno(Status s) noexcept {
     case Status::bad_request: return EINVAL;
     case Status::no_memory: return ENOMEM;
     case Status::server_error: return EIO;
+    case Status::io_error: return EIO;
     case Status::not_connected: return ENOTCONN;
     case Status::connection_failed: return EIO;
     case Status::closed: return ENOTCONN;

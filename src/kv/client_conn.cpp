@@ -26,6 +26,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::bad_request: return "bad_request";
     case Status::no_memory: return "no_memory";
     case Status::server_error: return "server_error";
+    case Status::io_error: return "io_error";
     case Status::not_connected: return "not_connected";
     case Status::connection_failed: return "connection_failed";
     case Status::closed: return "closed";
@@ -43,6 +44,7 @@ Status from_wire(proto::Status s) noexcept {
     case proto::Status::no_memory: return Status::no_memory;
     case proto::Status::internal: return Status::server_error;
     case proto::Status::remote_access: return Status::server_error;
+    case proto::Status::io_error: return Status::io_error;
   }
   return Status::server_error;
 }

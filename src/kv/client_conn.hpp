@@ -51,6 +51,7 @@ enum class Status : std::uint8_t {
   bad_request,        // the server refused the request
   no_memory,          // the server's store is full
   server_error,       // the server failed (internal error, remote access)
+  io_error,           // SET: the server could not make it durable (disk error); not applied for sure
   not_connected,      // submitted while the connection is not usable
   connection_failed,  // the connection failed while the request was pending
   closed,             // the connection was closed locally while it was pending

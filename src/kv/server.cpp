@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <utility>
@@ -16,8 +17,8 @@
 
 namespace rkv::kv {
 
-Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options)
-    : reactor_(&reactor), store_(&store), options_(std::move(options)) {
+Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, Durability* durability)
+    : reactor_(&reactor), store_(&store), options_(std::move(options)), durability_(durability) {
   if (options_.credits == 0) throw std::invalid_argument("credits must be at least 1");
   if (options_.buf_size < proto::kMaxEagerSetSize || options_.buf_size % 64 != 0) {
     throw std::invalid_argument(fmt::format("buffer size must be a multiple of 64 and at least {}",
@@ -56,12 +57,14 @@ void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena);
-  if (options_.index_buckets == 0) return;
-  small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena);
-  index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
-  store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); });
-  spdlog::info("server: one-sided GET index: {} buckets, {} bytes (remote_read)", options_.index_buckets,
-               index_->bytes());
+  if (options_.index_buckets != 0) {
+    small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena);
+    index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
+    store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); });
+    spdlog::info("server: one-sided GET index: {} buckets, {} bytes (remote_read)", options_.index_buckets,
+                 index_->bytes());
+  }
+  migrate_large_values();
 }
 
 std::vector<std::pair<std::string_view, std::uint64_t>> Server::index_stats() const {
@@ -71,6 +74,47 @@ std::vector<std::pair<std::string_view, std::uint64_t>> Server::index_stats() co
           {"index_overflow_keys", st.overflow_keys}, {"index_overflow_buckets", st.overflow_buckets},
           {"index_rpc_only", st.rpc_only},         {"small_arena_reserved", sm.reserved_bytes},
           {"small_arena_used", sm.used_bytes}};
+}
+
+// Values loaded before the PD existed (recovery: docs/durability.md) are
+// plain strings. Large ones move into the arena so the rendezvous path can
+// serve them; with the index on, small ones are SET again so they land in
+// index blocks and one-sided readers find them (not ask-by-message entries).
+void Server::migrate_large_values() noexcept {
+  try {
+    std::vector<std::string> keys;
+    store_->for_each([&keys, this](std::string_view k, const Store::Lookup& v) {
+      if (!v.large && (store_->indexed() || !proto::eager_fits(k.size(), v.value.size()))) keys.emplace_back(k);
+    });
+    std::size_t moved = 0, bytes = 0, republished = 0;
+    for (const auto& k : keys) {
+      const std::string value(store_->get(k).value);  // a copy: the set below replaces what it views
+      if (proto::eager_fits(k.size(), value.size())) {
+        store_->set(k, value);
+        ++republished;
+        continue;
+      }
+      const std::size_t tail = store_->indexed() ? k.size() : 0;  // [value][key] blocks (docs/protocol.md)
+      auto block = arena_->allocate(value.size() + tail);
+      if (!block) {
+        spdlog::error("server: no arena memory for the recovered value of {} ({} bytes): GETs of it fail", k,
+                      value.size());
+        continue;
+      }
+      block->bytes = block->bytes.first(value.size());
+      std::memcpy(block->bytes.data(), value.data(), value.size());
+      bytes += value.size();
+      ++moved;
+      store_->set_large(k, std::move(block));
+    }
+    if (moved + republished > 0) {
+      spdlog::info("server: moved {} large values ({} bytes) into registered memory; {} small values into the "
+                   "index",
+                   moved, bytes, republished);
+    }
+  } catch (const std::bad_alloc&) {
+    spdlog::error("server: out of memory moving recovered values into registered memory");
+  }
 }
 
 ServerStats Server::stats() const noexcept {
@@ -92,13 +136,16 @@ std::string Server::stats_text() const {
       k.large_gets_written, k.large_gets_pulled, k.releases, k.rdma_reads, k.rdma_writes, k.bytes_copied,
       k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
       arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
-         fmt::format(" max_conn_outstanding={} conn_bytes={} completions={} cq_wakeups={} busy_polls={}",
-                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls) +
+         fmt::format(" max_conn_outstanding={} conn_bytes={} completions={} cq_wakeups={} busy_polls={} "
+                     "durable_waits={} io_errors={}",
+                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls,
+                     k.durable_waits, k.io_errors) +
          [this] {
            std::string out;
            for (const auto& [name, value] : index_stats()) out += fmt::format(" {}={}", name, value);
            return out;
-         }();
+         }() +
+         (durability_ != nullptr ? durability_->stats_text() : std::string());
 }
 
 Server::Conn* Server::find(std::uint64_t tok) noexcept {
@@ -199,8 +246,9 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.max_pins = params.credits;
     scfg.label = peer;
     scfg.index_stats = [this] { return index_stats(); };
+    scfg.token = tok;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
-                                           std::move(scfg), arena_.get());
+                                           std::move(scfg), arena_.get(), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       (void)ep->id().reject();
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
@@ -297,7 +345,10 @@ std::size_t Server::drain_cq(Conn& c) noexcept {
     handled = st.completions();
   }
   counters_.completions += handled;
-  if (!options_.busy_poll || handled > 0) (void)sc.flush();  // an idle poll appends nothing
+  if (!options_.busy_poll || handled > 0) {  // an idle poll appends nothing
+    (void)sc.flush();
+    if (durability_ != nullptr) durability_->flush();  // this batch's records go out together
+  }
   if (error != 0 && !c.closing) {
     spdlog::error("server: {}: CQ poll failed: errno {}", c.peer, error);
     sc.begin_draining(CloseCause::internal, fmt::format("CQ poll failed: errno {}", error));
@@ -325,6 +376,17 @@ bool Server::poll_all() noexcept {
     if (conns_[s].in_use) handled += on_cq(token(s, conns_[s].generation));
   }
   return handled > 0;
+}
+
+void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {
+  Conn* c = find(tok);
+  if (c == nullptr || c->closing) return;  // the connection went away: nobody to answer
+  const auto slot = static_cast<std::uint32_t>(tok);
+  (void)c->sc->on_durable(req_id, ok);
+  (void)c->sc->flush();
+  if (!c->closing && c->sc->state() == ConnState::draining) {
+    begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
+  }
 }
 
 // --- teardown ---------------------------------------------------------------------

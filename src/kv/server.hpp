@@ -18,6 +18,14 @@
 // A deadline (disconnect_timeout + drain_timeout) forces the destroy if the
 // CM or the flush never comes back.
 //
+// Durability (optional): every ServerConn records its SETs with it; its
+// deferred acknowledgements come back through on_durable(token, req_id, ok),
+// routed by the connection's slot + generation (dropped if it has gone). Large
+// values already in the Store when the arena is created (recovered from disk
+// as plain strings) are moved into the arena then (migrate_large_values), so
+// rendezvous GETs can serve them: at construction when the bound address has
+// a device, else at the first connect request.
+//
 // Thread: everything runs on the reactor's thread.
 
 #include <chrono>
@@ -31,6 +39,7 @@
 #include <vector>
 
 #include "kv/arena.hpp"
+#include "kv/durability.hpp"
 #include "kv/endpoint.hpp"
 #include "kv/index_region.hpp"
 #include "kv/registrar.hpp"
@@ -76,7 +85,7 @@ struct ServerStats {
 class Server {
  public:
   // Binds and listens; throws verbs::Error / std::invalid_argument on setup failure.
-  Server(reactor::Reactor& reactor, Store& store, ServerOptions options);
+  Server(reactor::Reactor& reactor, Store& store, ServerOptions options, Durability* durability = nullptr);
   // Destroys every connection at once (no waiting): prefer shutdown() first.
   ~Server();
 
@@ -98,6 +107,9 @@ class Server {
   // none). on_done runs on the reactor thread and must not destroy the Server.
   void shutdown(std::function<void()> on_done);
   [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
+
+  // The Durability's acknowledgement of SET req_id on connection `token`.
+  void on_durable(std::uint64_t token, std::uint32_t req_id, bool ok) noexcept;
 
  private:
   struct Conn {
@@ -139,6 +151,7 @@ class Server {
   void make_pd(const verbs::CmId& id);
   // index_buckets, index_used, ... (STATS reply and stats_text()).
   [[nodiscard]] std::vector<std::pair<std::string_view, std::uint64_t>> index_stats() const;
+  void migrate_large_values() noexcept;
 
   reactor::Reactor* reactor_;
   Store* store_;
@@ -151,6 +164,7 @@ class Server {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
   std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
+  Durability* durability_ = nullptr;
   std::uint16_t port_ = 0;
   std::vector<Conn> conns_;
   std::vector<std::uint32_t> free_slots_;

@@ -15,14 +15,15 @@ using verbs::CompletionStatus;
 using verbs::WrKind;
 
 ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-                       ServerConnConfig config, Arena* arena)
+                       ServerConnConfig config, Arena* arena, Durability* durability)
     : store_(&store),
       counters_(&counters),
       config_(std::move(config)),
       recv_(&recv),
       channel_(link, recv, send, config_.generation, config_.peer_recv_size),
       granted_(config_.credits),
-      arena_(arena) {
+      arena_(arena),
+      durability_(durability) {
   transfers_.resize(config_.max_transfers);
   free_transfers_.reserve(config_.max_transfers);
   for (std::uint32_t i = config_.max_transfers; i > 0; --i) free_transfers_.push_back(i - 1);
@@ -308,8 +309,9 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
         counters_->bytes_copied += m.value.size();
       } catch (const std::bad_alloc&) {
         reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
+        return Outcome::reply;
       }
-      return Outcome::reply;
+      return record_durable(m.key, m.value_text(), {}, m.header.req_id, reply);
     case Opcode::get:
       ++counters_->gets;
       if (m.rdv && arena_ == nullptr) {
@@ -326,6 +328,36 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
     case Opcode::stats_reply: return Outcome::reply;
   }
   return Outcome::reply;
+}
+
+ServerConn::Outcome ServerConn::record_durable(std::string_view key, std::string_view value, const LargeRef& large,
+                                               std::uint32_t req_id, proto::MessageSpec& reply) noexcept {
+  if (durability_ == nullptr) return Outcome::reply;
+  switch (durability_->record_set(key, value, large, config_.token, req_id)) {
+    case DurableAck::now: return Outcome::reply;
+    case DurableAck::later:
+      ++durable_waits_;
+      ++counters_->durable_waits;
+      return Outcome::no_reply;  // on_durable() answers; the credit rides on the next reply
+    case DurableAck::failed: break;
+  }
+  ++counters_->io_errors;
+  reply = proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error);
+  return Outcome::reply;
+}
+
+Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
+  if (!serving() || durable_waits_ == 0) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  --durable_waits_;
+  --counters_->durable_waits;
+  if (!ok) ++counters_->io_errors;
+  if (!emit(ok ? proto::msg::set_reply(req_id, 0) : proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error))) {
+    return Verdict::disconnect;
+  }
+  return process_held();
 }
 
 Verdict ServerConn::flush() noexcept {

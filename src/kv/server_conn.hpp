@@ -21,6 +21,13 @@
 // that were posted (counted at flush time, i.e. when the client could first
 // see them); a SEND arriving when received > granted is an overrun.
 //
+// Durability (optional, kv/durability.hpp): a SET is applied to the Store
+// at once, then recorded; when the Durability answers `later` its reply is
+// deferred like a rendezvous SET's (the buffer's credit rides on the next
+// reply that goes out) until the owner calls on_durable(req_id, ok), which
+// emits SET_REPLY ok or io_error. A connection that goes away before that is
+// simply gone: the owner routes on_durable by slot + generation and drops it.
+//
 // Thread: the reactor thread that owns the connection; not thread-safe.
 
 #include <cstddef>
@@ -36,6 +43,7 @@
 
 #include "kv/arena.hpp"
 #include "kv/buffer_pool.hpp"
+#include "kv/durability.hpp"
 #include "kv/link.hpp"
 #include "kv/msg_channel.hpp"
 #include "kv/store.hpp"
@@ -142,6 +150,9 @@ struct ServerCounters {
   std::uint64_t completions = 0;
   std::uint64_t cq_wakeups = 0;
   std::uint64_t busy_polls = 0;
+  // Durability (docs/durability.md).
+  std::uint64_t durable_waits = 0;       // now: SET replies waiting for the log
+  std::uint64_t io_errors = 0;           // SETs answered io_error
 };
 
 struct ServerConnConfig {
@@ -155,14 +166,16 @@ struct ServerConnConfig {
   std::string label;                // for logs, e.g. the peer address
   // Extra counters for the STATS reply (the Server's index); empty: none.
   std::function<std::vector<std::pair<std::string_view, std::uint64_t>>()> index_stats;
+  std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
 };
 
 class ServerConn {
  public:
   // `arena` (optional, outlives this): registered memory for the rendezvous
   // path; without it RDV requests are refused with bad_request.
+  // `durability` (optional, outlives this): records every SET (see above).
   ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-             ServerConnConfig config, Arena* arena = nullptr);
+             ServerConnConfig config, Arena* arena = nullptr, Durability* durability = nullptr);
 
   ServerConn(const ServerConn&) = delete;
   ServerConn& operator=(const ServerConn&) = delete;
@@ -176,6 +189,9 @@ class ServerConn {
   void on_established() noexcept;
   // Every completion of this connection's CQ, successful or not.
   [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
+  // The record of SET req_id (answered DurableAck::later) is durable (ok) or
+  // failed: its reply goes out (with the next flush). Unknown/late calls are ignored.
+  [[nodiscard]] Verdict on_durable(std::uint32_t req_id, bool ok) noexcept;
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
 
@@ -199,6 +215,7 @@ class ServerConn {
   [[nodiscard]] std::size_t transfers_in_flight() const noexcept { return transfers_in_flight_; }
   [[nodiscard]] std::size_t pulls_pinned() const noexcept { return pulls_.size(); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
+  [[nodiscard]] std::size_t durable_waits() const noexcept { return durable_waits_; }
 
  private:
   // A received buffer not fully handled yet.
@@ -260,6 +277,9 @@ class ServerConn {
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
+  // Records an applied SET with the Durability (if any); may defer or fail the reply.
+  Outcome record_durable(std::string_view key, std::string_view value, const LargeRef& large, std::uint32_t req_id,
+                         proto::MessageSpec& reply) noexcept;
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
   std::uint32_t take_transfer() noexcept;
   void free_transfer(std::uint32_t slot) noexcept;
@@ -298,6 +318,8 @@ class ServerConn {
   std::size_t transfers_in_flight_ = 0;
   std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
   std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
+  Durability* durability_ = nullptr;
+  std::size_t durable_waits_ = 0;                 // SETs answered `later`, reply not emitted yet
 };
 
 }  // namespace rkv::kv

@@ -21,6 +21,7 @@ ServerConn::~ServerConn() {
   // transfers may be reused. Pins go with the members.
   counters_->transfers -= transfers_in_flight_;
   counters_->transfers_aborted += transfers_in_flight_;
+  counters_->durable_waits -= durable_waits_;  // their replies are dropped with the connection
 }
 
 std::uint32_t ServerConn::take_transfer() noexcept {
@@ -155,14 +156,17 @@ Verdict ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     return process_held();
   }
   proto::MessageSpec reply = proto::msg::set_reply(t.req_id, 0);
+  Outcome out = Outcome::reply;
   try {
     store_->set_large(t.key, t.pin.value());  // the old value goes when its last pin does
     ++counters_->large_sets;
+    // Logged straight from the arena block (the log pins it until written).
+    out = record_durable(t.key, t.pin.value()->view(), t.pin.value(), t.req_id, reply);
   } catch (const std::bad_alloc&) {
     reply = proto::msg::error_reply(Opcode::set, t.req_id, 0, Status::no_memory);
   }
   free_transfer(slot);
-  if (!emit(reply)) return Verdict::disconnect;
+  if (out == Outcome::reply && !emit(reply)) return Verdict::disconnect;
   return process_held();
 }
 

@@ -79,6 +79,12 @@ class Store {
   // Stops using the index (its owner is going away); values stay.
   void detach_index() noexcept;
   [[nodiscard]] bool indexed() const noexcept { return index_ != nullptr; }
+  // Calls fn(key, lookup) for every entry, in no particular order. fn must
+  // not insert into or erase from the Store.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large()});
+  }
 
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
   // Sum of key and value lengths, for stats (excludes container overhead).

@@ -25,6 +25,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::no_memory: return "no memory";
     case Status::internal: return "internal error";
     case Status::remote_access: return "remote access error";
+    case Status::io_error: return "I/O error";
   }
   return "unknown status";
 }
@@ -52,7 +53,8 @@ std::optional<Status> status_from_wire(std::uint16_t v) noexcept {
     case Status::bad_request:
     case Status::no_memory:
     case Status::internal:
-    case Status::remote_access: return s;
+    case Status::remote_access:
+    case Status::io_error: return s;
   }
   return std::nullopt;
 }

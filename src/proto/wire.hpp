@@ -77,6 +77,7 @@ enum class Status : std::uint16_t {
   no_memory = 3,      // store is full
   internal = 4,       // server-side bug or unexpected failure
   remote_access = 5,  // server's RDMA READ/WRITE on the client's descriptor failed
+  io_error = 6,       // SET: the server could not make it durable (disk error); not acknowledged
 };
 
 [[nodiscard]] std::string_view to_string(Opcode op) noexcept;

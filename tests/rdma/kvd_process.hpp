@@ -103,6 +103,10 @@ class KvdProcess {
         continue;
       }
       std::fprintf(stderr, "[kvd] %s\n", line.c_str());
+      {
+        std::lock_guard lock(mu_);
+        output_ += line + "\n";
+      }
       static constexpr const char* kPrefix = "kvd: listening on ";
       if (line.rfind(kPrefix, 0) == 0) {
         const auto colon = line.rfind(':');
@@ -118,6 +122,10 @@ class KvdProcess {
         if (n <= 0) return;
         std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
         partial.append(buf, static_cast<std::size_t>(n));
+        {
+          std::lock_guard lock(mu_);
+          output_.append(buf, static_cast<std::size_t>(n));
+        }
         for (auto nl = partial.find('\n'); nl != std::string::npos; nl = partial.find('\n')) {
           static constexpr std::string_view kStats = "kvd: stats: ";
           if (partial.compare(0, kStats.size(), kStats) == 0) {
@@ -157,6 +165,41 @@ class KvdProcess {
   ~KvdProcess() { stop(); }
 
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  // Everything kvd printed so far (stdout and stderr).
+  [[nodiscard]] std::string output() {
+    std::lock_guard lock(mu_);
+    return output_;
+  }
+
+  // SIGKILL (a crash: nothing flushed) and reap; returns the wait status.
+  int kill_hard() noexcept {
+    int status = -1;
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      status = wait_exit(pid_, 10s);
+      pid_ = -1;
+    }
+    if (drain_.joinable()) drain_.join();
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    return status;
+  }
+  // Waits up to `timeout` for kvd to exit by itself; the wait status, or -1.
+  int wait(std::chrono::milliseconds timeout) noexcept {
+    if (pid_ <= 0) return -1;
+    const int status = wait_exit(pid_, timeout);
+    if (status != -1) {
+      pid_ = -1;
+      if (drain_.joinable()) drain_.join();
+      if (fd_ >= 0) {
+        ::close(fd_);
+        fd_ = -1;
+      }
+    }
+    return status;
+  }
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
 
   // SIGTERM (then SIGKILL) and reap; returns the wait status (-1 if unknown).
@@ -186,6 +229,7 @@ class KvdProcess {
   std::mutex mu_;  // the stats line, shared with the drain thread
   std::condition_variable cv_;
   std::string stats_line_;
+  std::string output_;
   std::uint64_t stats_seq_ = 0;
   std::thread drain_;
 };

@@ -111,6 +111,7 @@ void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
       expected_.insert_or_assign(op.key, std::nullopt);
     }
   }
+  if (ok && options_.on_set_ok) options_.on_set_ok(op, value);
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 

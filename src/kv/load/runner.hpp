@@ -56,6 +56,9 @@ struct LoadOptions {
   std::size_t max_error_lines = 10;  // per-op error/mismatch lines; later ones are only counted
   std::function<void(const std::string&)> on_error;  // one line, no newline; null: silent
   std::chrono::milliseconds stall_timeout{30'000};
+  // Called for every SET the server acknowledged (status ok), with its bytes
+  // (kvload --ack-log). Null: nothing.
+  std::function<void(const Op&, std::span<const std::byte> value)> on_set_ok;
 };
 
 enum class RunState : std::uint8_t {

@@ -1,0 +1,17 @@
+#pragma once
+// Fault injection for the crash tests (docs/durability.md, "Testing"): with
+// RKV_FAULT=crash:<point> in the environment, kvd kills itself with SIGKILL
+// when it reaches <point> (no destructors, no flush: like a crash or power
+// cut at that instant, minus the page cache). Points are named where they are
+// called (compaction steps: compact_log_created, compact_switched,
+// compact_snapshot_partial, compact_snapshot_synced, compact_renamed,
+// compact_dir_synced). Without the variable this is one string compare.
+
+#include <string_view>
+
+namespace rkv::durable {
+
+// Crashes the process if RKV_FAULT names this point.
+void crash_point(std::string_view point) noexcept;
+
+}  // namespace rkv::durable

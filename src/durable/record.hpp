@@ -1,0 +1,73 @@
+#pragma once
+// The durability log's record format (docs/durability.md). Pure encode/decode.
+//
+// A record is a 32-byte header, then key_len key bytes, then value_len value
+// bytes; all integers little endian:
+//   0  u32 magic        0x314C4B52 ("RKL1")
+//   4  u8  type         1 = SET, 2 = SNAPSHOT_END (last record of a snapshot)
+//   5  u8  reserved     0
+//   6  u16 key_len      SET: 1..1024; SNAPSHOT_END: 0
+//   8  u64 seq          SET in a log: strictly increasing; in a snapshot: 0;
+//                       SNAPSHOT_END: the last sequence number the snapshot covers
+//  16  u64 value_len    SNAPSHOT_END: 8 (the value is the u64 count of SET records)
+//  24  u32 body_crc     CRC32C of key + value
+//  28  u32 header_crc   CRC32C of bytes 0..27
+// The separate header CRC lets recovery tell a damaged length field (corruption)
+// from a record cut short by a crash (a torn tail).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <variant>
+
+namespace rkv::durable {
+
+inline constexpr std::uint32_t kRecordMagic = 0x314C4B52;
+inline constexpr std::size_t kHeaderSize = 32;
+inline constexpr std::size_t kMaxKeyLen = 1024;
+
+enum class RecordType : std::uint8_t { set = 1, snapshot_end = 2 };
+
+[[nodiscard]] constexpr std::string_view to_string(RecordType t) noexcept {
+  switch (t) {
+    case RecordType::set: return "set";
+    case RecordType::snapshot_end: return "snapshot_end";
+  }
+  return "invalid";
+}
+
+struct RecordHeader {
+  RecordType type = RecordType::set;
+  std::uint16_t key_len = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t value_len = 0;
+  std::uint32_t body_crc = 0;
+  [[nodiscard]] std::uint64_t record_size() const noexcept { return kHeaderSize + key_len + value_len; }
+};
+
+enum class HeaderError : std::uint8_t { short_header, bad_magic, bad_header_crc, bad_field };
+
+[[nodiscard]] constexpr std::string_view to_string(HeaderError e) noexcept {
+  switch (e) {
+    case HeaderError::short_header: return "short header";
+    case HeaderError::bad_magic: return "bad magic";
+    case HeaderError::bad_header_crc: return "header CRC mismatch";
+    case HeaderError::bad_field: return "invalid header field";
+  }
+  return "invalid";
+}
+
+// CRC32C of key then value (the body_crc field).
+[[nodiscard]] std::uint32_t body_crc(std::span<const std::byte> key, std::span<const std::byte> value) noexcept;
+// Writes the header (computing header_crc). out.size() >= kHeaderSize.
+void encode_header(std::span<std::byte> out, const RecordHeader& h) noexcept;
+// Header of a SET record for key/value (computes body_crc).
+[[nodiscard]] RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value,
+                                      std::uint64_t seq) noexcept;
+// Parses and checks a header (magic, header CRC, type, key_len range,
+// value_len <= max_value). Does not look at the body.
+[[nodiscard]] std::variant<RecordHeader, HeaderError> decode_header(std::span<const std::byte> in,
+                                                                    std::uint64_t max_value) noexcept;
+
+}  // namespace rkv::durable

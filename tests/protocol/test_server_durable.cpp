@@ -1,0 +1,179 @@
+// protocol suite: ServerConn with a Durability (FakeDurability): deferred SET
+// replies and their credits, io_error replies, the rendezvous SET logged
+// straight from its arena block, a connection that goes away while SETs wait.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fake_durability.hpp"
+#include "fake_link.hpp"
+#include "fake_registrar.hpp"
+#include "kv/arena.hpp"
+#include "kv/server_conn.hpp"
+#include "wire_helpers.hpp"
+
+namespace rkv::kv {
+namespace {
+
+using proto::Opcode;
+using test::FakeDurability;
+using test::FakeLink;
+using test::FakeRegistrar;
+using verbs::CompletionOpcode;
+
+using test::decode;
+using test::pack;
+
+constexpr std::uint64_t kToken = 0x0000000900000002ull;
+
+class ServerDurable : public ::testing::Test {
+ protected:
+  ServerDurable() : recv_(4, 8192), send_(8, 8192), arena_(reg_, {4096, 1u << 20, 64u << 20}) {
+    ServerConnConfig cfg;
+    cfg.credits = 4;
+    cfg.generation = 3;
+    cfg.peer_recv_size = 8192;
+    cfg.max_value = 1u << 20;
+    cfg.max_transfers = 2;
+    cfg.max_pins = 2;
+    cfg.token = kToken;
+    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg, &arena_, &dur_);
+    EXPECT_EQ(sc_->start(), Verdict::keep);
+    sc_->on_established();
+  }
+  Verdict request(const std::vector<std::byte>& bytes) {
+    const auto& r = link_.recvs[next_recv_++];
+    const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
+    (void)sc_->flush();
+    return v;
+  }
+  std::vector<proto::MessageView> replies_since(std::size_t sends) {
+    std::vector<proto::MessageView> out;
+    for (std::size_t i = sends; i < link_.sends.size(); ++i) {
+      auto r = decode(link_.sends[i].bytes);
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+  }
+  static std::span<const std::byte> b(const std::string& s) { return proto::as_bytes(s); }
+
+  FakeLink link_;
+  FakeRegistrar reg_;
+  FakeDurability dur_;
+  BufferPool recv_, send_;
+  Store store_;
+  ServerCounters counters_;
+  Arena arena_;
+  std::unique_ptr<ServerConn> sc_;
+  std::size_t next_recv_ = 0;
+};
+
+TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
+  const std::string v = "durable value";
+  ASSERT_EQ(request(pack({proto::msg::set_request(1, "k", b(v))})), Verdict::keep);
+  EXPECT_TRUE(link_.sends.empty()) << "no reply before the record is durable";
+  ASSERT_EQ(dur_.records.size(), 1u);
+  EXPECT_EQ(dur_.records[0].key, "k");
+  EXPECT_EQ(dur_.records[0].value, v);
+  EXPECT_EQ(dur_.records[0].token, kToken);
+  EXPECT_EQ(dur_.records[0].req_id, 1u);
+  EXPECT_FALSE(dur_.records[0].large);
+  EXPECT_EQ(counters_.durable_waits, 1u);
+  EXPECT_EQ(sc_->durable_waits(), 1u);
+  EXPECT_EQ(store_.get("k").value, v) << "applied at once: a GET may see a value not yet durable";
+  // A GET meanwhile is answered at once and returns both buffers' credits.
+  ASSERT_EQ(request(pack({proto::msg::get_request(2, "k")})), Verdict::keep);
+  auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode(), Opcode::get_reply);
+  EXPECT_EQ(r[0].header.credits, 2u);
+  // Durable: the SET's reply goes out.
+  const std::size_t before = link_.sends.size();
+  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
+  (void)sc_->flush();
+  r = replies_since(before);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode(), Opcode::set_reply);
+  EXPECT_EQ(r[0].header.req_id, 1u);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_EQ(r[0].header.credits, 0u);
+  EXPECT_EQ(counters_.durable_waits, 0u);
+}
+
+TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
+  ASSERT_EQ(request(pack({proto::msg::set_request(7, "a", b("1")), proto::msg::set_request(8, "b", b("2"))})),
+            Verdict::keep);
+  EXPECT_TRUE(link_.sends.empty());
+  ASSERT_EQ(sc_->on_durable(8, false), Verdict::keep);  // disk error for one
+  ASSERT_EQ(sc_->on_durable(7, true), Verdict::keep);
+  (void)sc_->flush();
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.req_id, 8u);
+  EXPECT_EQ(r[0].header.status, proto::Status::io_error);
+  EXPECT_EQ(r[0].header.credits, 1u);
+  EXPECT_EQ(r[1].header.req_id, 7u);
+  EXPECT_EQ(r[1].header.status, proto::Status::ok);
+  EXPECT_EQ(counters_.io_errors, 1u);
+  EXPECT_EQ(counters_.error_replies, 1u);
+  EXPECT_EQ(sc_->on_durable(7, true), Verdict::keep) << "a late duplicate is ignored";
+  EXPECT_EQ(counters_.stale_completions, 1u);
+}
+
+TEST_F(ServerDurable, NowRepliesAtOnceAndFailedIsIoError) {
+  dur_.answer = DurableAck::now;
+  ASSERT_EQ(request(pack({proto::msg::set_request(1, "k", b("v"))})), Verdict::keep);
+  dur_.answer = DurableAck::failed;
+  ASSERT_EQ(request(pack({proto::msg::set_request(2, "k", b("w"))})), Verdict::keep);
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_EQ(r[1].header.status, proto::Status::io_error);
+  EXPECT_EQ(r[1].opcode(), Opcode::set_reply);
+  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(proto::to_string(proto::Status::io_error), "I/O error");
+  EXPECT_EQ(proto::status_from_wire(6), proto::Status::io_error);
+}
+
+TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
+  std::vector<std::byte> client(100000);
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(5, "big", {0x1000, 77}, client.size())})), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 1u);
+  EXPECT_TRUE(dur_.records.empty()) << "nothing to log before the READ landed";
+  const auto& rd = link_.reads[0];
+  std::memset(rd.target.data(), 'x', rd.target.size());
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(rd, CompletionOpcode::rdma_read)), Verdict::keep);
+  (void)sc_->flush();
+  EXPECT_TRUE(link_.sends.empty()) << "the reply waits for the log";
+  ASSERT_EQ(dur_.records.size(), 1u);
+  const auto hit = store_.get("big");
+  ASSERT_TRUE(hit.large);
+  EXPECT_EQ(dur_.records[0].large, hit.large) << "the log pins the block";
+  EXPECT_EQ(dur_.records[0].value_ptr, hit.value.data()) << "no copy: the value is read from the arena";
+  EXPECT_EQ(counters_.bytes_copied, 0u);
+  ASSERT_EQ(sc_->on_durable(5, true), Verdict::keep);
+  (void)sc_->flush();
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.req_id, 5u);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_EQ(r[0].header.credits, 1u);
+}
+
+TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
+  ASSERT_EQ(request(pack({proto::msg::set_request(1, "a", b("1")), proto::msg::set_request(2, "b", b("2"))})),
+            Verdict::keep);
+  EXPECT_EQ(counters_.durable_waits, 2u);
+  sc_->begin_draining(CloseCause::peer_left, "peer left");
+  EXPECT_EQ(sc_->on_durable(1, true), Verdict::keep);  // nothing is sent any more
+  (void)sc_->flush();
+  EXPECT_TRUE(link_.sends.empty());
+  sc_.reset();
+  EXPECT_EQ(counters_.durable_waits, 0u);
+}
+
+}  // namespace
+}  // namespace rkv::kv

@@ -1,0 +1,251 @@
+// Durability log, pure parts: the record format (encode/decode, CRCs) and
+// recovery from files written here byte by byte: a clean log, a torn tail
+// (cut mid-record, garbage, zeros), corruption in the middle (refused;
+// --repair keeps every good record before and after), snapshots (complete,
+// missing end record, newer than the logs), obsolete and temporary files.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "durable/files.hpp"
+#include "durable/record.hpp"
+#include "durable/recovery.hpp"
+#include "kv/store.hpp"
+#include "proto/endian.hpp"
+
+namespace rkv::durable {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::span<const std::byte> b(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
+
+std::string record(std::string_view key, std::string_view value, std::uint64_t seq) {
+  std::string out(kHeaderSize, '\0');
+  encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), set_header(b(key), b(value), seq));
+  return out + std::string(key) + std::string(value);
+}
+
+std::string snapshot_end(std::uint64_t count, std::uint64_t seq) {
+  std::byte c[8];
+  proto::store_le<std::uint64_t>(c, 0, count);
+  RecordHeader h;
+  h.type = RecordType::snapshot_end;
+  h.seq = seq;
+  h.value_len = 8;
+  h.body_crc = body_crc({}, c);
+  std::string out(kHeaderSize, '\0');
+  encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), h);
+  return out + std::string(reinterpret_cast<const char*>(c), 8);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/rkv-recovery-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  [[nodiscard]] std::string read(const std::string& name) const {
+    std::ifstream in(path_ + "/" + name, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  [[nodiscard]] bool exists(const std::string& name) const { return fs::exists(path_ + "/" + name); }
+
+ private:
+  std::string path_;
+};
+
+std::string get(const kv::Store& s, std::string_view key) {
+  const auto v = s.get(key);
+  return v.found ? std::string(v.value) : std::string("<missing>");
+}
+
+TEST(DurableRecord, RoundTripAndChecks) {
+  const std::string r = record("key", "value", 7);
+  ASSERT_EQ(r.size(), kHeaderSize + 3 + 5);
+  const auto h = decode_header(b(r), 1 << 20);
+  ASSERT_TRUE(std::holds_alternative<RecordHeader>(h));
+  const auto& hh = std::get<RecordHeader>(h);
+  EXPECT_EQ(hh.type, RecordType::set);
+  EXPECT_EQ(hh.key_len, 3);
+  EXPECT_EQ(hh.seq, 7u);
+  EXPECT_EQ(hh.value_len, 5u);
+  EXPECT_EQ(hh.body_crc, body_crc(b("key"), b("value")));
+  for (std::size_t i = 0; i < kHeaderSize; ++i) {  // any damaged header byte is detected
+    std::string bad = r;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    EXPECT_TRUE(std::holds_alternative<HeaderError>(decode_header(b(bad), 1 << 20))) << "byte " << i;
+  }
+  EXPECT_EQ(std::get<HeaderError>(decode_header(b(r).first(10), 1 << 20)), HeaderError::short_header);
+  EXPECT_EQ(std::get<HeaderError>(decode_header(b(record("k", "0123456789", 1)), 4)), HeaderError::bad_field);
+}
+
+TEST(DurableRecovery, NewDirectoryIsCreatedWithAnEmptyLog) {
+  TempDir t;
+  const std::string dir = t.path() + "/data";
+  kv::Store s;
+  const auto r = recover({dir}, s);
+  EXPECT_EQ(r.records, 0u);
+  EXPECT_EQ(r.generation, 1u);
+  EXPECT_EQ(r.next_seq, 1u);
+  EXPECT_TRUE(fs::exists(dir + "/" + log_name(1)));
+}
+
+TEST(DurableRecovery, CleanLogReplaysInOrderLastWriteWins) {
+  TempDir t;
+  t.write(log_name(1), record("a", "1", 1) + record("b", "2", 2) + record("a", "3", 3));
+  kv::Store s;
+  const auto r = recover({t.path()}, s);
+  EXPECT_EQ(r.records, 3u);
+  EXPECT_EQ(r.next_seq, 4u);
+  EXPECT_EQ(r.log_size, t.read(log_name(1)).size());
+  EXPECT_EQ(r.truncated_bytes, 0u);
+  EXPECT_EQ(get(s, "a"), "3");
+  EXPECT_EQ(get(s, "b"), "2");
+}
+
+// A record cut short by a crash, garbage, or zeros after the last good
+// record: truncated back to it, everything before kept.
+TEST(DurableRecovery, TornTailIsTruncatedToTheLastGoodRecord) {
+  const std::string good = record("a", "1", 1) + record("b", std::string(5000, 'x'), 2);
+  const std::string next = record("c", "333", 3);
+  for (const std::string& tail : {next.substr(0, 10), next.substr(0, kHeaderSize + 2),
+                                  next.substr(0, next.size() - 1), std::string(100, '\0'),
+                                  std::string("garbage after the end")}) {
+    TempDir t;
+    t.write(log_name(1), good + tail);
+    kv::Store s;
+    const auto r = recover({t.path()}, s);
+    EXPECT_EQ(r.records, 2u);
+    EXPECT_EQ(r.truncated_bytes, tail.size());
+    EXPECT_EQ(t.read(log_name(1)), good) << "the file is cut back to the last good record";
+    EXPECT_EQ(get(s, "b"), std::string(5000, 'x'));
+    EXPECT_EQ(get(s, "c"), "<missing>");
+    EXPECT_EQ(r.next_seq, 3u);
+  }
+}
+
+TEST(DurableRecovery, DamagedLastRecordBodyIsATornTail) {
+  TempDir t;
+  std::string last = record("c", "333", 3);
+  last.back() = '4';  // body CRC fails, nothing valid after it
+  t.write(log_name(1), record("a", "1", 1) + last);
+  kv::Store s;
+  const auto r = recover({t.path()}, s);
+  EXPECT_EQ(r.records, 1u);
+  EXPECT_EQ(get(s, "a"), "1");
+}
+
+// Corruption with good records after it: refuse to start, touch nothing.
+TEST(DurableRecovery, CorruptMiddleRecordRefusesWithoutRepair) {
+  for (const std::size_t flip : {std::size_t{3}, kHeaderSize + 1}) {  // header byte, body byte
+    TempDir t;
+    std::string mid = record("b", "2222", 2);
+    mid[flip] = static_cast<char>(mid[flip] ^ 0x40);
+    const std::string file = record("a", "1", 1) + mid + record("c", "3", 3);
+    t.write(log_name(1), file);
+    kv::Store s;
+    try {
+      (void)recover({t.path()}, s);
+      ADD_FAILURE() << "recover() accepted a corrupt middle record";
+    } catch (const RecoveryError& e) {
+      EXPECT_NE(std::string(e.what()).find("refusing to start"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("offset"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(t.read(log_name(1)), file) << "nothing is truncated when refusing";
+  }
+}
+
+TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
+  TempDir t;
+  std::string mid = record("b", "2222", 2);
+  mid[kHeaderSize + 2] = 'X';
+  t.write(log_name(1), record("a", "1", 1) + mid + record("c", "3", 3) + record("a", "4", 4));
+  kv::Store s;
+  const auto r = recover({t.path(), true}, s);
+  EXPECT_EQ(r.records, 3u);
+  EXPECT_EQ(r.dropped_bytes, mid.size());
+  EXPECT_TRUE(r.rewritten);
+  EXPECT_EQ(get(s, "a"), "4");
+  EXPECT_EQ(get(s, "b"), "<missing>");
+  EXPECT_EQ(get(s, "c"), "3");
+  // The next start is clean and sees the same data.
+  EXPECT_FALSE(t.exists(log_name(1)));
+  kv::Store again;
+  const auto r2 = recover({t.path()}, again);
+  EXPECT_EQ(r2.dropped_bytes, 0u);
+  EXPECT_EQ(get(again, "a"), "4");
+  EXPECT_EQ(get(again, "c"), "3");
+  EXPECT_EQ(again.size(), 2u);
+  EXPECT_GE(r2.next_seq, 5u);
+}
+
+TEST(DurableRecovery, SequenceGoingBackwardsInTheMiddleIsCorruption) {
+  TempDir t;
+  t.write(log_name(1), record("a", "1", 5) + record("b", "2", 3) + record("c", "3", 6));
+  kv::Store s;
+  EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
+}
+
+TEST(DurableRecovery, SnapshotThenNewerLogsObsoleteFilesRemoved) {
+  TempDir t;
+  t.write(log_name(1), record("old", "x", 1));  // covered by snapshot 2: obsolete
+  t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0) + snapshot_end(2, 1));
+  t.write(log_name(2), record("a", "10", 2));
+  t.write(log_name(3), record("c", "30", 3));  // a compaction crashed after starting log 3
+  t.write(snapshot_tmp_name(3), record("junk", "j", 0));
+  kv::Store s;
+  const auto r = recover({t.path()}, s);
+  EXPECT_EQ(get(s, "a"), "10");
+  EXPECT_EQ(get(s, "b"), "2");
+  EXPECT_EQ(get(s, "c"), "30");
+  EXPECT_EQ(get(s, "old"), "<missing>");  // only in the obsolete log, not in the snapshot
+  EXPECT_EQ(get(s, "junk"), "<missing>");
+  EXPECT_EQ(r.generation, 3u);
+  EXPECT_EQ(r.next_seq, 4u);
+  EXPECT_FALSE(t.exists(log_name(1)));
+  EXPECT_FALSE(t.exists(snapshot_tmp_name(3)));
+  EXPECT_TRUE(t.exists(log_name(2)));
+}
+
+TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
+  TempDir t;
+  t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0));
+  t.write(log_name(2), "");
+  kv::Store s;
+  EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
+  kv::Store repaired;
+  const auto r = recover({t.path(), true}, repaired);
+  EXPECT_EQ(get(repaired, "a"), "1");
+  EXPECT_EQ(get(repaired, "b"), "2");
+  EXPECT_TRUE(r.rewritten);
+}
+
+TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
+  TempDir t;
+  kv::Store s;
+  s.set("k1", "v1");
+  s.set("k2", std::string(70000, 'z'));
+  write_snapshot_sync(t.path(), 5, 41, s);
+  kv::Store back;
+  const auto r = recover({t.path()}, back);
+  EXPECT_EQ(r.records, 2u);
+  EXPECT_EQ(r.next_seq, 42u);
+  EXPECT_EQ(r.generation, 5u);
+  EXPECT_EQ(get(back, "k2"), std::string(70000, 'z'));
+}
+
+}  // namespace
+}  // namespace rkv::durable
