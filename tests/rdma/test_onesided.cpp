@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -299,6 +301,45 @@ TEST_F(OneSided, ConcurrentWriterNeverYieldsATornValue) {
   EXPECT_GT(written_during, 50u) << "the writer must really race the reader";
   EXPECT_GT(total_changes, 10u) << "the reader must see the values change";
   EXPECT_EQ(c.onesided_gets, reads);
+}
+
+// Durability + index: values recovered from the log on restart (small and
+// large) are published in the index, so read-mode GETs find them by RDMA
+// READ with no fallback (they are not left as ask-by-message entries).
+TEST_F(OneSided, RecoveredValuesAreReadOneSided) {
+  char tmpl[] = "/tmp/rkv-onesided-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::vector<std::string> flags = {"--data-dir", dir + "/data", "--fsync", "always"};
+  const std::size_t sizes[] = {1, 300, 4000, 64u << 10, 300000};
+  start(flags);
+  {
+    auto writer = open(reactor_, GetMode::rpc);
+    for (std::size_t n : sizes) ASSERT_EQ(writer->set_sync("r-" + std::to_string(n), pattern(n, n + 5)), Status::ok);
+    writer->close();
+  }
+  ASSERT_EQ(kvd_->stop(), 0);
+  start(flags);  // recovers from the log
+  EXPECT_NE(kvd_->output().find("kvd: recovered "), std::string::npos) << kvd_->output();
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  const auto before = kvd_stats();
+  for (std::size_t n : sizes) {
+    SCOPED_TRACE("recovered value of " + std::to_string(n) + " bytes");
+    std::string v;
+    bool found = false;
+    ASSERT_EQ(reader->get_sync("r-" + std::to_string(n), v, found), Status::ok);
+    ASSERT_TRUE(found);
+    EXPECT_TRUE(v == pattern(n, n + 5));
+  }
+  const ClientCounters& c = reader->counters();
+  EXPECT_EQ(c.onesided_hits, std::size(sizes));
+  EXPECT_EQ(c.onesided_fallbacks, 0u) << "recovered keys were not published in the index";
+  EXPECT_EQ(kvd_stats().at("gets"), before.at("gets"));
+  EXPECT_EQ(before.at("index_rpc_only"), 0u);
+  reader->close();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
