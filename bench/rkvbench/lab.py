@@ -1,9 +1,11 @@
-"""Experiment 6: the RDMA lab's one-sided GET measurement (bench/onesided), in the same session."""
+"""Experiments 6 and 7: the RDMA lab's one-sided GET measurement (bench/onesided) and the cost of
+durability (bench/durability), in the same session."""
 
 import csv
 import os
+import shutil
 
-from .common import MIB, _last_line, log, run_timed
+from .common import BENCH, MIB, _last_line, log, run_timed
 
 
 class LabExperiments:
@@ -39,3 +41,35 @@ class LabExperiments:
                         "op": r["op"], "size": size, "ops": int(r["ops"]), "seconds": float(r["seconds"]),
                         "ops_per_s": float(r["ops_per_s"]), "mean_us": float(r["mean_us"]),
                         "messages_sent": int(r["messages_sent"]), "status": "ok"})
+
+    # -------------------------------------------------------------- experiment 7
+    def durability(self):
+        """kvd --fsync never|batch|always, SETs of 32 B and 64 KiB at depth 1 and 32 (bench/durability).
+
+        The data directories go under the output directory, which in a guest is
+        the repository shared over 9p: an fsync there reaches the host's disk,
+        not the guest's tmpfs (where fsync would be nearly free)."""
+        self.stop_kvd()  # its own kvd per point
+        data_root = os.path.join(self.out, "durability-data")
+        path = os.path.join(self.tmp, "durability.csv")
+        ops = 200 if self.fast else 2000
+        log(f"durability: --fsync never|batch|always, {ops} SETs per point, data on {data_root}")
+        rc, out, err, _ = run_timed([os.path.join(BENCH, "durability"), "--build", self.build, "--ops", str(ops),
+                                     "--out", path, "--data-root", data_root], 3600)
+        shutil.rmtree(data_root, ignore_errors=True)
+        fs_line = [l for l in out.splitlines() if l.startswith("# data directory on:")]
+        if fs_line:
+            self.notes.append("Durability: " + fs_line[0][2:] + ".")
+        if rc != 0 or not os.path.exists(path):
+            self.rows["durability.csv"].append({"fsync": "", "size": "", "depth": "", "ops": "", "ops_per_s": "",
+                                               "p50_us": "", "p99_us": "", "errors": "", "log_fsyncs": "",
+                                               "status": f"failed: {_last_line(err or out)}"})
+            return
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                size = 65536 if r["size"] == "64k" else int(r["size"])
+                self.rows["durability.csv"].append({
+                    "fsync": r["fsync"], "size": size, "depth": int(r["depth"]), "ops": int(r["ops"]),
+                    "ops_per_s": float(r["ops_per_s"]), "p50_us": float(r["p50_us"]), "p99_us": float(r["p99_us"]),
+                    "errors": int(r["errors"]), "log_fsyncs": r["log_fsyncs"],
+                    "status": "ok" if r["errors"] == "0" else f"partial: {r['errors']} errors"})

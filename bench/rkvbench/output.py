@@ -268,6 +268,20 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             ref = f"{fmt(o['ops_per_s'])} ops/s, mean {fmt(o['mean_us'])} µs" if o["status"] == "ok" else o["status"]
             L.append(f"| one-sided | {r['op']} {_hsize(r['size'])} depth 1, {r['ops']} ops | {kv} | "
                      f"{ref_op} | {ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+        du = self.rows["durability.csv"]
+        for r in du:
+            if r["fsync"] == "never" or not r["fsync"]:
+                if not r["fsync"]:
+                    L.append(f"| durability | SET, --fsync never/batch/always | {r['status']} | | | |")
+                continue
+            o = [x for x in du if x["fsync"] == "never" and x["size"] == r["size"] and x["depth"] == r["depth"]]
+            o = o[0] if o else {"status": "not run", "ops_per_s": "", "p50_us": ""}
+            kv = (f"{fmt(r['ops_per_s'])} ops/s, p50 {fmt(r['p50_us'])} µs, {r['log_fsyncs']} fsyncs"
+                  if str(r["status"]).startswith("ok") else r["status"])
+            ref = f"{fmt(o['ops_per_s'])} ops/s, p50 {fmt(o['p50_us'])} µs" if str(o["status"]).startswith("ok") \
+                else o["status"]
+            L.append(f"| durability | SET {_hsize(r['size'])} depth {r['depth']}, --fsync {r['fsync']} | {kv} | "
+                     f"--fsync never | {ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
         tc = self.rows["tcp.csv"]
         for r in [x for x in tc if x["system"] == "rdmakv"]:
             for other in ("redis", "memcached"):

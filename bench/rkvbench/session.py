@@ -219,6 +219,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.busypoll()
             self.stage("scaling", self.scaling)
             self.stage("onesided", self.onesided)
+            self.stage("durability", self.durability)
             self.stop_kvd()
             self.stage("tcp", self.tcp)
         finally:
