@@ -51,23 +51,15 @@ void Log::Batch::add(std::string_view key, std::string_view value, const kv::Lar
 }
 
 void Log::Batch::add_end(std::uint64_t count, std::uint64_t seq) {
-  std::byte c[8];
-  proto::store_le<std::uint64_t>(c, 0, count);
-  RecordHeader h;
-  h.type = RecordType::snapshot_end;
-  h.seq = seq;
-  h.value_len = 8;
-  h.body_crc = body_crc({}, c);
+  const auto rec = snapshot_end_record(count, seq);
   const std::size_t off = buf.size();
-  buf.resize(off + kHeaderSize + 8);
-  encode_header(std::span(buf).subspan(off), h);
-  std::memcpy(buf.data() + off + kHeaderSize, c, 8);
+  buf.insert(buf.end(), rec.begin(), rec.end());
   if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
-    pieces.back().len += kHeaderSize + 8;
+    pieces.back().len += rec.size();
   } else {
-    pieces.push_back({off, kHeaderSize + 8, nullptr});
+    pieces.push_back({off, rec.size(), nullptr});
   }
-  size += kHeaderSize + 8;
+  size += rec.size();
 }
 
 std::vector<iovec> Log::Batch::iovecs() const {

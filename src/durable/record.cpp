@@ -24,6 +24,19 @@ void encode_header(std::span<std::byte> out, const RecordHeader& h) noexcept {
   store_le<std::uint32_t>(out, 28, proto::crc32c(out.first(28)));
 }
 
+std::array<std::byte, kSnapshotEndSize> snapshot_end_record(std::uint64_t count, std::uint64_t seq) noexcept {
+  std::array<std::byte, kSnapshotEndSize> out{};
+  const auto body = std::span(out).subspan(kHeaderSize);
+  store_le<std::uint64_t>(body, 0, count);
+  RecordHeader h;
+  h.type = RecordType::snapshot_end;
+  h.seq = seq;
+  h.value_len = 8;
+  h.body_crc = body_crc({}, body);
+  encode_header(out, h);
+  return out;
+}
+
 RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value, std::uint64_t seq) noexcept {
   RecordHeader h;
   h.type = RecordType::set;

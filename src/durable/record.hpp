@@ -15,6 +15,7 @@
 // The separate header CRC lets recovery tell a damaged length field (corruption)
 // from a record cut short by a crash (a torn tail).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -65,6 +66,11 @@ void encode_header(std::span<std::byte> out, const RecordHeader& h) noexcept;
 // Header of a SET record for key/value (computes body_crc).
 [[nodiscard]] RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value,
                                       std::uint64_t seq) noexcept;
+// A whole SNAPSHOT_END record (header + the u64 count) ending a snapshot of
+// `count` SET records that covers sequence numbers up to `seq`.
+inline constexpr std::size_t kSnapshotEndSize = kHeaderSize + 8;
+[[nodiscard]] std::array<std::byte, kSnapshotEndSize> snapshot_end_record(std::uint64_t count,
+                                                                          std::uint64_t seq) noexcept;
 // Parses and checks a header (magic, header CRC, type, key_len range,
 // value_len <= max_value). Does not look at the body.
 [[nodiscard]] std::variant<RecordHeader, HeaderError> decode_header(std::span<const std::byte> in,

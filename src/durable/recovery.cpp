@@ -249,15 +249,17 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
   RecoveryResult r;
   std::uint64_t base = 0;  // newest snapshot's generation (0: none)
   bool repaired = false;
-  if (!ls.snapshots.empty()) {
-    base = ls.snapshots.back();
-    const FileScan s = scan_file(dir + snapshot_name(base), true, opts, store);
+  const auto count = [&r, &repaired](const FileScan& s) {  // one file's share of the totals
     r.records += s.records;
     r.bytes += s.bytes;
     r.dropped_bytes += s.dropped;
     repaired = repaired || s.repaired;
     r.next_seq = std::max(r.next_seq, s.max_seq + 1);
     ++r.files;
+  };
+  if (!ls.snapshots.empty()) {
+    base = ls.snapshots.back();
+    count(scan_file(dir + snapshot_name(base), true, opts, store));
   }
   std::vector<std::uint64_t> logs;
   for (const auto g : ls.logs) {
@@ -281,12 +283,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
       if (::stat(path.c_str(), &st) == 0) r.truncated_bytes += static_cast<std::uint64_t>(st.st_size) - s.good_end;
       truncate_file(path, s.good_end);
     }
-    r.records += s.records;
-    r.bytes += s.bytes;
-    r.dropped_bytes += s.dropped;
-    repaired = repaired || s.repaired;
-    r.next_seq = std::max(r.next_seq, s.max_seq + 1);
-    ++r.files;
+    count(s);
     r.generation = logs[i];
     r.log_size = s.good_end;
   }
@@ -342,15 +339,8 @@ void write_snapshot_sync(const std::string& dir_path, std::uint64_t gen, std::ui
       write_all(fd.get(), tmp, hdr, k, val);
       ++count;
     });
-    std::byte c[8];
-    proto::store_le<std::uint64_t>(c, 0, count);
-    RecordHeader end;
-    end.type = RecordType::snapshot_end;
-    end.seq = last_seq;
-    end.value_len = 8;
-    end.body_crc = body_crc({}, c);
-    encode_header(hdr, end);
-    write_all(fd.get(), tmp, hdr, c);
+    const auto end = snapshot_end_record(count, last_seq);
+    write_all(fd.get(), tmp, end);
     if (::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
   }
   {

@@ -34,16 +34,8 @@ std::string record(std::string_view key, std::string_view value, std::uint64_t s
 }
 
 std::string snapshot_end(std::uint64_t count, std::uint64_t seq) {
-  std::byte c[8];
-  proto::store_le<std::uint64_t>(c, 0, count);
-  RecordHeader h;
-  h.type = RecordType::snapshot_end;
-  h.seq = seq;
-  h.value_len = 8;
-  h.body_crc = body_crc({}, c);
-  std::string out(kHeaderSize, '\0');
-  encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), h);
-  return out + std::string(reinterpret_cast<const char*>(c), 8);
+  const auto rec = snapshot_end_record(count, seq);
+  return {reinterpret_cast<const char*>(rec.data()), rec.size()};
 }
 
 class TempDir {
