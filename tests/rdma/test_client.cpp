@@ -10,36 +10,22 @@
 #include <vector>
 
 #include "kv/client.hpp"
-#include "kvd_process.hpp"
+#include "kvd_fixture.hpp"
 #include "loopback.hpp"  // softroce_addr(): fails, never skips, without a device
 #include "reactor/reactor.hpp"
 
-#ifndef RKV_KVD_PATH
-#error "RKV_KVD_PATH must name the kvd binary"
-#endif
 
 namespace rkv::kv {
 namespace {
 
 using namespace std::chrono_literals;
 
-class ClientE2E : public ::testing::Test {
+class ClientE2E : public test::KvdTest {
  protected:
   void SetUp() override {
-    addr_ = verbs::test::softroce_addr();
-    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_);
+    KvdTest::SetUp();
+    start();
   }
-  void TearDown() override {
-    if (kvd_) {
-      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
-    }
-  }
-
-  std::unique_ptr<Client> open() { return Client::connect(reactor_, addr_, kvd_->port(), {}); }
-
-  std::string addr_;
-  std::unique_ptr<test::KvdProcess> kvd_;
-  reactor::Reactor reactor_;
 };
 
 TEST_F(ClientE2E, TwoClientsSetThenGet) {

@@ -18,14 +18,11 @@
 #include <vector>
 
 #include "kv/client.hpp"
-#include "kvd_process.hpp"
+#include "kvd_fixture.hpp"
 #include "loopback.hpp"
 #include "proto/crc32c.hpp"
 #include "reactor/reactor.hpp"
 
-#ifndef RKV_KVD_PATH
-#error "RKV_KVD_PATH must name the kvd binary"
-#endif
 
 namespace rkv::kv {
 namespace {
@@ -68,31 +65,13 @@ std::optional<std::uint64_t> verify_tagged(std::string_view v, std::uint32_t key
   return version;
 }
 
-class OneSided : public ::testing::Test {
+class OneSided : public test::KvdTest {
  protected:
-  void SetUp() override { addr_ = verbs::test::softroce_addr(); }
-  void start(std::vector<std::string> extra = {}) {
-    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_, std::move(extra));
-  }
-  void TearDown() override {
-    if (kvd_) {
-      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
-    }
-  }
   std::unique_ptr<Client> open(reactor::Reactor& r, GetMode mode) {
     ClientOptions o;
     o.get_mode = mode;
     return Client::connect(r, addr_, kvd_->port(), o);
   }
-  std::map<std::string, std::uint64_t> kvd_stats() {
-    auto s = kvd_->stats();
-    EXPECT_TRUE(s.has_value()) << "kvd did not print its stats";
-    return s.value_or(std::map<std::string, std::uint64_t>{});
-  }
-
-  std::string addr_;
-  std::unique_ptr<test::KvdProcess> kvd_;
-  reactor::Reactor reactor_;
 };
 
 TEST_F(OneSided, ValuesAreByteExactSmallAndLargeAndMissesNeedNoServer) {

@@ -22,13 +22,10 @@
 #include <vector>
 
 #include "kv/client.hpp"
-#include "kvd_process.hpp"
+#include "kvd_fixture.hpp"
 #include "loopback.hpp"
 #include "reactor/reactor.hpp"
 
-#ifndef RKV_KVD_PATH
-#error "RKV_KVD_PATH must name the kvd binary"
-#endif
 #ifndef RKV_RDV_HELPER_PATH
 #error "RKV_RDV_HELPER_PATH must name the rdv_helper binary"
 #endif
@@ -57,18 +54,8 @@ std::uint64_t checksum(std::string_view v) {
   return h;
 }
 
-class RdvE2E : public ::testing::Test {
+class RdvE2E : public test::KvdTest {
  protected:
-  void SetUp() override { addr_ = verbs::test::softroce_addr(); }
-  void start(std::vector<std::string> extra = {}) {
-    kvd_ = std::make_unique<test::KvdProcess>(RKV_KVD_PATH, addr_, std::move(extra));
-  }
-  void TearDown() override {
-    if (kvd_) {
-      EXPECT_EQ(kvd_->stop(), 0) << "kvd did not exit cleanly on SIGTERM";
-    }
-  }
-  std::unique_ptr<Client> open() { return Client::connect(reactor_, addr_, kvd_->port(), {}); }
 
   static Stats stats(Client& c) {
     std::string text;
@@ -93,9 +80,6 @@ class RdvE2E : public ::testing::Test {
     }
   }
 
-  std::string addr_;
-  std::unique_ptr<test::KvdProcess> kvd_;
-  reactor::Reactor reactor_;
 };
 
 TEST_F(RdvE2E, SizesRoundTripByteExactly) {
