@@ -7,6 +7,7 @@
 #include <utility>
 
 #if defined(RKV_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -47,7 +48,15 @@ struct RecordingStack {
     *size = sc.size;
     return sc;
   }
-  void deallocate(ctx::stack_context& sc) noexcept { inner.deallocate(sc); }
+  void deallocate(ctx::stack_context& sc) noexcept {
+#if defined(RKV_FIBER_ASAN)
+    // The fiber's frames left their redzones poisoned in ASan's shadow. The
+    // pages go back to the kernel here, and a later mmap (a landing buffer)
+    // may get them again: reads there were reported as stack-buffer-underflow.
+    __asan_unpoison_memory_region(static_cast<char*>(sc.sp) - sc.size, sc.size);
+#endif
+    inner.deallocate(sc);
+  }
 };
 
 }  // namespace
