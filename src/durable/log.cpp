@@ -134,7 +134,11 @@ void Log::submit_next() noexcept {
     return;
   }
   int rc;
-  if (options_.mode == FsyncMode::always) {
+  // While failing, batch and never modes sync too: a SET then waits for its
+  // own write (record_set) and the error clears only once a write AND an
+  // fsync succeed (after a failed fsync the kernel may have dropped pages).
+  inflight_synced_ = options_.mode == FsyncMode::always || failing_;
+  if (inflight_synced_) {
     rc = uring_.writev_then_sync(
         fd_.get(), iov, offset_, true, [this](int res) { write_res_ = res; },
         [this](int res) { finish_batch(write_res_, res); });
@@ -148,10 +152,12 @@ void Log::set_failing(bool failing, int err) noexcept {
   if (failing == failing_) return;
   failing_ = failing;
   if (failing) {
-    spdlog::error("durable: {}/{}: {}; SETs fail with io_error (none is acknowledged) until a write succeeds",
+    spdlog::error("durable: {}/{}: {}; SETs fail with io_error until a write and its fsync succeed (each SET "
+                  "waits for its own, whatever --fsync says)",
                   options_.dir, log_name(gen_), std::strerror(err));
   } else {
-    spdlog::warn("durable: {}/{}: writes succeed again; disk error cleared", options_.dir, log_name(gen_));
+    spdlog::warn("durable: {}/{}: a write and fsync succeeded again; disk error cleared", options_.dir,
+                 log_name(gen_));
   }
 }
 
@@ -160,7 +166,7 @@ void Log::finish_batch(int write_res, int sync_res) noexcept {
   const bool wrote = write_res >= 0 && static_cast<std::uint64_t>(write_res) == inflight_.size;
   const bool ok = wrote && sync_res >= 0;
   if (write_res >= 0) ++stats_.writes;
-  if (options_.mode == FsyncMode::always && sync_res >= 0) ++stats_.fsyncs;
+  if (inflight_synced_ && sync_res >= 0) ++stats_.fsyncs;
   if (ok) {
     offset_ += inflight_.size;
     stats_.bytes_written += inflight_.size;

@@ -167,6 +167,7 @@ class Log final : public kv::Durability {
   std::deque<Batch> queue_;
   Batch inflight_;
   bool writing_ = false;
+  bool inflight_synced_ = false;  // the batch in flight is written with an fsync linked to it
   int write_res_ = 0;              // always: the write's result until the sync's arrives
   bool dirty_ = false;             // batch: written since the last sync
   bool sync_inflight_ = false;     // batch: the periodic sync
