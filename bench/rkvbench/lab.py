@@ -52,7 +52,7 @@ class LabExperiments:
         self.stop_kvd()  # its own kvd per point
         data_root = os.path.join(self.out, "durability-data")
         path = os.path.join(self.tmp, "durability.csv")
-        ops = 200 if self.fast else 2000
+        ops = 40 if self.fast else 2000  # fast: a smoke run (fsync over 9p costs ~10s of ms each)
         log(f"durability: --fsync never|batch|always, {ops} SETs per point, data on {data_root}")
         rc, out, err, _ = run_timed([os.path.join(BENCH, "durability"), "--build", self.build, "--ops", str(ops),
                                      "--out", path, "--data-root", data_root], 3600)
