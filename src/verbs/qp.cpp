@@ -124,6 +124,22 @@ int QueuePair::post_recv_batch(std::span<const RecvRequest> reqs, std::size_t* p
   return 0;
 }
 
+namespace {
+// Scatter/gather elements (Sge or ReadSge: bytes + lkey) into `out`, skipping
+// empty ones (a zero-length element adds nothing). The count, or -1 if an
+// element is longer than a verbs length (u32). in.size() <= out.size().
+template <class S>
+int fill_sges(std::span<const S> in, std::array<ibv_sge, kMaxSendSge>& out) noexcept {
+  int num = 0;
+  for (const S& s : in) {
+    if (!fits_u32(s.bytes.size())) return -1;
+    if (s.bytes.empty()) continue;
+    out[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
+  }
+  return num;
+}
+}  // namespace
+
 int QueuePair::post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint32_t lkey,
                          bool signaled) noexcept {
   const Sge one{bytes, lkey};
@@ -133,12 +149,8 @@ int QueuePair::post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint
 int QueuePair::post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) noexcept {
   if (sges.size() > kMaxSendSge) return EINVAL;
   std::array<ibv_sge, kMaxSendSge> list;
-  int num = 0;
-  for (const Sge& s : sges) {
-    if (!fits_u32(s.bytes.size())) return EINVAL;
-    if (s.bytes.empty()) continue;  // a zero-length element adds nothing
-    list[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
-  }
+  const int num = fill_sges(sges, list);
+  if (num < 0) return EINVAL;
   ibv_send_wr wr{};
   wr.wr_id = wr_id.encode();
   wr.sg_list = list.data();
@@ -159,12 +171,8 @@ int QueuePair::post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::u
                               std::uint32_t rkey, bool signaled) noexcept {
   if (local.size() > kMaxSendSge || local.size() > caps_.max_send_sge) return EINVAL;
   std::array<ibv_sge, kMaxSendSge> list;
-  int num = 0;
-  for (const ReadSge& s : local) {
-    if (!fits_u32(s.bytes.size())) return EINVAL;
-    if (s.bytes.empty()) continue;
-    list[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
-  }
+  const int num = fill_sges(local, list);
+  if (num < 0) return EINVAL;
   ibv_send_wr wr{};
   wr.wr_id = wr_id.encode();
   wr.sg_list = list.data();
