@@ -1,4 +1,4 @@
-// kvd: the server role. Parses flags, runs a kv::Server on a Reactor in the
+// kvd: the server role. Parses flags, runs a kv::server::Server on a Reactor in the
 // main thread, prints `kvd: listening on ADDR:PORT` (stdout, flushed) once
 // listening, shuts down cleanly on SIGINT/SIGTERM and prints stats to stderr
 // on SIGUSR1. Single-threaded: everything runs on the main (reactor) thread.
@@ -21,14 +21,14 @@
 
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
-#include "kv/server.hpp"
-#include "kv/store.hpp"
+#include "kv/server/server.hpp"
+#include "kv/store/store.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
 
 int kvd_main(int argc, char** argv) {
-  kv::ServerOptions opt;
+  kv::server::ServerOptions opt;
   opt.port = 7471;
   std::string log_level = "info";
   CLI::App app{"kvd: RDMA key-value server"};
@@ -104,7 +104,7 @@ int kvd_main(int argc, char** argv) {
   try {
     reactor::Reactor reactor;
     reactor.set_busy_poll(opt.busy_poll);
-    kv::Store store;
+    kv::store::Store store;
     std::unique_ptr<durable::Log> log;
     if (!lopt.dir.empty()) {
       durable::RecoveryResult rec;
@@ -121,7 +121,7 @@ int kvd_main(int argc, char** argv) {
       log = std::make_unique<durable::Log>(reactor, store, lopt, rec);
     }
     // Signals first: they must be blocked before anything could start a thread.
-    kv::Server* server_ptr = nullptr;
+    kv::server::Server* server_ptr = nullptr;
     auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
       if (signo == SIGUSR1) {
         if (server_ptr != nullptr) std::fprintf(stderr, "kvd: stats: %s\n", server_ptr->stats_text().c_str());
@@ -134,7 +134,7 @@ int kvd_main(int argc, char** argv) {
       spdlog::info("kvd: signal {}: shutting down", signo);
       server_ptr->shutdown([&reactor] { reactor.stop(); });
     });
-    kv::Server server(reactor, store, opt, log.get());
+    kv::server::Server server(reactor, store, opt, log.get());
     server_ptr = &server;
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t req_id, bool ok) { server.on_durable(tok, req_id, ok); });

@@ -28,9 +28,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/client.hpp"
-#include "kv/report.hpp"
-#include "kv/workload.hpp"
+#include "kv/client/client.hpp"
+#include "kv/load/report.hpp"
+#include "kv/load/workload.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
@@ -39,19 +39,19 @@ namespace {
 
 using Flags = KvloadFlags;
 
-std::string value_bytes(const kv::ValueSpec& v) {
-  std::string out(kv::value_size(v), '\0');
-  kv::write_value(v, std::as_writable_bytes(std::span<char>(out.data(), out.size())));
+std::string value_bytes(const kv::load::ValueSpec& v) {
+  std::string out(kv::load::value_size(v), '\0');
+  kv::load::write_value(v, std::as_writable_bytes(std::span<char>(out.data(), out.size())));
   return out;
 }
 
-std::unique_ptr<kv::Client> connect(reactor::Reactor& reactor, const Flags& f) {
+std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Flags& f) {
   try {
-    kv::ClientOptions copt;
+    kv::client::ClientOptions copt;
     copt.busy_poll = f.busy_poll;
     reactor.set_busy_poll(f.busy_poll);
     copt.get_mode = f.get_mode;
-    return kv::Client::connect(reactor, f.server, f.port, copt);
+    return kv::client::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return nullptr;
@@ -102,7 +102,7 @@ int run_interactive(const Flags& f) {
     if (!std::getline(std::cin, line)) break;
     if (is_quit(line)) break;
     std::string error;
-    const auto op = kv::parse_command(line, error);
+    const auto op = kv::load::parse_command(line, error);
     if (!op) {
       if (!error.empty()) {
         std::printf("error: %s\n", error.c_str());
@@ -110,19 +110,19 @@ int run_interactive(const Flags& f) {
       }
       continue;
     }
-    if (op->kind == kv::Op::Kind::set) {
-      const kv::Status st = client->set_sync(op->key, value_bytes(op->value));
-      if (st == kv::Status::ok) {
+    if (op->kind == kv::load::Op::Kind::set) {
+      const kv::client::Status st = client->set_sync(op->key, value_bytes(op->value));
+      if (st == kv::client::Status::ok) {
         std::printf("OK\n");
       } else {
-        std::printf("error: %s\n", std::string(kv::to_string(st)).c_str());
+        std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
         errors = true;
       }
     } else {
       bool found = false;
-      const kv::Status st = client->get_sync(op->key, got, found);
-      if (st != kv::Status::ok) {
-        std::printf("error: %s\n", std::string(kv::to_string(st)).c_str());
+      const kv::client::Status st = client->get_sync(op->key, got, found);
+      if (st != kv::client::Status::ok) {
+        std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
         errors = true;
       } else if (found) {
         std::printf("%s\n", quote_value(got).c_str());
@@ -131,7 +131,7 @@ int run_interactive(const Flags& f) {
       }
     }
     std::fflush(stdout);
-    if (client->state() == kv::ConnState::failed) {
+    if (client->state() == kv::client::ConnState::failed) {
       std::fprintf(stderr, "kvload: connection failed: %s\n", client->failure().c_str());
       return 1;
     }
@@ -181,7 +181,7 @@ int kvload_main(int argc, char** argv) {
                  "FNV-1a checksum)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
-  (void)kv::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
+  (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);

@@ -5,14 +5,14 @@
 #include <cstdint>
 #include <string>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kv/load/runner.hpp"
 
 namespace rkv::apps {
 
 struct KvloadFlags {
   std::string server;
-  std::uint16_t port = kv::kDefaultPort;
+  std::uint16_t port = kv::client::kDefaultPort;
   std::string file;
   bool json = false;
   bool quiet = false;
@@ -20,7 +20,7 @@ struct KvloadFlags {
   bool verify = false;
   unsigned stall_timeout_ms = 30'000;
   bool busy_poll = false;  // poll the CQ in a spinning loop instead of waiting for completion events
-  kv::GetMode get_mode = kv::GetMode::rpc;
+  kv::client::GetMode get_mode = kv::client::GetMode::rpc;
   std::string ack_log;
 };
 

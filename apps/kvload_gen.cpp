@@ -1,4 +1,4 @@
-// kvload gen: writes a workload file (kv::generate_workload) for bigger runs.
+// kvload gen: writes a workload file (kv::load::generate_workload) for bigger runs.
 //   kvload gen --keys 1000 --ops 10000 --get-ratio 0.7 --sizes 64:8,4k:2,1m:1 --seed 7 -o big.txt
 // Same flags, same bytes, on every platform. Exit status: 0 written, 1 the
 // output could not be written, 2 bad flags.
@@ -10,13 +10,13 @@
 #include <string>
 
 #include "kv/load/size_mix.hpp"
-#include "kv/workload.hpp"
+#include "kv/load/workload.hpp"
 #include "kvload_flags.hpp"
 
 namespace rkv::apps {
 
 int kvload_gen_main(int argc, char** argv) {
-  kv::GenOptions opt;
+  kv::load::GenOptions opt;
   std::string sizes = "64";
   std::string out_path;
   bool no_preload = false;
@@ -48,12 +48,12 @@ int kvload_gen_main(int argc, char** argv) {
   }
   opt.sizes = *mix;
   opt.preload = !no_preload;
-  if (const std::string why = kv::check_options(opt); !why.empty()) {
+  if (const std::string why = kv::load::check_options(opt); !why.empty()) {
     std::fprintf(stderr, "kvload gen: %s\n", why.c_str());
     return 2;
   }
   if (out_path.empty()) {
-    kv::generate_workload(std::cout, opt);
+    kv::load::generate_workload(std::cout, opt);
     std::cout.flush();
     if (!std::cout) {
       std::fprintf(stderr, "kvload gen: writing standard output failed\n");
@@ -66,7 +66,7 @@ int kvload_gen_main(int argc, char** argv) {
     std::fprintf(stderr, "kvload gen: %s: cannot create\n", out_path.c_str());
     return 1;
   }
-  kv::generate_workload(out, opt);
+  kv::load::generate_workload(out, opt);
   out.close();
   if (!out) {
     std::fprintf(stderr, "kvload gen: %s: write failed\n", out_path.c_str());

@@ -16,8 +16,8 @@
 
 #include "kv/load/fiber.hpp"
 #include "kv/load/runner.hpp"
-#include "kv/report.hpp"
-#include "kv/workload.hpp"
+#include "kv/load/report.hpp"
+#include "kv/load/workload.hpp"
 #include "kvload_flags.hpp"
 #include "reactor/reactor.hpp"
 
@@ -45,7 +45,7 @@ int kvload_run_file(const KvloadFlags& f) {
     return 1;
   }
   // Parse everything first: a bad file sends nothing.
-  const kv::ParseResult parsed = kv::parse_workload(in);
+  const kv::load::ParseResult parsed = kv::load::parse_workload(in);
   if (!parsed.ok()) {
     for (const auto& e : parsed.errors) std::fprintf(stderr, "%s:%u: %s\n", f.file.c_str(), e.line, e.message.c_str());
     if (parsed.errors_omitted > 0) {
@@ -57,14 +57,14 @@ int kvload_run_file(const KvloadFlags& f) {
   }
 
   reactor::Reactor reactor;
-  kv::ClientOptions copt;
+  kv::client::ClientOptions copt;
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
   copt.busy_poll = f.busy_poll;
   reactor.set_busy_poll(f.busy_poll);
   copt.get_mode = f.get_mode;
-  std::unique_ptr<kv::Client> client;
+  std::unique_ptr<kv::client::Client> client;
   try {
-    client = kv::Client::connect(reactor, f.server, f.port, copt);
+    client = kv::client::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return 1;
@@ -82,10 +82,10 @@ int kvload_run_file(const KvloadFlags& f) {
   if (ack_fd) {
     // One write(2) per acknowledgement: nothing is buffered in this process,
     // so the file holds every ack that arrived whatever happens to kvd.
-    lopt.on_set_ok = [fd = ack_fd.get()](const kv::Op& op, std::span<const std::byte> value) {
+    lopt.on_set_ok = [fd = ack_fd.get()](const kv::load::Op& op, std::span<const std::byte> value) {
       char line[1200];
       const int n = std::snprintf(line, sizeof line, "%u %s %zu %016llx\n", op.line, op.key.c_str(), value.size(),
-                                  static_cast<unsigned long long>(kv::checksum(value)));
+                                  static_cast<unsigned long long>(kv::load::checksum(value)));
       if (n > 0 && ::write(fd, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1))) < 0) {
         std::fprintf(stderr, "kvload: --ack-log write: %s\n", std::strerror(errno));
       }
@@ -101,8 +101,8 @@ int kvload_run_file(const KvloadFlags& f) {
       std::fprintf(stderr, show_progress ? "\r%s\x1b[K\n" : "%s\n", line.c_str());
     };
   }
-  std::optional<kv::Report> report;
-  kv::ClientCounters counters;
+  std::optional<kv::load::Report> report;
+  kv::client::ClientCounters counters;
   std::size_t max_in_flight = 0;
   {
     kv::load::Scheduler scheduler;
@@ -121,7 +121,7 @@ int kvload_run_file(const KvloadFlags& f) {
     client->close();  // before the scheduler goes: callbacks wake its fibers
     report = run.report();
   }
-  if (client->state() == kv::ConnState::failed && !f.quiet) {
+  if (client->state() == kv::client::ConnState::failed && !f.quiet) {
     std::fprintf(stderr, "kvload: connection failed: %s\n", client->failure().c_str());
   }
   client.reset();
@@ -130,7 +130,7 @@ int kvload_run_file(const KvloadFlags& f) {
                  static_cast<unsigned long long>(counters.messages_sent),
                  static_cast<unsigned long long>(counters.sends_posted), counters.messages_per_send(), max_in_flight,
                  f.depth);
-    if (f.get_mode == kv::GetMode::read) {
+    if (f.get_mode == kv::client::GetMode::read) {
       std::fprintf(stderr, "kvload: one-sided GETs %llu (hits %llu, misses %llu, retries %llu, fallbacks %llu)\n",
                    static_cast<unsigned long long>(counters.onesided_gets),
                    static_cast<unsigned long long>(counters.onesided_hits),
@@ -140,9 +140,9 @@ int kvload_run_file(const KvloadFlags& f) {
     }
   }
   if (f.json) {
-    std::printf("%s\n", kv::to_json(*report).c_str());
+    std::printf("%s\n", kv::load::to_json(*report).c_str());
   } else {
-    std::printf("%s", kv::to_text(*report).c_str());
+    std::printf("%s", kv::load::to_text(*report).c_str());
   }
   return report->errors() > 0 || report->mismatches > 0 ? 1 : 0;
 }

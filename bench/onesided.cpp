@@ -24,15 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "reactor/reactor.hpp"
 
 namespace {
 
-using rkv::kv::Client;
-using rkv::kv::ClientOptions;
-using rkv::kv::GetMode;
-using rkv::kv::Status;
+using rkv::kv::client::Client;
+using rkv::kv::client::ClientOptions;
+using rkv::kv::client::GetMode;
+using rkv::kv::client::Status;
 
 double now_s() {
   timespec ts{};
@@ -102,7 +102,7 @@ struct Row {
 
 int main(int argc, char** argv) {
   std::string kvd_path, server, csv;
-  std::uint16_t port = rkv::kv::kDefaultPort;
+  std::uint16_t port = rkv::kv::client::kDefaultPort;
   std::size_t ops = 100000, keys = 1000;
   std::vector<std::size_t> sizes = {32, 64 * 1024};
   CLI::App app{"onesided: SET vs GET by message vs GET by RDMA READ (depth 1)"};
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
       std::uint64_t m0 = rpc->counters().messages_sent;
       for (std::size_t i = 0; i < ops; ++i) {
         if (const Status st = rpc->set_sync(names[i % n_keys], values[i % n_keys]); st != Status::ok) {
-          throw std::runtime_error("SET failed: " + std::string(rkv::kv::to_string(st)));
+          throw std::runtime_error("SET failed: " + std::string(rkv::kv::client::to_string(st)));
         }
       }
       rows.push_back({"SET", size, ops, now_s() - t0, rpc->counters().messages_sent - m0});
@@ -150,10 +150,10 @@ int main(int argc, char** argv) {
         m0 = c->counters().messages_sent;
         t0 = now_s();
         for (std::size_t i = 0; i < ops; ++i) {
-          rkv::kv::Value v;
+          rkv::kv::client::Value v;
           bool found = false;
           if (const Status st = c->get_sync(names[i % n_keys], v, found); st != Status::ok || !found) {
-            throw std::runtime_error("GET failed: " + std::string(rkv::kv::to_string(st)));
+            throw std::runtime_error("GET failed: " + std::string(rkv::kv::client::to_string(st)));
           }
           if (v.size() != size || (i < n_keys && v.view() != values[i])) {
             throw std::runtime_error("GET returned a wrong value for " + names[i % n_keys]);

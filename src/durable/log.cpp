@@ -29,7 +29,7 @@ std::span<const std::byte> as_bytes(std::string_view s) noexcept {
 
 // --- Batch ----------------------------------------------------------------------
 
-void Log::Batch::add(std::string_view key, std::string_view value, const kv::LargeRef& large, std::uint64_t seq) {
+void Log::Batch::add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq) {
   const RecordHeader h = set_header(as_bytes(key), as_bytes(value), seq);
   const std::size_t off = buf.size();
   const std::size_t inline_len = kHeaderSize + key.size() + (large ? 0 : value.size());
@@ -74,7 +74,7 @@ std::vector<iovec> Log::Batch::iovecs() const {
 
 // --- Log --------------------------------------------------------------------------
 
-Log::Log(reactor::Reactor& reactor, kv::Store& store, LogOptions options, const RecoveryResult& recovered)
+Log::Log(reactor::Reactor& reactor, kv::store::Store& store, LogOptions options, const RecoveryResult& recovered)
     : reactor_(&reactor),
       store_(&store),
       options_(std::move(options)),
@@ -97,9 +97,9 @@ Log::Log(reactor::Reactor& reactor, kv::Store& store, LogOptions options, const 
 
 Log::~Log() { close_sync(); }
 
-kv::DurableAck Log::record_set(std::string_view key, std::string_view value, const kv::LargeRef& large,
+kv::store::DurableAck Log::record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                                std::uint64_t conn_token, std::uint32_t req_id) noexcept {
-  if (closed_) return kv::DurableAck::failed;
+  if (closed_) return kv::store::DurableAck::failed;
   try {
     if (queue_.empty() || queue_.back().size >= options_.batch_bytes ||
         (large && queue_.back().pins.size() >= kMaxPins)) {
@@ -110,12 +110,12 @@ kv::DurableAck Log::record_set(std::string_view key, std::string_view value, con
     if (wait) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
     b.add(key, value, large, next_seq_++);
     ++stats_.records;
-    if (!wait) return kv::DurableAck::now;
+    if (!wait) return kv::store::DurableAck::now;
     b.waiters.push_back({conn_token, req_id});
-    return kv::DurableAck::later;
+    return kv::store::DurableAck::later;
   } catch (const std::bad_alloc&) {
     ++stats_.failed_sets;
-    return kv::DurableAck::failed;
+    return kv::store::DurableAck::failed;
   }
 }
 

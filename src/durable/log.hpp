@@ -1,5 +1,5 @@
 #pragma once
-// Log: the durability log writer behind kv::Durability (docs/durability.md).
+// Log: the durability log writer behind kv::store::Durability (docs/durability.md).
 //
 // Every SET becomes a record (record.hpp) appended to DIR/log-<gen>. Records
 // queue in batches; one batch is written at a time (one writev through
@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "durable/recovery.hpp"
-#include "kv/durability.hpp"
-#include "kv/store.hpp"
+#include "kv/store/durability.hpp"
+#include "kv/store/store.hpp"
 #include "reactor/fd.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/uring.hpp"
@@ -80,16 +80,16 @@ struct LogStats {
 // (conn_token, req_id, ok) for a SET that was answered DurableAck::later.
 using DurableSink = std::function<void(std::uint64_t conn_token, std::uint32_t req_id, bool ok)>;
 
-class Log final : public kv::Durability {
+class Log final : public kv::store::Durability {
  public:
   // Opens DIR and the log recovery chose (synchronous: start-up). Throws
   // std::system_error on failure.
-  Log(reactor::Reactor& reactor, kv::Store& store, LogOptions options, const RecoveryResult& recovered);
+  Log(reactor::Reactor& reactor, kv::store::Store& store, LogOptions options, const RecoveryResult& recovered);
   ~Log() override;  // close_sync() if not done
 
   void set_sink(DurableSink sink) { sink_ = std::move(sink); }
 
-  [[nodiscard]] kv::DurableAck record_set(std::string_view key, std::string_view value, const kv::LargeRef& large,
+  [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                                           std::uint64_t conn_token, std::uint32_t req_id) noexcept override;
   void flush() noexcept override;
   [[nodiscard]] std::string stats_text() const override;
@@ -116,11 +116,11 @@ class Log final : public kv::Durability {
     };
     std::vector<std::byte> buf;  // headers, keys, small values
     std::vector<Piece> pieces;
-    std::vector<kv::LargeRef> pins;
+    std::vector<kv::store::LargeRef> pins;
     std::vector<Waiter> waiters;
     std::uint64_t size = 0;
     std::uint64_t records = 0;
-    void add(std::string_view key, std::string_view value, const kv::LargeRef& large, std::uint64_t seq);
+    void add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq);
     void add_end(std::uint64_t count, std::uint64_t seq);
     [[nodiscard]] std::vector<iovec> iovecs() const;
   };
@@ -156,7 +156,7 @@ class Log final : public kv::Durability {
   void compaction_failed(std::string_view what, int res) noexcept;
 
   reactor::Reactor* reactor_;
-  kv::Store* store_;
+  kv::store::Store* store_;
   LogOptions options_;
   DurableSink sink_;
   reactor::UniqueFd dir_fd_;

@@ -100,7 +100,7 @@ void Log::do_switch() noexcept {
   try {
     keys_.clear();
     keys_.reserve(store_->size());
-    store_->for_each([this](std::string_view k, const kv::Store::Lookup&) { keys_.emplace_back(k); });
+    store_->for_each([this](std::string_view k, const kv::store::Store::Lookup&) { keys_.emplace_back(k); });
   } catch (const std::bad_alloc&) {
     keys_.clear();
     // The new log is empty and stays unused: give up before switching.

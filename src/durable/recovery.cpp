@@ -124,7 +124,7 @@ struct FileScan {
 };
 
 // Scans one file, applying SET records to the store.
-FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions& opts, kv::Store& store) {
+FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions& opts, kv::store::Store& store) {
   Mapped m(path);
   const auto b = m.bytes();
   FileScan s;
@@ -237,7 +237,7 @@ void write_all(int fd, const std::string& path, std::span<const std::byte> a, st
 
 }  // namespace
 
-RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
+RecoveryResult recover(const RecoveryOptions& opts, kv::store::Store& store) {
   const auto t0 = std::chrono::steady_clock::now();
   if (::mkdir(opts.dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("mkdir " + opts.dir);
   const std::string dir = opts.dir + "/";
@@ -324,7 +324,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store) {
 }
 
 void write_snapshot_sync(const std::string& dir_path, std::uint64_t gen, std::uint64_t last_seq,
-                         const kv::Store& store) {
+                         const kv::store::Store& store) {
   const std::string dir = dir_path + "/";
   const std::string tmp = dir + snapshot_tmp_name(gen);
   {
@@ -332,7 +332,7 @@ void write_snapshot_sync(const std::string& dir_path, std::uint64_t gen, std::ui
     if (!fd) throw_errno("create " + tmp);
     std::uint64_t count = 0;
     std::byte hdr[kHeaderSize];
-    store.for_each([&](std::string_view key, const kv::Store::Lookup& v) {
+    store.for_each([&](std::string_view key, const kv::store::Store::Lookup& v) {
       const auto k = std::as_bytes(std::span(key.data(), key.size()));
       const auto val = std::as_bytes(std::span(v.value.data(), v.value.size()));
       encode_header(hdr, set_header(k, val, 0));

@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "kv/store.hpp"
+#include "kv/store/store.hpp"
 
 namespace rkv::durable {
 
@@ -56,11 +56,11 @@ struct RecoveryResult {
 // Rebuilds `store` (which should be empty) from opts.dir. Throws
 // RecoveryError when it refuses (corruption without repair, unreadable
 // files) and std::system_error on I/O failures.
-[[nodiscard]] RecoveryResult recover(const RecoveryOptions& opts, kv::Store& store);
+[[nodiscard]] RecoveryResult recover(const RecoveryOptions& opts, kv::store::Store& store);
 
 // Writes the whole store as snapshot-<gen> plus an empty log-<gen>, durably
 // (tmp file, fsync, rename, fsync dir), then removes older files.
 // Synchronous: for start-up (--repair) only. Throws std::system_error.
-void write_snapshot_sync(const std::string& dir, std::uint64_t gen, std::uint64_t last_seq, const kv::Store& store);
+void write_snapshot_sync(const std::string& dir, std::uint64_t gen, std::uint64_t last_seq, const kv::store::Store& store);
 
 }  // namespace rkv::durable

@@ -1,7 +1,7 @@
 #pragma once
 // The remotely readable index of one-sided GET (docs/protocol.md, "One-sided
 // GET"): the bytes a client RDMA READs and how it checks them. Pure: shared by
-// the server (kv::ReadableIndex writes entries) and the client (decodes them).
+// the server (kv::store::ReadableIndex writes entries) and the client (decodes them).
 //
 // Region: buckets + kNeighborhood - 1 buckets of kBucketSize bytes. A key's
 // home bucket is hash64(key) & (buckets - 1); it lives in one of the

@@ -1,29 +1,29 @@
 #pragma once
 // FakeDurability: the protocol suite's stand-in for the durability log
-// (kv::Durability). Records every record_set() and answers what the test sets.
+// (kv::store::Durability). Records every record_set() and answers what the test sets.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kv/durability.hpp"
+#include "kv/store/durability.hpp"
 
 namespace rkv::test {
 
-class FakeDurability final : public kv::Durability {
+class FakeDurability final : public kv::store::Durability {
  public:
   struct Record {
     std::string key;
     std::string value;
     const char* value_ptr;  // where the value was read from (zero-copy checks)
-    kv::LargeRef large;     // the pin the log would hold until written
+    kv::store::LargeRef large;     // the pin the log would hold until written
     std::uint64_t token;
     std::uint32_t req_id;
   };
-  kv::DurableAck answer = kv::DurableAck::later;
+  kv::store::DurableAck answer = kv::store::DurableAck::later;
   std::vector<Record> records;
   int flushes = 0;
 
-  kv::DurableAck record_set(std::string_view key, std::string_view value, const kv::LargeRef& large,
+  kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                             std::uint64_t token, std::uint32_t req_id) noexcept override {
     records.push_back({std::string(key), std::string(value), value.data(), large, token, req_id});
     return answer;

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/link.hpp"
+#include "kv/conn/link.hpp"
 #include "verbs/completion.hpp"
 
 namespace rkv::test {
@@ -21,7 +21,7 @@ struct Post {
   std::uint32_t rkey = 0;
 };
 
-class FakeLink final : public kv::Link {
+class FakeLink final : public kv::conn::Link {
  public:
   std::vector<Post> recvs, sends, reads, writes;
   int fail_next_send = 0;  // errno to return from the next post_send (0: succeed)

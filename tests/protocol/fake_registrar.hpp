@@ -1,22 +1,22 @@
 #pragma once
-// FakeRegistrar: a kv::Registrar without a device. Each registration gets
+// FakeRegistrar: a kv::conn::Registrar without a device. Each registration gets
 // keys 1000+n (lkey) / 2000+n (rkey) and the virtual address as its remote
 // address; live() counts the ones not yet deregistered.
 #include <cstdint>
 #include <memory>
 
-#include "kv/registrar.hpp"
+#include "kv/conn/registrar.hpp"
 
 namespace rkv::test {
 
-class FakeRegistrar final : public kv::Registrar {
+class FakeRegistrar final : public kv::conn::Registrar {
  public:
   int live = 0;
   bool fail_next = false;
   verbs::Access last_access = verbs::Access::none;
 
  protected:
-  std::unique_ptr<kv::Registration> do_register(std::span<std::byte> bytes, verbs::Access access) override {
+  std::unique_ptr<kv::conn::Registration> do_register(std::span<std::byte> bytes, verbs::Access access) override {
     if (fail_next) {
       fail_next = false;
       throw std::bad_alloc();
@@ -27,7 +27,7 @@ class FakeRegistrar final : public kv::Registrar {
   }
 
  private:
-  struct Reg final : kv::Registration {
+  struct Reg final : kv::conn::Registration {
     Reg(FakeRegistrar* o, std::uint32_t n, std::uint64_t a) : owner(o), id(n), address(a) { ++owner->live; }
     ~Reg() override { --owner->live; }
     std::uint32_t lkey() const noexcept override { return 1000 + id; }

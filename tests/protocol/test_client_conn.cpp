@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "fake_link.hpp"
-#include "kv/client_conn.hpp"
+#include "kv/client/client_conn.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
 using test::FakeLink;
@@ -373,4 +373,4 @@ TEST(ClientStatus, NamesAndWireMapping) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

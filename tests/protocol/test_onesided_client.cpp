@@ -14,14 +14,17 @@
 #include "fake_link.hpp"
 #include "fake_registrar.hpp"
 #include "wire_helpers.hpp"
-#include "kv/client_conn.hpp"
-#include "kv/readable_index.hpp"
-#include "kv/store.hpp"
+#include "kv/client/client_conn.hpp"
+#include "kv/store/readable_index.hpp"
+#include "kv/store/store.hpp"
 #include "proto/encode.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
+using store::LargeValue;
+using store::ReadableIndex;
+using store::Store;
 using test::FakeLink;
 using test::FakeRegistrar;
 using test::Post;
@@ -225,4 +228,4 @@ TEST_F(OneSidedClient, AnOverflowedKeyIsAskedByMessage) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

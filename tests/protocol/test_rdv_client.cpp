@@ -10,11 +10,11 @@
 #include "fake_link.hpp"
 #include "fake_registrar.hpp"
 #include "wire_helpers.hpp"
-#include "kv/client_conn.hpp"
+#include "kv/client/client_conn.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
 using proto::Opcode;
@@ -155,4 +155,4 @@ TEST_F(ClientRdv, FailedReadFailsTheConnection) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "fake_registrar.hpp"
-#include "kv/arena.hpp"
-#include "kv/reg_cache.hpp"
+#include "kv/server/arena.hpp"
+#include "kv/client/reg_cache.hpp"
 
 namespace rkv::kv {
 namespace {
 
+using client::RegCache;
+using server::Arena;
+using store::LargeValue;
 using test::FakeRegistrar;
 
 TEST(Arena, SizeClassesAndChunks) {

@@ -10,12 +10,12 @@
 #include "fake_link.hpp"
 #include "fake_registrar.hpp"
 #include "wire_helpers.hpp"
-#include "kv/arena.hpp"
-#include "kv/server_conn.hpp"
+#include "kv/server/arena.hpp"
+#include "kv/server/server_conn.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::server {
 namespace {
 
 using proto::Opcode;
@@ -190,4 +190,4 @@ TEST_F(ServerRdv, DisconnectMidTransferFreesAtDestruction) {
 
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::server

@@ -1,4 +1,4 @@
-// protocol suite: kv::ServerConn driven through FakeLink (no device). Covers
+// protocol suite: kv::server::ServerConn driven through FakeLink (no device). Covers
 // replies, coalescing, re-posting and credit return, malformed buffers,
 // credit overrun, send-buffer back-pressure, stale completions, the eager
 // size boundary, RDV refusal and the teardown accounting.
@@ -11,11 +11,11 @@
 
 #include "fake_link.hpp"
 #include "wire_helpers.hpp"
-#include "kv/server_conn.hpp"
+#include "kv/server/server_conn.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::server {
 namespace {
 
 using proto::Opcode;
@@ -446,4 +446,4 @@ TEST_F(ServerConnBackPressure, PausesUntilASendCompletesAndLosesNothing) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::server

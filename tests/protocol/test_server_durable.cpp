@@ -11,12 +11,14 @@
 #include "fake_durability.hpp"
 #include "fake_link.hpp"
 #include "fake_registrar.hpp"
-#include "kv/arena.hpp"
-#include "kv/server_conn.hpp"
+#include "kv/server/arena.hpp"
+#include "kv/server/server_conn.hpp"
 #include "wire_helpers.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::server {
 namespace {
+
+using store::DurableAck;
 
 using proto::Opcode;
 using test::FakeDurability;
@@ -176,4 +178,4 @@ TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::server

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"
 #include "reactor/reactor.hpp"
@@ -32,8 +32,8 @@ class KvdTest : public ::testing::Test {
   void start(std::vector<std::string> extra = {}) {
     kvd_ = std::make_unique<KvdProcess>(RKV_KVD_PATH, addr_, std::move(extra));
   }
-  std::unique_ptr<kv::Client> open(const kv::ClientOptions& options = {}) {
-    return kv::Client::connect(reactor_, addr_, kvd_->port(), options);
+  std::unique_ptr<kv::client::Client> open(const kv::client::ClientOptions& options = {}) {
+    return kv::client::Client::connect(reactor_, addr_, kvd_->port(), options);
   }
   // kvd's counters (SIGUSR1); an empty map (and a failure) if it did not answer.
   std::map<std::string, std::uint64_t> kvd_stats() {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv.h"
+#include "kv/client/kv.h"
 
 int main(int argc, char **argv) {
   if (argc != 5) {

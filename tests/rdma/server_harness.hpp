@@ -1,5 +1,5 @@
 #pragma once
-// ServerHarness: a kv::Server running in-process on the test's own Reactor
+// ServerHarness: a kv::server::Server running in-process on the test's own Reactor
 // (bound to $SOFTROCE_ADDR, port 0), stepped by the test's wait loops.
 // Single-threaded: the test thread is the reactor thread.
 
@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "kv/server.hpp"
-#include "kv/store.hpp"
+#include "kv/server/server.hpp"
+#include "kv/store/store.hpp"
 #include "raw_client.hpp"
 #include "reactor/reactor.hpp"
 
@@ -19,7 +19,7 @@ namespace rkv::test {
 class ServerHarness {
  public:
   ServerHarness(const std::string& addr, std::uint16_t credits) {
-    kv::ServerOptions opt;
+    kv::server::ServerOptions opt;
     opt.bind_address = addr;
     opt.port = 0;
     opt.credits = credits;
@@ -47,8 +47,8 @@ class ServerHarness {
   }
 
   reactor::Reactor reactor;  // declared first: destroyed last
-  kv::Store store;
-  std::optional<kv::Server> server;
+  kv::store::Store store;
+  std::optional<kv::server::Server> server;
 };
 
 }  // namespace rkv::test

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kv/kv.h"
+#include "kv/client/kv.h"
 
 #ifndef RKV_KVD_PATH
 #error "RKV_KVD_PATH must name the kvd binary"

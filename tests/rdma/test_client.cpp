@@ -1,4 +1,4 @@
-// client_e2e: kv::Client against a real kvd child process over Soft-RoCE.
+// client_e2e: kv::client::Client against a real kvd child process over Soft-RoCE.
 // Two clients at once, SET/GET round trips, missing keys, the eager size
 // boundary, coalescing of async requests, refused connections.
 #include <gtest/gtest.h>
@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"  // softroce_addr(): fails, never skips, without a device
 #include "reactor/reactor.hpp"
 
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
 using namespace std::chrono_literals;
@@ -159,4 +159,4 @@ TEST_F(ClientE2E, ServerExitFailsTheClientNotHangs) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

@@ -29,8 +29,8 @@
 #include <thread>
 #include <vector>
 
-#include "kv/client.hpp"
-#include "kv/workload.hpp"
+#include "kv/client/client.hpp"
+#include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
@@ -46,7 +46,7 @@ namespace rkv::test {
 namespace {
 
 namespace fs = std::filesystem;
-using kv::Status;
+using kv::client::Status;
 
 class TempDir {
  public:
@@ -137,7 +137,7 @@ std::size_t verify(const std::string& addr, std::uint16_t port, const std::vecto
   std::map<std::string, std::vector<const SetLine*>> by_key;
   for (const auto& s : wl) by_key[s.key].push_back(&s);
   reactor::Reactor reactor;
-  auto client = kv::Client::connect(reactor, addr, port, {});
+  auto client = kv::client::Client::connect(reactor, addr, port, {});
   std::size_t in_flight_values = 0;
   for (const auto& [key, sets] : by_key) {
     const auto it = acks.find(key);
@@ -159,7 +159,7 @@ std::size_t verify(const std::string& addr, std::uint16_t port, const std::vecto
     EXPECT_EQ(client->get_sync(key, got, found), Status::ok) << key;
     const auto bytes = std::as_bytes(std::span(got.data(), got.size()));
     const auto is = [&](const SetLine* s) {
-      return s != nullptr && found && kv::matches(kv::GeneratedValue{s->size, s->seed}, bytes);
+      return s != nullptr && found && kv::load::matches(kv::load::GeneratedValue{s->size, s->seed}, bytes);
     };
     if (is(acked)) continue;
     if (is(next)) {
@@ -315,7 +315,7 @@ TEST(DurableE2E, EnospcFailsSetsKeepsGetsAndClears) {
   {
     KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
     reactor::Reactor reactor;
-    auto c = kv::Client::connect(reactor, addr, kvd.port(), {});
+    auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
     for (int i = 0; i < 10; ++i) ASSERT_EQ(c->set_sync("before" + std::to_string(i), "v" + std::to_string(i)), Status::ok);
     small.fill(mnt + "/filler");
     // A 100 KiB record needs new pages: ENOSPC, answered io_error.
@@ -341,7 +341,7 @@ TEST(DurableE2E, EnospcFailsSetsKeepsGetsAndClears) {
     for (int i = 0; i < 64; ++i) {
       const std::string k = "small" + std::to_string(i);
       const Status st = c->set_sync(k, std::string(1000, static_cast<char>('a' + i % 26)));
-      ASSERT_TRUE(st == Status::ok || st == Status::io_error) << kv::to_string(st);
+      ASSERT_TRUE(st == Status::ok || st == Status::io_error) << kv::client::to_string(st);
       small_status.emplace_back(k, st);
       if (st == Status::io_error) break;
     }
@@ -358,7 +358,7 @@ TEST(DurableE2E, EnospcFailsSetsKeepsGetsAndClears) {
   }
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
   reactor::Reactor reactor;
-  auto c = kv::Client::connect(reactor, addr, kvd.port(), {});
+  auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
   std::string v;
   bool found = false;
   for (int i = 0; i < 10; ++i) {
@@ -385,7 +385,7 @@ TEST(DurableE2E, EnospcFailsSetsKeepsGetsAndClears) {
 std::string three_records(const std::string& addr, const std::string& data) {
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
   reactor::Reactor reactor;
-  auto c = kv::Client::connect(reactor, addr, kvd.port(), {});
+  auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
   EXPECT_EQ(c->set_sync("one", "first value"), Status::ok);
   EXPECT_EQ(c->set_sync("two", std::string(70000, '2')), Status::ok);  // rendezvous, logged from the arena
   EXPECT_EQ(c->set_sync("three", "third value"), Status::ok);
@@ -413,7 +413,7 @@ TEST(DurableE2E, TornTailIsTruncatedWithALogLine) {
   EXPECT_TRUE(contains(kvd.output(), "recovered 3 records")) << kvd.output();
   EXPECT_EQ(fs::file_size(log), good);
   reactor::Reactor reactor;
-  auto c = kv::Client::connect(reactor, addr, kvd.port(), {});
+  auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
   std::string v;
   bool found = false;
   ASSERT_EQ(c->get_sync("two", v, found), Status::ok);  // a recovered large value, served by rendezvous
@@ -439,7 +439,7 @@ TEST(DurableE2E, CorruptMiddleRefusesToStartUnlessRepair) {
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--repair"});
   EXPECT_TRUE(contains(kvd.output(), "dropping")) << kvd.output();
   reactor::Reactor reactor;
-  auto c = kv::Client::connect(reactor, addr, kvd.port(), {});
+  auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
   std::string v;
   bool found = false;
   ASSERT_EQ(c->get_sync("one", v, found), Status::ok);

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kv/workload.hpp"
+#include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 
@@ -156,7 +156,7 @@ TEST(KvloadE2E, GenWritesAParsableWorkload) {
                              {}, 60s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream in(r.out);
-  const kv::ParseResult parsed = kv::parse_workload(in);
+  const kv::load::ParseResult parsed = kv::load::parse_workload(in);
   ASSERT_TRUE(parsed.ok()) << r.out;
   EXPECT_EQ(parsed.ops.size(), 40u);  // 10 preload SETs + 30 random ops
   const auto again = run_command({RKV_KVLOAD_PATH, "gen", "--keys", "10", "--ops", "30", "--get-ratio", "0.3",

@@ -26,11 +26,11 @@
 #include <thread>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/runner.hpp"
-#include "kv/workload.hpp"
+#include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
@@ -58,10 +58,10 @@ double json_number(const std::string& json, const std::string& key) {
   return std::stod(m[1].str());
 }
 
-kv::ParseResult parse_file(const std::string& path) {
+kv::load::ParseResult parse_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in) << path;
-  return kv::parse_workload(in);
+  return kv::load::parse_workload(in);
 }
 
 std::vector<std::string> kvload_args(const std::string& addr, std::uint16_t port, const std::string& file,
@@ -89,32 +89,32 @@ TEST(KvloadMany, TwoClientsAtDepth32VerifyAndFinalValuesMatchTheFiles) {
     b.join();
   }
   // What each key may hold afterwards: any value either file SETs to it.
-  std::map<std::string, std::vector<kv::ValueSpec>> written;
+  std::map<std::string, std::vector<kv::load::ValueSpec>> written;
   std::set<std::string> keys;
   for (int i = 0; i < 2; ++i) {
     const auto& r = results[i];
     ASSERT_FALSE(r.timed_out) << files[i];
     EXPECT_EQ(r.exit_code, 0) << files[i] << ":\n" << r.err;
-    const kv::ParseResult parsed = parse_file(files[i]);
+    const kv::load::ParseResult parsed = parse_file(files[i]);
     ASSERT_TRUE(parsed.ok()) << files[i];
     EXPECT_EQ(json_number(r.out, "ops"), static_cast<double>(parsed.ops.size())) << r.out;
     EXPECT_EQ(json_number(r.out, "errors"), 0) << r.out;
     EXPECT_EQ(json_number(r.out, "mismatches"), 0) << r.out;
     std::printf("%s: %s\n", files[i].c_str(), r.out.c_str());
-    for (const kv::Op& op : parsed.ops) {
+    for (const kv::load::Op& op : parsed.ops) {
       keys.insert(op.key);
-      if (op.kind == kv::Op::Kind::set) written[op.key].push_back(op.value);
+      if (op.kind == kv::load::Op::Kind::set) written[op.key].push_back(op.value);
     }
   }
 
   // The third client.
   reactor::Reactor reactor;
-  auto client = kv::Client::connect(reactor, addr, kvd.port());
+  auto client = kv::client::Client::connect(reactor, addr, kvd.port());
   std::size_t checked = 0;
   for (const std::string& key : keys) {
     std::string value;
     bool found = false;
-    ASSERT_EQ(client->get_sync(key, value, found), kv::Status::ok) << key;
+    ASSERT_EQ(client->get_sync(key, value, found), kv::client::Status::ok) << key;
     const auto it = written.find(key);
     if (it == written.end()) {
       EXPECT_FALSE(found) << key << " was never SET but holds " << value.size() << " bytes";
@@ -123,7 +123,7 @@ TEST(KvloadMany, TwoClientsAtDepth32VerifyAndFinalValuesMatchTheFiles) {
     ASSERT_TRUE(found) << key;
     const auto bytes = std::as_bytes(std::span<const char>(value.data(), value.size()));
     bool any = false;
-    for (const kv::ValueSpec& v : it->second) any = any || kv::matches(v, bytes);
+    for (const kv::load::ValueSpec& v : it->second) any = any || kv::load::matches(v, bytes);
     EXPECT_TRUE(any) << key << ": " << value.size() << " bytes, none of the " << it->second.size()
                      << " values the files SET";
     ++checked;
@@ -175,7 +175,7 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
   ASSERT_EQ(stat(*idle, "conn_bytes"), 0u);
 
   // Every client: its own keys, a SET then a GET of each, three rounds.
-  std::vector<std::vector<kv::Op>> workloads(kClients);
+  std::vector<std::vector<kv::load::Op>> workloads(kClients);
   for (int c = 0; c < kClients; ++c) {
     std::string text;
     for (int round = 0; round < 3; ++round) {
@@ -186,17 +186,17 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
       }
     }
     std::istringstream in(text);
-    auto parsed = kv::parse_workload(in);
+    auto parsed = kv::load::parse_workload(in);
     ASSERT_TRUE(parsed.ok());
     workloads[c] = std::move(parsed.ops);
   }
 
   reactor::Reactor reactor;
-  std::vector<std::unique_ptr<kv::Client>> clients;
-  kv::ClientOptions copt;
+  std::vector<std::unique_ptr<kv::client::Client>> clients;
+  kv::client::ClientOptions copt;
   copt.max_in_flight = 4;
   copt.send_count = 4;
-  for (int c = 0; c < kClients; ++c) clients.push_back(kv::Client::connect(reactor, addr, kvd.port(), copt));
+  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::Client::connect(reactor, addr, kvd.port(), copt));
   const auto busy = kvd.stats();
   ASSERT_TRUE(busy);
   EXPECT_EQ(stat(*busy, "connections"), static_cast<std::uint64_t>(kClients));

@@ -17,14 +17,14 @@
 #include <thread>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
 #include "proto/crc32c.hpp"
 #include "reactor/reactor.hpp"
 
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
 using namespace std::chrono_literals;
@@ -322,4 +322,4 @@ TEST_F(OneSided, RecoveredValuesAreReadOneSided) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

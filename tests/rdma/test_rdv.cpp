@@ -1,5 +1,5 @@
 // rdv_e2e: the rendezvous path (docs/protocol.md) against a kvd child process
-// over Soft-RoCE: large values round-trip byte-exactly through kv::Client,
+// over Soft-RoCE: large values round-trip byte-exactly through kv::client::Client,
 // the counters show the documented control messages / RDMA operations /
 // registrations / copies per operation, and a client killed in the middle of
 // a large SET or GET leaves the server with no pins and no connection of it,
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
 #include "reactor/reactor.hpp"
@@ -30,7 +30,7 @@
 #error "RKV_RDV_HELPER_PATH must name the rdv_helper binary"
 #endif
 
-namespace rkv::kv {
+namespace rkv::kv::client {
 namespace {
 
 using namespace std::chrono_literals;
@@ -312,4 +312,4 @@ TEST_P(RdvKill, ClientKilledMidTransferReleasesEverything) {
 INSTANTIATE_TEST_SUITE_P(SetAndGet, RdvKill, ::testing::Values("set", "get"));
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::client

@@ -1,4 +1,4 @@
-// server_clients (rdma suite): kv::Server in-process on the test's Reactor,
+// server_clients (rdma suite): kv::server::Server in-process on the test's Reactor,
 // raw-verbs clients (raw_client.hpp) in the same thread. A client that sends
 // garbage, or more SENDs than its credits, is disconnected; a well-behaved
 // client on the same server keeps working; the connection count returns to 0.

@@ -17,7 +17,7 @@
 #include "durable/files.hpp"
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
-#include "kv/store.hpp"
+#include "kv/store/store.hpp"
 #include "proto/endian.hpp"
 
 namespace rkv::durable {
@@ -59,7 +59,7 @@ class TempDir {
   std::string path_;
 };
 
-std::string get(const kv::Store& s, std::string_view key) {
+std::string get(const kv::store::Store& s, std::string_view key) {
   const auto v = s.get(key);
   return v.found ? std::string(v.value) : std::string("<missing>");
 }
@@ -87,7 +87,7 @@ TEST(DurableRecord, RoundTripAndChecks) {
 TEST(DurableRecovery, NewDirectoryIsCreatedWithAnEmptyLog) {
   TempDir t;
   const std::string dir = t.path() + "/data";
-  kv::Store s;
+  kv::store::Store s;
   const auto r = recover({dir}, s);
   EXPECT_EQ(r.records, 0u);
   EXPECT_EQ(r.generation, 1u);
@@ -98,7 +98,7 @@ TEST(DurableRecovery, NewDirectoryIsCreatedWithAnEmptyLog) {
 TEST(DurableRecovery, CleanLogReplaysInOrderLastWriteWins) {
   TempDir t;
   t.write(log_name(1), record("a", "1", 1) + record("b", "2", 2) + record("a", "3", 3));
-  kv::Store s;
+  kv::store::Store s;
   const auto r = recover({t.path()}, s);
   EXPECT_EQ(r.records, 3u);
   EXPECT_EQ(r.next_seq, 4u);
@@ -118,7 +118,7 @@ TEST(DurableRecovery, TornTailIsTruncatedToTheLastGoodRecord) {
                                   std::string("garbage after the end")}) {
     TempDir t;
     t.write(log_name(1), good + tail);
-    kv::Store s;
+    kv::store::Store s;
     const auto r = recover({t.path()}, s);
     EXPECT_EQ(r.records, 2u);
     EXPECT_EQ(r.truncated_bytes, tail.size());
@@ -134,7 +134,7 @@ TEST(DurableRecovery, DamagedLastRecordBodyIsATornTail) {
   std::string last = record("c", "333", 3);
   last.back() = '4';  // body CRC fails, nothing valid after it
   t.write(log_name(1), record("a", "1", 1) + last);
-  kv::Store s;
+  kv::store::Store s;
   const auto r = recover({t.path()}, s);
   EXPECT_EQ(r.records, 1u);
   EXPECT_EQ(get(s, "a"), "1");
@@ -148,7 +148,7 @@ TEST(DurableRecovery, CorruptMiddleRecordRefusesWithoutRepair) {
     mid[flip] = static_cast<char>(mid[flip] ^ 0x40);
     const std::string file = record("a", "1", 1) + mid + record("c", "3", 3);
     t.write(log_name(1), file);
-    kv::Store s;
+    kv::store::Store s;
     try {
       (void)recover({t.path()}, s);
       ADD_FAILURE() << "recover() accepted a corrupt middle record";
@@ -165,7 +165,7 @@ TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
   std::string mid = record("b", "2222", 2);
   mid[kHeaderSize + 2] = 'X';
   t.write(log_name(1), record("a", "1", 1) + mid + record("c", "3", 3) + record("a", "4", 4));
-  kv::Store s;
+  kv::store::Store s;
   const auto r = recover({t.path(), true}, s);
   EXPECT_EQ(r.records, 3u);
   EXPECT_EQ(r.dropped_bytes, mid.size());
@@ -175,7 +175,7 @@ TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
   EXPECT_EQ(get(s, "c"), "3");
   // The next start is clean and sees the same data.
   EXPECT_FALSE(t.exists(log_name(1)));
-  kv::Store again;
+  kv::store::Store again;
   const auto r2 = recover({t.path()}, again);
   EXPECT_EQ(r2.dropped_bytes, 0u);
   EXPECT_EQ(get(again, "a"), "4");
@@ -187,7 +187,7 @@ TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
 TEST(DurableRecovery, SequenceGoingBackwardsInTheMiddleIsCorruption) {
   TempDir t;
   t.write(log_name(1), record("a", "1", 5) + record("b", "2", 3) + record("c", "3", 6));
-  kv::Store s;
+  kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
 }
 
@@ -198,7 +198,7 @@ TEST(DurableRecovery, SnapshotThenNewerLogsObsoleteFilesRemoved) {
   t.write(log_name(2), record("a", "10", 2));
   t.write(log_name(3), record("c", "30", 3));  // a compaction crashed after starting log 3
   t.write(snapshot_tmp_name(3), record("junk", "j", 0));
-  kv::Store s;
+  kv::store::Store s;
   const auto r = recover({t.path()}, s);
   EXPECT_EQ(get(s, "a"), "10");
   EXPECT_EQ(get(s, "b"), "2");
@@ -216,9 +216,9 @@ TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
   TempDir t;
   t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0));
   t.write(log_name(2), "");
-  kv::Store s;
+  kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
-  kv::Store repaired;
+  kv::store::Store repaired;
   const auto r = recover({t.path(), true}, repaired);
   EXPECT_EQ(get(repaired, "a"), "1");
   EXPECT_EQ(get(repaired, "b"), "2");
@@ -227,11 +227,11 @@ TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
 
 TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
   TempDir t;
-  kv::Store s;
+  kv::store::Store s;
   s.set("k1", "v1");
   s.set("k2", std::string(70000, 'z'));
   write_snapshot_sync(t.path(), 5, 41, s);
-  kv::Store back;
+  kv::store::Store back;
   const auto r = recover({t.path()}, back);
   EXPECT_EQ(r.records, 2u);
   EXPECT_EQ(r.next_seq, 42u);

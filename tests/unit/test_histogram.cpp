@@ -1,4 +1,4 @@
-// Unit tests for kv::Histogram: bucket layout, precision bound, percentiles on
+// Unit tests for kv::load::Histogram: bucket layout, precision bound, percentiles on
 // known distributions, merge.
 
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <limits>
 
-#include "kv/histogram.hpp"
+#include "kv/load/histogram.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::load {
 namespace {
 
 // Relative error of `got` against `want`.
@@ -155,4 +155,4 @@ TEST(Histogram, Reset) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::load

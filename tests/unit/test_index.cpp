@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/readable_index.hpp"
-#include "kv/store.hpp"
+#include "kv/store/readable_index.hpp"
+#include "kv/store/store.hpp"
 #include "proto/crc32c.hpp"
 #include "proto/index_format.hpp"
 
@@ -100,7 +100,7 @@ class IndexTest : public ::testing::Test {
  protected:
   static constexpr std::uint32_t kBuckets = 16;
   std::vector<std::byte> region_ = std::vector<std::byte>(proto::index_region_bytes(kBuckets));
-  kv::ReadableIndex index_{region_, kBuckets};
+  kv::store::ReadableIndex index_{region_, kBuckets};
 
   ProbeResult probe(std::string_view key, IndexEntry& e) const {
     const auto home = proto::home_bucket(proto::hash64(key), kBuckets);
@@ -110,9 +110,9 @@ class IndexTest : public ::testing::Test {
 };
 
 TEST_F(IndexTest, RejectsBadGeometry) {
-  EXPECT_THROW(kv::ReadableIndex(region_, 12), std::invalid_argument);
-  EXPECT_THROW(kv::ReadableIndex(region_, 0), std::invalid_argument);
-  EXPECT_THROW(kv::ReadableIndex(std::span<std::byte>(region_).first(100), kBuckets), std::invalid_argument);
+  EXPECT_THROW(kv::store::ReadableIndex(region_, 12), std::invalid_argument);
+  EXPECT_THROW(kv::store::ReadableIndex(region_, 0), std::invalid_argument);
+  EXPECT_THROW(kv::store::ReadableIndex(std::span<std::byte>(region_).first(100), kBuckets), std::invalid_argument);
 }
 
 TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
@@ -121,7 +121,7 @@ TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
     EXPECT_EQ(index_.claim(keys[i]), 3 + i) << "first empty bucket of the neighborhood";
     index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55);
   }
-  EXPECT_EQ(index_.claim(keys[8]), kv::ReadableIndex::kNoBucket) << "neighborhood full";
+  EXPECT_EQ(index_.claim(keys[8]), kv::store::ReadableIndex::kNoBucket) << "neighborhood full";
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
   EXPECT_EQ(index_.stats().overflow_buckets, 1u);
   EXPECT_EQ(index_.stats().used, 8u);
@@ -144,7 +144,7 @@ TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
 
 TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
   const std::uint32_t b = index_.claim("alpha");
-  ASSERT_NE(b, kv::ReadableIndex::kNoBucket);
+  ASSERT_NE(b, kv::store::ReadableIndex::kNoBucket);
   IndexEntry e;
   EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc) << "claimed, not published yet";
   const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11);
@@ -180,10 +180,10 @@ TEST_F(IndexTest, ATornBucketMakesTheReaderReadAgain) {
 
 TEST_F(IndexTest, KeysWithTheSameHashAndLengthAreNotBothIndexed) {
   const std::uint32_t b = index_.claim("gamma");
-  ASSERT_NE(b, kv::ReadableIndex::kNoBucket);
+  ASSERT_NE(b, kv::store::ReadableIndex::kNoBucket);
   // Pretend another key of length 5 collided on hash64: claim() sees the
   // same (hash, length) and refuses rather than create two matching entries.
-  EXPECT_EQ(index_.claim("gamma"), kv::ReadableIndex::kNoBucket);
+  EXPECT_EQ(index_.claim("gamma"), kv::store::ReadableIndex::kNoBucket);
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
 }
 
@@ -191,11 +191,11 @@ TEST_F(IndexTest, KeysWithTheSameHashAndLengthAreNotBothIndexed) {
 struct FakeBlocks {
   std::vector<std::unique_ptr<std::byte[]>> mem;
   bool fail = false;
-  std::shared_ptr<kv::LargeValue> operator()(std::size_t n) {
+  std::shared_ptr<kv::store::LargeValue> operator()(std::size_t n) {
     if (fail) return nullptr;
     const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(n));
     mem.push_back(std::make_unique<std::byte[]>(cap));
-    auto v = std::make_shared<kv::LargeValue>();
+    auto v = std::make_shared<kv::store::LargeValue>();
     v->bytes = {mem.back().get(), n};
     v->addr = reinterpret_cast<std::uintptr_t>(mem.back().get());
     v->rkey = 42;
@@ -221,7 +221,7 @@ class StoreIndexTest : public IndexTest {
     EXPECT_EQ(e.data_crc, proto::crc32c(block, value.size() + key.size()));
   }
   FakeBlocks blocks_;
-  kv::Store store_;
+  kv::store::Store store_;
 };
 
 TEST_F(StoreIndexTest, SmallValuesLiveInBlocksValueThenKey) {
@@ -259,7 +259,7 @@ TEST_F(StoreIndexTest, LargeValuesCarryTheKeyAfterTheValue) {
   expect_block("big", std::string(70000, 'L'));
   EXPECT_TRUE(store_.get("big").large);
   // A block with no room for the key cannot be read by clients: withdrawn.
-  auto tight = std::make_shared<kv::LargeValue>(*blocks_(8));
+  auto tight = std::make_shared<kv::store::LargeValue>(*blocks_(8));
   tight->capacity = 8;
   tight->bytes = {tight->bytes.data(), 8};
   store_.set_large("big", tight);

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/report.hpp"
+#include "kv/load/report.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::load {
 namespace {
 
 // --- A small strict JSON parser (RFC 8259), independent of the writer. ------
@@ -360,4 +360,4 @@ TEST(Report, TextTable) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::load

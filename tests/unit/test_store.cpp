@@ -1,4 +1,4 @@
-// Unit tests for kv::Store: set/get/erase semantics, byte accounting, view
+// Unit tests for kv::store::Store: set/get/erase semantics, byte accounting, view
 // stability, and that GET with a string_view key does not allocate.
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "kv/store.hpp"
+#include "kv/store/store.hpp"
 
 // Counting global allocator: lets the test prove get() never allocates.
 namespace {
@@ -32,7 +32,7 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
-namespace rkv::kv {
+namespace rkv::kv::store {
 namespace {
 
 TEST(Store, MissingKeyIsNotFound) {
@@ -143,4 +143,4 @@ TEST(Store, OverwriteDoesNotCopyKey) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::store

@@ -17,9 +17,9 @@
 #include <variant>
 #include <vector>
 
-#include "kv/workload.hpp"
+#include "kv/load/workload.hpp"
 
-namespace rkv::kv {
+namespace rkv::kv::load {
 namespace {
 
 ParseResult parse(std::string_view text, const ParseLimits& lim = {}) {
@@ -495,4 +495,4 @@ TEST(Generator, InvalidOptionsWriteNothing) {
 }
 
 }  // namespace
-}  // namespace rkv::kv
+}  // namespace rkv::kv::load

@@ -6,6 +6,9 @@
 
 namespace rkv::kv::load {
 
+using client::Client;
+using client::Status;
+
 namespace {
 
 // Shared by the waiting fiber and the op's callback.

@@ -1,5 +1,5 @@
 #pragma once
-// Awaiting kv::Client operations from a fiber: submit with a callback that
+// Awaiting kv::client::Client operations from a fiber: submit with a callback that
 // records the outcome and wakes the fiber, then suspend until it ran. Many
 // fibers awaiting at once = many requests in flight on one connection.
 //
@@ -19,10 +19,13 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kv/load/fiber.hpp"
 
 namespace rkv::kv::load {
+
+using client::Client;
+using client::Status;
 
 struct OpResult {
   Status status = Status::ok;    // no_memory also if a GET's bytes could not be copied here

@@ -10,6 +10,9 @@
 
 namespace rkv::kv::load {
 
+using client::Client;
+using client::Status;
+
 std::string_view to_string(RunState s) noexcept {
   switch (s) {
     case RunState::idle: return "idle";

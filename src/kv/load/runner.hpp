@@ -11,7 +11,7 @@
 // overtake each other freely. Several LoadRuns (several Clients) may share one
 // Scheduler and Reactor.
 //
-// Recording (kv::Report): latency is submit -> reply (time spent waiting for
+// Recording (kv::load::Report): latency is submit -> reply (time spent waiting for
 // the key is not included); count/errors per (kind x size class). A GET's
 // size class is that of the value it returned (of the value expected, if it
 // failed). With `verify`, the keys this run SETs are its own: a GET of such a
@@ -36,15 +36,17 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/client.hpp"
+#include "kv/client/client.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/key_gate.hpp"
-#include "kv/report.hpp"
-#include "kv/workload.hpp"
+#include "kv/load/report.hpp"
+#include "kv/load/workload.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::kv::load {
+
+using client::Client;
 
 inline constexpr unsigned kDefaultDepth = 16;
 inline constexpr unsigned kMaxDepth = 1024;

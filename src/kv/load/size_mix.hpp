@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/workload.hpp"
+#include "kv/load/workload.hpp"
 
 namespace rkv::kv::load {
 

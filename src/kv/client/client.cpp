@@ -1,0 +1,510 @@
+// Client: connection setup, reactor wiring, sync helpers and teardown (see
+// client.hpp). Reactor thread only.
+#include "kv/client/client.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "kv/conn/endpoint.hpp"
+#include "proto/connect_params.hpp"
+#include "verbs/error.hpp"
+#include "verbs/pd.hpp"
+
+namespace rkv::kv::client {
+
+using conn::Endpoint;
+using conn::EndpointConfig;
+using conn::PdRegistrar;
+
+namespace {
+
+using namespace std::chrono_literals;
+constexpr std::uint64_t kToken = 1;
+// The CM reports its own timeouts; wait a little longer before giving up on it.
+constexpr std::chrono::milliseconds kCmSlack{2'000};
+
+// A numeric address for `host`: as is if numeric, else the first IPv4 (then
+// IPv6) address getaddrinfo gives.
+std::string resolve_host(const std::string& host) {
+  if (host.empty()) throw ConnectError(EINVAL, "empty server address");
+  in6_addr buf{};
+  if (inet_pton(AF_INET, host.c_str(), &buf) == 1 || inet_pton(AF_INET6, host.c_str(), &buf) == 1) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+    throw ConnectError(EHOSTUNREACH, "cannot resolve server name '" + host + "': " + ::gai_strerror(rc));
+  }
+  std::string out;
+  for (int family : {AF_INET, AF_INET6}) {
+    for (const addrinfo* ai = res; ai != nullptr && out.empty(); ai = ai->ai_next) {
+      if (ai->ai_family != family) continue;
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* src = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(ai->ai_addr)->sin_addr)
+                                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+      if (inet_ntop(family, src, text, sizeof text) != nullptr) out = text;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (out.empty()) throw ConnectError(EHOSTUNREACH, "server name '" + host + "' has no IP address");
+  return out;
+}
+
+int cm_errno(const verbs::CmEvent& ev) {
+  switch (ev.type) {
+    case verbs::CmEventType::rejected: return ECONNREFUSED;
+    case verbs::CmEventType::unreachable: return ev.status == -ETIMEDOUT ? ETIMEDOUT : EHOSTUNREACH;
+    case verbs::CmEventType::connect_error: return ECONNREFUSED;
+    case verbs::CmEventType::addr_error: return EHOSTUNREACH;
+    case verbs::CmEventType::route_error: return ENETUNREACH;
+    case verbs::CmEventType::device_removal: return ENODEV;
+    case verbs::CmEventType::addr_resolved:
+    case verbs::CmEventType::route_resolved:
+    case verbs::CmEventType::connect_request:
+    case verbs::CmEventType::established:
+    case verbs::CmEventType::disconnected:
+    case verbs::CmEventType::timewait_exit:
+    case verbs::CmEventType::other:
+      return EPROTO;
+  }
+  return EPROTO;
+}
+
+std::string describe(const verbs::CmEvent& ev) {
+  std::string s(verbs::to_string(ev.type));
+  if (ev.status < 0) {
+    s += std::string(" (") + std::strerror(-ev.status) + ")";
+  } else if (ev.status > 0) {
+    s += " (status " + std::to_string(ev.status) + ")";
+  }
+  if (ev.type == verbs::CmEventType::rejected) s += ": is kvd listening on that address and port?";
+  return s;
+}
+
+}  // namespace
+
+int to_errno(Status s) noexcept {
+  switch (s) {
+    case Status::ok: return 0;
+    case Status::bad_key: return EINVAL;
+    case Status::too_large: return E2BIG;
+    case Status::bad_request: return EINVAL;
+    case Status::no_memory: return ENOMEM;
+    case Status::server_error: return EIO;
+    case Status::io_error: return EIO;
+    case Status::not_connected: return ENOTCONN;
+    case Status::connection_failed: return EIO;
+    case Status::closed: return ENOTCONN;
+    case Status::timeout: return ETIMEDOUT;
+    case Status::invalid_use: return EINVAL;
+  }
+  return EIO;
+}
+
+Client::Client(reactor::Reactor& reactor, const ClientOptions& options)
+    : reactor_(&reactor), options_(options), flush_poller_(reactor.add_poller([this] { return on_flush_poll(); })) {}
+
+Client::~Client() { close(); }
+
+std::unique_ptr<Client> Client::connect(reactor::Reactor& reactor, const std::string& host, std::uint16_t port,
+                                        const ClientOptions& options) {
+  const std::string where = host + ":" + std::to_string(port);
+  try {
+    std::unique_ptr<Client> c(new Client(reactor, options));
+    c->do_connect(host, port);
+    return c;  // on a throw, ~Client tears down whatever was built
+  } catch (const ConnectError& e) {
+    throw ConnectError(e.code(), "connect to " + where + ": " + e.what());
+  } catch (const verbs::Error& e) {
+    throw ConnectError(e.code().value(), "connect to " + where + ": " + e.what());
+  } catch (const std::system_error& e) {
+    throw ConnectError(e.code().value(), "connect to " + where + ": " + e.what());
+  }
+}
+
+void Client::do_connect(const std::string& host, std::uint16_t port) {
+  if (options_.max_in_flight == 0 || options_.max_in_flight >= ClientConn::kMaxSlots) {
+    throw ConnectError(EINVAL, "max_in_flight must be 1..65535");
+  }
+  if (options_.recv_size < proto::kMinRecvBufSize || options_.recv_size % 64 != 0 ||
+      options_.send_size < proto::kMaxEagerSetSize || options_.send_size % 64 != 0 || options_.send_count == 0) {
+    throw ConnectError(EINVAL, "buffer sizes must be multiples of 64 holding the largest eager message");
+  }
+  const std::string ip = resolve_host(host);
+  peer_ = ip + ":" + std::to_string(port);
+  cm_watch_ = reactor_->watch(events_.fd(), EPOLLIN, [this](std::uint32_t) { on_cm_readable(); });
+
+  verbs::CmId id(events_, kToken);
+  id.resolve_addr("", ip, port, options_.resolve_timeout);
+  verbs::CmEvent ev = wait_cm_event(options_.resolve_timeout + kCmSlack, "address resolution");
+  if (ev.type != verbs::CmEventType::addr_resolved) {
+    throw ConnectError(cm_errno(ev), "address resolution failed: " + describe(ev));
+  }
+  id.resolve_route(options_.resolve_timeout);
+  ev = wait_cm_event(options_.resolve_timeout + kCmSlack, "route resolution");
+  if (ev.type != verbs::CmEventType::route_resolved) {
+    throw ConnectError(cm_errno(ev), "route resolution failed: " + describe(ev));
+  }
+
+  auto pd = std::make_shared<const verbs::ProtectionDomain>(id);
+  EndpointConfig cfg;
+  cfg.recv_count = options_.max_in_flight;
+  cfg.recv_size = options_.recv_size;
+  cfg.send_count = options_.send_count;
+  cfg.send_size = options_.send_size;
+  cfg.rdma_depth = options_.max_in_flight;  // pull-path RDMA READs, at most one per request
+  registrar_ = std::make_unique<PdRegistrar>(pd);
+  ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
+  conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
+                                       options_.rdv);
+  if (options_.busy_poll) {
+    cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); });
+  } else {
+    cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
+  }
+  if (int rc = conn_->post_receives(); rc != 0) {
+    throw ConnectError(rc, std::string("posting receives failed: ") + std::strerror(rc));
+  }
+
+  proto::ConnectParams mine;
+  mine.role = proto::Role::client;
+  mine.credits = static_cast<std::uint16_t>(options_.max_in_flight);
+  mine.recv_buf_size = options_.recv_size;
+  const auto mine_bytes = proto::encode_connect_params(mine);
+  verbs::ConnParams cp;
+  cp.private_data = mine_bytes;
+  ep_->id().connect(cp);
+  ev = wait_cm_event(options_.connect_timeout, "connect");
+  if (ev.type != verbs::CmEventType::established) {
+    throw ConnectError(cm_errno(ev), "connection failed: " + describe(ev));
+  }
+  connected_ = true;
+  const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::server);
+  if (const auto* err = std::get_if<proto::ConnectError>(&decoded)) {
+    throw ConnectError(EPROTO, "server sent bad connect parameters: " + std::string(proto::to_string(*err)));
+  }
+  const auto& theirs = std::get<proto::ConnectParams>(decoded);
+  if (auto bad = proto::check_connect_params(theirs)) {
+    throw ConnectError(EPROTO, "server sent bad connect parameters: " + std::string(proto::to_string(*bad)));
+  }
+  server_credits_ = theirs.credits;
+  server_recv_size_ = theirs.recv_buf_size;
+  server_max_value_ = theirs.max_value;
+  conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
+  if (options_.get_mode == GetMode::read) {
+    if (theirs.index_buckets == 0 || theirs.index_bucket_size != proto::kBucketSize) {
+      spdlog::warn("client: {} has no readable index (kvd --index-buckets 0?): GETs go by message", peer_);
+    } else {
+      (void)conn_->enable_onesided({theirs.index_addr, theirs.index_rkey, theirs.index_buckets});
+    }
+  }
+  spdlog::debug("client: connected to {} ({} credits, server recv size {})", peer_, server_credits_,
+                server_recv_size_);
+  // Events that raced the connect (e.g. an immediate DISCONNECTED).
+  while (!cm_events_.empty()) {
+    const verbs::CmEvent next = std::move(cm_events_.front());
+    cm_events_.pop_front();
+    handle_cm_event(next);
+  }
+}
+
+verbs::CmEvent Client::wait_cm_event(std::chrono::milliseconds timeout, const char* step) {
+  const auto deadline = reactor::Reactor::now() + timeout;
+  while (cm_events_.empty()) {
+    if (!cm_error_.empty()) throw ConnectError(EIO, step + std::string(": ") + cm_error_);
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - reactor::Reactor::now());
+    if (left.count() <= 0) {
+      throw ConnectError(ETIMEDOUT, std::string(step) + ": no answer within " + std::to_string(timeout.count()) +
+                                        " ms");
+    }
+    reactor_->run_once(left);
+  }
+  verbs::CmEvent ev = std::move(cm_events_.front());
+  cm_events_.pop_front();
+  SPDLOG_DEBUG("client: cm event {} status {}", verbs::to_string(ev.type), ev.status);
+  return ev;
+}
+
+void Client::on_cm_readable() noexcept {
+  for (;;) {
+    std::optional<verbs::CmEvent> ev;
+    try {
+      ev = events_.next();
+    } catch (const std::exception& e) {
+      cm_error_ = e.what();
+      if (conn_) conn_->fail(std::string("rdma_cm event channel: ") + e.what());
+      cm_watch_.reset();  // a broken channel would report readable forever
+      return;
+    }
+    if (!ev) return;
+    if (!connected_) {
+      try {
+        cm_events_.push_back(std::move(*ev));
+      } catch (...) {
+        cm_error_ = "out of memory";
+      }
+    } else {
+      handle_cm_event(*ev);
+    }
+  }
+}
+
+void Client::handle_cm_event(const verbs::CmEvent& ev) noexcept {
+  SPDLOG_DEBUG("client: cm event {} status {}", verbs::to_string(ev.type), ev.status);
+  switch (ev.type) {
+    case verbs::CmEventType::disconnected:
+      if (!disconnected_ && ep_) {
+        disconnected_ = true;
+        ep_->id().disconnect();  // answers the server's DREQ (no-op if we started it)
+      }
+      if (conn_) conn_->fail("the server closed the connection");
+      return;
+    case verbs::CmEventType::device_removal:
+    case verbs::CmEventType::rejected:
+    case verbs::CmEventType::unreachable:
+    case verbs::CmEventType::connect_error:
+    case verbs::CmEventType::addr_error:
+    case verbs::CmEventType::route_error:
+      if (conn_) conn_->fail("rdma_cm: " + describe(ev));
+      return;
+    case verbs::CmEventType::addr_resolved:
+    case verbs::CmEventType::route_resolved:
+    case verbs::CmEventType::connect_request:
+    case verbs::CmEventType::established:
+    case verbs::CmEventType::timewait_exit:
+    case verbs::CmEventType::other:
+      return;
+  }
+}
+
+void Client::on_cq_readable() noexcept {
+  if (!ep_ || !conn_) return;
+  const verbs::DrainStats st = ep_->cq().drain([this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
+  if (st.error != 0) conn_->fail(std::string("completion queue: ") + std::strerror(st.error));
+  do_flush();  // once per drain: whatever the callbacks submitted goes out together
+}
+
+bool Client::on_cq_poll() noexcept {
+  if (!ep_ || !conn_) return false;
+  const int n = ep_->cq().poll(kBusyPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
+  if (n < 0) conn_->fail(std::string("completion queue: ") + std::strerror(-n));
+  if (n == 0) return false;
+  do_flush();
+  return true;
+}
+
+// Submissions of one loop turn (or of the fibers run between two turns) go
+// out together at the end of the turn: the flush poller runs after the fd
+// callbacks, and wake() keeps the next epoll_wait from sleeping first.
+void Client::schedule_flush() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  flush_poller_.wake();
+}
+
+bool Client::on_flush_poll() noexcept {
+  if (!flush_scheduled_) return false;
+  flush_scheduled_ = false;
+  do_flush();
+  return true;
+}
+
+void Client::do_flush() noexcept {
+  if (conn_) conn_->flush();
+}
+
+Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
+  if (!conn_ || closed_) return Status::not_connected;
+  const Status st = conn_->submit_set(key, value, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
+Status Client::get(std::string_view key, Callback cb) {
+  if (!conn_ || closed_) return Status::not_connected;
+  const Status st = conn_->submit_get(key, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
+bool Client::run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = reactor::Reactor::now() + timeout;
+  while (!done()) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - reactor::Reactor::now());
+    if (left.count() <= 0) return false;
+    reactor_->run_once(left);
+  }
+  return true;
+}
+
+namespace {
+struct SyncResult {
+  std::optional<Status> status;
+  bool found = false;
+  std::string value;
+};
+}  // namespace
+
+// The sync helpers' wait: flush, then run the reactor until `status` is set
+// or the op timeout passes (then the connection is failed: a reply that never
+// comes means the connection is unusable). Returns the op's status, or timeout.
+Status Client::await_reply(const std::optional<Status>& status, std::string_view what) {
+  do_flush();
+  if (!run_until([&] { return status.has_value(); }, options_.op_timeout)) {
+    if (conn_) conn_->fail(std::string(what) + " got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
+    return Status::timeout;
+  }
+  return *status;
+}
+
+Status Client::set_sync(std::string_view key, std::string_view value) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  Status st = set(key, value, [result](Status s, bool, std::span<const std::byte>) { result->status = s; });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a SET"); w != Status::ok) return w;
+  return *result->status;
+}
+
+Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  ClientConn* conn = conn_.get();
+  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
+    result->found = f;
+    result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    conn->note_copy(v.size());
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
+  if (*result->status == Status::ok) {
+    out = std::move(result->value);
+    found = result->found;
+  }
+  return *result->status;
+}
+
+namespace {
+struct ValueResult {
+  std::optional<Status> status;
+  bool found = false;
+  Value value;
+};
+}  // namespace
+
+Status Client::get_sync(std::string_view key, Value& out, bool& found) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<ValueResult>();
+  ClientConn* conn = conn_.get();
+  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
+    result->found = f;
+    if (auto lb = conn->adopt_landing()) {
+      result->value = Value(std::move(lb));  // no copy: the buffer it landed in
+    } else {
+      result->value = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, < 4 KiB
+    }
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
+  if (*result->status == Status::ok) {
+    out = std::move(result->value);
+    found = result->found;
+  }
+  return *result->status;
+}
+
+Status Client::stats_sync(std::string& out) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  if (!conn_ || closed_) return Status::not_connected;
+  auto result = std::make_shared<SyncResult>();
+  Status st = conn_->submit_stats([result](Status s, bool, std::span<const std::byte> v) {
+    result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a STATS"); w != Status::ok) return w;
+  if (*result->status == Status::ok) out = std::move(result->value);
+  return *result->status;
+}
+
+void Client::forget(std::span<const std::byte> bytes) noexcept {
+  if (conn_) conn_->forget(bytes);
+}
+
+bool Client::wait_idle(std::chrono::milliseconds timeout) {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return false;
+  do_flush();
+  return run_until([&] { return !conn_ || conn_->pending() == 0; }, timeout);
+}
+
+ConnState Client::state() const noexcept { return conn_ ? conn_->state() : final_state_; }
+
+const ClientCounters& Client::counters() const noexcept { return conn_ ? conn_->counters() : counters_; }
+
+const std::string& Client::failure() const noexcept { return conn_ ? conn_->failure() : failure_; }
+
+void Client::close() noexcept {
+  if (closed_) return;
+  if (conn_) conn_->close();  // pending requests complete with Status::closed
+  if (reactor_->state() != reactor::ReactorState::kIdle) {
+    // Called from a reactor callback: the loop cannot be run from here, and
+    // the CQ may be mid-drain. Stop the traffic now; ~Client finishes.
+    if (ep_ && connected_ && !disconnected_) ep_->id().disconnect();
+    return;
+  }
+  closed_ = true;
+  teardown();
+}
+
+void Client::teardown() noexcept {
+  flush_poller_.reset();
+  flush_scheduled_ = false;
+  try {
+    if (ep_) {
+      // Teardown order of verbs/qp.hpp: disconnect, wait DISCONNECTED, to_error, drain.
+      if (connected_ && !disconnected_) {
+        if (ep_->id().disconnect() == 0) {
+          if (!run_until([&] { return disconnected_; }, options_.close_timeout)) {
+            spdlog::warn("client: no DISCONNECTED from {} within {} ms", peer_, options_.close_timeout.count());
+          }
+        }
+      }
+      ep_->qp().to_error();
+      if (conn_ && (cq_watch_ || cq_poller_) &&
+          !run_until([&] { return conn_->outstanding_work() == 0; }, options_.close_timeout)) {
+        spdlog::warn("client: {} work requests did not flush within {} ms", conn_->outstanding_work(),
+                     options_.close_timeout.count());
+      }
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("client: teardown: {}", e.what());
+  }
+  if (conn_) {
+    counters_ = conn_->counters();
+    final_state_ = conn_->state();
+    try {
+      failure_ = conn_->failure();
+    } catch (...) {
+      failure_.clear();
+    }
+  }
+  cq_watch_.reset();
+  cq_poller_.reset();
+  cm_watch_.reset();
+  conn_.reset();
+  ep_.reset();  // QP, CQ, MRs, pools, cm_id
+}
+
+}  // namespace rkv::kv::client

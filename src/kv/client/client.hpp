@@ -1,0 +1,180 @@
+#pragma once
+// Client: the C++ client API over one RDMA connection to a kvd server.
+//
+// Owns: the rdma_cm event channel and cm_id (inside the Endpoint), the
+// Endpoint (QP, CQ, registered pools), the ClientConn protocol state machine
+// and its reactor registrations. The Reactor is the caller's and must outlive
+// the Client.
+//
+// Thread: everything runs on the reactor's thread. Async set()/get() queue
+// the request and schedule one flush on the reactor (requests submitted
+// together coalesce); completions arrive from Reactor::run()/run_once(). The
+// sync helpers run the reactor themselves until their op completes; they must
+// not be called from a reactor callback (they return Status::invalid_use).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "kv/client/client_conn.hpp"
+#include "kv/client/landing.hpp"
+#include "kv/conn/registrar.hpp"
+#include "reactor/reactor.hpp"
+#include "verbs/event_channel.hpp"
+
+namespace rkv::kv::conn {
+class Endpoint;
+}
+
+namespace rkv::kv::client {
+
+using conn::Endpoint;
+using conn::PdRegistrar;
+
+inline constexpr std::uint16_t kDefaultPort = 7471;
+
+struct ClientOptions {
+  std::uint32_t max_in_flight = 16;  // receive buffers posted = credits announced to the server
+  std::uint32_t recv_size = 8192;    // each receive buffer (a coalesced batch of replies)
+  std::uint32_t send_count = 16;     // send buffers (SENDs in flight)
+  std::uint32_t send_size = 8192;    // each send buffer (a coalesced batch of requests)
+  std::chrono::milliseconds resolve_timeout{10'000};  // address and route resolution, each
+  std::chrono::milliseconds connect_timeout{30'000};  // rdma_connect -> ESTABLISHED
+  std::chrono::milliseconds op_timeout{30'000};       // sync helpers
+  std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
+  RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
+  // Busy-poll mode: a reactor poller polls the CQ on every loop turn instead
+  // of waiting for completion events. Pair it with Reactor::set_busy_poll(true)
+  // so the loop never sleeps (a core spins while the client lives).
+  bool busy_poll = false;
+  // GetMode::read: GETs by RDMA READ of the server's index (no message; a
+  // message GET only as the documented fallback). Against a server without
+  // an index GETs stay messages (logged once at connect).
+  GetMode get_mode = GetMode::rpc;
+};
+
+// Setup failure: what() says which step failed and why; code() is an errno
+// value (ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, EPROTO, EINVAL, ENODEV...).
+class ConnectError : public std::runtime_error {
+ public:
+  ConnectError(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+class Client {
+ public:
+  // Resolves `host` (numeric or a name), connects and returns an established
+  // client. Throws ConnectError (or std::bad_alloc).
+  static std::unique_ptr<Client> connect(reactor::Reactor& reactor, const std::string& host, std::uint16_t port,
+                                         const ClientOptions& options = {});
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  Client(Client&&) = delete;
+  Client& operator=(Client&&) = delete;
+  ~Client();  // close() if still open; never throws
+
+  // Async: the callback runs on the reactor thread (see client_conn.hpp for
+  // its contract). The value must stay alive until the callback; the key is
+  // copied. A refused request returns its status and never calls back.
+  // Values of 4 KiB and more go by rendezvous: the server RDMA READs them
+  // from `value`, which is registered through a pin-down cache and STAYS
+  // registered for reuse: call forget() before freeing/unmapping such a
+  // buffer (or the cache could later serve its stale registration).
+  [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  [[nodiscard]] Status set(std::string_view key, std::string_view value, Callback cb) {
+    return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
+  }
+  [[nodiscard]] Status get(std::string_view key, Callback cb);
+
+  // Sync: run the reactor until the op completes or options.op_timeout passes
+  // (then the connection is failed and Status::timeout returned).
+  [[nodiscard]] Status set_sync(std::string_view key, std::string_view value);
+  [[nodiscard]] Status get_sync(std::string_view key, std::string& out, bool& found);  // copies the value
+  // Zero-copy: a large value stays in the registered buffer it landed in,
+  // now owned by `out`. found = false (and `out` empty) for a missing key.
+  [[nodiscard]] Status get_sync(std::string_view key, Value& out, bool& found);
+  // The server's STATS text ("name value" lines: counters, pinned, connections...).
+  [[nodiscard]] Status stats_sync(std::string& out);
+  // Drop cached registrations of a buffer given to set() (before freeing it).
+  void forget(std::span<const std::byte> bytes) noexcept;
+  [[nodiscard]] std::uint64_t server_max_value() const noexcept { return server_max_value_; }
+  // GETs go by RDMA READ (read mode asked for and the server has an index).
+  [[nodiscard]] bool onesided() const noexcept { return conn_ && conn_->onesided(); }
+
+  // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  // Disconnect, wait for DISCONNECTED (bounded), drain flushed completions,
+  // release the verbs resources. Pending requests complete with Status::closed.
+  // Idempotent; never throws.
+  void close() noexcept;
+
+  [[nodiscard]] ConnState state() const noexcept;
+  [[nodiscard]] const std::string& failure() const noexcept;  // why the connection failed
+  [[nodiscard]] const ClientCounters& counters() const noexcept;  // live, or as of close()
+  [[nodiscard]] std::uint32_t server_credits() const noexcept { return server_credits_; }
+  [[nodiscard]] std::uint32_t server_recv_size() const noexcept { return server_recv_size_; }
+  [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
+
+ private:
+  Client(reactor::Reactor& reactor, const ClientOptions& options);
+
+  void do_connect(const std::string& host, std::uint16_t port);
+  verbs::CmEvent wait_cm_event(std::chrono::milliseconds timeout, const char* step);
+  void on_cm_readable() noexcept;
+  void handle_cm_event(const verbs::CmEvent& ev) noexcept;
+  void on_cq_readable() noexcept;
+  bool on_cq_poll() noexcept;  // busy-poll mode; true if completions were handled
+  void schedule_flush();
+  bool on_flush_poll() noexcept;
+  void do_flush() noexcept;
+  Status await_reply(const std::optional<Status>& status, std::string_view what);
+  bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+  void teardown() noexcept;
+
+  static constexpr int kBusyPollBatch = 64;
+
+  reactor::Reactor* reactor_;
+  ClientOptions options_;
+  std::string peer_;
+  std::uint32_t server_credits_ = 0;
+  std::uint32_t server_recv_size_ = 0;
+  std::uint64_t server_max_value_ = 0;
+  bool connected_ = false;      // ESTABLISHED was reached (disconnect needed)
+  bool disconnected_ = false;   // DISCONNECTED seen
+  bool closed_ = false;
+  bool flush_scheduled_ = false;
+  std::string cm_error_;        // a CM event channel failure, for the connect path
+  std::deque<verbs::CmEvent> cm_events_;  // connect path: events not yet consumed
+  ClientCounters counters_;     // copy kept after close()
+  std::string failure_;         // copy kept after close()
+  ConnState final_state_ = ConnState::connecting;
+
+  // Destroyed in reverse: registrations first, then the protocol state, then
+  // the verbs resources (QP before buffers, cm_id last), then the channel.
+  verbs::EventChannel events_;
+  std::unique_ptr<Endpoint> ep_;
+  std::unique_ptr<PdRegistrar> registrar_;  // outlives conn_ (its cache and landing buffers)
+  std::unique_ptr<ClientConn> conn_;
+  reactor::Registration cm_watch_;
+  reactor::Registration cq_watch_;  // event mode
+  reactor::Poller cq_poller_;       // busy-poll mode
+  reactor::Poller flush_poller_;    // end-of-turn flush (schedule_flush)
+};
+
+// errno-style code for a Status (0 for ok), for the C API and tools.
+[[nodiscard]] int to_errno(Status s) noexcept;
+
+}  // namespace rkv::kv::client

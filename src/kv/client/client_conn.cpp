@@ -1,0 +1,429 @@
+// ClientConn: see client_conn.hpp. Reactor thread only.
+#include "kv/client/client_conn.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <variant>
+
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+
+namespace rkv::kv::client {
+
+using conn::AppendStatus;
+using conn::BufferPool;
+using conn::Link;
+using conn::Registrar;
+
+namespace {
+constexpr std::uint32_t kGeneration = 1;  // one connection per ClientConn: one WrId generation
+}
+
+std::string_view to_string(Status s) noexcept {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::bad_key: return "bad_key";
+    case Status::too_large: return "too_large";
+    case Status::bad_request: return "bad_request";
+    case Status::no_memory: return "no_memory";
+    case Status::server_error: return "server_error";
+    case Status::io_error: return "io_error";
+    case Status::not_connected: return "not_connected";
+    case Status::connection_failed: return "connection_failed";
+    case Status::closed: return "closed";
+    case Status::timeout: return "timeout";
+    case Status::invalid_use: return "invalid_use";
+  }
+  return "invalid";
+}
+
+Status from_wire(proto::Status s) noexcept {
+  switch (s) {
+    case proto::Status::ok: return Status::ok;
+    case proto::Status::too_large: return Status::too_large;
+    case proto::Status::bad_request: return Status::bad_request;
+    case proto::Status::no_memory: return Status::no_memory;
+    case proto::Status::internal: return Status::server_error;
+    case proto::Status::remote_access: return Status::server_error;
+    case proto::Status::io_error: return Status::io_error;
+  }
+  return Status::server_error;
+}
+
+std::string_view to_string(ConnState s) noexcept {
+  switch (s) {
+    case ConnState::connecting: return "connecting";
+    case ConnState::established: return "established";
+    case ConnState::failed: return "failed";
+    case ConnState::closed: return "closed";
+  }
+  return "invalid";
+}
+
+ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv)
+    : link_(&link),
+      registrar_(registrar),
+      rdv_(rdv),
+      cache_(registrar != nullptr ? std::make_unique<RegCache>(*registrar, rdv.reg_cache_bytes) : nullptr),
+      recv_(&recv),
+      channel_(link, recv, send, kGeneration),
+      slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots - 1)),
+      scratch_(recv.buffer_size()) {
+  free_slots_.reserve(slots_.size());
+  for (std::size_t i = slots_.size(); i > 0; --i) free_slots_.push_back(static_cast<std::uint32_t>(i - 1));
+}
+
+int ClientConn::post_receives() noexcept {
+  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
+    if (int rc = channel_.repost(i); rc != 0) return rc;
+    ++recvs_posted_;
+  }
+  return 0;
+}
+
+void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size,
+                                std::uint64_t max_value) noexcept {
+  if (state_ != ConnState::connecting) return;
+  credits_ = credits;
+  max_value_ = max_value;
+  channel_.set_peer_recv_size(server_recv_size);
+  state_ = ConnState::established;
+  replenish();
+  SPDLOG_DEBUG("client: established, {} credits, server recv size {}, max in flight {}", credits,
+               server_recv_size, slots_.size());
+}
+
+Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb) {
+  return submit(proto::Opcode::set, key, value, std::move(cb));
+}
+
+Status ClientConn::submit_get(std::string_view key, Callback cb) {
+  return submit(proto::Opcode::get, key, {}, std::move(cb));
+}
+
+Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
+
+Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
+  Status st = Status::ok;
+  if (state_ == ConnState::failed || state_ == ConnState::closed) {
+    st = Status::not_connected;
+  } else if (op != proto::Opcode::stats && (key.empty() || key.size() > proto::kMaxKey)) {
+    st = Status::bad_key;
+  } else if (!proto::eager_fits(key.size(), value.size())) {
+    // Rendezvous: the server READs the value from this (registered) buffer.
+    if (registrar_ == nullptr || (max_value_ != 0 && value.size() > max_value_)) st = Status::too_large;
+  } else if (state_ == ConnState::established &&
+             proto::kHeaderSize + key.size() + value.size() > channel_.max_message()) {
+    st = Status::too_large;  // the server's receive buffers are smaller than this request
+  }
+  RegCache::Lease lease;
+  if (st == Status::ok && op == proto::Opcode::set && !proto::eager_fits(key.size(), value.size())) {
+    // The rkey travels in the SET: this registration (or cache hit) must precede the SEND.
+    try {
+      lease = cache_->acquire(value, verbs::Access::remote_read);
+    } catch (const std::exception& e) {
+      spdlog::warn("client: registering a {}-byte SET value failed: {}", value.size(), e.what());
+      st = Status::no_memory;
+    }
+    counters_.registrations = registrar_->registrations();
+  }
+  if (st != Status::ok) {
+    ++counters_.refused;
+    return st;
+  }
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease),
+                           op == proto::Opcode::get && onesided()});
+  ++counters_.requests;
+  SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());
+  return Status::ok;
+}
+
+std::size_t ClientConn::flush() noexcept {
+  if (state_ != ConnState::established || (queue_.empty() && releases_.empty())) return 0;
+  // The channel holds nothing unposted between flushes (each flush posts all
+  // it appended), so its buffer filling is mirrored here exactly: a message
+  // opens a new SEND when it does not fit the open one; each SEND is a credit.
+  const std::size_t max_msg = channel_.max_message();
+  std::size_t new_sends = 0;
+  std::size_t open_used = 0;
+  std::uint64_t in_current = 0;
+  bool credit_limited = false;
+  // RELEASEs first (they free server memory). One alone may not take the last
+  // credit: nothing would return it. With a request behind it, it shares its SEND.
+  while (!releases_.empty()) {
+    const proto::MessageSpec spec = proto::msg::release(releases_.front());
+    const std::size_t need = proto::encoded_size(spec);
+    const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
+    const std::uint32_t left = credits_ - static_cast<std::uint32_t>(new_sends);
+    if (new_buffer && (left == 0 || (left == 1 && queue_.empty()))) break;
+    if (channel_.append(spec) != AppendStatus::ok) break;  // no send buffer: after a send completion
+    if (new_buffer) {
+      ++new_sends;
+      open_used = 0;
+      in_current = 0;
+    }
+    open_used += need;
+    ++in_current;
+    ++counters_.messages_sent;
+    ++counters_.releases_sent;
+    releases_.pop_front();
+  }
+  while (!queue_.empty() && !free_slots_.empty()) {
+    Request& r = queue_.front();
+    if (r.onesided) {  // RDMA READs only: no credit, no send buffer
+      Request taken = std::move(r);
+      queue_.pop_front();
+      if (!start_onesided(taken)) return 0;  // the connection failed
+      continue;
+    }
+    const std::uint32_t slot = free_slots_.back();
+    const std::uint32_t id = req_id(slot);
+    const proto::MessageSpec spec = request_spec(r, id, slots_[slot]);
+    const std::size_t need = proto::encoded_size(spec);
+    if (need > max_msg) {  // queued before the server's limit was known
+      recycle(std::move(slots_[slot].landing));
+      Request dead = std::move(queue_.front());
+      queue_.pop_front();
+      finish(Status::too_large, false, {}, dead.cb);
+      if (state_ != ConnState::established) return 0;
+      continue;
+    }
+    const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
+    if (new_buffer && new_sends == credits_) {
+      credit_limited = true;
+      recycle(std::move(slots_[slot].landing));  // an offered landing buffer goes back
+      break;
+    }
+    const AppendStatus ap = channel_.append(spec);
+    if (ap != AppendStatus::ok) recycle(std::move(slots_[slot].landing));
+    if (ap == AppendStatus::no_buffer) break;  // resumes after a send completion
+    if (ap != AppendStatus::ok) {
+      spdlog::error("client: encoder refused a {} request: {}", proto::to_string(r.op), to_string(ap));
+      Request dead = std::move(queue_.front());
+      queue_.pop_front();
+      finish(Status::bad_request, false, {}, dead.cb);
+      if (state_ != ConnState::established) return 0;
+      continue;
+    }
+    if (new_buffer) {
+      ++new_sends;
+      open_used = 0;
+      in_current = 0;
+    }
+    open_used += need;
+    ++in_current;
+    counters_.max_coalesced = std::max(counters_.max_coalesced, in_current);
+    Slot& s = slots_[slot];
+    s.busy = true;
+    s.op = r.op;
+    s.cb = std::move(r.cb);
+    s.lease = std::move(r.lease);
+    if (r.op == proto::Opcode::set) {
+      if (spec.rdv) {
+        ++counters_.sets_large;
+      } else {
+        counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer
+      }
+    }
+    free_slots_.pop_back();
+    ++in_flight_;
+    ++counters_.messages_sent;
+    queue_.pop_front();
+  }
+  if (credit_limited) ++counters_.credit_stalls;
+  if (new_sends == 0) return 0;
+  int err = 0;
+  const std::size_t posted = channel_.flush(new_sends, &err);
+  credits_ -= static_cast<std::uint32_t>(posted);
+  counters_.sends_posted += posted;
+  // The SENDs are on the wire: registration work happens while they fly.
+  retired_.clear();
+  replenish();
+  SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_, in_flight_,
+               queue_.size());
+  if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
+  return posted;
+}
+
+void ClientConn::on_completion(const verbs::Completion& c) noexcept {
+  switch (c.wr_id.kind()) {
+    case verbs::WrKind::recv:
+      on_recv(c);
+      return;
+    case verbs::WrKind::send:
+      channel_.on_send_completion(c);
+      break;
+    case verbs::WrKind::rdma_read:
+      on_read(c);
+      return;
+    case verbs::WrKind::none:
+    case verbs::WrKind::rdma_write:
+      SPDLOG_DEBUG("client: unexpected {} completion", verbs::to_string(c.wr_id.kind()));
+      break;
+  }
+  if (c.ok() || state_ == ConnState::failed || state_ == ConnState::closed) return;
+  try {
+    fail(fmt::format("{} completion {}: {}", verbs::to_string(c.wr_id.kind()), verbs::to_string(c.status),
+                     c.status_detail()));
+  } catch (...) {
+    fail("work completion error");
+  }
+}
+
+void ClientConn::on_recv(const verbs::Completion& c) noexcept {
+  const auto r = channel_.received(c);
+  if (!r) {
+    SPDLOG_DEBUG("client: dropping a stale receive completion");
+    return;
+  }
+  if (recvs_posted_ > 0) --recvs_posted_;
+  if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
+  if (!c.ok()) {
+    try {
+      fail(fmt::format("recv completion {}: {}", verbs::to_string(c.status), c.status_detail()));
+    } catch (...) {
+      fail("recv completion error");
+    }
+    return;
+  }
+  ++counters_.recv_completions;
+  // Copy, then re-post at once: a callback below may submit, and the reply to
+  // that must find a posted receive. The views handed to callbacks point into
+  // scratch_, which no completion can overwrite.
+  const std::size_t n = std::min(r->bytes.size(), scratch_.size());
+  std::memcpy(scratch_.data(), r->bytes.data(), n);
+  if (int rc = channel_.repost(r->slot); rc != 0) {
+    fail(std::string("post_recv failed: ") + std::strerror(rc));
+    return;
+  }
+  ++recvs_posted_;
+  handle_replies(std::span<const std::byte>(scratch_.data(), n));
+}
+
+bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
+  proto::Decoder dec(bytes);
+  for (;;) {
+    const proto::DecodeResult res = dec.next();
+    if (std::holds_alternative<proto::EndOfBuffer>(res)) return true;
+    if (const auto* e = std::get_if<proto::DecodeError>(&res)) {
+      fail(std::string("malformed reply: ") + std::string(proto::to_string(e->reason)));
+      return false;
+    }
+    const auto& m = std::get<proto::MessageView>(res);
+    const proto::Opcode op = m.opcode();
+    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply) {
+      fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
+      return false;
+    }
+    const std::uint32_t slot = m.header.req_id & (kMaxSlots - 1);
+    const std::uint32_t gen = m.header.req_id >> kSlotBits;
+    if (slot >= slots_.size() || !slots_[slot].busy || slots_[slot].generation != gen) {
+      fail("reply for an unknown or stale req_id " + std::to_string(m.header.req_id));
+      return false;
+    }
+    Slot& s = slots_[slot];
+    if (proto::reply_opcode(s.op) != op) {
+      fail("reply opcode " + std::string(proto::to_string(op)) + " does not answer a " +
+           std::string(proto::to_string(s.op)));
+      return false;
+    }
+    if (m.header.rdv() && op != proto::Opcode::get_reply) {
+      fail("rendezvous descriptor on a " + std::string(proto::to_string(op)));
+      return false;
+    }
+    credits_ += m.header.credits;
+    ++counters_.replies;
+    if (m.header.rdv()) {
+      if (!on_get_rdv(slot, m.header, *m.rdv)) return false;
+      if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
+      continue;
+    }
+    recycle(std::move(s.landing));  // offered but not used (eager value, miss, error)
+    s.lease.reset();
+    if (op == proto::Opcode::get_reply) counters_.bytes_copied += m.value.size();  // eager value, copied out
+    Callback cb = std::move(s.cb);
+    s.cb = nullptr;
+    s.busy = false;
+    s.generation = static_cast<std::uint16_t>(s.generation + 1);
+    free_slots_.push_back(slot);
+    --in_flight_;
+    const Status st = from_wire(m.header.status);
+    const bool found = op == proto::Opcode::get_reply && m.found();
+    SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
+                 to_string(st), found, m.value.size(), m.header.credits);
+    const bool text = op == proto::Opcode::stats_reply;
+    finish(st, found, found || text ? m.value : std::span<const std::byte>{}, cb);
+    // A callback that closed or failed the connection already completed the rest.
+    if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
+  }
+}
+
+void ClientConn::finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept {
+  ++counters_.completed;
+  if (!cb) return;
+  try {
+    cb(st, found, value);
+  } catch (const std::exception& e) {
+    spdlog::error("client: completion callback threw: {}", e.what());
+  } catch (...) {
+    spdlog::error("client: completion callback threw");
+  }
+}
+
+void ClientConn::complete_all(Status st) noexcept {
+  // Take everything out first: callbacks may submit (refused now) or close.
+  std::vector<Callback> cbs;
+  try {
+    cbs.reserve(in_flight_ + queue_.size());
+  } catch (...) {
+    // reserve is an optimisation; push_back below may still throw, so finish in place.
+  }
+  for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.busy) continue;
+    s.busy = false;
+    s.reading = false;  // the READ's flush completion only lowers reads_in_flight_
+    s.os = OsStage::idle;
+    s.generation = static_cast<std::uint16_t>(s.generation + 1);
+    s.lease.reset();
+    s.landing.reset();  // deregistered first: no DMA reaches it afterwards
+    free_slots_.push_back(i);
+    Callback cb = std::move(s.cb);
+    s.cb = nullptr;
+    try {
+      cbs.push_back(std::move(cb));
+    } catch (...) {
+      finish(st, false, {}, cb);
+    }
+  }
+  in_flight_ = 0;
+  std::deque<Request> queued = std::move(queue_);
+  queue_.clear();
+  releases_.clear();  // the server drops its pins with the connection
+  for (auto& cb : cbs) finish(st, false, {}, cb);
+  for (auto& r : queued) finish(st, false, {}, r.cb);
+}
+
+void ClientConn::fail(std::string_view reason) noexcept {
+  if (state_ == ConnState::failed || state_ == ConnState::closed) return;
+  state_ = ConnState::failed;
+  try {
+    failure_.assign(reason);
+  } catch (...) {
+    failure_.clear();
+  }
+  spdlog::warn("client: connection failed: {} ({} requests pending)", reason, pending());
+  complete_all(Status::connection_failed);
+}
+
+void ClientConn::close() noexcept {
+  if (state_ == ConnState::closed) return;
+  state_ = ConnState::closed;
+  complete_all(Status::closed);
+}
+
+}  // namespace rkv::kv::client

@@ -1,0 +1,291 @@
+#pragma once
+// ClientConn: the client side of one connection's protocol (docs/protocol.md),
+// with no verbs in it: it posts through a Link and is fed verbs::Completion
+// values, so the protocol suite drives it with a FakeLink.
+//
+// Owns: the request slot table (req_id = generation << 16 | slot), the queue
+// of submitted-but-unsent requests, the send credits granted by the server,
+// and a MessageChannel over the caller's pools (which must outlive it).
+//
+// Flow: submit_set()/submit_get() check the limits and queue the request;
+// flush() encodes queued requests into send buffers (coalescing as many as fit
+// in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
+// receive buffers) and a send buffer are available. A reply frees its slot,
+// returns its credits and completes the request. The receive buffer is copied
+// out and re-posted BEFORE any callback of the replies it carried runs.
+// On failure (error completion, a flush while established, a decode error,
+// an unknown/stale req_id, a disconnect) every pending request completes with
+// an error exactly once; later submits are refused.
+//
+// Thread: the reactor thread that owns the connection; not thread-safe.
+// Callbacks may submit (flush is the owner's job, once per CQ drain) and may
+// call close()/fail(); they must not destroy the ClientConn.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/conn/buffer_pool.hpp"
+#include "kv/client/landing.hpp"
+#include "kv/conn/link.hpp"
+#include "kv/client/reg_cache.hpp"
+#include "kv/conn/registrar.hpp"
+#include "kv/conn/msg_channel.hpp"
+#include "proto/index_format.hpp"
+#include "proto/wire.hpp"
+#include "verbs/completion.hpp"
+
+namespace rkv::kv::client {
+
+using conn::BufferPool;
+using conn::Link;
+using conn::MessageChannel;
+using conn::Registrar;
+using conn::Registration;
+
+// Outcome of one client operation.
+enum class Status : std::uint8_t {
+  ok,
+  bad_key,            // key empty or longer than proto::kMaxKey (refused at submit)
+  too_large,          // key + value does not fit (refused at submit) or the server said so
+  bad_request,        // the server refused the request
+  no_memory,          // the server's store is full
+  server_error,       // the server failed (internal error, remote access)
+  io_error,           // SET: the server could not make it durable (disk error); not applied for sure
+  not_connected,      // submitted while the connection is not usable
+  connection_failed,  // the connection failed while the request was pending
+  closed,             // the connection was closed locally while it was pending
+  timeout,            // a sync helper gave up waiting (the connection is failed)
+  invalid_use,        // API misuse, e.g. a sync helper called from a reactor callback
+};
+
+[[nodiscard]] std::string_view to_string(Status s) noexcept;
+// Client status for a reply's wire status.
+[[nodiscard]] Status from_wire(proto::Status s) noexcept;
+
+enum class ConnState : std::uint8_t {
+  connecting,   // receives may be posted; requests queue until established
+  established,  // requests flow
+  failed,       // terminal: pending requests completed with an error
+  closed,       // terminal: closed locally
+};
+
+[[nodiscard]] std::string_view to_string(ConnState s) noexcept;
+
+// Completion of one request; `value` (GET hits only) is valid only during the call.
+using Callback = std::function<void(Status, bool found, std::span<const std::byte> value)>;
+
+struct ClientCounters {
+  std::uint64_t requests = 0;         // accepted by submit
+  std::uint64_t refused = 0;          // refused by submit
+  std::uint64_t completed = 0;        // callbacks run (any status)
+  std::uint64_t sends_posted = 0;     // SENDs (each one credit)
+  std::uint64_t messages_sent = 0;    // requests encoded into those SENDs
+  std::uint64_t max_coalesced = 0;    // most requests in one SEND
+  std::uint64_t replies = 0;          // replies received
+  std::uint64_t recv_completions = 0; // receive buffers that carried replies
+  std::uint64_t credit_stalls = 0;    // flushes that left requests queued for lack of credits
+  // Rendezvous (docs/protocol.md). messages_sent includes RELEASEs.
+  std::uint64_t sets_large = 0;       // SETs sent with a descriptor (server READs the value)
+  std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered landing buffer
+  std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
+  std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
+  std::uint64_t rdma_reads = 0;       // RDMA READs posted
+  std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
+  std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
+  std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
+  // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
+  std::uint64_t onesided_gets = 0;       // GETs started by RDMA READ of the index
+  std::uint64_t onesided_hits = 0;       // answered found from the server's memory
+  std::uint64_t onesided_misses = 0;     // answered not found by the index alone
+  std::uint64_t onesided_retries = 0;    // re-reads after a torn entry or a value that failed its checks
+  std::uint64_t onesided_fallbacks = 0;  // turned into a message GET (overflow, collision, retries used up)
+  [[nodiscard]] double messages_per_send() const noexcept {
+    return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
+  }
+};
+
+struct RdvOptions {
+  std::size_t landing_size = std::size_t{1} << 20;   // capacity of the landing buffers offered with GETs
+  std::uint32_t landing_spares = 2;                  // registered landing buffers kept ready
+  std::size_t keep_landing_max = std::size_t{64} << 20;  // larger ones (from pulls) are not kept
+  std::size_t reg_cache_bytes = std::size_t{256} << 20;  // pin-down cache budget (SET sources)
+};
+
+// How GETs are served (ClientOptions::get_mode, kvload --get-mode, RKV_GET_MODE).
+enum class GetMode : std::uint8_t {
+  rpc,   // a GET message, answered by the server
+  read,  // one-sided: RDMA READs of the server's index and value, no message
+};
+[[nodiscard]] std::string_view to_string(GetMode m) noexcept;
+// "rpc" / "read"; false for anything else.
+[[nodiscard]] bool parse_get_mode(std::string_view text, GetMode& out) noexcept;
+
+// Where the server's readable index is (its ConnectParams).
+struct IndexInfo {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t buckets = 0;  // a power of two
+};
+
+class ClientConn {
+ public:
+  // `recv`'s buffer count is max_in_flight (what the client announces as its
+  // credits). Nothing is posted until post_receives(). Without a registrar
+  // (it must outlive this) values that do not fit a SEND are refused.
+  ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar = nullptr,
+             RdvOptions rdv = {});
+
+  ClientConn(const ClientConn&) = delete;
+  ClientConn& operator=(const ClientConn&) = delete;
+  ClientConn(ClientConn&&) = delete;  // the channel and callbacks refer to it
+  ClientConn& operator=(ClientConn&&) = delete;
+  ~ClientConn();  // pending callbacks are dropped: close() first
+
+  // Posts every receive buffer (before rdma_connect). 0 or an errno.
+  [[nodiscard]] int post_receives() noexcept;
+  // The server's ConnectParams arrived: initial credits, its receive buffer size.
+  // max_value: the server's limit (0: unknown). Registers the spare landing
+  // buffers (connection setup, not the data path).
+  void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0) noexcept;
+
+  // Queue a request. The value bytes must stay alive until the callback
+  // (the key is copied). Returns ok, or why it was refused (the callback is
+  // then never called).
+  [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+  // Read mode: from now on GETs go by RDMA READ of the server's index
+  // (client_onesided.cpp). Registers one small buffer per request slot
+  // (local_write). False (logged) if the index is unusable or that fails:
+  // GETs then stay messages.
+  bool enable_onesided(const IndexInfo& index) noexcept;
+  [[nodiscard]] bool onesided() const noexcept { return index_.buckets != 0; }
+  // STATS: the callback's value is the server's counter text ("name value" lines).
+  [[nodiscard]] Status submit_stats(Callback cb);
+
+  // Inside a GET callback whose value is large: takes the landing buffer the
+  // value is in (no copy) and ends the server's access to it. Null otherwise.
+  [[nodiscard]] std::unique_ptr<LandingBuffer> adopt_landing() noexcept;
+  // Drops cached registrations overlapping `bytes` (before freeing a buffer
+  // that was passed to submit_set).
+  void forget(std::span<const std::byte> bytes) noexcept;
+  [[nodiscard]] RegCacheStats reg_cache_stats() const noexcept;
+  // A caller copied n value bytes out of a callback's view (counted).
+  void note_copy(std::size_t n) noexcept { counters_.bytes_copied += n; }
+
+  // Encodes and posts what credits, slots and send buffers allow. Returns the
+  // number of SENDs posted. A post failure fails the connection.
+  std::size_t flush() noexcept;
+
+  // One work completion of this connection (any kind, any status).
+  void on_completion(const verbs::Completion& c) noexcept;
+
+  // Terminal transitions; both complete every pending request once. No-ops
+  // in a terminal state.
+  void fail(std::string_view reason) noexcept;
+  void close() noexcept;
+
+  [[nodiscard]] ConnState state() const noexcept { return state_; }
+  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
+  [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
+  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
+  [[nodiscard]] std::size_t pending() const noexcept { return in_flight_ + queue_.size(); }
+  // WRs posted and not yet completed (receives + sends): teardown drains to 0.
+  [[nodiscard]] std::size_t outstanding_work() const noexcept {
+    return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
+  }
+  [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
+
+  static constexpr std::uint32_t kSlotBits = 16;
+  static constexpr std::uint32_t kMaxSlots = 1u << kSlotBits;
+
+ private:
+  struct Request {
+    proto::Opcode op = proto::Opcode::get;
+    std::string key;
+    std::span<const std::byte> value;
+    Callback cb;
+    RegCache::Lease lease;  // large SET: the registration of `value`
+    bool onesided = false;  // GET by RDMA READ (read mode)
+  };
+  enum class OsStage : std::uint8_t { idle, hood, block };
+  struct Slot {
+    std::uint16_t generation = 0;
+    bool busy = false;
+    bool reading = false;  // pull: our RDMA READ of the value is in flight
+    proto::Opcode op = proto::Opcode::get;
+    Callback cb;
+    RegCache::Lease lease;                   // large SET in flight
+    std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
+    // One-sided GET in progress (client_onesided.cpp).
+    OsStage os = OsStage::idle;
+    unsigned attempts = 0;
+    std::string key;
+    proto::IndexEntry entry;
+  };
+
+  [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                              Callback cb);
+  [[nodiscard]] std::uint32_t req_id(std::uint32_t slot) const noexcept {
+    return (std::uint32_t{slots_[slot].generation} << kSlotBits) | slot;
+  }
+  void on_recv(const verbs::Completion& c) noexcept;
+  // Decodes one received buffer (already copied to scratch_); false on a protocol error.
+  bool handle_replies(std::span<const std::byte> bytes) noexcept;
+  void finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept;
+  void complete_all(Status st) noexcept;
+  // --- rendezvous (client_rdv.cpp) ---
+  [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
+  bool on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  void on_read(const verbs::Completion& c) noexcept;
+  // Frees the slot and runs its callback with the value in its landing buffer.
+  void deliver_landing(std::uint32_t slot, std::size_t len) noexcept;
+  void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
+  void replenish() noexcept;  // registers spare landing buffers up to the target
+  void free_slot(std::uint32_t slot) noexcept;
+  // --- one-sided GET (client_onesided.cpp) ---
+  bool start_onesided(Request& r) noexcept;  // takes a free slot, posts the neighborhood READ
+  bool post_hood_read(std::uint32_t slot) noexcept;
+  void on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept;
+  void on_hood(std::uint32_t slot) noexcept;
+  void on_block(std::uint32_t slot) noexcept;
+  void retry_or_fallback(std::uint32_t slot) noexcept;
+  void fallback(std::uint32_t slot) noexcept;  // re-queued as a message GET
+  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept;
+
+  Link* link_;
+  Registrar* registrar_;
+  RdvOptions rdv_;
+  std::unique_ptr<RegCache> cache_;  // before slots_/queue_: their leases go first
+  std::uint64_t max_value_ = 0;
+  std::vector<std::unique_ptr<LandingBuffer>> spares_;
+  std::vector<std::unique_ptr<Registration>> retired_;  // of adopted buffers: deregistered after a SEND
+  std::unique_ptr<LandingBuffer> delivering_;           // during a large GET's callback
+  std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND
+  std::size_t reads_in_flight_ = 0;
+  BufferPool* recv_;
+  MessageChannel channel_;
+  ConnState state_ = ConnState::connecting;
+  std::string failure_;
+  std::uint32_t credits_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::size_t in_flight_ = 0;
+  std::deque<Request> queue_;
+  std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
+  std::size_t recvs_posted_ = 0;
+  IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
+  std::vector<std::byte> os_mem_;              // per slot: neighborhood, key, small value
+  std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
+  ClientCounters counters_;
+};
+
+}  // namespace rkv::kv::client

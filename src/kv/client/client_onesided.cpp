@@ -1,0 +1,239 @@
+// ClientConn, one-sided GET (docs/protocol.md, "One-sided GET"): a GET in
+// read mode READs the key's neighborhood of the server's index (512 bytes,
+// one READ), checks the entries' CRCs, then READs the value block scattered
+// into the destination (value) and scratch (key), and checks the key bytes
+// and the data CRC. A torn entry or a failed check re-reads, at most
+// proto::kOneSidedAttempts times; then, or when the index cannot answer
+// (overflow, rpc-only entry, a hash collision), the GET goes as a message.
+// No message is sent to the server otherwise. Reactor thread only.
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "kv/client/client_conn.hpp"
+#include "proto/crc32c.hpp"
+
+namespace rkv::kv::client {
+
+namespace {
+constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp
+// Per-slot area of os_mem_: neighborhood | key | small value.
+constexpr std::size_t kHoodOff = 0;
+constexpr std::size_t kKeyOff = proto::kNeighborhoodBytes;
+constexpr std::size_t kValueOff = kKeyOff + proto::kMaxKey;
+constexpr std::size_t kSmallValue = proto::kEagerLimit;  // values up to this land in the slot's area
+constexpr std::size_t kStride = kValueOff + kSmallValue;
+static_assert(kStride % 64 == 0);
+}  // namespace
+
+std::string_view to_string(GetMode m) noexcept {
+  switch (m) {
+    case GetMode::rpc: return "rpc";
+    case GetMode::read: return "read";
+  }
+  return "invalid";
+}
+
+bool parse_get_mode(std::string_view text, GetMode& out) noexcept {
+  if (text == "rpc") {
+    out = GetMode::rpc;
+    return true;
+  }
+  if (text == "read") {
+    out = GetMode::read;
+    return true;
+  }
+  return false;
+}
+
+bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
+  if (registrar_ == nullptr || index.buckets == 0 || (index.buckets & (index.buckets - 1)) != 0 ||
+      index.buckets > proto::kMaxIndexBuckets) {
+    spdlog::warn("client: the server's index is unusable ({} buckets): GETs go by message", index.buckets);
+    return false;
+  }
+  try {
+    os_mem_.assign(slots_.size() * kStride, std::byte{0});
+    os_reg_ = registrar_->register_memory(os_mem_, verbs::Access::local_write);  // READ target only
+  } catch (const std::exception& e) {
+    os_reg_.reset();
+    os_mem_.clear();
+    spdlog::warn("client: no buffer for one-sided GETs ({}): GETs go by message", e.what());
+    return false;
+  }
+  counters_.registrations = registrar_->registrations();
+  index_ = index;
+  return true;
+}
+
+std::span<std::byte> ClientConn::os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept {
+  return std::span<std::byte>(os_mem_).subspan(slot * kStride + off, len);
+}
+
+bool ClientConn::start_onesided(Request& r) noexcept {
+  const std::uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  ++in_flight_;
+  Slot& s = slots_[slot];
+  s.busy = true;
+  s.op = proto::Opcode::get;
+  s.cb = std::move(r.cb);
+  s.key = std::move(r.key);
+  s.attempts = 0;
+  ++counters_.onesided_gets;
+  return post_hood_read(slot);
+}
+
+bool ClientConn::post_hood_read(std::uint32_t slot) noexcept {
+  Slot& s = slots_[slot];
+  const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
+  s.os = OsStage::hood;
+  ++s.attempts;
+  if (const int rc = link_->post_read(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read),
+                                      os_area(slot, kHoodOff, proto::kNeighborhoodBytes), os_reg_->lkey(),
+                                      index_.addr + home * proto::kBucketSize, index_.rkey);
+      rc != 0) {
+    fail(std::string("RDMA READ (index) post failed: ") + std::strerror(rc));
+    return false;
+  }
+  ++reads_in_flight_;
+  ++counters_.rdma_reads;
+  return true;
+}
+
+void ClientConn::on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept {
+  if (!c.ok()) {
+    try {
+      fail(fmt::format("one-sided GET RDMA READ: {} ({})", verbs::to_string(c.status), c.status_detail()));
+    } catch (...) {
+      fail("one-sided GET RDMA READ failed");
+    }
+    return;
+  }
+  if (slots_[slot].os == OsStage::hood) {
+    on_hood(slot);
+  } else {
+    on_block(slot);
+  }
+}
+
+void ClientConn::on_hood(std::uint32_t slot) noexcept {
+  Slot& s = slots_[slot];
+  const auto hood = os_area(slot, kHoodOff, proto::kNeighborhoodBytes);
+  const auto res = proto::probe_neighborhood(hood, proto::hash64(s.key), static_cast<std::uint32_t>(s.key.size()),
+                                             s.entry);
+  switch (res) {
+    case proto::ProbeResult::torn: retry_or_fallback(slot); return;
+    case proto::ProbeResult::ask_rpc: fallback(slot); return;
+    case proto::ProbeResult::not_found: {
+      ++counters_.onesided_misses;
+      s.os = OsStage::idle;
+      Callback cb = std::move(s.cb);
+      s.cb = nullptr;
+      free_slot(slot);
+      finish(Status::ok, false, {}, cb);
+      return;
+    }
+    case proto::ProbeResult::found: break;
+  }
+  const std::size_t len = s.entry.value_len;
+  if (max_value_ != 0 && len > max_value_) {  // a consistent entry the server could not have written
+    fallback(slot);
+    return;
+  }
+  std::span<std::byte> value_dst;
+  std::uint32_t value_lkey = os_reg_->lkey();
+  if (len <= kSmallValue) {
+    value_dst = os_area(slot, kValueOff, len);
+  } else {
+    if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {
+      s.landing = std::move(spares_.back());
+      spares_.pop_back();
+    }
+    if (!s.landing || s.landing->capacity() <= len) {
+      recycle(std::move(s.landing));
+      try {
+        s.landing = LandingBuffer::create(*registrar_, len + 1);  // size learned just now, as for a pull
+      } catch (const std::exception& e) {
+        counters_.registrations = registrar_->registrations();
+        spdlog::warn("client: no {}-byte landing buffer for a one-sided GET: {}", len, e.what());
+        fallback(slot);
+        return;
+      }
+      counters_.registrations = registrar_->registrations();
+    }
+    value_dst = s.landing->data().first(len);
+    value_lkey = s.landing->lkey();
+  }
+  const verbs::ReadSge sges[2] = {{value_dst, value_lkey},
+                                  {os_area(slot, kKeyOff, s.entry.key_len), os_reg_->lkey()}};
+  s.os = OsStage::block;
+  if (const int rc = link_->post_read_sg(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read), sges,
+                                         s.entry.addr, s.entry.rkey);
+      rc != 0) {
+    fail(std::string("RDMA READ (value) post failed: ") + std::strerror(rc));
+    return;
+  }
+  ++reads_in_flight_;
+  ++counters_.rdma_reads;
+}
+
+void ClientConn::on_block(std::uint32_t slot) noexcept {
+  Slot& s = slots_[slot];
+  const std::size_t len = s.entry.value_len;
+  const auto value = len <= kSmallValue ? os_area(slot, kValueOff, len) : s.landing->data().first(len);
+  const auto key = os_area(slot, kKeyOff, s.entry.key_len);
+  const std::uint32_t crc = proto::crc32c_extend(proto::crc32c(value), key.data(), key.size());
+  if (crc != s.entry.data_crc) {  // reused or half-rewritten block: the entry is stale, read it again
+    retry_or_fallback(slot);
+    return;
+  }
+  if (key.size() != s.key.size() || std::memcmp(key.data(), s.key.data(), key.size()) != 0) {
+    fallback(slot);  // a whole, consistent block of another key with the same hash: ask the server
+    return;
+  }
+  ++counters_.onesided_hits;
+  s.os = OsStage::idle;
+  if (len > kSmallValue) {
+    deliver_landing(slot, len);
+    return;
+  }
+  recycle(std::move(s.landing));
+  Callback cb = std::move(s.cb);
+  s.cb = nullptr;
+  free_slot(slot);
+  // The view stays valid during the callback: only flush() posts READs into
+  // this slot's area again, and callbacks do not flush.
+  finish(Status::ok, true, value, cb);
+}
+
+void ClientConn::retry_or_fallback(std::uint32_t slot) noexcept {
+  if (slots_[slot].attempts >= proto::kOneSidedAttempts) {
+    fallback(slot);
+    return;
+  }
+  ++counters_.onesided_retries;
+  (void)post_hood_read(slot);
+}
+
+void ClientConn::fallback(std::uint32_t slot) noexcept {
+  ++counters_.onesided_fallbacks;
+  Slot& s = slots_[slot];
+  s.os = OsStage::idle;
+  recycle(std::move(s.landing));
+  Request r;
+  r.op = proto::Opcode::get;
+  r.key = std::move(s.key);
+  r.cb = std::move(s.cb);
+  s.cb = nullptr;
+  free_slot(slot);
+  try {
+    queue_.push_front(std::move(r));  // goes out with the next flush, before later requests
+  } catch (...) {
+    finish(Status::no_memory, false, {}, r.cb);
+  }
+}
+
+}  // namespace rkv::kv::client

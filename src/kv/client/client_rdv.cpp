@@ -1,0 +1,198 @@
+// ClientConn, rendezvous part (docs/protocol.md, "Rendezvous path"): SET
+// descriptors, landing buffers offered with GETs, the pull path (RDMA READ +
+// RELEASE), and handing a landed value to the caller without a copy.
+// Reactor thread only.
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "kv/client/client_conn.hpp"
+#include "proto/encode.hpp"
+
+namespace rkv::kv::client {
+
+namespace {
+constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp: one connection, one generation
+}
+
+ClientConn::~ClientConn() = default;
+
+proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
+  if (r.op == proto::Opcode::set) {
+    if (!r.lease) return proto::msg::set_request(id, r.key, r.value);
+    return proto::msg::set_request_rdv(id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey()},
+                                       r.value.size());
+  }
+  if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
+  if (spares_.empty()) return proto::msg::get_request(id, r.key);
+  // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
+  s.landing = std::move(spares_.back());
+  spares_.pop_back();
+  return proto::msg::get_request_rdv(id, r.key, {s.landing->addr(), s.landing->rkey()},
+                                     s.landing->capacity() - 1);
+}
+
+void ClientConn::recycle(std::unique_ptr<LandingBuffer> lb) noexcept {
+  if (!lb || !lb->registered()) return;
+  if (spares_.size() < rdv_.landing_spares && lb->capacity() <= rdv_.keep_landing_max) {
+    try {
+      spares_.push_back(std::move(lb));  // biggest last: offered first
+      for (std::size_t i = spares_.size() - 1; i > 0 && spares_[i - 1]->capacity() > spares_[i]->capacity(); --i) {
+        std::swap(spares_[i - 1], spares_[i]);
+      }
+    } catch (...) {
+    }
+  }
+}
+
+void ClientConn::replenish() noexcept {
+  if (registrar_ == nullptr || state_ != ConnState::established) return;
+  // Landing buffers lent to GETs in flight come back: count them as spares.
+  std::size_t lent = 0;
+  if (spares_.size() < rdv_.landing_spares) {
+    for (const Slot& s : slots_) lent += (s.busy && s.landing) ? 1 : 0;
+  }
+  while (spares_.size() + lent < rdv_.landing_spares) {
+    try {
+      auto lb = LandingBuffer::create(*registrar_, rdv_.landing_size + 1);
+      spares_.insert(spares_.begin(), std::move(lb));
+    } catch (const std::exception& e) {
+      spdlog::warn("client: no spare landing buffer: {}", e.what());
+      break;
+    }
+  }
+  counters_.registrations = registrar_->registrations();
+}
+
+void ClientConn::free_slot(std::uint32_t slot) noexcept {
+  Slot& s = slots_[slot];
+  s.busy = false;
+  s.reading = false;
+  s.os = OsStage::idle;
+  s.key.clear();
+  s.generation = static_cast<std::uint16_t>(s.generation + 1);
+  s.lease.reset();
+  free_slots_.push_back(slot);
+  --in_flight_;
+}
+
+bool ClientConn::on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
+  Slot& s = slots_[slot];
+  const std::uint64_t len = h.value_len;
+  if (!h.pull()) {  // pushed: the WRITE landed before this reply (RC order)
+    if (!s.landing || desc.addr != s.landing->addr() || desc.rkey != s.landing->rkey() ||
+        len >= s.landing->capacity()) {
+      fail("GET reply names a buffer this client did not offer");
+      return false;
+    }
+    ++counters_.gets_written;
+    deliver_landing(slot, static_cast<std::size_t>(len));
+    return true;
+  }
+  // Pull: READ it from the server, then RELEASE its pin.
+  ++counters_.gets_pulled;
+  const std::uint32_t id = req_id(slot);
+  if (max_value_ != 0 && len > max_value_) {
+    fail("GET reply larger than the server's own limit");
+    return false;
+  }
+  if (!s.landing || s.landing->capacity() <= len) {
+    recycle(std::move(s.landing));
+    try {
+      // Unavoidable here: the size was unknown until this reply. Registering
+      // the next spare at this size keeps the next GET of it on the WRITE path.
+      s.landing = LandingBuffer::create(*registrar_, static_cast<std::size_t>(len) + 1);
+    } catch (const std::exception& e) {
+      counters_.registrations = registrar_->registrations();
+      spdlog::warn("client: no {}-byte landing buffer for a GET: {}", len, e.what());
+      releases_.push_back(id);
+      Callback cb = std::move(s.cb);
+      free_slot(slot);
+      finish(Status::no_memory, false, {}, cb);
+      return true;
+    }
+    counters_.registrations = registrar_->registrations();
+  }
+  const auto target = s.landing->data().first(static_cast<std::size_t>(len));
+  if (const int rc = link_->post_read(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read), target,
+                                      s.landing->lkey(), desc.addr, desc.rkey);
+      rc != 0) {
+    fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
+    return false;
+  }
+  s.reading = true;
+  s.landing->set_size(static_cast<std::size_t>(len));
+  ++reads_in_flight_;
+  ++counters_.rdma_reads;
+  return true;
+}
+
+void ClientConn::on_read(const verbs::Completion& c) noexcept {
+  if (reads_in_flight_ > 0) --reads_in_flight_;
+  if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
+  const std::uint32_t slot = c.wr_id.slot();
+  if (c.wr_id.is_current(kGeneration) && slot < slots_.size() && slots_[slot].busy &&
+      slots_[slot].os != OsStage::idle) {
+    on_onesided_read(slot, c);
+    return;
+  }
+  if (!c.wr_id.is_current(kGeneration) || slot >= slots_.size() || !slots_[slot].busy || !slots_[slot].reading) {
+    fail("RDMA READ completion for no pending GET");
+    return;
+  }
+  if (!c.ok()) {
+    try {
+      fail(fmt::format("RDMA READ of a GET value: {} ({})", verbs::to_string(c.status), c.status_detail()));
+    } catch (...) {
+      fail("RDMA READ of a GET value failed");
+    }
+    return;
+  }
+  Slot& s = slots_[slot];
+  s.reading = false;
+  try {
+    releases_.push_back(req_id(slot));  // folded into the next SEND (flush runs after this drain)
+  } catch (...) {
+    fail("out of memory queueing a RELEASE");
+    return;
+  }
+  deliver_landing(slot, s.landing->size());
+}
+
+void ClientConn::deliver_landing(std::uint32_t slot, std::size_t len) noexcept {
+  Slot& s = slots_[slot];
+  Callback cb = std::move(s.cb);
+  s.cb = nullptr;
+  delivering_ = std::move(s.landing);
+  free_slot(slot);
+  delivering_->set_size(len);
+  delivering_->data()[len] = std::byte{0};  // C callers get a NUL-terminated string
+  const auto value = delivering_->value();
+  finish(Status::ok, true, value, cb);
+  recycle(std::move(delivering_));  // not adopted: ready for another GET
+  delivering_.reset();
+}
+
+std::unique_ptr<LandingBuffer> ClientConn::adopt_landing() noexcept {
+  if (!delivering_) return nullptr;
+  // The caller owns the bytes now: no remote access any more. The
+  // deregistration itself waits until the next SEND is posted.
+  if (auto reg = delivering_->take_registration()) {
+    try {
+      retired_.push_back(std::move(reg));
+    } catch (...) {
+      // reg is destroyed here: deregistered now instead of later
+    }
+  }
+  return std::move(delivering_);
+}
+
+void ClientConn::forget(std::span<const std::byte> bytes) noexcept {
+  if (cache_) cache_->forget(bytes);
+}
+
+RegCacheStats ClientConn::reg_cache_stats() const noexcept { return cache_ ? cache_->stats() : RegCacheStats{}; }
+
+}  // namespace rkv::kv::client

@@ -1,0 +1,70 @@
+#pragma once
+// Endpoint: the verbs resources of one connection, client or server side:
+// cm_id, completion channel + CQ (event mode), RC QP, and the registered
+// send/receive buffer pools. Registered for local access only (SEND source,
+// RECV target): nothing here is remotely accessible.
+//
+// Members are declared so destruction runs QP -> CQ -> MR -> buffers ->
+// channel -> cm_id -> PD (each verbs handle also keeps its parents alive).
+// Teardown of a live connection follows verbs/qp.hpp: disconnect, wait for
+// DISCONNECTED (or to_error), drain the flushed completions, then destroy.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "kv/conn/buffer_pool.hpp"
+#include "kv/conn/link.hpp"
+#include "verbs/cm_id.hpp"
+#include "verbs/comp_channel.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/mr.hpp"
+#include "verbs/pd.hpp"
+#include "verbs/qp.hpp"
+
+namespace rkv::kv::conn {
+
+struct EndpointConfig {
+  std::uint32_t recv_count = 16;
+  std::uint32_t recv_size = 8192;
+  std::uint32_t send_count = 16;
+  std::uint32_t send_size = 8192;
+  std::uint32_t rdma_depth = 16;  // RDMA READ/WRITE WRs in flight (rendezvous)
+};
+
+class Endpoint {
+ public:
+  // Throws verbs::Error / std::bad_alloc.
+  Endpoint(verbs::CmId id, std::shared_ptr<const verbs::ProtectionDomain> pd, const EndpointConfig& cfg);
+
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  Endpoint(Endpoint&&) = delete;  // link_ points at qp_
+  Endpoint& operator=(Endpoint&&) = delete;
+  ~Endpoint() = default;
+
+  [[nodiscard]] verbs::CmId& id() noexcept { return id_; }
+  [[nodiscard]] const std::shared_ptr<const verbs::ProtectionDomain>& pd() const noexcept { return pd_; }
+  [[nodiscard]] verbs::QueuePair& qp() noexcept { return qp_; }
+  [[nodiscard]] verbs::CompletionQueue& cq() noexcept { return cq_; }
+  [[nodiscard]] int cq_fd() const noexcept { return channel_.fd(); }
+  [[nodiscard]] Link& link() noexcept { return link_; }
+  [[nodiscard]] BufferPool& recv_pool() noexcept { return recv_pool_; }
+  [[nodiscard]] BufferPool& send_pool() noexcept { return send_pool_; }
+  [[nodiscard]] const EndpointConfig& config() const noexcept { return cfg_; }
+
+ private:
+  std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  verbs::CmId id_;
+  verbs::CompletionChannel channel_;
+  EndpointConfig cfg_;
+  BufferPool recv_pool_;
+  BufferPool send_pool_;
+  verbs::MemoryRegion recv_mr_;
+  verbs::MemoryRegion send_mr_;
+  verbs::CompletionQueue cq_;
+  verbs::QueuePair qp_;
+  QpLink link_;
+};
+
+}  // namespace rkv::kv::conn

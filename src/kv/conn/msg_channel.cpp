@@ -1,0 +1,108 @@
+#include "kv/conn/msg_channel.hpp"
+
+#include <algorithm>
+
+namespace rkv::kv::conn {
+
+using verbs::WrId;
+using verbs::WrKind;
+
+MessageChannel::MessageChannel(Link& link, BufferPool& recv, BufferPool& send, std::uint32_t generation,
+                               std::size_t peer_recv_size) noexcept
+    : link_(&link), recv_(&recv), send_(&send), generation_(generation), peer_recv_size_(peer_recv_size) {}
+
+int MessageChannel::post_all_receives() noexcept {
+  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
+    if (int rc = repost(i); rc != 0) return rc;
+  }
+  return 0;
+}
+
+std::optional<MessageChannel::Received> MessageChannel::received(const verbs::Completion& c) const noexcept {
+  if (c.wr_id.kind() != WrKind::recv || !c.wr_id.is_current(generation_) || c.wr_id.slot() >= recv_->count()) {
+    return std::nullopt;
+  }
+  auto buf = recv_->buffer(c.wr_id.slot());
+  return Received{c.wr_id.slot(), buf.first(std::min<std::size_t>(c.byte_len, buf.size()))};
+}
+
+int MessageChannel::repost(std::uint32_t slot) noexcept {
+  return link_->post_recv(WrId(slot, generation_, WrKind::recv), recv_->buffer(slot), recv_->lkey());
+}
+
+std::size_t MessageChannel::max_message() const noexcept {
+  return std::min(send_->buffer_size(), peer_recv_size_);
+}
+
+bool MessageChannel::open_buffer() noexcept {
+  std::uint32_t index = 0;
+  if (!send_->take(index)) return false;
+  open_ = index;
+  open_size_ = 0;
+  return true;
+}
+
+void MessageChannel::seal_open() noexcept {
+  if (!open_) return;
+  if (open_size_ == 0) {
+    send_->give_back(*open_);
+  } else {
+    sealed_.push_back({*open_, open_size_});
+  }
+  open_.reset();
+  open_size_ = 0;
+}
+
+bool MessageChannel::can_append(std::size_t bytes) const noexcept {
+  if (bytes > max_message()) return false;
+  if (open_ && open_size_ + bytes <= max_message()) return true;
+  return send_->free_count() > 0;
+}
+
+AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
+  const std::size_t need = proto::encoded_size(m);
+  if (need > max_message()) return AppendStatus::too_big;
+  if (open_ && open_size_ + need > max_message()) seal_open();
+  if (!open_ && !open_buffer()) return AppendStatus::no_buffer;
+  auto buf = send_->buffer(*open_).first(max_message());
+  const auto r = proto::encode(buf, open_size_, m);
+  switch (r.status) {
+    case proto::EncodeStatus::ok: open_size_ = r.offset; return AppendStatus::ok;
+    case proto::EncodeStatus::no_space: return AppendStatus::too_big;  // checked above; defensive
+    case proto::EncodeStatus::invalid: return AppendStatus::invalid;
+  }
+  return AppendStatus::invalid;
+}
+
+std::size_t MessageChannel::queued_sends() const noexcept {
+  return sealed_.size() + ((open_ && open_size_ > 0) ? 1 : 0);
+}
+
+std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
+  if (sealed_.size() < max_sends) seal_open();  // the open buffer goes too, if allowed
+  std::size_t posted = 0;
+  while (posted < max_sends && !sealed_.empty()) {
+    const Sealed s = sealed_.front();
+    const auto bytes = send_->buffer(s.index).first(s.size);
+    if (int rc = link_->post_send(WrId(s.index, generation_, WrKind::send), bytes, send_->lkey()); rc != 0) {
+      if (error != nullptr) *error = rc;
+      break;
+    }
+    sealed_.pop_front();
+    ++in_flight_;
+    ++posted;
+  }
+  return posted;
+}
+
+bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {
+  if (c.wr_id.kind() != WrKind::send || !c.wr_id.is_current(generation_) || c.wr_id.slot() >= send_->count() ||
+      in_flight_ == 0) {
+    return false;
+  }
+  send_->give_back(c.wr_id.slot());
+  --in_flight_;
+  return true;
+}
+
+}  // namespace rkv::kv::conn

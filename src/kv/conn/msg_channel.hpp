@@ -1,0 +1,107 @@
+#pragma once
+// MessageChannel: the SEND/RECV half of one connection, shared by the server
+// and the client.
+//
+// Receive side: every receive buffer is posted by post_all_receives() (before
+// the QP reaches RTR, i.e. before connect/accept); a recv completion gives its
+// bytes through received(); the owner decodes them, copies out what it keeps,
+// and calls repost(slot).
+// Send side: messages are appended into the open send buffer (coalescing:
+// whatever is appended before the next flush() shares one SEND); a buffer
+// that fills up is sealed and queued; flush() posts queued buffers as SENDs,
+// at most `max_sends` of them (the client passes its credits). A send
+// completion returns the buffer to the pool.
+//
+// WrIds: slot = buffer index, generation = the connection's generation, kind =
+// recv or send. Runs on the reactor thread only; not thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <span>
+
+#include "kv/conn/buffer_pool.hpp"
+#include "kv/conn/link.hpp"
+#include "proto/encode.hpp"
+#include "verbs/completion.hpp"
+
+namespace rkv::kv::conn {
+
+enum class AppendStatus : std::uint8_t {
+  ok,
+  no_buffer,  // every send buffer is in flight or queued: retry after a send completion
+  too_big,    // larger than one SEND may be (peer's receive buffer or ours)
+  invalid,    // the encoder refused it (a wire rule); a bug in the caller
+};
+
+[[nodiscard]] constexpr const char* to_string(AppendStatus s) noexcept {
+  switch (s) {
+    case AppendStatus::ok: return "ok";
+    case AppendStatus::no_buffer: return "no_buffer";
+    case AppendStatus::too_big: return "too_big";
+    case AppendStatus::invalid: return "invalid";
+  }
+  return "?";
+}
+
+class MessageChannel {
+ public:
+  // `peer_recv_size` bounds every SEND (the peer's receive buffer size).
+  MessageChannel(Link& link, BufferPool& recv, BufferPool& send, std::uint32_t generation,
+                 std::size_t peer_recv_size = std::numeric_limits<std::size_t>::max()) noexcept;
+
+  void set_peer_recv_size(std::size_t n) noexcept { peer_recv_size_ = n; }
+  [[nodiscard]] std::uint32_t generation() const noexcept { return generation_; }
+  // The link this channel posts on (rendezvous READ/WRITEs share it).
+  [[nodiscard]] Link& link() noexcept { return *link_; }
+
+  // --- receive side -----------------------------------------------------------
+  [[nodiscard]] int post_all_receives() noexcept;
+  // The bytes a successful recv completion delivered; nullopt if the
+  // completion is not a current recv of this channel (stale generation, bad slot).
+  struct Received {
+    std::uint32_t slot;
+    std::span<const std::byte> bytes;
+  };
+  [[nodiscard]] std::optional<Received> received(const verbs::Completion& c) const noexcept;
+  [[nodiscard]] int repost(std::uint32_t slot) noexcept;
+
+  // --- send side -------------------------------------------------------------
+  [[nodiscard]] AppendStatus append(const proto::MessageSpec& m) noexcept;
+  // Would a message of `bytes` fit without a new buffer, or with one free?
+  [[nodiscard]] bool can_append(std::size_t bytes) const noexcept;
+  // Posts up to max_sends queued SENDs (the open buffer too, if non-empty).
+  // Returns the number posted; *error gets the errno of a failed post (the
+  // buffer stays queued: ENOMEM means the send queue is full, retry later).
+  std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),
+                    int* error = nullptr) noexcept;
+  // A send completion (any status): returns its buffer. False if not ours/stale.
+  bool on_send_completion(const verbs::Completion& c) noexcept;
+
+  [[nodiscard]] std::size_t queued_sends() const noexcept;   // sealed + open non-empty
+  [[nodiscard]] std::size_t sends_in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t max_message() const noexcept;    // largest SEND allowed
+
+ private:
+  struct Sealed {
+    std::uint32_t index;
+    std::size_t size;
+  };
+  bool open_buffer() noexcept;
+  void seal_open() noexcept;
+
+  Link* link_;
+  BufferPool* recv_;
+  BufferPool* send_;
+  std::uint32_t generation_;
+  std::size_t peer_recv_size_;
+
+  std::deque<Sealed> sealed_;
+  std::optional<std::uint32_t> open_;  // index of the buffer being filled
+  std::size_t open_size_ = 0;
+  std::size_t in_flight_ = 0;
+};
+
+}  // namespace rkv::kv::conn

@@ -1,0 +1,79 @@
+#pragma once
+// kvload's summary: per (operation kind x size class) counts, rates and
+// latency percentiles, as an aligned text table or one JSON object.
+//
+// Conventions (the caller records, these functions only add up):
+// - count includes failed operations; errors counts those.
+// - bytes (key + value moved) and latency cover successful operations only.
+// - Rates divide by the run's wall time (Report::seconds) for every class, so
+//   per-class ops/s add up to the total. MB = 10^6 bytes. A run of 0 s (or a
+//   non-finite time) reports rates of 0.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kv/load/histogram.hpp"
+#include "kv/load/workload.hpp"
+
+namespace rkv::kv::load {
+
+// How the value travels: eager when key + value < 4096 (proto::kEagerLimit),
+// rendezvous otherwise.
+enum class SizeClass { eager, rendezvous };
+
+[[nodiscard]] std::string_view to_string(SizeClass c) noexcept;
+[[nodiscard]] SizeClass size_class(std::size_t key_len, std::uint64_t value_len) noexcept;
+
+struct ClassStats {
+  std::uint64_t count = 0;   // completed operations, failed ones included
+  std::uint64_t errors = 0;  // of which failed
+  std::uint64_t bytes = 0;   // key + value bytes of successful operations
+  Histogram latency;         // successful operations, nanoseconds
+};
+
+struct Report {
+  static constexpr std::size_t kClasses = 4;
+
+  std::string name;              // free-form label, e.g. the workload file
+  double seconds = 0.0;          // wall time of the run
+  std::uint64_t mismatches = 0;  // --verify: GETs that returned other bytes
+  std::array<ClassStats, kClasses> classes;  // indexed by index(kind, size)
+
+  // get/eager, get/rendezvous, set/eager, set/rendezvous.
+  [[nodiscard]] static std::size_t index(Op::Kind k, SizeClass c) noexcept;
+  [[nodiscard]] ClassStats& at(Op::Kind k, SizeClass c) noexcept { return classes[index(k, c)]; }
+  [[nodiscard]] const ClassStats& at(Op::Kind k, SizeClass c) const noexcept {
+    return classes[index(k, c)];
+  }
+
+  // One completed operation. A failed one only bumps count and errors.
+  void record(Op::Kind k, SizeClass c, std::uint64_t bytes, std::uint64_t latency_ns, bool ok) noexcept;
+  // Adds another client's report; seconds becomes the longer of the two
+  // (clients run in parallel).
+  void merge(const Report& other) noexcept;
+
+  [[nodiscard]] std::uint64_t ops() const noexcept;
+  [[nodiscard]] std::uint64_t errors() const noexcept;
+  [[nodiscard]] double ops_per_s() const noexcept;
+};
+
+// Aligned table, one row per class that saw operations, then a totals line.
+[[nodiscard]] std::string to_text(const Report& r);
+
+// One JSON object (no trailing newline):
+// {"name":..., "ops":N, "errors":N, "seconds":S, "ops_per_s":R, "mismatches":N,
+//  "classes":[{"op":"get"|"set", "size_class":"eager"|"rendezvous", "count":N,
+//    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,
+//    "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N}}, ...]}
+// All four classes are always present, in index() order; a class without
+// successful operations has all latency fields 0.
+[[nodiscard]] std::string to_json(const Report& r);
+
+// JSON string contents for `s` (no quotes). Invalid UTF-8 becomes U+FFFD so
+// the output is always valid JSON.
+[[nodiscard]] std::string json_escape(std::string_view s);
+
+}  // namespace rkv::kv::load

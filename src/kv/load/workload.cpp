@@ -1,0 +1,401 @@
+#include "kv/load/workload.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <istream>
+#include <limits>
+#include <ostream>
+
+namespace rkv::kv::load {
+namespace {
+
+constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr std::uint64_t kKiB = 1024;
+constexpr std::uint64_t kMiB = 1024 * 1024;
+
+constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// splitmix64: tiny state, passes BigCrush, one multiply-xorshift per 8 bytes.
+class SplitMix {
+ public:
+  explicit constexpr SplitMix(std::uint64_t seed) noexcept : state_(seed) {}
+  constexpr std::uint64_t next() noexcept { return mix64(state_ += kGolden); }
+  // Uniform in [0, 1) from the top 53 bits.
+  double unit() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  // [0, n), n > 0. Modulo bias is < n / 2^64: irrelevant for workloads.
+  std::uint64_t below(std::uint64_t n) noexcept { return next() % n; }
+
+ private:
+  std::uint64_t state_;
+};
+
+// The size takes part in the seed so values of different sizes are unrelated.
+SplitMix value_rng(std::uint64_t seed, std::size_t size) noexcept {
+  return SplitMix(mix64(seed) ^ mix64(static_cast<std::uint64_t>(size) + kGolden));
+}
+
+// Little-endian on every host so generated values are portable.
+void store_le(std::byte* out, std::uint64_t w, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(w >> (8 * i));
+}
+
+bool is_blank(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r';
+}
+
+std::size_t skip_blanks(std::string_view s, std::size_t pos) noexcept {
+  while (pos < s.size() && is_blank(s[pos])) ++pos;
+  return pos;
+}
+
+std::size_t token_end(std::string_view s, std::size_t pos) noexcept {
+  while (pos < s.size() && !is_blank(s[pos])) ++pos;
+  return pos;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x >= 'a' && x <= 'z' ? x - 32 : x) == y;
+         });
+}
+
+// Quoted excerpt for messages: long keys or values must not flood the terminal.
+std::string quote(std::string_view s) {
+  constexpr std::size_t kMax = 40;
+  std::string q = "'";
+  q += s.substr(0, kMax);
+  if (s.size() > kMax) q += "...";
+  q += '\'';
+  return q;
+}
+
+// Decimal digits; false on empty, non-digit or overflow (overflow sets `big`).
+bool parse_u64(std::string_view s, std::uint64_t& out, bool& big) noexcept {
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  std::uint64_t v = 0;
+  for (char c : s) {
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
+      big = true;
+      return false;
+    }
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+// `spec` is the text after '@' (trailing blanks already removed).
+bool parse_generated(std::string_view spec, std::uint64_t max_value, GeneratedValue& out,
+                     std::string& err) {
+  const std::string shown = quote(std::string("@").append(spec));
+  const std::size_t colon = spec.find(':');
+  std::string_view size_text = spec.substr(0, colon);
+  std::uint64_t mult = 1;
+  if (!size_text.empty()) {
+    switch (size_text.back()) {
+      case 'k': case 'K': mult = kKiB; break;
+      case 'm': case 'M': mult = kMiB; break;
+      default: break;
+    }
+    if (mult != 1) size_text.remove_suffix(1);
+  }
+  std::uint64_t n = 0;
+  bool big = false;
+  if (!parse_u64(size_text, n, big) && !big) {
+    err = "bad value size " + shown + ": expected @<size>[:<seed>], size decimal with an "
+          "optional k/K/m/M suffix (e.g. @4096, @64k:7); write @@ for a literal '@'";
+    return false;
+  }
+  if (colon != std::string_view::npos) {
+    bool seed_big = false;
+    if (!parse_u64(spec.substr(colon + 1), out.seed, seed_big)) {
+      err = "bad seed in " + shown + ": expected a decimal number below 2^64";
+      return false;
+    }
+  } else {
+    out.seed = 0;
+  }
+  if (big || n > max_value / mult) {
+    err = "value size " + shown + " is over the limit of " + std::to_string(max_value) +
+          " bytes (" + format_size(max_value) + ")";
+    return false;
+  }
+  out.size = n * mult;
+  return true;
+}
+
+enum class LineKind { blank, op, error };
+
+// The whole grammar, shared by the file parser and the interactive mode.
+LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::string& err) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  std::size_t pos = skip_blanks(line, 0);
+  if (pos == line.size() || line[pos] == '#') return LineKind::blank;
+
+  std::size_t end = token_end(line, pos);
+  const std::string_view opcode = line.substr(pos, end - pos);
+  if (iequals(opcode, "SET")) {
+    op.kind = Op::Kind::set;
+  } else if (iequals(opcode, "GET")) {
+    op.kind = Op::Kind::get;
+  } else {
+    err = "unknown operation " + quote(opcode) + " (expected SET or GET)";
+    return LineKind::error;
+  }
+  const std::string name(op.kind == Op::Kind::set ? "SET" : "GET");
+
+  pos = skip_blanks(line, end);
+  if (pos == line.size()) {
+    err = name + ": missing key";
+    return LineKind::error;
+  }
+  end = token_end(line, pos);
+  const std::string_view key = line.substr(pos, end - pos);
+  if (key.size() > lim.max_key) {
+    err = "key " + quote(key) + " is " + std::to_string(key.size()) +
+          " bytes, over the limit of " + std::to_string(lim.max_key);
+    return LineKind::error;
+  }
+
+  switch (op.kind) {
+    case Op::Kind::get: {
+      const std::size_t rest = skip_blanks(line, end);
+      if (rest != line.size()) {
+        err = "GET: unexpected text after the key: " + quote(line.substr(rest));
+        return LineKind::error;
+      }
+      op.value = std::string();
+      break;
+    }
+    case Op::Kind::set: {
+      if (end == line.size()) {
+        err = "SET: missing value (write 'SET <key> <value>'; a single trailing space sets "
+              "an empty value)";
+        return LineKind::error;
+      }
+      std::string_view value = line.substr(end + 1);  // exactly one separator
+      if (value.starts_with("@@")) {
+        value.remove_prefix(1);
+      } else if (value.starts_with('@')) {
+        std::string_view spec = value.substr(1);
+        while (!spec.empty() && is_blank(spec.back())) spec.remove_suffix(1);
+        GeneratedValue g;
+        if (!parse_generated(spec, lim.max_value, g, err)) return LineKind::error;
+        op.value = g;
+        break;
+      }
+      if (value.size() > lim.max_value) {
+        err = "value is " + std::to_string(value.size()) + " bytes, over the limit of " +
+              std::to_string(lim.max_value);
+        return LineKind::error;
+      }
+      op.value = std::string(value);
+      break;
+    }
+  }
+  op.key = std::string(key);
+  return LineKind::op;
+}
+
+}  // namespace
+
+std::string_view to_string(Op::Kind k) noexcept {
+  switch (k) {
+    case Op::Kind::set: return "set";
+    case Op::Kind::get: return "get";
+  }
+  return "?";
+}
+
+std::uint64_t value_size(const ValueSpec& v) noexcept {
+  if (const auto* s = std::get_if<std::string>(&v)) return s->size();
+  return std::get<GeneratedValue>(v).size;
+}
+
+void write_value(const ValueSpec& v, std::span<std::byte> out) noexcept {
+  if (const auto* s = std::get_if<std::string>(&v)) {
+    if (!s->empty()) std::memcpy(out.data(), s->data(), std::min(out.size(), s->size()));
+    return;
+  }
+  fill_value(out, std::get<GeneratedValue>(v).seed);
+}
+
+bool matches(const ValueSpec& v, std::span<const std::byte> bytes) noexcept {
+  if (const auto* s = std::get_if<std::string>(&v)) {
+    return bytes.size() == s->size() &&
+           (s->empty() || std::memcmp(bytes.data(), s->data(), s->size()) == 0);
+  }
+  const auto& g = std::get<GeneratedValue>(v);
+  return bytes.size() == g.size && check_value(bytes, g.seed);
+}
+
+void fill_value(std::span<std::byte> out, std::uint64_t seed) noexcept {
+  SplitMix rng = value_rng(seed, out.size());
+  std::size_t i = 0;
+  for (; i + 8 <= out.size(); i += 8) store_le(out.data() + i, rng.next(), 8);
+  if (i < out.size()) store_le(out.data() + i, rng.next(), out.size() - i);
+}
+
+bool check_value(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
+  SplitMix rng = value_rng(seed, bytes.size());
+  std::byte want[8];
+  for (std::size_t i = 0; i < bytes.size(); i += 8) {
+    const std::size_t n = std::min<std::size_t>(8, bytes.size() - i);
+    store_le(want, rng.next(), n);
+    if (std::memcmp(want, bytes.data() + i, n) != 0) return false;
+  }
+  return true;
+}
+
+std::uint64_t checksum(std::span<const std::byte> bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::byte b : bytes) {
+    h ^= static_cast<std::uint64_t>(b);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string format_size(std::uint64_t size) {
+  if (size != 0 && size % kMiB == 0) return std::to_string(size / kMiB) + "m";
+  if (size != 0 && size % kKiB == 0) return std::to_string(size / kKiB) + "k";
+  return std::to_string(size);
+}
+
+ParseResult parse_workload(std::istream& in, const ParseLimits& limits) {
+  ParseResult r;
+  std::string line;
+  std::string err;
+  unsigned lineno = 0;
+  auto fail = [&](std::string msg) {
+    r.ops.clear();  // ops are useless once the file is known to be bad
+    if (r.errors.size() < limits.max_errors) {
+      r.errors.push_back({lineno, std::move(msg)});
+    } else {
+      ++r.errors_omitted;
+    }
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    Op op;
+    err.clear();
+    switch (parse_line(line, limits, op, err)) {
+      case LineKind::blank: break;
+      case LineKind::error: fail(err); break;
+      case LineKind::op:
+        if (r.ok()) {
+          op.line = lineno;
+          r.ops.push_back(std::move(op));
+        }
+        break;
+    }
+  }
+  if (in.bad()) {
+    ++lineno;
+    fail("read error");
+  }
+  return r;
+}
+
+std::optional<Op> parse_command(std::string_view line, std::string& error,
+                                const ParseLimits& limits) {
+  error.clear();
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  Op op;
+  switch (parse_line(line, limits, op, error)) {
+    case LineKind::blank: return std::nullopt;
+    case LineKind::error: return std::nullopt;
+    case LineKind::op: return op;
+  }
+  return std::nullopt;
+}
+
+std::string check_options(const GenOptions& opt) {
+  if (opt.keys == 0) return "need at least one key";
+  if (!(opt.get_ratio >= 0.0 && opt.get_ratio <= 1.0)) return "GET ratio must be in [0, 1]";
+  if (opt.sizes.empty()) return "need at least one value size";
+  std::uint64_t total = 0;
+  for (const SizeWeight& s : opt.sizes) {
+    if (s.size > opt.max_value) {
+      return "value size " + std::to_string(s.size) + " is over the limit of " +
+             std::to_string(opt.max_value) + " bytes";
+    }
+    total += s.weight;
+  }
+  if (total == 0) return "value size weights add up to zero";
+  for (char c : opt.key_prefix) {
+    if (is_blank(c) || c == '\n') return "key prefix must not contain blanks";
+  }
+  const std::size_t digits = std::to_string(opt.keys - 1).size();
+  if (opt.key_prefix.size() + digits > kMaxKeyLen) return "key prefix too long";
+  return {};
+}
+
+void generate_workload(std::ostream& out, const GenOptions& opt) {
+  if (!check_options(opt).empty()) {
+    out.setstate(std::ios::failbit);
+    return;
+  }
+  SplitMix rng(opt.seed);
+  std::uint64_t total_weight = 0;
+  for (const SizeWeight& s : opt.sizes) total_weight += s.weight;
+  const std::size_t digits = std::to_string(opt.keys - 1).size();
+  std::string key;
+  auto make_key = [&](std::uint64_t i) {
+    const std::string n = std::to_string(i);
+    key.assign(opt.key_prefix).append(digits - n.size(), '0').append(n);
+  };
+  auto pick_size = [&] {
+    std::uint64_t r = rng.below(total_weight);
+    for (const SizeWeight& s : opt.sizes) {
+      if (r < s.weight) return s.size;
+      r -= s.weight;
+    }
+    return opt.sizes.back().size;  // unreachable: r < total_weight
+  };
+  static constexpr std::string_view kAlnum =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  std::string line;
+  auto emit_set = [&] {
+    const std::uint64_t size = pick_size();
+    line.assign("SET ").append(key).append(1, ' ');
+    if (size <= opt.literal_max) {
+      for (std::uint64_t i = 0; i < size; ++i) line += kAlnum[rng.below(kAlnum.size())];
+    } else {
+      line.append("@").append(format_size(size)).append(":").append(std::to_string(rng.next()));
+    }
+    line += '\n';
+    out << line;
+  };
+
+  out << "# rkv workload: seed=" << opt.seed << " keys=" << opt.keys << " ops=" << opt.ops
+      << " get_ratio=" << opt.get_ratio << " preload=" << (opt.preload ? 1 : 0) << " sizes=";
+  for (std::size_t i = 0; i < opt.sizes.size(); ++i) {
+    out << (i ? "," : "") << format_size(opt.sizes[i].size) << "*" << opt.sizes[i].weight;
+  }
+  out << '\n';
+  if (opt.preload) {
+    for (std::uint64_t k = 0; k < opt.keys; ++k) {
+      make_key(k);
+      emit_set();
+    }
+  }
+  for (std::uint64_t i = 0; i < opt.ops; ++i) {
+    const bool get = rng.unit() < opt.get_ratio;
+    make_key(rng.below(opt.keys));
+    if (get) {
+      out << "GET " << key << '\n';
+    } else {
+      emit_set();
+    }
+  }
+}
+
+}  // namespace rkv::kv::load

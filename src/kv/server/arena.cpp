@@ -1,0 +1,147 @@
+// Arena: see arena.hpp.
+#include "kv/server/arena.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+
+#include <bit>
+#include <exception>
+#include <vector>
+
+namespace rkv::kv::server {
+
+using conn::Registrar;
+using conn::Registration;
+using store::LargeValue;
+
+namespace {
+struct Block {
+  std::byte* data;
+  std::uint64_t addr;
+  std::uint32_t lkey;
+  std::uint32_t rkey;
+};
+
+struct Mapping {
+  void* base = MAP_FAILED;
+  std::size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  Mapping(Mapping&& o) noexcept : base(o.base), size(o.size) { o.base = MAP_FAILED; }
+  Mapping& operator=(Mapping&&) = delete;
+  ~Mapping() {
+    if (base != MAP_FAILED) ::munmap(base, size);
+  }
+};
+
+struct Chunk {
+  Mapping mem;                        // declared first: unmapped after deregistration
+  std::unique_ptr<Registration> reg;  // deregistered first
+};
+}  // namespace
+
+struct Arena::State {
+  ArenaConfig config;
+  struct Class {
+    std::size_t block = 0;
+    std::size_t total = 0;  // blocks in all its chunks: the free list's capacity
+    std::vector<Block> free;
+    bool dry = false;  // allocate() emptied it: top_up() grows it
+  };
+  std::vector<Class> classes;
+  std::vector<Chunk> chunks;
+  ArenaStats stats;
+
+  // Adds one chunk of class c; false (logged) on failure or over the limit.
+  bool grow(std::size_t c, Registrar& registrar) noexcept {
+    Class& k = classes[c];
+    const std::size_t size = std::max(k.block, config.chunk_bytes);
+    if (stats.reserved_bytes + size > config.max_bytes) {
+      spdlog::warn("arena: not growing {}-byte blocks: limit of {} bytes reached", k.block, config.max_bytes);
+      return false;
+    }
+    try {
+      Chunk ch;
+      ch.mem.base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (ch.mem.base == MAP_FAILED) throw std::bad_alloc();
+      ch.mem.size = size;
+      auto* base = static_cast<std::byte*>(ch.mem.base);
+      ch.reg = registrar.register_memory({base, size}, verbs::Access::local_write | verbs::Access::remote_read);
+      k.free.reserve(k.total + size / k.block);  // every block fits back: the deleter never allocates
+      chunks.reserve(chunks.size() + 1);
+      for (std::size_t off = 0; off + k.block <= size; off += k.block) {
+        k.free.push_back({base + off, ch.reg->addr() + off, ch.reg->lkey(), ch.reg->rkey()});
+      }
+      chunks.push_back(std::move(ch));
+      k.total += size / k.block;
+      stats.reserved_bytes += size;
+      ++stats.chunks;
+      return true;
+    } catch (const std::exception& e) {
+      spdlog::warn("arena: growing {}-byte blocks by {} bytes failed: {}", k.block, size, e.what());
+      return false;
+    }
+  }
+};
+
+Arena::Arena(Registrar& registrar, ArenaConfig config)
+    : state_(std::make_shared<State>()), registrar_(&registrar) {
+  config.min_block = std::bit_ceil(std::max<std::size_t>(config.min_block, 64));
+  state_->config = config;
+}
+
+std::size_t Arena::block_size(std::size_t n) const noexcept {
+  if (n == 0) return 0;
+  if (n > (std::size_t{1} << 62)) return 0;
+  return std::max(state_->config.min_block, std::bit_ceil(n));
+}
+
+std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
+  const std::size_t block = block_size(n);
+  if (block == 0) return nullptr;
+  State& s = *state_;
+  const auto c = static_cast<std::size_t>(std::countr_zero(block) - std::countr_zero(s.config.min_block));
+  try {
+    while (s.classes.size() <= c) {
+      s.classes.push_back({s.config.min_block << s.classes.size(), 0, {}, false});
+    }
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  auto& k = s.classes[c];
+  if (k.free.empty() && !s.grow(c, *registrar_)) return nullptr;
+  const Block b = k.free.back();
+  auto* value = new (std::nothrow) LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block};
+  if (value == nullptr) return nullptr;
+  k.free.pop_back();
+  s.stats.used_bytes += k.block;
+  ++s.stats.blocks_in_use;
+  try {
+    // On bad_alloc the shared_ptr constructor runs the deleter: the block goes back.
+    auto v = std::shared_ptr<LargeValue>(value, [st = state_, c, b](LargeValue* p) noexcept {
+      delete p;
+      auto& cls = st->classes[c];
+      cls.free.push_back(b);  // capacity reserved in grow(): never allocates
+      st->stats.used_bytes -= cls.block;
+      --st->stats.blocks_in_use;
+    });
+    if (k.free.empty()) k.dry = true;
+    return v;
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
+void Arena::top_up() noexcept {
+  for (std::size_t c = 0; c < state_->classes.size(); ++c) {
+    auto& k = state_->classes[c];
+    if (!k.dry) continue;
+    k.dry = false;
+    if (k.free.empty()) (void)state_->grow(c, *registrar_);
+  }
+}
+
+ArenaStats Arena::stats() const noexcept { return state_->stats; }
+
+}  // namespace rkv::kv::server

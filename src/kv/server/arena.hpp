@@ -1,0 +1,76 @@
+#pragma once
+// Arena: the server's registered memory for large values (rendezvous path).
+//
+// Size classes are powers of two from min_block up. A class grows by whole
+// chunks of max(block, chunk_bytes) bytes, each one mmap + ONE registration
+// (local_write: RDMA READ target for a SET; remote_read: a client may READ a
+// GET's value from it). Blocks are handed out as kv::store::LargeValue behind a
+// shared_ptr whose deleter gives the block back, so the Store's reference and
+// every transfer's pin count alike, and a block is reused only after the last
+// of them is gone. Chunks are never returned to the system while the arena
+// lives.
+//
+// Registration off the critical path: allocate() grows a class only when it
+// is empty (counted), and marks a class that it emptied; top_up(), called by
+// the server after it posted its replies, grows the marked classes by one
+// chunk so the next allocation finds a free block. In steady state no
+// operation registers anything.
+//
+// The arena's state lives until the last block is gone (blocks may outlive
+// the Arena object, e.g. in a Store destroyed after the Server).
+// Reactor thread only.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kv/conn/registrar.hpp"
+#include "kv/store/store.hpp"
+
+namespace rkv::kv::server {
+
+using store::LargeValue;
+using conn::Registrar;
+
+struct ArenaConfig {
+  std::size_t min_block = 4096;
+  std::size_t chunk_bytes = std::size_t{16} << 20;  // growth step (a class with bigger blocks: one block)
+  std::size_t max_bytes = std::size_t{2} << 30;     // total chunk memory; beyond it allocate() fails
+};
+
+struct ArenaStats {
+  std::size_t reserved_bytes = 0;  // registered chunk memory
+  std::size_t used_bytes = 0;      // in blocks handed out (block sizes)
+  std::size_t blocks_in_use = 0;
+  std::size_t chunks = 0;
+};
+
+class Arena {
+ public:
+  // The registrar must outlive every allocate()/top_up() call (not the blocks).
+  Arena(Registrar& registrar, ArenaConfig config);
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  Arena(Arena&&) noexcept = default;
+  Arena& operator=(Arena&&) noexcept = default;
+  ~Arena() = default;
+
+  // A block for a value of n bytes (LargeValue::bytes has size n), or null
+  // when the limit is reached or memory/registration fails (logged). n >= 1.
+  [[nodiscard]] std::shared_ptr<LargeValue> allocate(std::size_t n) noexcept;
+  // Grows the classes allocate() emptied (one chunk each). Never throws.
+  void top_up() noexcept;
+
+  [[nodiscard]] ArenaStats stats() const noexcept;
+  // ibv_reg_mr calls made for this arena (one per chunk).
+  [[nodiscard]] std::uint64_t registrations() const noexcept { return registrar_->registrations(); }
+  // Block size used for a value of n bytes (0 if n is 0).
+  [[nodiscard]] std::size_t block_size(std::size_t n) const noexcept;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  Registrar* registrar_;
+};
+
+}  // namespace rkv::kv::server

@@ -1,0 +1,182 @@
+#pragma once
+// Server: the kvd network side. Owns the rdma_cm event channel (watched by
+// the reactor), the listening cm_id, one ProtectionDomain shared by every
+// connection, and the connection table. Each connection is a kv::conn::Endpoint
+// (cm_id, CQ + completion channel, QP, registered buffers) driven by a
+// kv::server::ServerConn; its CQ fd is watched by the reactor and every readiness
+// runs one cq.drain() followed by one ServerConn::flush(), so the replies of
+// one drain batch share SENDs. In busy-poll mode (ServerOptions::busy_poll)
+// one reactor poller does the same with a non-blocking poll of every CQ.
+//
+// Table entries are addressed by slot + generation: cm_id tokens and the
+// reactor callbacks carry (slot, generation), never pointers, and an event
+// for a slot whose generation moved on is dropped.
+//
+// Teardown follows verbs/qp.hpp: server-initiated -> cm_id.disconnect(), wait
+// for DISCONNECTED; peer-initiated (DISCONNECTED first) -> answer with
+// disconnect(); then qp.to_error(), drain the flushed completions, destroy.
+// A deadline (disconnect_timeout + drain_timeout) forces the destroy if the
+// CM or the flush never comes back.
+//
+// Durability (optional): every ServerConn records its SETs with it; its
+// deferred acknowledgements come back through on_durable(token, req_id, ok),
+// routed by the connection's slot + generation (dropped if it has gone). Large
+// values already in the Store when the arena is created (recovered from disk
+// as plain strings) are moved into the arena then (migrate_large_values), so
+// rendezvous GETs can serve them: at construction when the bound address has
+// a device, else at the first connect request.
+//
+// Thread: everything runs on the reactor's thread.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kv/server/arena.hpp"
+#include "kv/store/durability.hpp"
+#include "kv/conn/endpoint.hpp"
+#include "kv/server/index_region.hpp"
+#include "kv/conn/registrar.hpp"
+#include "kv/server/server_conn.hpp"
+#include "kv/store/store.hpp"
+#include "reactor/reactor.hpp"
+#include "verbs/cm_id.hpp"
+#include "verbs/event_channel.hpp"
+#include "verbs/pd.hpp"
+
+namespace rkv::kv::server {
+
+using store::Durability;
+using conn::Endpoint;
+using conn::PdRegistrar;
+using store::Store;
+
+struct ServerOptions {
+  std::string bind_address = "0.0.0.0";  // numeric IPv4/IPv6
+  std::uint16_t port = 0;                 // 0: the kernel picks one (see Server::port())
+  std::uint16_t credits = 16;             // receive buffers posted per client
+  std::uint32_t buf_size = 8192;          // each receive and send buffer (multiple of 64)
+  std::uint32_t max_clients = 1024;
+  std::uint32_t max_value = static_cast<std::uint32_t>(proto::kDefaultMaxValue);
+  std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
+  std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
+  ArenaConfig arena{};                    // registered memory for large values
+  // One-sided GET index (docs/protocol.md): home buckets, a power of two; 0
+  // disables it (clients in read mode then GET by message).
+  std::uint32_t index_buckets = 1u << 18;
+  ArenaConfig small_arena{64, std::size_t{4} << 20, std::size_t{1} << 30};  // small values, index on
+  int backlog = 128;
+  // Busy-poll mode: one reactor poller polls every connection's CQ on each
+  // loop turn (no completion events, no CQ fds in epoll). Pair it with
+  // Reactor::set_busy_poll(true) so the loop never sleeps. Costs a core.
+  bool busy_poll = false;
+  std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
+  std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
+};
+
+// Snapshot for Server::stats().
+struct ServerStats {
+  ServerCounters counters;
+  std::size_t keys = 0;
+  std::size_t bytes = 0;
+};
+
+class Server {
+ public:
+  // Binds and listens; throws verbs::Error / std::invalid_argument on setup failure.
+  Server(reactor::Reactor& reactor, Store& store, ServerOptions options, Durability* durability = nullptr);
+  // Destroys every connection at once (no waiting): prefer shutdown() first.
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  Server(Server&&) = delete;
+  Server& operator=(Server&&) = delete;
+
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  [[nodiscard]] const ServerOptions& options() const noexcept { return options_; }
+  [[nodiscard]] ServerStats stats() const noexcept;
+  [[nodiscard]] std::size_t connections() const noexcept { return counters_.connections; }
+  [[nodiscard]] std::string stats_text() const;
+  // The one-sided GET index, or null (disabled, or no device seen yet).
+  [[nodiscard]] const IndexRegion* index() const noexcept { return index_.get(); }
+
+  // Stops accepting (the listener is destroyed), disconnects every client
+  // and calls on_done once the last connection is torn down (at once if
+  // none). on_done runs on the reactor thread and must not destroy the Server.
+  void shutdown(std::function<void()> on_done);
+  [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
+
+  // The Durability's acknowledgement of SET req_id on connection `token`.
+  void on_durable(std::uint64_t token, std::uint32_t req_id, bool ok) noexcept;
+
+ private:
+  struct Conn {
+    std::uint32_t generation = 1;
+    bool in_use = false;
+    bool closing = false;       // disconnect decided
+    bool cm_done = false;       // DISCONNECTED seen (or none will come)
+    std::string peer;
+    std::unique_ptr<Endpoint> ep;
+    std::unique_ptr<ServerConn> sc;
+    reactor::Registration cq_watch;  // destroyed before ep (closes the fd)
+    reactor::Timer deadline;
+  };
+
+  static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
+  static constexpr int kBusyPollBatch = 64;  // completions per connection per poll pass
+  static std::uint64_t token(std::uint32_t slot, std::uint32_t generation) noexcept {
+    return (std::uint64_t{generation} << 32) | slot;
+  }
+  Conn* find(std::uint64_t token) noexcept;
+
+  void on_cm_readable() noexcept;
+  void on_cm_event(verbs::CmEvent& ev);
+  void on_connect_request(verbs::CmEvent& ev);
+  void on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev);
+  // One service pass over a connection's CQ (event mode: a drain; busy-poll
+  // mode: a poll), then the close checks. Returns completions handled.
+  std::size_t on_cq(std::uint64_t tok) noexcept;
+  // Busy-poll mode: on_cq for every live connection; true if any work was done.
+  bool poll_all() noexcept;
+  // Decided to close (any reason); idempotent.
+  void begin_close(std::uint32_t slot, CloseCause cause, const std::string& reason) noexcept;
+  // The CM part is over: QP to error, drain what is flushed, destroy if drained.
+  void cm_finished(std::uint32_t slot) noexcept;
+  std::size_t drain_cq(Conn& c) noexcept;
+  void try_finish(std::uint32_t slot, bool force) noexcept;
+  void destroy(std::uint32_t slot) noexcept;
+  std::optional<std::uint32_t> alloc_slot() noexcept;
+  void make_pd(const verbs::CmId& id);
+  // index_buckets, index_used, ... (STATS reply and stats_text()).
+  [[nodiscard]] std::vector<std::pair<std::string_view, std::uint64_t>> index_stats() const;
+  void migrate_large_values() noexcept;
+
+  reactor::Reactor* reactor_;
+  Store* store_;
+  ServerOptions options_;
+  ServerCounters counters_;
+  verbs::EventChannel events_;
+  std::optional<verbs::CmId> listener_;
+  std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  std::unique_ptr<PdRegistrar> registrar_;  // with pd_; before arena_ (used by it)
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
+  std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
+  Durability* durability_ = nullptr;
+  std::uint16_t port_ = 0;
+  std::vector<Conn> conns_;
+  std::vector<std::uint32_t> free_slots_;
+  bool shutting_down_ = false;
+  std::function<void()> on_shutdown_done_;
+  reactor::Poller poller_;              // busy-poll mode only
+  reactor::Registration events_watch_;  // declared last: unwatched first
+};
+
+}  // namespace rkv::kv::server

@@ -1,0 +1,384 @@
+// ServerConn: see server_conn.hpp. Reactor thread only.
+#include "kv/server/server_conn.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <new>
+#include <utility>
+#include <variant>
+
+namespace rkv::kv::server {
+
+using conn::AppendStatus;
+using conn::BufferPool;
+using store::Durability;
+using store::DurableAck;
+using store::LargeRef;
+using conn::Link;
+using store::Store;
+
+using proto::Opcode;
+using proto::Status;
+using verbs::CompletionStatus;
+using verbs::WrKind;
+
+ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
+                       ServerConnConfig config, Arena* arena, Durability* durability)
+    : store_(&store),
+      counters_(&counters),
+      config_(std::move(config)),
+      recv_(&recv),
+      channel_(link, recv, send, config_.generation, config_.peer_recv_size),
+      granted_(config_.credits),
+      arena_(arena),
+      durability_(durability) {
+  transfers_.resize(config_.max_transfers);
+  free_transfers_.reserve(config_.max_transfers);
+  for (std::uint32_t i = config_.max_transfers; i > 0; --i) free_transfers_.push_back(i - 1);
+  pulls_.reserve(config_.max_pins);
+}
+
+Verdict ServerConn::start() noexcept {
+  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
+    if (!repost(i)) return Verdict::disconnect;
+  }
+  return Verdict::keep;
+}
+
+void ServerConn::on_established() noexcept {
+  if (state_ == ConnState::connecting) state_ = ConnState::established;
+}
+
+void ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexcept {
+  if (!serving()) return;
+  state_ = ConnState::draining;
+  cause_ = cause;
+  reason_.assign(reason);
+}
+
+bool ServerConn::drained() const noexcept {
+  return state_ == ConnState::draining && recvs_posted_ == 0 && channel_.sends_in_flight() == 0 &&
+         transfers_in_flight_ == 0;
+}
+
+Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
+  if (!serving()) return Verdict::keep;  // already decided
+  switch (cause) {
+    case CloseCause::protocol_error: ++counters_->protocol_errors; break;
+    case CloseCause::credit_overrun: ++counters_->credit_overruns; break;
+    case CloseCause::completion_error: ++counters_->completion_errors; break;
+    case CloseCause::none:
+    case CloseCause::post_error:
+    case CloseCause::internal:
+    case CloseCause::peer_left:
+    case CloseCause::shutdown: break;
+  }
+  spdlog::warn("conn {}: disconnecting ({}): {}", config_.label, to_string(cause), reason);
+  state_ = ConnState::draining;
+  cause_ = cause;
+  reason_ = std::move(reason);
+  held_.clear();  // their buffers are not re-posted: nothing more is executed
+  ready_.clear();
+  pulls_.clear();  // unpinned: the client can no longer READ (its QP goes to error)
+  return Verdict::disconnect;
+}
+
+bool ServerConn::repost(std::uint32_t slot) noexcept {
+  if (const int rc = channel_.repost(slot); rc != 0) {
+    fail(CloseCause::post_error, fmt::format("post_recv failed: errno {}", rc));
+    return false;
+  }
+  ++recvs_posted_;
+  return true;
+}
+
+Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
+  if (!c.wr_id.is_current(config_.generation)) {
+    ++counters_->stale_completions;
+    SPDLOG_DEBUG("conn {}: dropping stale completion (generation {} != {})", config_.label,
+                 c.wr_id.generation(), config_.generation);
+    return Verdict::keep;
+  }
+  switch (c.wr_id.kind()) {
+    case WrKind::recv: return on_recv(c);
+    case WrKind::send: return on_send(c);
+    case WrKind::rdma_read:
+    case WrKind::rdma_write: return on_transfer(c);
+    case WrKind::none: break;
+  }
+  ++counters_->stale_completions;
+  if (!serving()) return Verdict::keep;
+  return fail(CloseCause::internal, fmt::format("completion of a WR kind never posted: {}", to_string(c.wr_id.kind())));
+}
+
+Verdict ServerConn::on_recv(const verbs::Completion& c) noexcept {
+  if (c.wr_id.slot() >= recv_->count() || recvs_posted_ == 0) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  --recvs_posted_;
+  if (!serving()) return Verdict::keep;  // flushed while draining: normal
+  if (!c.ok()) {
+    if (c.status == CompletionStatus::flushed) {
+      return fail(CloseCause::completion_error, "receive flushed: the QP went to error");
+    }
+    return fail(CloseCause::completion_error,
+                fmt::format("receive completion error: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  state_ = ConnState::established;
+  ++received_;
+  ++counters_->sends_received;
+  if (received_ > granted_) {
+    return fail(CloseCause::credit_overrun,
+                fmt::format("credit overrun: {} SENDs received, {} credits granted", received_, granted_));
+  }
+  const auto slot = c.wr_id.slot();
+  const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
+
+  // Validate the whole buffer before executing any of it.
+  proto::Decoder check(bytes, config_.limits);
+  for (;;) {
+    const auto r = check.next();
+    if (const auto* err = std::get_if<proto::DecodeError>(&r)) {
+      return fail(CloseCause::protocol_error, fmt::format("malformed request at offset {} of a {}-byte SEND: {}",
+                                                          err->offset, bytes.size(), to_string(err->reason)));
+    }
+    if (std::holds_alternative<proto::EndOfBuffer>(r)) break;
+    const auto& m = std::get<proto::MessageView>(r);
+    if (!proto::is_request(m.opcode())) {
+      return fail(CloseCause::protocol_error, fmt::format("reply opcode {} at offset {} from a client",
+                                                          to_string(m.opcode()), m.offset));
+    }
+    if (m.opcode() != Opcode::release) ++outstanding_;  // RELEASE gets no reply
+  }
+  counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
+  held_.push_back({slot, bytes.size(), 0});
+  return process_held();
+}
+
+Verdict ServerConn::on_send(const verbs::Completion& c) noexcept {
+  const bool ours = channel_.on_send_completion(c);
+  if (!ours) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  if (!serving()) return Verdict::keep;
+  if (!c.ok()) {
+    return fail(CloseCause::completion_error,
+                fmt::format("send completion error: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  return process_held();  // a send buffer is free again
+}
+
+Verdict ServerConn::process_held() noexcept {
+  while (!ready_.empty() && serving()) {  // deferred replies first, in order
+    if (!channel_.can_append(proto::encoded_size(ready_.front()))) {
+      ++counters_->pauses;
+      return Verdict::keep;
+    }
+    proto::MessageSpec r = ready_.front();
+    ready_.pop_front();
+    if (!append_reply(r, r.opcode)) return Verdict::disconnect;
+  }
+  while (!held_.empty()) {
+    switch (process(held_.front())) {
+      case Progress::finished: held_.pop_front(); break;
+      case Progress::paused:
+        ++counters_->pauses;
+        SPDLOG_DEBUG("conn {}: no send buffer free; {} received buffer(s) wait", config_.label, held_.size());
+        return Verdict::keep;
+      case Progress::failed: return Verdict::disconnect;
+    }
+  }
+  return Verdict::keep;
+}
+
+ServerConn::Progress ServerConn::process(Held& h) noexcept {
+  if (h.offset == h.len) {  // an empty SEND: nothing to answer, the buffer is free
+    if (!repost(h.slot)) return Progress::failed;
+    ++owed_;
+    return Progress::finished;
+  }
+  const auto bytes = std::span<const std::byte>(recv_->buffer(h.slot)).first(h.len);
+  proto::Decoder dec(bytes.subspan(h.offset), config_.limits);
+  for (;;) {
+    const auto r = dec.next();
+    const auto* m = std::get_if<proto::MessageView>(&r);
+    if (m == nullptr) {  // validated on arrival: cannot happen
+      fail(CloseCause::internal, "held buffer no longer decodes");
+      return Progress::failed;
+    }
+    proto::MessageSpec reply = plan_reply(*m);
+    const std::size_t need = proto::encoded_size(reply);
+    if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
+    if (m->opcode() == Opcode::set && m->rdv && arena_ != nullptr && transfers_full()) {
+      return Progress::paused;  // resumes when a READ/WRITE completes
+    }
+    const Outcome out = execute(*m, reply);
+    if (out == Outcome::failed) return Progress::failed;
+    h.offset += m->size;
+    const bool last = h.offset == h.len;
+    if (last) {  // every request of the buffer is executed: give it back now
+      if (!repost(h.slot)) return Progress::failed;
+      ++owed_;
+    }
+    // No reply yet (a transfer answers on completion; RELEASE has none): the
+    // credit rides on the next reply.
+    if (out == Outcome::reply && !append_reply(reply, m->opcode())) return Progress::failed;
+    if (last) return Progress::finished;
+  }
+}
+
+bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept {
+  reply.credits = static_cast<std::uint16_t>(owed_);
+  if (reply.status != Status::ok) ++counters_->error_replies;
+  if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
+    fail(CloseCause::internal,
+         fmt::format("reply to {} req {} not appended: {}", to_string(request), reply.req_id, to_string(st)));
+    return false;
+  }
+  ++counters_->replies_sent;
+  if (outstanding_ > 0) --outstanding_;
+  if (reply.opcode == Opcode::get_reply) counters_->bytes_copied += reply.value.size();  // eager value
+  granted_pending_ += owed_;
+  owed_ = 0;
+  return true;
+}
+
+proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept {
+  const std::uint32_t id = m.header.req_id;
+  proto::MessageSpec reply;
+  switch (m.opcode()) {
+    case Opcode::set:
+      reply = m.rdv && arena_ == nullptr ? proto::msg::error_reply(Opcode::set, id, 0, Status::bad_request)
+                                         : proto::msg::set_reply(id, 0);
+      break;
+    case Opcode::release: reply = proto::msg::set_reply(id, 0); break;  // none is sent; sized like one
+    case Opcode::get:
+      if (m.rdv && arena_ == nullptr) {
+        reply = proto::msg::error_reply(Opcode::get, id, 0, Status::bad_request);
+      } else if (const auto hit = store_->get(m.key); hit.found && hit.large) {
+        reply = proto::msg::get_reply_pull(id, 0, {}, hit.value.size());  // the largest it can become
+      } else if (hit.found) {
+        reply = proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
+      } else {
+        reply = proto::msg::get_reply_missing(id, 0);
+      }
+      break;
+    case Opcode::stats:
+      stats_text_ = fmt::format(
+          "connections {}\naccepted {}\nsends_received {}\nsends_posted {}\nsets {}\ngets {}\nget_hits {}\n"
+          "stats {}\nrdv_refused {}\nerror_replies {}\nprotocol_errors {}\ncredit_overruns {}\nkeys {}\n"
+          "bytes {}\nmessages_received {}\nreplies_sent {}\nlarge_sets {}\nlarge_gets_written {}\n"
+          "large_gets_pulled {}\nreleases {}\nrdma_reads {}\nrdma_writes {}\nbytes_copied {}\ntoo_large {}\n"
+          "transfers_aborted {}\npinned {}\ntransfers {}\nregistrations {}\narena_reserved {}\narena_used {}\n",
+          counters_->connections, counters_->accepted, counters_->sends_received, counters_->sends_posted,
+          counters_->sets, counters_->gets, counters_->get_hits, counters_->stats, counters_->rdv_refused,
+          counters_->error_replies, counters_->protocol_errors, counters_->credit_overruns, store_->size(),
+          store_->bytes(), counters_->messages_received, counters_->replies_sent, counters_->large_sets,
+          counters_->large_gets_written, counters_->large_gets_pulled, counters_->releases, counters_->rdma_reads,
+          counters_->rdma_writes, counters_->bytes_copied, counters_->too_large, counters_->transfers_aborted,
+          counters_->pinned, counters_->transfers, arena_ ? arena_->registrations() : 0,
+          arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0);
+      if (config_.index_stats) {
+        try {
+          for (const auto& [name, value] : config_.index_stats()) stats_text_ += fmt::format("{} {}\n", name, value);
+        } catch (const std::bad_alloc&) {
+        }
+      }
+      reply = proto::msg::stats_reply(id, 0, stats_text_);
+      break;
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply:  // refused on arrival
+      reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
+      break;
+  }
+  if (m.opcode() == Opcode::release) return reply;
+  if (proto::encoded_size(reply) > channel_.max_message()) {  // e.g. a small client receive buffer
+    reply = proto::msg::error_reply(m.opcode(), id, 0, Status::too_large);
+  }
+  return reply;
+}
+
+ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  ++counters_->messages_received;
+  switch (m.opcode()) {
+    case Opcode::set:
+      ++counters_->sets;
+      if (m.rdv && arena_ == nullptr) {  // no registered memory: answered bad_request, connection kept
+        ++counters_->rdv_refused;
+        return Outcome::reply;
+      }
+      if (m.rdv) return execute_set_rdv(m, reply);
+      if (reply.status != Status::ok) return Outcome::reply;
+      try {
+        store_->set(m.key, m.value_text());
+        counters_->bytes_copied += m.value.size();
+      } catch (const std::bad_alloc&) {
+        reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
+        return Outcome::reply;
+      }
+      return record_durable(m.key, m.value_text(), {}, m.header.req_id, reply);
+    case Opcode::get:
+      ++counters_->gets;
+      if (m.rdv && arena_ == nullptr) {
+        ++counters_->rdv_refused;
+      } else if (reply.found) {
+        ++counters_->get_hits;
+        if (reply.rdv) return execute_get_large(m, store_->get(m.key).large, reply);
+      }
+      return Outcome::reply;
+    case Opcode::release: return execute_release(m);
+    case Opcode::stats: ++counters_->stats; return Outcome::reply;
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply: return Outcome::reply;
+  }
+  return Outcome::reply;
+}
+
+ServerConn::Outcome ServerConn::record_durable(std::string_view key, std::string_view value, const LargeRef& large,
+                                               std::uint32_t req_id, proto::MessageSpec& reply) noexcept {
+  if (durability_ == nullptr) return Outcome::reply;
+  switch (durability_->record_set(key, value, large, config_.token, req_id)) {
+    case DurableAck::now: return Outcome::reply;
+    case DurableAck::later:
+      ++durable_waits_;
+      ++counters_->durable_waits;
+      return Outcome::no_reply;  // on_durable() answers; the credit rides on the next reply
+    case DurableAck::failed: break;
+  }
+  ++counters_->io_errors;
+  reply = proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error);
+  return Outcome::reply;
+}
+
+Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
+  if (!serving() || durable_waits_ == 0) {
+    ++counters_->stale_completions;
+    return Verdict::keep;
+  }
+  --durable_waits_;
+  --counters_->durable_waits;
+  if (!ok) ++counters_->io_errors;
+  if (!emit(ok ? proto::msg::set_reply(req_id, 0) : proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error))) {
+    return Verdict::disconnect;
+  }
+  return process_held();
+}
+
+Verdict ServerConn::flush() noexcept {
+  if (!serving()) return Verdict::keep;  // draining: post nothing new
+  int err = 0;
+  counters_->sends_posted += channel_.flush(std::numeric_limits<std::size_t>::max(), &err);
+  if (err != 0) return fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+  if (arena_ != nullptr) arena_->top_up();  // replies are on the wire: grow the arena now, if it must
+  if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
+    granted_ += granted_pending_;
+    granted_pending_ = 0;
+  }
+  return Verdict::keep;
+}
+
+}  // namespace rkv::kv::server

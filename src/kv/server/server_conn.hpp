@@ -1,0 +1,332 @@
+#pragma once
+// ServerConn: the server's per-connection protocol state machine (eager
+// SET/GET/STATS, credits, back-pressure). It posts work only through a Link
+// and is fed verbs::Completion values, so the `protocol` suite drives it with
+// a FakeLink. It never touches verbs objects or cm_ids: when it decides the
+// connection must go (malformed request, credit overrun, error completion) it
+// returns Verdict::disconnect and records why; the owner (kv::server::Server) runs the
+// teardown (verbs/qp.hpp) and keeps feeding it the flushed completions until
+// drained().
+//
+// Per received buffer: the whole buffer is validated first (one DecodeError
+// anywhere -> disconnect, nothing of it is executed), then each request is
+// executed and its reply appended to the MessageChannel (replies coalesce
+// until flush()). The buffer is re-posted right after its last request is
+// executed and before that request's reply is appended, so the credit it
+// frees rides on that very reply. If no send buffer is free for a reply the
+// buffer is held (with its decode offset) and later buffers queue behind it;
+// a send completion resumes processing. Nothing is dropped, nothing blocks.
+//
+// Credit accounting: granted = initial credits + credits carried by replies
+// that were posted (counted at flush time, i.e. when the client could first
+// see them); a SEND arriving when received > granted is an overrun.
+//
+// Durability (optional, kv/durability.hpp): a SET is applied to the Store
+// at once, then recorded; when the Durability answers `later` its reply is
+// deferred like a rendezvous SET's (the buffer's credit rides on the next
+// reply that goes out) until the owner calls on_durable(req_id, ok), which
+// emits SET_REPLY ok or io_error. A connection that goes away before that is
+// simply gone: the owner routes on_durable by slot + generation and drops it.
+//
+// Thread: the reactor thread that owns the connection; not thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kv/server/arena.hpp"
+#include "kv/conn/buffer_pool.hpp"
+#include "kv/store/durability.hpp"
+#include "kv/conn/link.hpp"
+#include "kv/conn/msg_channel.hpp"
+#include "kv/store/store.hpp"
+#include "proto/decode.hpp"
+#include "proto/encode.hpp"
+#include "verbs/completion.hpp"
+
+namespace rkv::kv::server {
+
+using conn::BufferPool;
+using store::Durability;
+using store::LargeRef;
+using conn::Link;
+using conn::MessageChannel;
+using store::Store;
+
+enum class ConnState : std::uint8_t {
+  connecting,   // receives posted, accept sent, ESTABLISHED not seen yet
+  established,  // serving requests
+  draining,     // closing: no new work, waiting for posted WRs to come back
+  closed,       // the owner destroyed the verbs resources
+};
+
+[[nodiscard]] constexpr std::string_view to_string(ConnState s) noexcept {
+  switch (s) {
+    case ConnState::connecting: return "connecting";
+    case ConnState::established: return "established";
+    case ConnState::draining: return "draining";
+    case ConnState::closed: return "closed";
+  }
+  return "invalid";
+}
+
+// Why a connection is being closed.
+enum class CloseCause : std::uint8_t {
+  none,              // still open
+  protocol_error,    // DecodeError or a reply opcode from the client
+  credit_overrun,    // more SENDs than credits granted
+  completion_error,  // an error (or unexpected flushed) completion
+  post_error,        // post_recv/post_send failed
+  internal,          // a bug: encoder refused a reply, ...
+  peer_left,         // owner: DISCONNECTED / connect error from the peer
+  shutdown,          // owner: server shutdown
+};
+
+[[nodiscard]] constexpr std::string_view to_string(CloseCause c) noexcept {
+  switch (c) {
+    case CloseCause::none: return "none";
+    case CloseCause::protocol_error: return "protocol_error";
+    case CloseCause::credit_overrun: return "credit_overrun";
+    case CloseCause::completion_error: return "completion_error";
+    case CloseCause::post_error: return "post_error";
+    case CloseCause::internal: return "internal";
+    case CloseCause::peer_left: return "peer_left";
+    case CloseCause::shutdown: return "shutdown";
+  }
+  return "invalid";
+}
+
+// What the owner must do after a call.
+enum class Verdict : std::uint8_t {
+  keep,        // nothing to do
+  disconnect,  // this call decided to close; see disconnect_reason()
+};
+
+[[nodiscard]] constexpr std::string_view to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::keep: return "keep";
+    case Verdict::disconnect: return "disconnect";
+  }
+  return "invalid";
+}
+
+// Server-wide counters, shared by every connection (reactor thread only).
+struct ServerCounters {
+  std::uint64_t connections = 0;  // live (accepted, not yet destroyed)
+  std::uint64_t accepted = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t closed = 0;
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t credit_overruns = 0;
+  std::uint64_t completion_errors = 0;
+  std::uint64_t sends_received = 0;  // request SENDs (one may pack several requests)
+  std::uint64_t sends_posted = 0;    // reply SENDs
+  std::uint64_t sets = 0;
+  std::uint64_t gets = 0;
+  std::uint64_t get_hits = 0;
+  std::uint64_t stats = 0;
+  std::uint64_t rdv_refused = 0;     // RDV requests answered bad_request (not yet supported)
+  std::uint64_t error_replies = 0;   // any non-ok reply
+  std::uint64_t stale_completions = 0;
+  std::uint64_t pauses = 0;          // times a buffer waited for a free send buffer
+  // Rendezvous (docs/protocol.md). Control messages = requests received + replies sent.
+  std::uint64_t messages_received = 0;   // requests decoded and executed (RELEASE included)
+  std::uint64_t replies_sent = 0;        // replies appended to SENDs
+  std::uint64_t large_sets = 0;          // RDV SETs installed
+  std::uint64_t large_gets_written = 0;  // large GETs served by RDMA WRITE into the offered buffer
+  std::uint64_t large_gets_pulled = 0;   // large GETs answered with a pinned descriptor (client READs)
+  std::uint64_t releases = 0;            // RELEASE messages received
+  std::uint64_t rdma_reads = 0;          // RDMA READs posted (SET values)
+  std::uint64_t rdma_writes = 0;         // RDMA WRITEs posted (GET values)
+  std::uint64_t bytes_copied = 0;        // value bytes memcpy'd (eager values only)
+  std::uint64_t too_large = 0;           // requests refused for size before any allocation
+  std::uint64_t transfers_aborted = 0;   // transfers dropped by an error or a disconnect
+  std::uint64_t pinned = 0;              // now: large values held by transfers and pulls
+  std::uint64_t transfers = 0;           // now: RDMA READ/WRITEs in flight
+  std::uint64_t max_conn_outstanding = 0;  // most requests of one connection received, reply not yet appended
+  std::uint64_t conn_bytes = 0;          // now: send + receive buffer bytes of live connections (Server)
+  // Completion handling (Server): completions handled, CQ-fd wakeups (event
+  // mode), poll passes over every connection (busy-poll mode).
+  std::uint64_t completions = 0;
+  std::uint64_t cq_wakeups = 0;
+  std::uint64_t busy_polls = 0;
+  // Durability (docs/durability.md).
+  std::uint64_t durable_waits = 0;       // now: SET replies waiting for the log
+  std::uint64_t io_errors = 0;           // SETs answered io_error
+};
+
+struct ServerConnConfig {
+  std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
+  std::uint32_t generation = 1;     // WrId generation of this connection
+  std::size_t peer_recv_size = 0;   // client's receive buffer size (bounds each SEND)
+  proto::Limits limits{};           // decoder limits
+  std::uint64_t max_value = proto::kDefaultMaxValue;  // larger RDV SETs: too_large, before allocating
+  std::uint32_t max_transfers = 16;  // RDMA READ/WRITEs in flight (the QP's rdma depth)
+  std::uint32_t max_pins = 16;       // pulled GETs awaiting RELEASE (client's max requests in flight)
+  std::string label;                // for logs, e.g. the peer address
+  // Extra counters for the STATS reply (the Server's index); empty: none.
+  std::function<std::vector<std::pair<std::string_view, std::uint64_t>>()> index_stats;
+  std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
+};
+
+class ServerConn {
+ public:
+  // `arena` (optional, outlives this): registered memory for the rendezvous
+  // path; without it RDV requests are refused with bad_request.
+  // `durability` (optional, outlives this): records every SET (see above).
+  ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
+             ServerConnConfig config, Arena* arena = nullptr, Durability* durability = nullptr);
+
+  ServerConn(const ServerConn&) = delete;
+  ServerConn& operator=(const ServerConn&) = delete;
+  ServerConn(ServerConn&&) = delete;
+  ServerConn& operator=(ServerConn&&) = delete;
+  ~ServerConn();  // releases transfers and pins (the owner destroyed the QP first)
+
+  // Posts every receive buffer; call before accept(). Disconnect if a post fails.
+  [[nodiscard]] Verdict start() noexcept;
+  // ESTABLISHED seen (a recv completion before it also implies it).
+  void on_established() noexcept;
+  // Every completion of this connection's CQ, successful or not.
+  [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
+  // The record of SET req_id (answered DurableAck::later) is durable (ok) or
+  // failed: its reply goes out (with the next flush). Unknown/late calls are ignored.
+  [[nodiscard]] Verdict on_durable(std::uint32_t req_id, bool ok) noexcept;
+  // Posts the replies appended since the last flush; once per CQ drain.
+  [[nodiscard]] Verdict flush() noexcept;
+
+  // The owner closes the connection for its own reason (peer left, shutdown);
+  // no effect if already draining/closed.
+  void begin_draining(CloseCause cause, std::string_view reason) noexcept;
+  // Draining and every posted WR has come back (teardown step 5 done).
+  [[nodiscard]] bool drained() const noexcept;
+  // The owner destroyed the verbs resources.
+  void close() noexcept { state_ = ConnState::closed; }
+
+  [[nodiscard]] ConnState state() const noexcept { return state_; }
+  [[nodiscard]] CloseCause close_cause() const noexcept { return cause_; }
+  [[nodiscard]] const std::string& disconnect_reason() const noexcept { return reason_; }
+  [[nodiscard]] std::uint64_t sends_received() const noexcept { return received_; }
+  [[nodiscard]] std::uint64_t credits_granted() const noexcept { return granted_; }
+  [[nodiscard]] std::uint32_t credits_owed() const noexcept { return owed_; }
+  [[nodiscard]] std::size_t held_buffers() const noexcept { return held_.size(); }
+  [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return recvs_posted_; }
+  [[nodiscard]] std::size_t sends_in_flight() const noexcept { return channel_.sends_in_flight(); }
+  [[nodiscard]] std::size_t transfers_in_flight() const noexcept { return transfers_in_flight_; }
+  [[nodiscard]] std::size_t pulls_pinned() const noexcept { return pulls_.size(); }
+  [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
+  [[nodiscard]] std::size_t durable_waits() const noexcept { return durable_waits_; }
+
+ private:
+  // A received buffer not fully handled yet.
+  struct Held {
+    std::uint32_t slot;
+    std::size_t len;
+    std::size_t offset;  // start of the next request to execute
+  };
+  enum class Progress : std::uint8_t { finished, paused, failed };
+  // What executing a request produced.
+  enum class Outcome : std::uint8_t { reply, no_reply, failed };
+  // A large value held for a transfer or a pull; counted in counters.pinned.
+  class Pin {
+   public:
+    Pin() = default;
+    Pin(LargeRef v, ServerCounters& c) noexcept : value_(std::move(v)), counters_(&c) { ++counters_->pinned; }
+    Pin(Pin&& o) noexcept : value_(std::move(o.value_)), counters_(o.counters_) { o.counters_ = nullptr; }
+    Pin& operator=(Pin&& o) noexcept {
+      if (this != &o) {
+        reset();
+        value_ = std::move(o.value_);
+        counters_ = o.counters_;
+        o.counters_ = nullptr;
+      }
+      return *this;
+    }
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+    ~Pin() { reset(); }
+    void reset() noexcept {
+      if (counters_ != nullptr) --counters_->pinned;
+      counters_ = nullptr;
+      value_.reset();
+    }
+    [[nodiscard]] const LargeRef& value() const noexcept { return value_; }
+
+   private:
+    LargeRef value_;
+    ServerCounters* counters_ = nullptr;
+  };
+  enum class TransferKind : std::uint8_t { none, set_read, get_write };
+  // An RDMA READ (SET) or WRITE (GET) in flight; WrId slot = index in transfers_.
+  struct Transfer {
+    TransferKind kind = TransferKind::none;
+    std::uint32_t req_id = 0;
+    std::string key;  // SET: installed under it when the READ completes
+    Pin pin;
+  };
+
+  Verdict on_recv(const verbs::Completion& c) noexcept;
+  Verdict on_send(const verbs::Completion& c) noexcept;
+  Verdict process_held() noexcept;
+  Progress process(Held& h) noexcept;
+  // The reply to `m`, before executing it (GET looks the key up now).
+  proto::MessageSpec plan_reply(const proto::MessageView& m) noexcept;
+  // Side effects of `m` (SET stores); may turn `reply` into an error reply.
+  Outcome execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // --- rendezvous (server_rdv.cpp) ---
+  Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
+  Outcome execute_release(const proto::MessageView& m) noexcept;
+  // Records an applied SET with the Durability (if any); may defer or fail the reply.
+  Outcome record_durable(std::string_view key, std::string_view value, const LargeRef& large, std::uint32_t req_id,
+                         proto::MessageSpec& reply) noexcept;
+  [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
+  std::uint32_t take_transfer() noexcept;
+  void free_transfer(std::uint32_t slot) noexcept;
+  Verdict on_transfer(const verbs::Completion& c) noexcept;
+  // Appends a reply now (with the credits owed), or queues it behind a full channel.
+  bool emit(proto::MessageSpec reply) noexcept;
+  bool append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept;
+  bool repost(std::uint32_t slot) noexcept;
+  Verdict fail(CloseCause cause, std::string reason) noexcept;
+  [[nodiscard]] bool serving() const noexcept {
+    return state_ == ConnState::connecting || state_ == ConnState::established;
+  }
+
+  Store* store_;
+  ServerCounters* counters_;
+  ServerConnConfig config_;
+  BufferPool* recv_;
+  MessageChannel channel_;
+
+  ConnState state_ = ConnState::connecting;
+  CloseCause cause_ = CloseCause::none;
+  std::string reason_;
+
+  std::deque<Held> held_;
+  std::uint32_t recvs_posted_ = 0;
+  std::uint64_t received_ = 0;         // request SENDs received
+  std::uint64_t granted_ = 0;          // initial + credits in posted replies
+  std::uint64_t granted_pending_ = 0;  // credits in appended, not yet posted replies
+  std::uint64_t outstanding_ = 0;      // requests received whose reply is not appended yet
+  std::uint32_t owed_ = 0;             // re-posted buffers not yet returned in a reply
+  std::string stats_text_;             // storage behind a STATS reply until it is appended
+
+  Arena* arena_ = nullptr;
+  std::vector<Transfer> transfers_;
+  std::vector<std::uint32_t> free_transfers_;
+  std::size_t transfers_in_flight_ = 0;
+  std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
+  std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
+  Durability* durability_ = nullptr;
+  std::size_t durable_waits_ = 0;                 // SETs answered `later`, reply not emitted yet
+};
+
+}  // namespace rkv::kv::server

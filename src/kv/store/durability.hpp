@@ -1,0 +1,58 @@
+#pragma once
+// Durability: the seam between the server's SET path (ServerConn) and the
+// durability log (src/durable/log.hpp), so the protocol suite can drive
+// ServerConn with a fake. Header only.
+//
+// ServerConn applies a SET to the Store first, then calls record_set(). The
+// answer says when the client may be told "ok":
+//   now     acknowledge at once (fsync batch/never while the disk is healthy)
+//   later   the reply waits: the implementation calls the sink given to the
+//           owner (kv::server::Server::set_durability) with (conn_token, req_id,
+//           status) once the record is durable (ok) or failed (io_error).
+//           The token is the connection's slot + generation, never a pointer:
+//           a completion for a connection that has gone is dropped by its owner.
+//   failed  answer io_error at once (nothing was queued)
+// Key and value are copied (small) or pinned through `large` (the value's
+// arena block, written to disk straight from that memory) before it returns.
+//
+// Thread: the reactor's.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kv/store/store.hpp"
+
+namespace rkv::kv::store {
+
+enum class DurableAck : std::uint8_t { now, later, failed };
+
+[[nodiscard]] constexpr std::string_view to_string(DurableAck a) noexcept {
+  switch (a) {
+    case DurableAck::now: return "now";
+    case DurableAck::later: return "later";
+    case DurableAck::failed: return "failed";
+  }
+  return "invalid";
+}
+
+class Durability {
+ public:
+  Durability() = default;
+  Durability(const Durability&) = delete;
+  Durability& operator=(const Durability&) = delete;
+  Durability(Durability&&) = delete;
+  Durability& operator=(Durability&&) = delete;
+  virtual ~Durability() = default;
+
+  // `large` is set iff the value lives in the arena (value == large->view()).
+  [[nodiscard]] virtual DurableAck record_set(std::string_view key, std::string_view value, const LargeRef& large,
+                                              std::uint64_t conn_token, std::uint32_t req_id) noexcept = 0;
+  // End of one batch of request processing (the server calls it after each
+  // CQ drain): queued records may be submitted now, together.
+  virtual void flush() noexcept = 0;
+  // ` name=value` pairs appended to the server's stats line.
+  [[nodiscard]] virtual std::string stats_text() const = 0;
+};
+
+}  // namespace rkv::kv::store

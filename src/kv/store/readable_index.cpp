@@ -1,0 +1,122 @@
+// ReadableIndex: see readable_index.hpp.
+#include "kv/store/readable_index.hpp"
+
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace rkv::kv::store {
+
+using proto::kBucketSize;
+using proto::kEntryCrcOffset;
+using proto::kNeighborhood;
+
+ReadableIndex::ReadableIndex(std::span<std::byte> region, std::uint32_t buckets)
+    : region_(region), buckets_(buckets) {
+  if (buckets == 0 || !std::has_single_bit(buckets) || buckets > proto::kMaxIndexBuckets) {
+    throw std::invalid_argument("index buckets must be a power of two, 1.." +
+                                std::to_string(proto::kMaxIndexBuckets));
+  }
+  if (region.size() < proto::index_region_bytes(buckets)) {
+    throw std::invalid_argument("index region smaller than its buckets");
+  }
+  stats_.buckets = buckets;
+}
+
+proto::IndexEntry ReadableIndex::read(std::uint64_t bucket) const noexcept {
+  // Only this (the one writer) reads its own entries here: never torn.
+  return proto::decode_entry(region_.subspan(bucket * kBucketSize, kBucketSize)).value_or(proto::IndexEntry{});
+}
+
+void ReadableIndex::write(std::uint64_t bucket, const proto::IndexEntry& e) noexcept {
+  const auto bytes = proto::encode_entry(e);
+  std::byte* dst = region_.data() + bucket * kBucketSize;
+  // Fields first, entry_crc last: a reader sees old fields, new fields or a
+  // mix, and a mix fails the entry_crc check. The fences keep the compiler
+  // (and, on weakly ordered CPUs, the hardware) from moving the crc store up.
+  std::memcpy(dst, bytes.data(), kEntryCrcOffset);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(dst + kEntryCrcOffset, bytes.data() + kEntryCrcOffset, kBucketSize - kEntryCrcOffset);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+std::uint32_t ReadableIndex::claim(std::string_view key) noexcept {
+  const std::uint64_t hash = proto::hash64(key);
+  const std::uint64_t home = proto::home_bucket(hash, buckets_);
+  std::uint64_t free_bucket = kNoBucket;
+  for (std::uint64_t b = home; b < home + kNeighborhood; ++b) {
+    const proto::IndexEntry e = read(b);
+    if (!e.used()) {
+      if (free_bucket == kNoBucket) free_bucket = b;
+      continue;
+    }
+    if (e.key_hash == hash && e.key_len == key.size()) {
+      free_bucket = kNoBucket;  // a reader could not tell the two keys apart by their entries
+      break;
+    }
+  }
+  if (free_bucket != kNoBucket) {
+    proto::IndexEntry e = read(free_bucket);  // keeps an overflow flag the bucket may carry
+    e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed | proto::kFlagRpcOnly;
+    e.key_hash = hash;
+    e.key_len = static_cast<std::uint32_t>(key.size());
+    write(free_bucket, e);  // rpc-only until the Store publishes the value
+    ++stats_.used;
+    ++stats_.rpc_only;
+    return static_cast<std::uint32_t>(free_bucket);
+  }
+  proto::IndexEntry h = read(home);
+  if (!h.overflow()) {
+    h.flags |= proto::kFlagOverflow;
+    write(home, h);
+    ++stats_.overflow_buckets;
+  }
+  ++stats_.overflow_keys;
+  return kNoBucket;
+}
+
+std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key, std::uint64_t addr,
+                                     std::uint32_t rkey, std::uint32_t value_len, std::uint32_t data_crc) noexcept {
+  proto::IndexEntry e = read(bucket);
+  if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
+  e.version = ++version_;
+  e.key_hash = proto::hash64(key);
+  e.addr = addr;
+  e.rkey = rkey;
+  e.key_len = static_cast<std::uint32_t>(key.size());
+  e.value_len = value_len;
+  e.data_crc = data_crc;
+  e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed;
+  write(bucket, e);
+  ++stats_.publishes;
+  return e.version;
+}
+
+void ReadableIndex::withdraw(std::uint32_t bucket, std::string_view key) noexcept {
+  proto::IndexEntry e = read(bucket);
+  if (!e.rpc_only()) ++stats_.rpc_only;
+  e.version = ++version_;
+  e.key_hash = proto::hash64(key);
+  e.key_len = static_cast<std::uint32_t>(key.size());
+  e.addr = 0;
+  e.rkey = 0;
+  e.value_len = 0;
+  e.data_crc = 0;
+  e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed | proto::kFlagRpcOnly;
+  write(bucket, e);
+}
+
+void ReadableIndex::release(std::uint32_t bucket) noexcept {
+  proto::IndexEntry e = read(bucket);
+  if (!e.used()) return;
+  if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
+  proto::IndexEntry empty;
+  empty.version = ++version_;
+  empty.flags = e.flags & proto::kFlagOverflow;
+  write(bucket, empty);
+  --stats_.used;
+}
+
+}  // namespace rkv::kv::store

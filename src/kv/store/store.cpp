@@ -1,0 +1,116 @@
+#include "kv/store/store.hpp"
+
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "kv/store/readable_index.hpp"
+#include "proto/crc32c.hpp"
+
+namespace rkv::kv::store {
+
+void Store::attach_index(ReadableIndex& index, BlockSource small_blocks) {
+  index_ = &index;
+  small_blocks_ = std::move(small_blocks);
+  // Keys stored before: indexed as ask-by-message (their values are not in
+  // blocks laid out for readers) until their next SET.
+  for (auto it = map_.begin(); it != map_.end(); ++it) {
+    it->second.bucket = ReadableIndex::kNoBucket;
+    const std::uint32_t b = index_->claim(it->first);
+    it->second.bucket = b;
+    if (b != ReadableIndex::kNoBucket) index_->withdraw(b, it->first);
+  }
+}
+
+void Store::detach_index() noexcept {
+  index_ = nullptr;
+  small_blocks_ = nullptr;
+  for (auto& kv : map_) kv.second.bucket = ReadableIndex::kNoBucket;
+}
+
+LargeRef Store::small_block(std::string_view key, std::string_view value) const noexcept {
+  if (!small_blocks_) return {};
+  std::shared_ptr<LargeValue> b;
+  try {
+    b = small_blocks_(value.size() + key.size());
+  } catch (...) {
+    return {};
+  }
+  if (!b || b->capacity < value.size() + key.size()) return {};
+  if (!value.empty()) std::memcpy(b->bytes.data(), value.data(), value.size());
+  b->bytes = b->bytes.first(value.size());  // the key follows; reindex() copies it
+  return b;
+}
+
+void Store::reindex(Map::iterator it, bool is_new) noexcept {
+  const std::string_view key = it->first;
+  Value& v = it->second;
+  if (is_new) v.bucket = index_->claim(key);
+  if (v.bucket == ReadableIndex::kNoBucket) return;  // overflow: clients ask by message
+  const LargeValue* b = v.block();
+  const std::size_t n = b != nullptr ? b->bytes.size() : 0;
+  if (b == nullptr || b->capacity < n + key.size() || n > std::numeric_limits<std::uint32_t>::max()) {
+    index_->withdraw(v.bucket, key);  // never leave an entry naming an older value
+    return;
+  }
+  // The block is new (no reader was given it yet): lay the key after the value.
+  std::memcpy(b->bytes.data() + n, key.data(), key.size());
+  const std::uint32_t crc = proto::crc32c(b->bytes.data(), n + key.size());
+  index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
+}
+
+void Store::set(std::string_view key, std::string_view value) {
+  LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
+  if (auto it = map_.find(key); it != map_.end()) {
+    const std::size_t old = it->second.size();
+    if (block) {
+      it->second.assign(std::move(block), false);
+    } else {
+      it->second.assign(value);  // may throw: update bytes_ only after it
+    }
+    bytes_ = bytes_ - old + value.size();
+    if (index_ != nullptr) reindex(it, false);
+    return;
+  }
+  auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
+                              : map_.emplace(std::string(key), Value(value));
+  bytes_ += key.size() + value.size();
+  if (index_ != nullptr) reindex(it, inserted);
+}
+
+void Store::set_large(std::string_view key, LargeRef value) {
+  const std::size_t n = value->bytes.size();
+  if (auto it = map_.find(key); it != map_.end()) {
+    const std::size_t old = it->second.size();
+    it->second.assign(std::move(value), true);  // the old value goes when its last pin does
+    bytes_ = bytes_ - old + n;
+    if (index_ != nullptr) reindex(it, false);
+    return;
+  }
+  auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
+  bytes_ += key.size() + n;
+  if (index_ != nullptr) reindex(it, inserted);
+}
+
+Store::Lookup Store::get(std::string_view key) const {
+  auto it = map_.find(key);
+  if (it == map_.end()) return {};
+  return {true, it->second.view(), it->second.large()};
+}
+
+bool Store::erase(std::string_view key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  if (index_ != nullptr) {
+    if (it->second.bucket == ReadableIndex::kNoBucket) {
+      index_->forget_overflow_key();
+    } else {
+      index_->release(it->second.bucket);  // readers get NOT FOUND
+    }
+  }
+  bytes_ -= it->first.size() + it->second.size();
+  map_.erase(it);
+  return true;
+}
+
+}  // namespace rkv::kv::store

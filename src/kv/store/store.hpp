@@ -1,0 +1,151 @@
+#pragma once
+// The server's in-memory map: string keys -> values.
+//
+// Small values are std::strings. Large values (rendezvous path) live in
+// registered memory (kv::server::Arena) and are held by reference count: the Store
+// holds one reference, every in-flight transfer that reads the value holds
+// another (a "pin"), and the memory returns to its arena when the last one
+// goes. An overwrite replaces the Store's reference only, so a transfer still
+// reading the old value keeps it whole.
+//
+// One-sided GET (attach_index): the Store stays the single owner of values
+// and becomes the only writer of a kv::store::ReadableIndex. Every value then lives
+// in a registered block laid out [value][key] (small ones too, from a block
+// source the server gives it; a std::string only when that fails), and every
+// set path publishes the key's entry (or withdraws it when the value is not
+// in a block), so the index never names a value the key no longer has.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+
+namespace rkv::kv::store {
+
+// A value in registered memory. bytes is exactly the value (the block behind
+// it may be larger); addr/rkey let a peer RDMA READ it, lkey lets the owner
+// post it. The owner's shared_ptr deleter gives the block back.
+struct LargeValue {
+  std::span<std::byte> bytes;
+  std::uint64_t addr = 0;
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+  // Bytes of the block from bytes.data() (>= bytes.size()); 0 = unknown. With
+  // an index the key is stored right after the value, inside it.
+  std::size_t capacity = 0;
+  [[nodiscard]] std::string_view view() const noexcept {
+    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+  }
+};
+using LargeRef = std::shared_ptr<const LargeValue>;
+
+class ReadableIndex;
+
+class Store {
+ public:
+  // A registered block with room for n bytes (capacity >= n, bytes of size
+  // n), or null when there is none (the value is then kept unindexed).
+  using BlockSource = std::function<std::shared_ptr<LargeValue>(std::size_t n)>;
+
+  struct Lookup {
+    bool found = false;
+    // Valid until the next set() or erase() of the same key (or the Store's
+    // destruction). Mutations of *other* keys do not invalidate it: entries
+    // are node-based and never move.
+    std::string_view value;
+    // Set iff the value is large; holding it pins the bytes behind `value`
+    // (they stay valid and unchanged even across a set() of this key).
+    LargeRef large;
+  };
+
+  // Inserts or overwrites. Overwriting reuses the existing key (no key copy).
+  void set(std::string_view key, std::string_view value);
+  // Inserts or overwrites with a large value (no copy: the Store takes a reference).
+  void set_large(std::string_view key, LargeRef value);
+  // Never allocates (heterogeneous lookup: the view is hashed directly).
+  [[nodiscard]] Lookup get(std::string_view key) const;
+  // True if the key existed.
+  bool erase(std::string_view key);
+
+  // From now on every set publishes into `index`; small values go into
+  // blocks from `small_blocks`. Both are used until detach_index(). Keys
+  // already stored get ask-by-message entries until their next SET.
+  void attach_index(ReadableIndex& index, BlockSource small_blocks);
+  // Stops using the index (its owner is going away); values stay.
+  void detach_index() noexcept;
+  [[nodiscard]] bool indexed() const noexcept { return index_ != nullptr; }
+  // Calls fn(key, lookup) for every entry, in no particular order. fn must
+  // not insert into or erase from the Store.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large()});
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
+  // Sum of key and value lengths, for stats (excludes container overhead).
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  // Transparent so find() accepts a string_view without building a string.
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  class Value {
+   public:
+    explicit Value(std::string_view v) : data_(std::string(v)) {}
+    // large: set by set_large (served by the rendezvous path); a small value
+    // in a block (index attached) is not large.
+    Value(LargeRef v, bool large) : data_(std::move(v)), large_(large) {}
+    void assign(std::string_view v) {
+      if (auto* s = std::get_if<std::string>(&data_)) {
+        s->assign(v);
+      } else {
+        data_ = std::string(v);
+      }
+      large_ = false;
+    }
+    void assign(LargeRef v, bool large) noexcept {
+      data_ = std::move(v);
+      large_ = large;
+    }
+    [[nodiscard]] std::string_view view() const noexcept {
+      if (const auto* s = std::get_if<std::string>(&data_)) return *s;
+      return std::get<LargeRef>(data_)->view();
+    }
+    [[nodiscard]] LargeRef large() const noexcept {
+      if (const auto* l = std::get_if<LargeRef>(&data_); l != nullptr && large_) return *l;
+      return {};
+    }
+    [[nodiscard]] const LargeValue* block() const noexcept {
+      if (const auto* l = std::get_if<LargeRef>(&data_)) return l->get();
+      return nullptr;
+    }
+    [[nodiscard]] std::size_t size() const noexcept { return view().size(); }
+    std::uint32_t bucket = 0xFFFFFFFFu;  // ReadableIndex::kNoBucket
+
+   private:
+    std::variant<std::string, LargeRef> data_;
+    bool large_ = false;
+  };
+  using Map = std::unordered_map<std::string, Value, Hash, std::equal_to<>>;
+
+  // Index attached: the small value in a block [value][key], or null.
+  LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
+  // Index attached: publish or withdraw the entry of it (a new key claims first).
+  void reindex(Map::iterator it, bool is_new) noexcept;
+
+  Map map_;
+  std::size_t bytes_ = 0;
+  ReadableIndex* index_ = nullptr;
+  BlockSource small_blocks_;
+};
+
+}  // namespace rkv::kv::store
