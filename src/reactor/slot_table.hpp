@@ -1,13 +1,24 @@
-// SlotTable<T>: generation-checked slot storage for reactor callbacks.
+// SlotTable<T>: THE generation-checked slot table of this project. Every id
+// that rides through the kernel, the HCA or the peer instead of a pointer is
+// a SlotKey of one of these: epoll data and timers (reactor), io_uring
+// user_data (Uring), cm_id contexts and wr_ids of the server's connections,
+// the client's request ids and wr_ids, the fiber scheduler's FiberIds.
 //
-// Keys are (index, generation) pairs that pack into 64 bits, so they can ride
-// in epoll_data.u64 instead of a pointer. Erasing a slot bumps its generation,
-// so any key still in flight (an epoll batch, a due-timer list) goes stale and
-// find() rejects it, even after the index is reused.
+// Keys are (index, generation) pairs. Erasing a slot bumps its generation, so
+// any key still in flight (an epoll batch, a due-timer list, a flushed work
+// completion, a late reply) goes stale and find() rejects it, even after the
+// index is reused. Generations are kGenerationBits (16) wide, chosen once here:
+// the narrowest id that carries one is the client's 32-bit wire req_id (16
+// bits of index + 16 of generation, pack32()); a WrId has room for 24. They
+// start at 1 and skip 0 when they wrap, so a zero key never names a live slot.
 //
 // An entry whose callback is running is "pinned" (begin_call/end_call). Erasing
 // it then only marks it doomed: the value is destroyed and the index recycled
 // in end_call(), so a callback may destroy its own registration safely.
+//
+// A table may be bounded (max_slots): try_insert() then says no instead of
+// growing, and indices stay below the bound (free indices are reused first),
+// so per-slot side arrays of that size can be indexed by them.
 //
 // Storage is a deque so references stay valid while callbacks insert entries.
 #pragma once
@@ -16,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -23,8 +35,17 @@
 namespace rkv::reactor {
 
 struct SlotKey {
+  static constexpr unsigned kGenerationBits = 16;
+  static constexpr std::uint32_t kGenerationMask = (1u << kGenerationBits) - 1;
+
   std::uint32_t index = 0;
-  std::uint32_t generation = 0;
+  std::uint32_t generation = 0;  // 1 .. kGenerationMask for a live slot
+
+  // The generation after g (wraps, skipping 0).
+  [[nodiscard]] static constexpr std::uint32_t next_generation(std::uint32_t g) noexcept {
+    const std::uint32_t n = (g + 1) & kGenerationMask;
+    return n == 0 ? 1 : n;
+  }
 
   [[nodiscard]] constexpr std::uint64_t pack() const noexcept {
     return (static_cast<std::uint64_t>(generation) << 32) | index;
@@ -32,8 +53,18 @@ struct SlotKey {
   [[nodiscard]] static constexpr SlotKey unpack(std::uint64_t v) noexcept {
     return SlotKey{static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(v >> 32)};
   }
+  // 32-bit form for keys of tables of at most 2^16 slots (the client's req_id).
+  [[nodiscard]] constexpr std::uint32_t pack32() const noexcept {
+    return (generation << 16) | (index & 0xFFFFu);
+  }
+  [[nodiscard]] static constexpr SlotKey unpack32(std::uint32_t v) noexcept {
+    return SlotKey{v & 0xFFFFu, v >> 16};
+  }
   friend constexpr bool operator==(SlotKey, SlotKey) noexcept = default;
 };
+
+static_assert(SlotKey::next_generation(SlotKey::kGenerationMask) == 1);
+static_assert(SlotKey::unpack32(SlotKey{7, 3}.pack32()) == SlotKey{7, 3});
 
 enum class SlotState : std::uint8_t {
   kFree,     // no value; index is on the free list
@@ -59,28 +90,30 @@ class SlotTable {
   // with that index (the reactor's timerfd token).
   static constexpr std::uint32_t kMaxSlots = 0xFFFF'FFFEu;
 
-  SlotTable() = default;
+  explicit SlotTable(std::uint32_t max_slots = kMaxSlots) : max_slots_(max_slots) {
+    assert(max_slots >= 1 && max_slots <= kMaxSlots);
+  }
   SlotTable(const SlotTable&) = delete;
   SlotTable& operator=(const SlotTable&) = delete;
   ~SlotTable() { clear(); }
 
+  // Setup paths: throws std::length_error when the table is full (and
+  // std::bad_alloc, or whatever T's move throws).
   SlotKey insert(T value) {
-    std::uint32_t index = 0;
-    if (!free_.empty()) {
-      index = free_.back();
-      free_.pop_back();
-    } else {
-      assert(slots_.size() < kMaxSlots);
-      // Reserve first so erase() can push to free_ without allocating.
-      if (free_.capacity() < slots_.size() + 1) free_.reserve(2 * slots_.size() + 8);
-      slots_.emplace_back();
-      index = static_cast<std::uint32_t>(slots_.size() - 1);
+    const auto index = take_index();
+    if (!index) throw std::length_error("slot table full");
+    return emplace_at(*index, std::move(value));
+  }
+
+  // Data paths: nullopt when the table is full or memory ran out.
+  [[nodiscard]] std::optional<SlotKey> try_insert(T value) noexcept {
+    try {
+      const auto index = take_index();
+      if (!index) return std::nullopt;
+      return emplace_at(*index, std::move(value));
+    } catch (...) {  // bad_alloc, or T's move
+      return std::nullopt;
     }
-    Slot& s = slots_[index];
-    s.value.emplace(std::move(value));
-    s.state = SlotState::kLive;
-    ++live_;
-    return SlotKey{index, s.generation};
   }
 
   // The value for a live (or calling) key; nullptr if the key is stale.
@@ -101,7 +134,7 @@ class SlotTable {
   bool erase(SlotKey k) noexcept {
     Slot* s = slot_for(k);
     if (s == nullptr) return false;
-    ++s->generation;
+    s->generation = SlotKey::next_generation(s->generation);
     --live_;
     switch (s->state) {
       case SlotState::kCalling:
@@ -109,7 +142,7 @@ class SlotTable {
         return true;
       case SlotState::kLive: {
         s->state = SlotState::kFree;
-        std::optional<T> dead = std::exchange(s->value, std::nullopt);
+        [[maybe_unused]] std::optional<T> dead = std::exchange(s->value, std::nullopt);
         free_.push_back(k.index);
         // `dead` dies last: its destructor may re-enter the table.
         return true;
@@ -140,7 +173,7 @@ class SlotTable {
         return true;
       case SlotState::kDoomed: {
         s.state = SlotState::kFree;
-        std::optional<T> dead = std::exchange(s.value, std::nullopt);
+        [[maybe_unused]] std::optional<T> dead = std::exchange(s.value, std::nullopt);
         free_.push_back(index);
         return false;
       }
@@ -170,6 +203,8 @@ class SlotTable {
   }
 
   [[nodiscard]] std::size_t live() const noexcept { return live_; }
+  [[nodiscard]] bool full() const noexcept { return free_.empty() && slots_.size() >= max_slots_; }
+  [[nodiscard]] std::uint32_t max_slots() const noexcept { return max_slots_; }
   [[nodiscard]] std::uint32_t slot_count() const noexcept {
     return static_cast<std::uint32_t>(slots_.size());
   }
@@ -177,9 +212,36 @@ class SlotTable {
  private:
   struct Slot {
     std::optional<T> value;
-    std::uint32_t generation = 0;
+    std::uint32_t generation = 1;
     SlotState state = SlotState::kFree;
   };
+
+  // A free index (reused first), or a new one; nullopt when full.
+  std::optional<std::uint32_t> take_index() {
+    if (!free_.empty()) {
+      const std::uint32_t index = free_.back();
+      free_.pop_back();
+      return index;
+    }
+    if (slots_.size() >= max_slots_) return std::nullopt;  // indices stay below the bound
+    // Reserve first so erase() can push to free_ without allocating.
+    if (free_.capacity() < slots_.size() + 1) free_.reserve(2 * slots_.size() + 8);
+    slots_.emplace_back();
+    return static_cast<std::uint32_t>(slots_.size() - 1);
+  }
+
+  SlotKey emplace_at(std::uint32_t index, T&& value) {
+    Slot& s = slots_[index];
+    try {
+      s.value.emplace(std::move(value));
+    } catch (...) {
+      free_.push_back(index);  // reserved: does not allocate
+      throw;
+    }
+    s.state = SlotState::kLive;
+    ++live_;
+    return SlotKey{index, s.generation};
+  }
 
   // Slot for a key whose generation matches and which holds a callable value.
   Slot* slot_for(SlotKey k) noexcept {
@@ -200,6 +262,7 @@ class SlotTable {
   std::deque<Slot> slots_;
   std::vector<std::uint32_t> free_;
   std::size_t live_ = 0;
+  std::uint32_t max_slots_;
 };
 
 }  // namespace rkv::reactor

@@ -11,10 +11,13 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "reactor/reactor.hpp"
+#include "reactor/slot_table.hpp"
 
 namespace rkv::reactor {
 namespace {
@@ -59,6 +62,51 @@ TEST(EventFd, NotifyAndConsume) {
   EXPECT_TRUE(efd.notify(41));
   EXPECT_EQ(efd.consume(), 42u);
   EXPECT_EQ(efd.consume(), 0u);
+}
+
+TEST(SlotTable, GenerationsStartAtOneAndSkipZeroWhenTheyWrap) {
+  SlotTable<int> t;
+  SlotKey k = t.insert(1);
+  EXPECT_EQ(k.generation, 1u);
+  for (std::uint32_t i = 0; i < SlotKey::kGenerationMask; ++i) {
+    ASSERT_TRUE(t.erase(k));
+    k = t.insert(2);
+    ASSERT_NE(k.generation, 0u);
+    ASSERT_LE(k.generation, SlotKey::kGenerationMask);
+  }
+  EXPECT_EQ(k.index, 0u);
+  EXPECT_EQ(k.generation, 1u);  // wrapped past kGenerationMask, skipping 0
+  EXPECT_EQ(t.find(SlotKey{0, 0}), nullptr);
+}
+
+TEST(SlotTable, BoundedTableRefusesAndKeepsIndicesBelowTheBound) {
+  SlotTable<std::string> t(3);
+  std::vector<SlotKey> keys;
+  for (int i = 0; i < 3; ++i) {
+    auto k = t.try_insert(std::to_string(i));
+    ASSERT_TRUE(k.has_value());
+    keys.push_back(*k);
+  }
+  EXPECT_TRUE(t.full());
+  EXPECT_FALSE(t.try_insert("x").has_value());
+  EXPECT_THROW((void)t.insert("x"), std::length_error);
+  ASSERT_TRUE(t.erase(keys[1]));
+  const auto again = t.try_insert("y");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->index, keys[1].index);
+  EXPECT_NE(again->generation, keys[1].generation);
+  EXPECT_EQ(t.find(keys[1]), nullptr);  // the old key is stale
+  EXPECT_EQ(*t.find(*again), "y");
+  EXPECT_EQ(t.slot_count(), 3u);
+}
+
+TEST(SlotTable, Pack32RoundTripsAndStaleKeysAreRejected) {
+  SlotTable<int> t(1u << 16);
+  const SlotKey k = t.insert(5);
+  EXPECT_EQ(SlotKey::unpack32(k.pack32()), k);
+  EXPECT_EQ(SlotKey::unpack(k.pack()), k);
+  ASSERT_TRUE(t.erase(k));
+  EXPECT_EQ(t.find(SlotKey::unpack32(k.pack32())), nullptr);
 }
 
 TEST(Reactor, EnumsHaveNames) {
