@@ -90,6 +90,8 @@ int kvd_main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 50))
       ->needs(dir_opt)
       ->capture_default_str();
+  bool stats_json = false;
+  app.add_flag("--stats-json", stats_json, "print the stats (SIGUSR1, exit) as one JSON object instead of name=value");
   app.add_flag("--repair", repair,
                "start even if a log or snapshot is corrupt in the middle: drop the damaged bytes (logged), keep "
                "every good record, rewrite the directory")
@@ -124,7 +126,10 @@ int kvd_main(int argc, char** argv) {
     kv::server::Server* server_ptr = nullptr;
     auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
       if (signo == SIGUSR1) {
-        if (server_ptr != nullptr) std::fprintf(stderr, "kvd: stats: %s\n", server_ptr->stats_text().c_str());
+        if (server_ptr != nullptr) {
+          const auto text = stats_json ? server_ptr->stats_json() : server_ptr->stats_text();
+          std::fprintf(stderr, "kvd: stats: %s\n", text.c_str());
+        }
         return;
       }
       if (server_ptr == nullptr || server_ptr->shutting_down()) {
@@ -144,7 +149,8 @@ int kvd_main(int argc, char** argv) {
     reactor.run();
     server_ptr = nullptr;
     if (log) log->close_sync();  // writes and syncs what is queued
-    std::fprintf(stderr, "kvd: final stats: %s\n", server.stats_text().c_str());
+    const auto final_stats = stats_json ? server.stats_json() : server.stats_text();
+    std::fprintf(stderr, "kvd: final stats: %s\n", final_stats.c_str());
     signals.reset();  // handles die before the reactor
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvd: %s\n", e.what());

@@ -223,13 +223,21 @@ LogStats Log::stats() const noexcept {
   return s;
 }
 
-std::string Log::stats_text() const {
+void Log::append_stats(kv::store::StatRows& rows) const {
   const LogStats s = stats();
-  return fmt::format(
-      " log_records={} log_bytes_written={} log_writes={} log_fsyncs={} log_io_errors={} log_failed_sets={} "
-      "log_failing={} compactions={} compaction_failures={} log_bytes={} log_generation={}",
-      s.records, s.bytes_written, s.writes, s.fsyncs, s.io_errors, s.failed_sets, s.failing ? 1 : 0, s.compactions,
-      s.compaction_failures, s.log_bytes, s.generation);
+  rows.insert(rows.end(), {
+      {"log_records", s.records, "SET records queued for the log"},
+      {"log_bytes_written", s.bytes_written, "record bytes written successfully (all logs)"},
+      {"log_writes", s.writes, "log writes completed"},
+      {"log_fsyncs", s.fsyncs, "fdatasyncs completed"},
+      {"log_io_errors", s.io_errors, "failed writes and syncs"},
+      {"log_failed_sets", s.failed_sets, "SETs answered io_error by the log"},
+      {"log_failing", s.failing ? 1u : 0u, "1 while the log is in its disk-error state"},
+      {"compactions", s.compactions, "compactions completed"},
+      {"compaction_failures", s.compaction_failures, "compactions abandoned after an error"},
+      {"log_bytes", s.log_bytes, "bytes in the current log file"},
+      {"log_generation", s.generation, "current log file generation"},
+  });
 }
 
 void Log::close_sync() noexcept {

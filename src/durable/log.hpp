@@ -92,7 +92,7 @@ class Log final : public kv::store::Durability {
   [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                                           std::uint64_t conn_token, std::uint32_t req_id) noexcept override;
   void flush() noexcept override;
-  [[nodiscard]] std::string stats_text() const override;
+  void append_stats(kv::store::StatRows& rows) const override;
 
   // Shutdown: stops compaction, waits for I/O in flight, writes what is
   // queued and syncs, synchronously. No sink calls after it starts.

@@ -29,7 +29,7 @@ class FakeDurability final : public kv::store::Durability {
     return answer;
   }
   void flush() noexcept override { ++flushes; }
-  [[nodiscard]] std::string stats_text() const override { return " fake=1"; }
+  void append_stats(kv::store::StatRows& rows) const override { rows.push_back({"fake", 1, "a fake durability"}); }
 };
 
 }  // namespace rkv::test

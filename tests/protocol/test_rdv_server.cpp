@@ -46,7 +46,7 @@ class ServerRdv : public ::testing::Test {
   Verdict request(const std::vector<std::byte>& bytes) {
     const auto& r = link_.recvs[next_recv_++];
     const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
-    (void)sc_->flush();
+    EXPECT_EQ(sc_->flush(), Verdict::keep);
     return v;
   }
   std::vector<proto::MessageView> last_send() { return decode(link_.sends.back().bytes); }
@@ -75,7 +75,7 @@ TEST_F(ServerRdv, LargeSetIsOneReadThenTheReply) {
   EXPECT_EQ(counters_.transfers, 1u);
   std::memset(rd.target.data(), 'x', rd.target.size());  // the HCA's READ
   EXPECT_EQ(sc_->on_completion(FakeLink::complete(rd, CompletionOpcode::rdma_read)), Verdict::keep);
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   ASSERT_EQ(link_.sends.size(), 1u);
   const auto r = last_send();
   ASSERT_EQ(r.size(), 1u);
@@ -123,7 +123,7 @@ TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {
   EXPECT_EQ(counters_.pinned, 1u) << "until the WRITE completes";
   put_large(arena_, store_, "v", 'b', 10000);  // overwrite during the transfer
   EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
-  (void)sc_->on_completion(FakeLink::complete(link_.writes[0], CompletionOpcode::rdma_write));
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[0], CompletionOpcode::rdma_write)), Verdict::keep);
   EXPECT_EQ(counters_.pinned, 0u);
 }
 
@@ -173,14 +173,17 @@ TEST_F(ServerRdv, DisconnectMidTransferFreesAtDestruction) {
                           proto::msg::get_request(2, "v")})),
             Verdict::keep);
   EXPECT_EQ(counters_.pinned, 2u);  // the SET's block and the pulled value
-  sc_->begin_draining(CloseCause::peer_left, "peer left");
+  EXPECT_EQ(sc_->begin_draining(CloseCause::peer_left, "peer left"), Verdict::disconnect);
+  EXPECT_TRUE(sc_->cm_done());
   EXPECT_FALSE(sc_->drained()) << "the READ has not come back";
   // Flushed completions after the QP went to error.
   for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
-    (void)sc_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed));
+    EXPECT_EQ(sc_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
   }
-  (void)sc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::flushed));
-  for (const auto& s : link_.sends) (void)sc_->on_completion(FakeLink::complete(s, CompletionOpcode::send));
+  EXPECT_EQ(sc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::flushed)), Verdict::keep);
+  for (const auto& s : link_.sends) {
+    EXPECT_EQ(sc_->on_completion(FakeLink::complete(s, CompletionOpcode::send)), Verdict::keep);
+  }
   EXPECT_TRUE(sc_->drained());
   EXPECT_EQ(counters_.transfers, 0u);
   sc_.reset();

@@ -372,8 +372,14 @@ TEST_F(ServerConnTest, ErrorCompletionDisconnectsAndFlushesDrain) {
   EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.sends[0], CompletionStatus::retry_exceeded)),
             Verdict::disconnect);
   EXPECT_EQ(conn_->close_cause(), CloseCause::completion_error);
+  EXPECT_EQ(conn_->state(), ConnState::draining);
+  EXPECT_EQ(conn_->begin_draining(CloseCause::peer_left, "later"), Verdict::keep) << "decided once";
+  EXPECT_EQ(conn_->close_cause(), CloseCause::completion_error);
+  EXPECT_TRUE(conn_->cm_done());
+  EXPECT_FALSE(conn_->cm_done()) << "flushing already";
+  EXPECT_EQ(conn_->state(), ConnState::flushing);
   EXPECT_FALSE(conn_->drained());
-  // The owner moves the QP to error: every posted receive comes back flushed.
+  // The owner moved the QP to error: every posted receive comes back flushed.
   for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
     EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
   }
@@ -382,12 +388,15 @@ TEST_F(ServerConnTest, ErrorCompletionDisconnectsAndFlushesDrain) {
 }
 
 TEST_F(ServerConnTest, OwnerInitiatedDrain) {
-  conn_->begin_draining(CloseCause::peer_left, "peer disconnected");
+  EXPECT_EQ(conn_->begin_draining(CloseCause::peer_left, "peer disconnected"), Verdict::disconnect);
+  EXPECT_EQ(conn_->begin_draining(CloseCause::shutdown, "again"), Verdict::keep);
   EXPECT_EQ(conn_->state(), ConnState::draining);
   EXPECT_EQ(conn_->disconnect_reason(), "peer disconnected");
   for (std::size_t i = 0; i < link_.recvs.size(); ++i) {
     EXPECT_EQ(conn_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
   }
+  EXPECT_FALSE(conn_->drained()) << "DISCONNECTED not seen yet";
+  EXPECT_TRUE(conn_->cm_done());
   EXPECT_TRUE(conn_->drained());
   conn_->close();
   EXPECT_EQ(conn_->state(), ConnState::closed);

@@ -49,7 +49,7 @@ class ServerDurable : public ::testing::Test {
   Verdict request(const std::vector<std::byte>& bytes) {
     const auto& r = link_.recvs[next_recv_++];
     const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
-    (void)sc_->flush();
+    EXPECT_EQ(sc_->flush(), Verdict::keep);
     return v;
   }
   std::vector<proto::MessageView> replies_since(std::size_t sends) {
@@ -95,7 +95,7 @@ TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
   // Durable: the SET's reply goes out.
   const std::size_t before = link_.sends.size();
   ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(before);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].opcode(), Opcode::set_reply);
@@ -111,7 +111,7 @@ TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
   EXPECT_TRUE(link_.sends.empty());
   ASSERT_EQ(sc_->on_durable(8, false), Verdict::keep);  // disk error for one
   ASSERT_EQ(sc_->on_durable(7, true), Verdict::keep);
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].header.req_id, 8u);
@@ -148,7 +148,7 @@ TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
   const auto& rd = link_.reads[0];
   std::memset(rd.target.data(), 'x', rd.target.size());
   EXPECT_EQ(sc_->on_completion(FakeLink::complete(rd, CompletionOpcode::rdma_read)), Verdict::keep);
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty()) << "the reply waits for the log";
   ASSERT_EQ(dur_.records.size(), 1u);
   const auto hit = store_.get("big");
@@ -157,7 +157,7 @@ TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
   EXPECT_EQ(dur_.records[0].value_ptr, hit.value.data()) << "no copy: the value is read from the arena";
   EXPECT_EQ(counters_.bytes_copied, 0u);
   ASSERT_EQ(sc_->on_durable(5, true), Verdict::keep);
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].header.req_id, 5u);
@@ -169,9 +169,9 @@ TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
   ASSERT_EQ(request(pack({proto::msg::set_request(1, "a", b("1")), proto::msg::set_request(2, "b", b("2"))})),
             Verdict::keep);
   EXPECT_EQ(counters_.durable_waits, 2u);
-  sc_->begin_draining(CloseCause::peer_left, "peer left");
+  EXPECT_EQ(sc_->begin_draining(CloseCause::peer_left, "peer left"), Verdict::disconnect);
   EXPECT_EQ(sc_->on_durable(1, true), Verdict::keep);  // nothing is sent any more
-  (void)sc_->flush();
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
   sc_.reset();
   EXPECT_EQ(counters_.durable_waits, 0u);

@@ -24,8 +24,15 @@ using store::IndexStats;
 using conn::PdRegistrar;
 using store::Store;
 
+static_assert(reactor::SlotKey::kGenerationBits <= verbs::WrId::kGenerationBits,
+              "a connection's WrIds carry its slot generation");
+
 Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, Durability* durability)
-    : reactor_(&reactor), store_(&store), options_(std::move(options)), durability_(durability) {
+    : reactor_(&reactor),
+      store_(&store),
+      options_(std::move(options)),
+      durability_(durability),
+      conns_(std::max<std::uint32_t>(1, options_.max_clients)) {
   if (options_.credits == 0) throw std::invalid_argument("credits must be at least 1");
   if (options_.buf_size < proto::kMaxEagerSetSize || options_.buf_size % 64 != 0) {
     throw std::invalid_argument(fmt::format("buffer size must be a multiple of 64 and at least {}",
@@ -49,15 +56,13 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
 }
 
 Server::~Server() {
+  reactor_->assert_on_reactor_thread();
   poller_.reset();
   store_->detach_index();  // the index and the small arena go with the Server
   events_watch_.reset();
-  for (auto& c : conns_) {
-    c.deadline.reset();
-    c.cq_watch.reset();
-    c.ep.reset();  // destroys the QP (and disconnects the cm_id if still connected)
-    c.sc.reset();  // then the memory its transfers targeted
-  }
+  // Each Conn dies watch, deadline, Endpoint (the QP; it disconnects the
+  // cm_id if still connected), then ServerConn (see Conn).
+  conns_.clear();
 }
 
 void Server::make_pd(const verbs::CmId& id) {
@@ -72,15 +77,6 @@ void Server::make_pd(const verbs::CmId& id) {
                  index_->bytes());
   }
   migrate_large_values();
-}
-
-std::vector<std::pair<std::string_view, std::uint64_t>> Server::index_stats() const {
-  const IndexStats st = index_ ? index_->index().stats() : IndexStats{};
-  const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};
-  return {{"index_buckets", st.buckets},           {"index_used", st.used},
-          {"index_overflow_keys", st.overflow_keys}, {"index_overflow_buckets", st.overflow_buckets},
-          {"index_rpc_only", st.rpc_only},         {"small_arena_reserved", sm.reserved_bytes},
-          {"small_arena_used", sm.used_bytes}};
 }
 
 // Values loaded before the PD existed (recovery: docs/durability.md) are
@@ -125,58 +121,35 @@ void Server::migrate_large_values() noexcept {
 }
 
 ServerStats Server::stats() const noexcept {
+  reactor_->assert_on_reactor_thread();
   return {counters_, store_->size(), store_->bytes()};
 }
 
-std::string Server::stats_text() const {
-  const auto& k = counters_;
-  return fmt::format(
-      "connections={} accepted={} rejected={} closed={} protocol_errors={} credit_overruns={} "
-      "completion_errors={} sends_received={} sends_posted={} sets={} gets={} get_hits={} stats={} "
-      "rdv_refused={} error_replies={} pauses={} keys={} bytes={} messages_received={} replies_sent={} "
-      "large_sets={} large_gets_written={} large_gets_pulled={} releases={} rdma_reads={} rdma_writes={} "
-      "bytes_copied={} too_large={} transfers_aborted={} pinned={} transfers={} registrations={} "
-      "arena_reserved={} arena_used={}",
-      k.connections, k.accepted, k.rejected, k.closed, k.protocol_errors, k.credit_overruns, k.completion_errors,
-      k.sends_received, k.sends_posted, k.sets, k.gets, k.get_hits, k.stats, k.rdv_refused, k.error_replies,
-      k.pauses, store_->size(), store_->bytes(), k.messages_received, k.replies_sent, k.large_sets,
-      k.large_gets_written, k.large_gets_pulled, k.releases, k.rdma_reads, k.rdma_writes, k.bytes_copied,
-      k.too_large, k.transfers_aborted, k.pinned, k.transfers, arena_ ? arena_->registrations() : 0,
-      arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0) +
-         fmt::format(" max_conn_outstanding={} conn_bytes={} completions={} cq_wakeups={} busy_polls={} "
-                     "durable_waits={} io_errors={}",
-                     k.max_conn_outstanding, k.conn_bytes, k.completions, k.cq_wakeups, k.busy_polls,
-                     k.durable_waits, k.io_errors) +
-         [this] {
-           std::string out;
-           for (const auto& [name, value] : index_stats()) out += fmt::format(" {}={}", name, value);
-           return out;
-         }() +
-         (durability_ != nullptr ? durability_->stats_text() : std::string());
+store::StatRows Server::stats_rows() const {
+  reactor_->assert_on_reactor_thread();
+  store::StatRows rows = counter_rows(counters_);
+  const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
+  const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
+  const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};
+  store_->append_stats(rows);
+  rows.insert(rows.end(), {
+      {"registrations", arena_ ? arena_->registrations() : 0, "memory registrations of the arena"},
+      {"arena_reserved", ar.reserved_bytes, "arena bytes registered (large values)"},
+      {"arena_used", ar.used_bytes, "arena bytes in blocks that hold values"},
+      {"index_buckets", ix.buckets, "one-sided index home buckets (0: index off)"},
+      {"index_used", ix.used, "index entries in use"},
+      {"index_overflow_keys", ix.overflow_keys, "keys whose neighborhood was full: GET by message"},
+      {"index_overflow_buckets", ix.overflow_buckets, "buckets with the sticky overflow flag"},
+      {"index_rpc_only", ix.rpc_only, "index entries that send readers to a message GET"},
+      {"small_arena_reserved", sm.reserved_bytes, "small-value arena bytes registered (index on)"},
+      {"small_arena_used", sm.used_bytes, "small-value arena bytes in use"},
+  });
+  if (durability_ != nullptr) durability_->append_stats(rows);
+  return rows;
 }
 
-Server::Conn* Server::find(std::uint64_t tok) noexcept {
-  const auto slot = static_cast<std::uint32_t>(tok);
-  const auto gen = static_cast<std::uint32_t>(tok >> 32);
-  if (slot >= conns_.size()) return nullptr;
-  Conn& c = conns_[slot];
-  return (c.in_use && c.generation == gen) ? &c : nullptr;
-}
-
-std::optional<std::uint32_t> Server::alloc_slot() noexcept {
-  if (counters_.connections >= options_.max_clients) return std::nullopt;
-  if (!free_slots_.empty()) {
-    const auto s = free_slots_.back();
-    free_slots_.pop_back();
-    return s;
-  }
-  try {
-    conns_.emplace_back();
-  } catch (const std::bad_alloc&) {
-    return std::nullopt;
-  }
-  return static_cast<std::uint32_t>(conns_.size() - 1);
-}
+std::string Server::stats_text() const { return store::format_stats_line(stats_rows()); }
+std::string Server::stats_json() const { return store::format_stats_json(stats_rows()); }
 
 // --- connection manager -------------------------------------------------------
 
@@ -203,12 +176,12 @@ void Server::on_cm_event(verbs::CmEvent& ev) {
     SPDLOG_DEBUG("server: listener event {} ignored", to_string(ev.type));
     return;
   }
-  Conn* c = find(ev.token);
-  if (c == nullptr) {
+  const Key key = Key::unpack(ev.token);
+  if (conns_.find(key) == nullptr) {
     SPDLOG_DEBUG("server: stale cm event {} for token {:#x} dropped", to_string(ev.type), ev.token);
     return;
   }
-  on_conn_event(*c, static_cast<std::uint32_t>(ev.token), ev);
+  on_conn_event(key, ev);
 }
 
 void Server::on_connect_request(verbs::CmEvent& ev) {
@@ -218,7 +191,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
   auto reject = [&](const std::string& why) {
     spdlog::warn("server: rejecting {}: {}", peer, why);
     ++counters_.rejected;
-    (void)id.reject();
+    if (const int rc = id.reject(); rc != 0) SPDLOG_DEBUG("server: rdma_reject: errno {}", rc);
   };
   if (shutting_down_) return reject("shutting down");
   const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::client);
@@ -226,10 +199,10 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     return reject(fmt::format("bad connect parameters: {}", to_string(*err)));
   }
   const auto& params = std::get<proto::ConnectParams>(decoded);
-  const auto slot = alloc_slot();
-  if (!slot) return reject(fmt::format("connection table full ({} clients)", options_.max_clients));
-  Conn& c = conns_[*slot];
-  const std::uint64_t tok = token(*slot, c.generation);
+  const auto key = conns_.try_insert(Conn{});
+  if (!key) return reject(fmt::format("connection table full ({} clients)", options_.max_clients));
+  Conn& c = *conns_.find(*key);
+  const std::uint64_t tok = key->pack();
   try {
     if (!pd_) make_pd(id);
     id.set_token(tok);
@@ -243,7 +216,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     auto ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
     ServerConnConfig scfg;
     scfg.credits = options_.credits;
-    scfg.generation = c.generation;
+    scfg.generation = key->generation;
     scfg.peer_recv_size = params.recv_buf_size;
     // The decoder takes any RDV length; ServerConn refuses one over max_value
     // with too_large (a clear reply, not a disconnect).
@@ -252,19 +225,18 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.max_transfers = transfers;
     scfg.max_pins = params.credits;
     scfg.label = peer;
-    scfg.index_stats = [this] { return index_stats(); };
+    scfg.stats = [this] { return stats_rows(); };
     scfg.token = tok;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
                                            std::move(scfg), arena_.get(), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
-      (void)ep->id().reject();
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
     }
     reactor::Registration watch;  // busy-poll mode: poll_all() finds the connection instead
     if (!options_.busy_poll) {
-      watch = reactor_->watch(ep->cq_fd(), EPOLLIN, [this, tok](std::uint32_t) {
+      watch = reactor_->watch(ep->cq_fd(), EPOLLIN, [this, k = *key](std::uint32_t) {
         ++counters_.cq_wakeups;
-        (void)on_cq(tok);
+        on_cq(k);
       });
     }
     proto::ConnectParams mine;
@@ -282,43 +254,41 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     verbs::ConnParams cp;
     cp.private_data = priv;
     ep->id().accept(cp);
-    c.in_use = true;
-    c.closing = false;
-    c.cm_done = false;
     c.peer = peer;
-    c.ep = std::move(ep);
     c.sc = std::move(sc);
+    c.ep = std::move(ep);
     c.cq_watch = std::move(watch);
   } catch (const std::exception& e) {
     spdlog::warn("server: rejecting {}: {}", peer, e.what());
     ++counters_.rejected;
-    free_slots_.push_back(*slot);  // nothing in it; generation unchanged (no token escaped)
-    return;                        // the moved-from/destroyed cm_id rejects the request
+    conns_.erase(*key);  // destroying the cm_id (moved into ep, or still in id) rejects the request
+    return;
   }
   ++counters_.connections;
-  counters_.conn_bytes += conns_[*slot].ep->recv_pool().bytes().size() + conns_[*slot].ep->send_pool().bytes().size();
+  counters_.conn_bytes += c.ep->recv_pool().bytes().size() + c.ep->send_pool().bytes().size();
   ++counters_.accepted;
-  SPDLOG_DEBUG("server: accepted {} into slot {} (client credits {}, recv_buf_size {})", peer, *slot,
+  SPDLOG_DEBUG("server: accepted {} into slot {} (client credits {}, recv_buf_size {})", peer, key->index,
                params.credits, params.recv_buf_size);
 }
 
-void Server::on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev) {
+void Server::on_conn_event(Key key, const verbs::CmEvent& ev) {
+  Conn& c = *conns_.find(key);
   switch (ev.type) {
     case verbs::CmEventType::established:
       c.sc->on_established();
-      spdlog::info("server: connected {} (slot {}, {} connections)", c.peer, slot, counters_.connections);
+      spdlog::info("server: connected {} (slot {}, {} connections)", c.peer, key.index, counters_.connections);
       return;
     case verbs::CmEventType::disconnected:
-      begin_close(slot, CloseCause::peer_left, "peer disconnected");  // answers the DREQ if we did not send one
-      cm_finished(slot);
+      begin_close(key, CloseCause::peer_left, "peer disconnected");  // answers the DREQ if we did not send one
+      cm_finished(key);
       return;
     case verbs::CmEventType::rejected:
     case verbs::CmEventType::unreachable:
     case verbs::CmEventType::connect_error:
     case verbs::CmEventType::device_removal:
-      begin_close(slot, CloseCause::peer_left,
+      begin_close(key, CloseCause::peer_left,
                   fmt::format("{} (status {})", to_string(ev.type), ev.status));  // no DISCONNECTED follows
-      cm_finished(slot);
+      cm_finished(key);
       return;
     case verbs::CmEventType::timewait_exit:
     case verbs::CmEventType::addr_resolved:
@@ -334,13 +304,11 @@ void Server::on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev
 
 // --- data path ------------------------------------------------------------------
 
-// One drain batch (busy-poll mode: one poll batch), then one flush. A
-// disconnect decision shows as the ServerConn draining while the Conn is not
-// `closing` yet (see on_cq).
-std::size_t Server::drain_cq(Conn& c) noexcept {
+Verdict Server::service(Conn& c, std::size_t& handled) noexcept {
   ServerConn& sc = *c.sc;
-  auto feed = [&sc](const verbs::Completion& wc) noexcept { (void)sc.on_completion(wc); };
-  std::size_t handled = 0;
+  Verdict v = Verdict::keep;
+  auto feed = [&sc, &v](const verbs::Completion& wc) noexcept { v = v | sc.on_completion(wc); };
+  handled = 0;
   int error = 0;
   if (options_.busy_poll) {
     const int n = c.ep->cq().poll(kBusyPollBatch, feed);
@@ -353,25 +321,23 @@ std::size_t Server::drain_cq(Conn& c) noexcept {
   }
   counters_.completions += handled;
   if (!options_.busy_poll || handled > 0) {  // an idle poll appends nothing
-    (void)sc.flush();
+    v = v | sc.flush();
     if (durability_ != nullptr) durability_->flush();  // this batch's records go out together
   }
-  if (error != 0 && !c.closing) {
-    spdlog::error("server: {}: CQ poll failed: errno {}", c.peer, error);
-    sc.begin_draining(CloseCause::internal, fmt::format("CQ poll failed: errno {}", error));
+  if (error != 0) {
+    const Verdict d = sc.begin_draining(CloseCause::internal, fmt::format("CQ poll failed: errno {}", error));
+    if (d == Verdict::disconnect) spdlog::error("server: {}: CQ poll failed: errno {}", c.peer, error);
+    v = v | d;
   }
-  return handled;
+  return v;
 }
 
-std::size_t Server::on_cq(std::uint64_t tok) noexcept {
-  Conn* c = find(tok);
+std::size_t Server::on_cq(Key key) noexcept {
+  Conn* c = conns_.find(key);
   if (c == nullptr) return 0;
-  const auto slot = static_cast<std::uint32_t>(tok);
-  const std::size_t handled = drain_cq(*c);
-  if (!c->closing && c->sc->state() == ConnState::draining) {
-    begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
-  }
-  if (c->closing) try_finish(slot, false);
+  std::size_t handled = 0;
+  act(key, service(*c, handled));
+  try_finish(key, false);  // flushing and drained by this pass: destroy
   return handled;
 }
 
@@ -379,86 +345,93 @@ bool Server::poll_all() noexcept {
   ++counters_.busy_polls;
   std::size_t handled = 0;
   // Index-based and re-checked per slot: on_cq may destroy a connection.
-  for (std::uint32_t s = 0; s < conns_.size(); ++s) {
-    if (conns_[s].in_use) handled += on_cq(token(s, conns_[s].generation));
+  for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
+    if (const auto key = conns_.key_at(i)) handled += on_cq(*key);
   }
   return handled > 0;
 }
 
 void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {
-  Conn* c = find(tok);
-  if (c == nullptr || c->closing) return;  // the connection went away: nobody to answer
-  const auto slot = static_cast<std::uint32_t>(tok);
-  (void)c->sc->on_durable(req_id, ok);
-  (void)c->sc->flush();
-  if (!c->closing && c->sc->state() == ConnState::draining) {
-    begin_close(slot, c->sc->close_cause(), c->sc->disconnect_reason());
+  reactor_->assert_on_reactor_thread();
+  const Key key = Key::unpack(tok);
+  Conn* c = conns_.find(key);
+  if (c == nullptr) {  // the connection went away: nobody to answer
+    ++counters_.stale_completions;
+    return;
   }
+  const Verdict v = c->sc->on_durable(req_id, ok);
+  act(key, v | c->sc->flush());
 }
 
 // --- teardown ---------------------------------------------------------------------
 
-void Server::begin_close(std::uint32_t slot, CloseCause cause, const std::string& reason) noexcept {
-  Conn& c = conns_[slot];
-  if (c.closing) return;
-  c.closing = true;
-  c.sc->begin_draining(cause, reason);  // no-op if the ServerConn decided it
-  // Step 2: initiator disconnects; the passive side answers the peer's DREQ the same way.
-  if (const int rc = c.ep->id().disconnect(); rc != 0) {
-    SPDLOG_DEBUG("server: {}: rdma_disconnect: errno {}", c.peer, rc);
-    c.cm_done = true;  // never connected, or already gone: no DISCONNECTED to wait for
+void Server::act(Key key, Verdict v) noexcept {
+  switch (v) {
+    case Verdict::keep: return;
+    case Verdict::disconnect: break;
   }
-  const std::uint64_t tok = token(slot, c.generation);
+  Conn* c = conns_.find(key);
+  if (c == nullptr) return;
+  // Step 2: the initiator disconnects; the passive side answers the peer's DREQ the same way.
+  const int rc = c->ep->id().disconnect();
   try {
-    c.deadline = reactor_->after(options_.disconnect_timeout + options_.drain_timeout, [this, tok] {
-      if (Conn* cc = find(tok)) {
-        spdlog::warn("server: {}: teardown did not finish in time (DISCONNECTED {}, {} recvs / {} sends "
-                     "outstanding); destroying",
-                     cc->peer, cc->cm_done ? "seen" : "missing", cc->sc->recvs_posted(),
-                     cc->sc->sends_in_flight());
-        try_finish(static_cast<std::uint32_t>(tok), true);
+    c->deadline = reactor_->after(options_.disconnect_timeout + options_.drain_timeout, [this, key] {
+      if (Conn* cc = conns_.find(key)) {
+        spdlog::warn("server: {}: teardown did not finish in time ({}, {} recvs / {} sends outstanding); "
+                     "destroying",
+                     cc->peer, to_string(cc->sc->state()), cc->sc->recvs_posted(), cc->sc->sends_in_flight());
+        try_finish(key, true);
       }
     });
   } catch (const std::exception& e) {
-    spdlog::error("server: {}: no teardown timer: {}", c.peer, e.what());
+    spdlog::error("server: {}: no teardown timer: {}", c->peer, e.what());
   }
-  if (c.cm_done) cm_finished(slot);
+  if (rc != 0) {  // never connected, or already gone: no DISCONNECTED to wait for
+    SPDLOG_DEBUG("server: {}: rdma_disconnect: errno {}", c->peer, rc);
+    cm_finished(key);
+  }
 }
 
-void Server::cm_finished(std::uint32_t slot) noexcept {
-  Conn& c = conns_[slot];
-  if (!c.in_use) return;
-  c.cm_done = true;
-  (void)c.ep->qp().to_error();  // step 4: every outstanding WR flushes
-  drain_cq(c);                  // step 5 (more arrive as CQ events)
-  try_finish(slot, false);
+void Server::begin_close(Key key, CloseCause cause, std::string_view reason) noexcept {
+  if (Conn* c = conns_.find(key)) act(key, c->sc->begin_draining(cause, reason));
 }
 
-void Server::try_finish(std::uint32_t slot, bool force) noexcept {
-  Conn& c = conns_[slot];
-  if (!c.in_use) return;
-  if (!force && !(c.cm_done && c.sc->drained())) return;
-  destroy(slot);
+void Server::cm_finished(Key key) noexcept {
+  Conn* c = conns_.find(key);
+  if (c == nullptr) return;
+  if (c->sc->cm_done()) {
+    // Step 4: every outstanding WR flushes (if this fails, the deadline destroys).
+    if (const int rc = c->ep->qp().to_error(); rc != 0) {
+      spdlog::warn("server: {}: moving the QP to error failed: errno {}", c->peer, rc);
+    }
+    std::size_t handled = 0;
+    act(key, service(*c, handled));  // step 5 (more arrive as CQ events)
+  }
+  try_finish(key, false);
 }
 
-void Server::destroy(std::uint32_t slot) noexcept {
-  Conn& c = conns_[slot];
-  const std::string reason = c.sc->disconnect_reason();
+void Server::try_finish(Key key, bool force) noexcept {
+  Conn* c = conns_.find(key);
+  if (c == nullptr) return;
+  if (!force && !c->sc->drained()) return;
+  destroy(key);
+}
+
+void Server::destroy(Key key) noexcept {
+  Conn& c = *conns_.find(key);
+  const CloseCause cause = c.sc->close_cause();
   c.deadline.reset();
   c.cq_watch.reset();  // before the completion channel fd closes
   c.sc->close();
   counters_.conn_bytes -= c.ep->recv_pool().bytes().size() + c.ep->send_pool().bytes().size();
   c.ep.reset();  // step 6: QP, CQ, MRs, buffers, channel, cm_id
   c.sc.reset();  // then transfers and pins: no WR can reach their memory any more
-  c.in_use = false;
-  c.closing = false;
-  c.cm_done = false;
-  c.generation = verbs::WrId::next_generation(c.generation);
-  if (c.generation == 0) c.generation = 1;
-  free_slots_.push_back(slot);
+  const std::string peer = std::move(c.peer);
+  conns_.erase(key);  // the generation moves on: late events for this slot are stale
   --counters_.connections;
   ++counters_.closed;
-  spdlog::info("server: disconnected {} ({}; {} connections)", c.peer, reason, counters_.connections);
+  // The reason was logged where it was decided (ServerConn::fail, service()).
+  spdlog::info("server: disconnected {} ({}; {} connections)", peer, to_string(cause), counters_.connections);
   if (shutting_down_ && counters_.connections == 0 && on_shutdown_done_) {
     auto done = std::move(on_shutdown_done_);
     on_shutdown_done_ = nullptr;
@@ -467,14 +440,15 @@ void Server::destroy(std::uint32_t slot) noexcept {
 }
 
 void Server::shutdown(std::function<void()> on_done) {
+  reactor_->assert_on_reactor_thread();
   if (!shutting_down_) {
     shutting_down_ = true;
     listener_.reset();  // stop accepting
     spdlog::info("server: shutting down ({} connections)", counters_.connections);
   }
   on_shutdown_done_ = std::move(on_done);
-  for (std::uint32_t s = 0; s < conns_.size(); ++s) {
-    if (conns_[s].in_use) begin_close(s, CloseCause::shutdown, "server shutdown");
+  for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
+    if (const auto key = conns_.key_at(i)) begin_close(*key, CloseCause::shutdown, "server shutdown");
   }
   if (counters_.connections == 0 && on_shutdown_done_) {
     auto done = std::move(on_shutdown_done_);

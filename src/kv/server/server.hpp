@@ -8,15 +8,19 @@
 // one drain batch share SENDs. In busy-poll mode (ServerOptions::busy_poll)
 // one reactor poller does the same with a non-blocking poll of every CQ.
 //
-// Table entries are addressed by slot + generation: cm_id tokens and the
-// reactor callbacks carry (slot, generation), never pointers, and an event
-// for a slot whose generation moved on is dropped.
+// The connection table is a reactor::SlotTable bounded by max_clients:
+// cm_id tokens, wr_id generations, durability tokens and the reactor
+// callbacks carry its SlotKey (slot + generation), never pointers, and an
+// event for a slot whose generation moved on is dropped.
 //
-// Teardown follows verbs/qp.hpp: server-initiated -> cm_id.disconnect(), wait
-// for DISCONNECTED; peer-initiated (DISCONNECTED first) -> answer with
-// disconnect(); then qp.to_error(), drain the flushed completions, destroy.
-// A deadline (disconnect_timeout + drain_timeout) forces the destroy if the
-// CM or the flush never comes back.
+// A connection's state is ServerConn's one state machine (connecting,
+// established, draining, flushing, closed); the Server keeps no flags of its
+// own. Every Verdict it gets back is acted on (act()): `disconnect` starts
+// the teardown of verbs/qp.hpp: cm_id.disconnect() (which also answers a
+// peer's DREQ), wait for DISCONNECTED, then cm_done(): qp.to_error(), drain
+// the flushed completions, destroy once drained(). A deadline
+// (disconnect_timeout + drain_timeout) forces the destroy if the CM or the
+// flush never comes back.
 //
 // Durability (optional): every ServerConn records its SETs with it; its
 // deferred acknowledgements come back through on_durable(token, req_id, ok),
@@ -26,7 +30,7 @@
 // rendezvous GETs can serve them: at construction when the bound address has
 // a device, else at the first connect request.
 //
-// Thread: everything runs on the reactor's thread.
+// Thread: everything runs on the reactor's thread; the public calls assert it.
 
 #include <chrono>
 #include <cstdint>
@@ -44,8 +48,10 @@
 #include "kv/server/index_region.hpp"
 #include "kv/conn/registrar.hpp"
 #include "kv/server/server_conn.hpp"
+#include "kv/store/stats.hpp"
 #include "kv/store/store.hpp"
 #include "reactor/reactor.hpp"
+#include "reactor/slot_table.hpp"
 #include "verbs/cm_id.hpp"
 #include "verbs/event_channel.hpp"
 #include "verbs/pd.hpp"
@@ -103,7 +109,11 @@ class Server {
   [[nodiscard]] const ServerOptions& options() const noexcept { return options_; }
   [[nodiscard]] ServerStats stats() const noexcept;
   [[nodiscard]] std::size_t connections() const noexcept { return counters_.connections; }
-  [[nodiscard]] std::string stats_text() const;
+  // Every counter (counters.hpp) and gauge (store, arena, index, durability):
+  // the one list the STATS reply, stats_text() and stats_json() print.
+  [[nodiscard]] store::StatRows stats_rows() const;
+  [[nodiscard]] std::string stats_text() const;  // name=value ... (SIGUSR1)
+  [[nodiscard]] std::string stats_json() const;  // {"name": value, ...}
   // The one-sided GET index, or null (disabled, or no device seen yet).
   [[nodiscard]] const IndexRegion* index() const noexcept { return index_.get(); }
 
@@ -117,45 +127,43 @@ class Server {
   void on_durable(std::uint64_t token, std::uint32_t req_id, bool ok) noexcept;
 
  private:
+  // Members in destruction order (last first): the watch and the deadline go
+  // first, then the Endpoint (the QP), then the ServerConn (the memory its
+  // transfers targeted).
   struct Conn {
-    std::uint32_t generation = 1;
-    bool in_use = false;
-    bool closing = false;       // disconnect decided
-    bool cm_done = false;       // DISCONNECTED seen (or none will come)
     std::string peer;
-    std::unique_ptr<Endpoint> ep;
     std::unique_ptr<ServerConn> sc;
+    std::unique_ptr<Endpoint> ep;
     reactor::Registration cq_watch;  // destroyed before ep (closes the fd)
     reactor::Timer deadline;
   };
+  using Key = reactor::SlotKey;
 
+  // Index 0xFFFFFFFF is never handed out by a SlotTable: no connection's token.
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
   static constexpr int kBusyPollBatch = 64;  // completions per connection per poll pass
-  static std::uint64_t token(std::uint32_t slot, std::uint32_t generation) noexcept {
-    return (std::uint64_t{generation} << 32) | slot;
-  }
-  Conn* find(std::uint64_t token) noexcept;
 
   void on_cm_readable() noexcept;
   void on_cm_event(verbs::CmEvent& ev);
   void on_connect_request(verbs::CmEvent& ev);
-  void on_conn_event(Conn& c, std::uint32_t slot, const verbs::CmEvent& ev);
-  // One service pass over a connection's CQ (event mode: a drain; busy-poll
-  // mode: a poll), then the close checks. Returns completions handled.
-  std::size_t on_cq(std::uint64_t tok) noexcept;
+  void on_conn_event(Key key, const verbs::CmEvent& ev);
+  // One service pass over a connection's CQ and what follows from it.
+  // Returns completions handled.
+  std::size_t on_cq(Key key) noexcept;
+  // Event mode: a drain (take events, poll, re-arm); busy-poll mode: one
+  // poll; then one flush. The verdicts of every call in one.
+  Verdict service(Conn& c, std::size_t& handled) noexcept;
   // Busy-poll mode: on_cq for every live connection; true if any work was done.
   bool poll_all() noexcept;
-  // Decided to close (any reason); idempotent.
-  void begin_close(std::uint32_t slot, CloseCause cause, const std::string& reason) noexcept;
+  // Acts on a ServerConn's verdict: `disconnect` starts the teardown.
+  void act(Key key, Verdict v) noexcept;
+  // The owner's own reason to close (peer left, shutdown).
+  void begin_close(Key key, CloseCause cause, std::string_view reason) noexcept;
   // The CM part is over: QP to error, drain what is flushed, destroy if drained.
-  void cm_finished(std::uint32_t slot) noexcept;
-  std::size_t drain_cq(Conn& c) noexcept;
-  void try_finish(std::uint32_t slot, bool force) noexcept;
-  void destroy(std::uint32_t slot) noexcept;
-  std::optional<std::uint32_t> alloc_slot() noexcept;
+  void cm_finished(Key key) noexcept;
+  void try_finish(Key key, bool force) noexcept;
+  void destroy(Key key) noexcept;
   void make_pd(const verbs::CmId& id);
-  // index_buckets, index_used, ... (STATS reply and stats_text()).
-  [[nodiscard]] std::vector<std::pair<std::string_view, std::uint64_t>> index_stats() const;
   void migrate_large_values() noexcept;
 
   reactor::Reactor* reactor_;
@@ -171,8 +179,7 @@ class Server {
   std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
   Durability* durability_ = nullptr;
   std::uint16_t port_ = 0;
-  std::vector<Conn> conns_;
-  std::vector<std::uint32_t> free_slots_;
+  reactor::SlotTable<Conn> conns_;  // bounded by max_clients
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
   reactor::Poller poller_;              // busy-poll mode only

@@ -38,6 +38,14 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
   pulls_.reserve(config_.max_pins);
 }
 
+ServerConn::~ServerConn() {
+  // The owner destroyed the QP (or every WR came back): the memory of the
+  // transfers may be reused. Pins go with the members.
+  counters_->transfers -= transfers_in_flight_;
+  counters_->transfers_aborted += transfers_in_flight_;
+  counters_->durable_waits -= durable_waits_;  // their replies are dropped with the connection
+}
+
 Verdict ServerConn::start() noexcept {
   for (std::uint32_t i = 0; i < recv_->count(); ++i) {
     if (!repost(i)) return Verdict::disconnect;
@@ -49,20 +57,36 @@ void ServerConn::on_established() noexcept {
   if (state_ == ConnState::connecting) state_ = ConnState::established;
 }
 
-void ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexcept {
-  if (!serving()) return;
+Verdict ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexcept {
+  if (!serving()) return Verdict::keep;  // decided before: the owner acted then
   state_ = ConnState::draining;
   cause_ = cause;
-  reason_.assign(reason);
+  try {
+    reason_.assign(reason);
+  } catch (const std::bad_alloc&) {
+    reason_.clear();  // the cause alone
+  }
+  return Verdict::disconnect;
+}
+
+bool ServerConn::cm_done() noexcept {
+  switch (state_) {
+    case ConnState::connecting:
+    case ConnState::established:
+    case ConnState::draining: state_ = ConnState::flushing; return true;
+    case ConnState::flushing:
+    case ConnState::closed: return false;
+  }
+  return false;
 }
 
 bool ServerConn::drained() const noexcept {
-  return state_ == ConnState::draining && recvs_posted_ == 0 && channel_.sends_in_flight() == 0 &&
+  return state_ == ConnState::flushing && recvs_posted_ == 0 && channel_.sends_in_flight() == 0 &&
          transfers_in_flight_ == 0;
 }
 
-Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
-  if (!serving()) return Verdict::keep;  // already decided
+void ServerConn::fail(CloseCause cause, std::string reason) noexcept {
+  if (!serving()) return;  // already decided
   switch (cause) {
     case CloseCause::protocol_error: ++counters_->protocol_errors; break;
     case CloseCause::credit_overrun: ++counters_->credit_overruns; break;
@@ -80,7 +104,6 @@ Verdict ServerConn::fail(CloseCause cause, std::string reason) noexcept {
   held_.clear();  // their buffers are not re-posted: nothing more is executed
   ready_.clear();
   pulls_.clear();  // unpinned: the client can no longer READ (its QP goes to error)
-  return Verdict::disconnect;
 }
 
 bool ServerConn::repost(std::uint32_t slot) noexcept {
@@ -93,6 +116,7 @@ bool ServerConn::repost(std::uint32_t slot) noexcept {
 }
 
 Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
+  const bool was_serving = serving();
   if (!c.wr_id.is_current(config_.generation)) {
     ++counters_->stale_completions;
     SPDLOG_DEBUG("conn {}: dropping stale completion (generation {} != {})", config_.label,
@@ -100,24 +124,25 @@ Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
     return Verdict::keep;
   }
   switch (c.wr_id.kind()) {
-    case WrKind::recv: return on_recv(c);
-    case WrKind::send: return on_send(c);
+    case WrKind::recv: on_recv(c); break;
+    case WrKind::send: on_send(c); break;
     case WrKind::rdma_read:
-    case WrKind::rdma_write: return on_transfer(c);
-    case WrKind::none: break;
+    case WrKind::rdma_write: on_transfer(c); break;
+    case WrKind::none:
+      ++counters_->stale_completions;
+      fail(CloseCause::internal, fmt::format("completion of a WR kind never posted: {}", to_string(c.wr_id.kind())));
+      break;
   }
-  ++counters_->stale_completions;
-  if (!serving()) return Verdict::keep;
-  return fail(CloseCause::internal, fmt::format("completion of a WR kind never posted: {}", to_string(c.wr_id.kind())));
+  return decided_if(was_serving);
 }
 
-Verdict ServerConn::on_recv(const verbs::Completion& c) noexcept {
+void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   if (c.wr_id.slot() >= recv_->count() || recvs_posted_ == 0) {
     ++counters_->stale_completions;
-    return Verdict::keep;
+    return;
   }
   --recvs_posted_;
-  if (!serving()) return Verdict::keep;  // flushed while draining: normal
+  if (!serving()) return;  // flushed while closing: normal
   if (!c.ok()) {
     if (c.status == CompletionStatus::flushed) {
       return fail(CloseCause::completion_error, "receive flushed: the QP went to error");
@@ -156,13 +181,13 @@ Verdict ServerConn::on_recv(const verbs::Completion& c) noexcept {
   return process_held();
 }
 
-Verdict ServerConn::on_send(const verbs::Completion& c) noexcept {
+void ServerConn::on_send(const verbs::Completion& c) noexcept {
   const bool ours = channel_.on_send_completion(c);
   if (!ours) {
     ++counters_->stale_completions;
-    return Verdict::keep;
+    return;
   }
-  if (!serving()) return Verdict::keep;
+  if (!serving()) return;
   if (!c.ok()) {
     return fail(CloseCause::completion_error,
                 fmt::format("send completion error: {} ({})", to_string(c.status), c.status_detail()));
@@ -170,15 +195,15 @@ Verdict ServerConn::on_send(const verbs::Completion& c) noexcept {
   return process_held();  // a send buffer is free again
 }
 
-Verdict ServerConn::process_held() noexcept {
+void ServerConn::process_held() noexcept {
   while (!ready_.empty() && serving()) {  // deferred replies first, in order
     if (!channel_.can_append(proto::encoded_size(ready_.front()))) {
       ++counters_->pauses;
-      return Verdict::keep;
+      return;
     }
     proto::MessageSpec r = ready_.front();
     ready_.pop_front();
-    if (!append_reply(r, r.opcode)) return Verdict::disconnect;
+    if (!append_reply(r, r.opcode)) return;
   }
   while (!held_.empty()) {
     switch (process(held_.front())) {
@@ -186,11 +211,10 @@ Verdict ServerConn::process_held() noexcept {
       case Progress::paused:
         ++counters_->pauses;
         SPDLOG_DEBUG("conn {}: no send buffer free; {} received buffer(s) wait", config_.label, held_.size());
-        return Verdict::keep;
-      case Progress::failed: return Verdict::disconnect;
+        return;
+      case Progress::failed: return;  // fail() decided
     }
   }
-  return Verdict::keep;
 }
 
 ServerConn::Progress ServerConn::process(Held& h) noexcept {
@@ -227,6 +251,17 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     if (out == Outcome::reply && !append_reply(reply, m->opcode())) return Progress::failed;
     if (last) return Progress::finished;
   }
+}
+
+bool ServerConn::emit(proto::MessageSpec reply) noexcept {
+  if (ready_.empty() && channel_.can_append(proto::encoded_size(reply))) return append_reply(reply, reply.opcode);
+  try {
+    ready_.push_back(reply);
+  } catch (const std::bad_alloc&) {
+    fail(CloseCause::internal, "out of memory queueing a reply");
+    return false;
+  }
+  return true;
 }
 
 bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept {
@@ -266,25 +301,18 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       }
       break;
     case Opcode::stats:
-      stats_text_ = fmt::format(
-          "connections {}\naccepted {}\nsends_received {}\nsends_posted {}\nsets {}\ngets {}\nget_hits {}\n"
-          "stats {}\nrdv_refused {}\nerror_replies {}\nprotocol_errors {}\ncredit_overruns {}\nkeys {}\n"
-          "bytes {}\nmessages_received {}\nreplies_sent {}\nlarge_sets {}\nlarge_gets_written {}\n"
-          "large_gets_pulled {}\nreleases {}\nrdma_reads {}\nrdma_writes {}\nbytes_copied {}\ntoo_large {}\n"
-          "transfers_aborted {}\npinned {}\ntransfers {}\nregistrations {}\narena_reserved {}\narena_used {}\n",
-          counters_->connections, counters_->accepted, counters_->sends_received, counters_->sends_posted,
-          counters_->sets, counters_->gets, counters_->get_hits, counters_->stats, counters_->rdv_refused,
-          counters_->error_replies, counters_->protocol_errors, counters_->credit_overruns, store_->size(),
-          store_->bytes(), counters_->messages_received, counters_->replies_sent, counters_->large_sets,
-          counters_->large_gets_written, counters_->large_gets_pulled, counters_->releases, counters_->rdma_reads,
-          counters_->rdma_writes, counters_->bytes_copied, counters_->too_large, counters_->transfers_aborted,
-          counters_->pinned, counters_->transfers, arena_ ? arena_->registrations() : 0,
-          arena_ ? arena_->stats().reserved_bytes : 0, arena_ ? arena_->stats().used_bytes : 0);
-      if (config_.index_stats) {
-        try {
-          for (const auto& [name, value] : config_.index_stats()) stats_text_ += fmt::format("{} {}\n", name, value);
-        } catch (const std::bad_alloc&) {
+      try {
+        store::StatRows rows;
+        if (config_.stats) {
+          rows = config_.stats();
+        } else {  // no Server (protocol tests): the counters and the Store's rows
+          rows = counter_rows(*counters_);
+          store_->append_stats(rows);
         }
+        stats_text_ = store::format_stats_lines(rows);
+      } catch (const std::bad_alloc&) {
+        reply = proto::msg::error_reply(Opcode::stats, id, 0, Status::no_memory);
+        break;
       }
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
@@ -362,17 +390,20 @@ Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
   --durable_waits_;
   --counters_->durable_waits;
   if (!ok) ++counters_->io_errors;
-  if (!emit(ok ? proto::msg::set_reply(req_id, 0) : proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error))) {
-    return Verdict::disconnect;
+  if (emit(ok ? proto::msg::set_reply(req_id, 0) : proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error))) {
+    process_held();
   }
-  return process_held();
+  return decided_if(true);
 }
 
 Verdict ServerConn::flush() noexcept {
-  if (!serving()) return Verdict::keep;  // draining: post nothing new
+  if (!serving()) return Verdict::keep;  // closing: post nothing new
   int err = 0;
   counters_->sends_posted += channel_.flush(std::numeric_limits<std::size_t>::max(), &err);
-  if (err != 0) return fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+  if (err != 0) {
+    fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+    return Verdict::disconnect;
+  }
   if (arena_ != nullptr) arena_->top_up();  // replies are on the wire: grow the arena now, if it must
   if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
     granted_ += granted_pending_;

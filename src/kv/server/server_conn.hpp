@@ -2,11 +2,16 @@
 // ServerConn: the server's per-connection protocol state machine (eager
 // SET/GET/STATS, credits, back-pressure). It posts work only through a Link
 // and is fed verbs::Completion values, so the `protocol` suite drives it with
-// a FakeLink. It never touches verbs objects or cm_ids: when it decides the
-// connection must go (malformed request, credit overrun, error completion) it
-// returns Verdict::disconnect and records why; the owner (kv::server::Server) runs the
-// teardown (verbs/qp.hpp) and keeps feeding it the flushed completions until
-// drained().
+// a FakeLink. It never touches verbs objects or cm_ids.
+//
+// It holds the connection's one state machine (ConnState below). When a call
+// decides the connection must go (malformed request, credit overrun, error
+// completion, failed post) that call returns Verdict::disconnect, exactly
+// once, and the reason is kept; the owner (Server) acts on it: it disconnects
+// the cm_id, and when the CM part is over (cm_done()) moves the QP to error
+// and keeps feeding the flushed completions until drained() (verbs/qp.hpp).
+// The owner closes for its own reasons (peer left, shutdown) through
+// begin_draining(), which answers the same way.
 //
 // Per received buffer: the whole buffer is validated first (one DecodeError
 // anywhere -> disconnect, nothing of it is executed), then each request is
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "kv/server/arena.hpp"
+#include "kv/server/counters.hpp"
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/link.hpp"
@@ -60,10 +66,13 @@ using conn::Link;
 using conn::MessageChannel;
 using store::Store;
 
+// connecting -> established -> draining -> flushing -> closed; any state
+// before flushing may go straight to draining or flushing.
 enum class ConnState : std::uint8_t {
   connecting,   // receives posted, accept sent, ESTABLISHED not seen yet
   established,  // serving requests
-  draining,     // closing: no new work, waiting for posted WRs to come back
+  draining,     // close decided: nothing new runs; the owner disconnects and waits for DISCONNECTED
+  flushing,     // CM part over (cm_done()): the QP is in error, posted WRs come back flushed
   closed,       // the owner destroyed the verbs resources
 };
 
@@ -72,6 +81,7 @@ enum class ConnState : std::uint8_t {
     case ConnState::connecting: return "connecting";
     case ConnState::established: return "established";
     case ConnState::draining: return "draining";
+    case ConnState::flushing: return "flushing";
     case ConnState::closed: return "closed";
   }
   return "invalid";
@@ -106,8 +116,13 @@ enum class CloseCause : std::uint8_t {
 // What the owner must do after a call.
 enum class Verdict : std::uint8_t {
   keep,        // nothing to do
-  disconnect,  // this call decided to close; see disconnect_reason()
+  disconnect,  // this call decided to close (returned once per connection); see disconnect_reason()
 };
+
+// Both verdicts of a batch (e.g. every completion of one CQ drain) in one.
+[[nodiscard]] constexpr Verdict operator|(Verdict a, Verdict b) noexcept {
+  return a == Verdict::disconnect || b == Verdict::disconnect ? Verdict::disconnect : Verdict::keep;
+}
 
 [[nodiscard]] constexpr std::string_view to_string(Verdict v) noexcept {
   switch (v) {
@@ -116,51 +131,6 @@ enum class Verdict : std::uint8_t {
   }
   return "invalid";
 }
-
-// Server-wide counters, shared by every connection (reactor thread only).
-struct ServerCounters {
-  std::uint64_t connections = 0;  // live (accepted, not yet destroyed)
-  std::uint64_t accepted = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t closed = 0;
-  std::uint64_t protocol_errors = 0;
-  std::uint64_t credit_overruns = 0;
-  std::uint64_t completion_errors = 0;
-  std::uint64_t sends_received = 0;  // request SENDs (one may pack several requests)
-  std::uint64_t sends_posted = 0;    // reply SENDs
-  std::uint64_t sets = 0;
-  std::uint64_t gets = 0;
-  std::uint64_t get_hits = 0;
-  std::uint64_t stats = 0;
-  std::uint64_t rdv_refused = 0;     // RDV requests answered bad_request (not yet supported)
-  std::uint64_t error_replies = 0;   // any non-ok reply
-  std::uint64_t stale_completions = 0;
-  std::uint64_t pauses = 0;          // times a buffer waited for a free send buffer
-  // Rendezvous (docs/protocol.md). Control messages = requests received + replies sent.
-  std::uint64_t messages_received = 0;   // requests decoded and executed (RELEASE included)
-  std::uint64_t replies_sent = 0;        // replies appended to SENDs
-  std::uint64_t large_sets = 0;          // RDV SETs installed
-  std::uint64_t large_gets_written = 0;  // large GETs served by RDMA WRITE into the offered buffer
-  std::uint64_t large_gets_pulled = 0;   // large GETs answered with a pinned descriptor (client READs)
-  std::uint64_t releases = 0;            // RELEASE messages received
-  std::uint64_t rdma_reads = 0;          // RDMA READs posted (SET values)
-  std::uint64_t rdma_writes = 0;         // RDMA WRITEs posted (GET values)
-  std::uint64_t bytes_copied = 0;        // value bytes memcpy'd (eager values only)
-  std::uint64_t too_large = 0;           // requests refused for size before any allocation
-  std::uint64_t transfers_aborted = 0;   // transfers dropped by an error or a disconnect
-  std::uint64_t pinned = 0;              // now: large values held by transfers and pulls
-  std::uint64_t transfers = 0;           // now: RDMA READ/WRITEs in flight
-  std::uint64_t max_conn_outstanding = 0;  // most requests of one connection received, reply not yet appended
-  std::uint64_t conn_bytes = 0;          // now: send + receive buffer bytes of live connections (Server)
-  // Completion handling (Server): completions handled, CQ-fd wakeups (event
-  // mode), poll passes over every connection (busy-poll mode).
-  std::uint64_t completions = 0;
-  std::uint64_t cq_wakeups = 0;
-  std::uint64_t busy_polls = 0;
-  // Durability (docs/durability.md).
-  std::uint64_t durable_waits = 0;       // now: SET replies waiting for the log
-  std::uint64_t io_errors = 0;           // SETs answered io_error
-};
 
 struct ServerConnConfig {
   std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
@@ -171,8 +141,8 @@ struct ServerConnConfig {
   std::uint32_t max_transfers = 16;  // RDMA READ/WRITEs in flight (the QP's rdma depth)
   std::uint32_t max_pins = 16;       // pulled GETs awaiting RELEASE (client's max requests in flight)
   std::string label;                // for logs, e.g. the peer address
-  // Extra counters for the STATS reply (the Server's index); empty: none.
-  std::function<std::vector<std::pair<std::string_view, std::uint64_t>>()> index_stats;
+  // The rows of the STATS reply (Server::stats_rows()); empty: the counter table and the Store's rows.
+  std::function<store::StatRows()> stats;
   std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
 };
 
@@ -202,10 +172,14 @@ class ServerConn {
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
 
-  // The owner closes the connection for its own reason (peer left, shutdown);
-  // no effect if already draining/closed.
-  void begin_draining(CloseCause cause, std::string_view reason) noexcept;
-  // Draining and every posted WR has come back (teardown step 5 done).
+  // The owner closes the connection for its own reason (peer left, shutdown,
+  // CQ failure): disconnect if this call decided it, keep if it was already
+  // decided (then the owner has acted already).
+  [[nodiscard]] Verdict begin_draining(CloseCause cause, std::string_view reason) noexcept;
+  // The CM part is over (DISCONNECTED seen, or none will come): -> flushing.
+  // False if it was already (the owner moved the QP to error then).
+  [[nodiscard]] bool cm_done() noexcept;
+  // Flushing and every posted WR has come back (teardown step 5 done).
   [[nodiscard]] bool drained() const noexcept;
   // The owner destroyed the verbs resources.
   void close() noexcept { state_ = ConnState::closed; }
@@ -272,9 +246,14 @@ class ServerConn {
     Pin pin;
   };
 
-  Verdict on_recv(const verbs::Completion& c) noexcept;
-  Verdict on_send(const verbs::Completion& c) noexcept;
-  Verdict process_held() noexcept;
+  // Internal steps report a decision to close only through fail() (state ->
+  // draining); the public calls turn that transition into their Verdict.
+  [[nodiscard]] Verdict decided_if(bool was_serving) const noexcept {
+    return was_serving && !serving() ? Verdict::disconnect : Verdict::keep;
+  }
+  void on_recv(const verbs::Completion& c) noexcept;
+  void on_send(const verbs::Completion& c) noexcept;
+  void process_held() noexcept;
   Progress process(Held& h) noexcept;
   // The reply to `m`, before executing it (GET looks the key up now).
   proto::MessageSpec plan_reply(const proto::MessageView& m) noexcept;
@@ -290,12 +269,13 @@ class ServerConn {
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
   std::uint32_t take_transfer() noexcept;
   void free_transfer(std::uint32_t slot) noexcept;
-  Verdict on_transfer(const verbs::Completion& c) noexcept;
+  void on_transfer(const verbs::Completion& c) noexcept;
   // Appends a reply now (with the credits owed), or queues it behind a full channel.
   bool emit(proto::MessageSpec reply) noexcept;
   bool append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept;
   bool repost(std::uint32_t slot) noexcept;
-  Verdict fail(CloseCause cause, std::string reason) noexcept;
+  // Decides to close (once; logged here, where it is decided).
+  void fail(CloseCause cause, std::string reason) noexcept;
   [[nodiscard]] bool serving() const noexcept {
     return state_ == ConnState::connecting || state_ == ConnState::established;
   }

@@ -18,14 +18,6 @@ using proto::Status;
 using verbs::WrId;
 using verbs::WrKind;
 
-ServerConn::~ServerConn() {
-  // The owner destroyed the QP (or every WR came back): the memory of the
-  // transfers may be reused. Pins go with the members.
-  counters_->transfers -= transfers_in_flight_;
-  counters_->transfers_aborted += transfers_in_flight_;
-  counters_->durable_waits -= durable_waits_;  // their replies are dropped with the connection
-}
-
 std::uint32_t ServerConn::take_transfer() noexcept {
   const std::uint32_t slot = free_transfers_.back();
   free_transfers_.pop_back();
@@ -137,17 +129,17 @@ ServerConn::Outcome ServerConn::execute_release(const proto::MessageView& m) noe
   return Outcome::no_reply;
 }
 
-Verdict ServerConn::on_transfer(const verbs::Completion& c) noexcept {
+void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   const std::uint32_t slot = c.wr_id.slot();
   const auto want = c.wr_id.kind() == WrKind::rdma_read ? TransferKind::set_read : TransferKind::get_write;
   if (slot >= transfers_.size() || transfers_[slot].kind != want) {
     ++counters_->stale_completions;
-    return Verdict::keep;
+    return;
   }
   if (!serving() || !c.ok()) {
     ++counters_->transfers_aborted;
     free_transfer(slot);  // the QP is in error: nothing of it reaches the client or the Store
-    if (!serving()) return Verdict::keep;
+    if (!serving()) return;
     return fail(CloseCause::completion_error,
                 fmt::format("RDMA {} failed: {} ({})", to_string(c.wr_id.kind()), to_string(c.status),
                             c.status_detail()));
@@ -168,19 +160,8 @@ Verdict ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     reply = proto::msg::error_reply(Opcode::set, t.req_id, 0, Status::no_memory);
   }
   free_transfer(slot);
-  if (out == Outcome::reply && !emit(reply)) return Verdict::disconnect;
-  return process_held();
-}
-
-bool ServerConn::emit(proto::MessageSpec reply) noexcept {
-  if (ready_.empty() && channel_.can_append(proto::encoded_size(reply))) return append_reply(reply, reply.opcode);
-  try {
-    ready_.push_back(reply);
-  } catch (const std::bad_alloc&) {
-    fail(CloseCause::internal, "out of memory queueing a reply");
-    return false;
-  }
-  return true;
+  if (out == Outcome::reply && !emit(reply)) return;
+  process_held();
 }
 
 }  // namespace rkv::kv::server

@@ -7,7 +7,7 @@
 // answer says when the client may be told "ok":
 //   now     acknowledge at once (fsync batch/never while the disk is healthy)
 //   later   the reply waits: the implementation calls the sink given to the
-//           owner (kv::server::Server::set_durability) with (conn_token, req_id,
+//           owner (Server::on_durable, wired by kvd) with (conn_token, req_id,
 //           status) once the record is durable (ok) or failed (io_error).
 //           The token is the connection's slot + generation, never a pointer:
 //           a completion for a connection that has gone is dropped by its owner.
@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "kv/store/stats.hpp"
 #include "kv/store/store.hpp"
 
 namespace rkv::kv::store {
@@ -51,8 +52,8 @@ class Durability {
   // End of one batch of request processing (the server calls it after each
   // CQ drain): queued records may be submitted now, together.
   virtual void flush() noexcept = 0;
-  // ` name=value` pairs appended to the server's stats line.
-  [[nodiscard]] virtual std::string stats_text() const = 0;
+  // Its rows of the server's statistics (kv/store/stats.hpp).
+  virtual void append_stats(StatRows& rows) const = 0;
 };
 
 }  // namespace rkv::kv::store

@@ -25,6 +25,8 @@
 #include <unordered_map>
 #include <variant>
 
+#include "kv/store/stats.hpp"
+
 namespace rkv::kv::store {
 
 // A value in registered memory. bytes is exactly the value (the block behind
@@ -89,6 +91,10 @@ class Store {
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
   // Sum of key and value lengths, for stats (excludes container overhead).
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+  // Its rows of the server's statistics: keys, bytes.
+  void append_stats(StatRows& rows) const {
+    rows.insert(rows.end(), {{"keys", size(), "keys in the store"}, {"bytes", bytes(), "key + value bytes in the store"}});
+  }
 
  private:
   // Transparent so find() accepts a string_view without building a string.

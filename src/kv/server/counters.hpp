@@ -1,0 +1,131 @@
+#pragma once
+// ServerCounters and THE counter table: every server counter is declared
+// once here, as a member and as a row (name, member, help) of
+// kServerCounterTable. counter_rows() turns the table into StatRows, from
+// which kvd's SIGUSR1/final line, the STATS reply and JSON are all formatted
+// (kv/store/stats.hpp); Server::stats_rows() appends the gauges that are not
+// counters (keys, bytes, arena, index, durability). A counter missing from
+// the table would be printed nowhere: the static_asserts below refuse to
+// compile unless every member is in it exactly once.
+//
+// Thread: the reactor's (plain integers, shared by every connection).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kv/store/stats.hpp"
+
+namespace rkv::kv::server {
+
+struct ServerCounters {
+  std::uint64_t connections = 0;
+  std::uint64_t accepted = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t closed = 0;
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t credit_overruns = 0;
+  std::uint64_t completion_errors = 0;
+  std::uint64_t stale_completions = 0;
+  std::uint64_t sends_received = 0;
+  std::uint64_t sends_posted = 0;
+  std::uint64_t sets = 0;
+  std::uint64_t gets = 0;
+  std::uint64_t get_hits = 0;
+  std::uint64_t stats = 0;
+  std::uint64_t rdv_refused = 0;
+  std::uint64_t error_replies = 0;
+  std::uint64_t pauses = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t replies_sent = 0;
+  std::uint64_t large_sets = 0;
+  std::uint64_t large_gets_written = 0;
+  std::uint64_t large_gets_pulled = 0;
+  std::uint64_t releases = 0;
+  std::uint64_t rdma_reads = 0;
+  std::uint64_t rdma_writes = 0;
+  std::uint64_t bytes_copied = 0;
+  std::uint64_t too_large = 0;
+  std::uint64_t transfers_aborted = 0;
+  std::uint64_t pinned = 0;
+  std::uint64_t transfers = 0;
+  std::uint64_t max_conn_outstanding = 0;
+  std::uint64_t conn_bytes = 0;
+  std::uint64_t completions = 0;
+  std::uint64_t cq_wakeups = 0;
+  std::uint64_t busy_polls = 0;
+  std::uint64_t durable_waits = 0;
+  std::uint64_t io_errors = 0;
+};
+
+struct CounterInfo {
+  std::string_view name;
+  std::uint64_t ServerCounters::*member;
+  std::string_view help;
+};
+
+inline constexpr std::array kServerCounterTable{
+    CounterInfo{"connections", &ServerCounters::connections, "live connections (accepted, not yet destroyed)"},
+    CounterInfo{"accepted", &ServerCounters::accepted, "connections accepted"},
+    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, table full, setup failed)"},
+    CounterInfo{"closed", &ServerCounters::closed, "connections torn down"},
+    CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, "clients dropped for a malformed or out-of-protocol message"},
+    CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, "clients dropped for sending more SENDs than credits granted"},
+    CounterInfo{"completion_errors", &ServerCounters::completion_errors, "connections failed by an error completion"},
+    CounterInfo{"stale_completions", &ServerCounters::stale_completions, "completions and acks for a slot or generation that moved on (dropped)"},
+    CounterInfo{"sends_received", &ServerCounters::sends_received, "request SENDs received (one may pack several requests)"},
+    CounterInfo{"sends_posted", &ServerCounters::sends_posted, "reply SENDs posted"},
+    CounterInfo{"sets", &ServerCounters::sets, "SET requests"},
+    CounterInfo{"gets", &ServerCounters::gets, "GET requests by message"},
+    CounterInfo{"get_hits", &ServerCounters::get_hits, "GET requests that found their key"},
+    CounterInfo{"stats", &ServerCounters::stats, "STATS requests"},
+    CounterInfo{"rdv_refused", &ServerCounters::rdv_refused, "rendezvous requests refused with bad_request (no registered memory)"},
+    CounterInfo{"error_replies", &ServerCounters::error_replies, "replies with a non-ok status"},
+    CounterInfo{"pauses", &ServerCounters::pauses, "times a received buffer waited for a free send buffer or transfer"},
+    CounterInfo{"messages_received", &ServerCounters::messages_received, "requests decoded and executed (RELEASE included)"},
+    CounterInfo{"replies_sent", &ServerCounters::replies_sent, "replies appended to SENDs"},
+    CounterInfo{"large_sets", &ServerCounters::large_sets, "rendezvous SETs installed"},
+    CounterInfo{"large_gets_written", &ServerCounters::large_gets_written, "large GETs served by RDMA WRITE into the offered buffer"},
+    CounterInfo{"large_gets_pulled", &ServerCounters::large_gets_pulled, "large GETs answered with a descriptor the client READs"},
+    CounterInfo{"releases", &ServerCounters::releases, "RELEASE messages received"},
+    CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, "RDMA READs posted (large SET values)"},
+    CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, "RDMA WRITEs posted (large GET values)"},
+    CounterInfo{"bytes_copied", &ServerCounters::bytes_copied, "value bytes memcpy'd (eager values only)"},
+    CounterInfo{"too_large", &ServerCounters::too_large, "requests refused for size before any allocation"},
+    CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, "RDMA transfers dropped by an error or a disconnect"},
+    CounterInfo{"pinned", &ServerCounters::pinned, "now: large values held by transfers and pulls"},
+    CounterInfo{"transfers", &ServerCounters::transfers, "now: RDMA READ/WRITEs in flight"},
+    CounterInfo{"max_conn_outstanding", &ServerCounters::max_conn_outstanding, "most requests one connection had received and not yet answered"},
+    CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, "now: send + receive buffer bytes of live connections"},
+    CounterInfo{"completions", &ServerCounters::completions, "work completions handled"},
+    CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "CQ completion-channel wakeups (event mode)"},
+    CounterInfo{"busy_polls", &ServerCounters::busy_polls, "poll passes over every CQ (busy-poll mode)"},
+    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET replies waiting for the log"},
+    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs answered io_error"},
+};
+
+namespace detail {
+consteval bool every_member_once() {
+  for (std::size_t i = 0; i < kServerCounterTable.size(); ++i) {
+    for (std::size_t j = i + 1; j < kServerCounterTable.size(); ++j) {
+      if (kServerCounterTable[i].member == kServerCounterTable[j].member) return false;
+      if (kServerCounterTable[i].name == kServerCounterTable[j].name) return false;
+    }
+  }
+  return true;
+}
+}  // namespace detail
+static_assert(sizeof(ServerCounters) == kServerCounterTable.size() * sizeof(std::uint64_t),
+              "every ServerCounters member needs its row in kServerCounterTable");
+static_assert(detail::every_member_once(), "a ServerCounters member or name is in the table twice");
+
+// One row per table entry, in table order.
+[[nodiscard]] inline store::StatRows counter_rows(const ServerCounters& c) {
+  store::StatRows rows;
+  rows.reserve(kServerCounterTable.size());
+  for (const auto& info : kServerCounterTable) rows.push_back({info.name, c.*info.member, info.help});
+  return rows;
+}
+
+}  // namespace rkv::kv::server
