@@ -188,12 +188,4 @@ int QueuePair::to_error() noexcept {
   return rc;
 }
 
-int QueuePair::set_min_rnr_timer(std::uint8_t ib_code) noexcept {
-  if (ib_code > 31) return EINVAL;
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_RTS;
-  attr.min_rnr_timer = ib_code;
-  return ibv_modify_qp(handle_->qp, &attr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
-}
-
 }  // namespace rkv::verbs
