@@ -46,7 +46,7 @@ Reactor::Reactor()
 }
 
 Reactor::~Reactor() {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   // Drop callbacks first: handles captured inside them release themselves
   // here; any handle still counted after that is owned from outside.
   watches_.clear();
@@ -58,23 +58,19 @@ Reactor::~Reactor() {
   }
 }
 
-void Reactor::assert_on_reactor_thread() const noexcept {
-  assert(std::this_thread::get_id() == owner_ && "Reactor used from a foreign thread");
-}
-
 void Reactor::run() {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   while (!stop_requested_) run_once(std::chrono::milliseconds(-1));
   stop_requested_ = false;
 }
 
 void Reactor::stop() noexcept {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   stop_requested_ = true;
 }
 
 std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   if (state_ != ReactorState::kIdle) {
     throw std::logic_error("Reactor::run_once called from a callback (state " +
                            std::string(to_string(state_)) + ")");
@@ -201,7 +197,7 @@ void Reactor::drain_timerfd() noexcept {
 }
 
 Registration Reactor::watch(int fd, std::uint32_t events, FdCallback cb) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   const SlotKey key = watches_.insert(Watch{fd, events, std::move(cb)});
   epoll_event ev{};
   ev.events = events;
@@ -216,7 +212,7 @@ Registration Reactor::watch(int fd, std::uint32_t events, FdCallback cb) {
 }
 
 void Reactor::modify_watch(SlotKey key, std::uint32_t events) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   Watch* w = watches_.find(key);
   assert(w != nullptr && "modify on a dead registration");
   if (w == nullptr) return;
@@ -245,7 +241,7 @@ void Reactor::unwatch(SlotKey key) noexcept {
 }
 
 void Reactor::release(HandleKind kind, SlotKey key) noexcept {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   assert(live_handles_ > 0);
   --live_handles_;
   switch (kind) {
@@ -262,31 +258,33 @@ void Reactor::release(HandleKind kind, SlotKey key) noexcept {
 }
 
 Timer Reactor::after(std::chrono::nanoseconds delay, std::function<void()> cb) {
+  assert_owner_thread();
   return at(now() + std::max(delay, std::chrono::nanoseconds(0)), std::move(cb));
 }
 
 Timer Reactor::at(Clock::time_point deadline, std::function<void()> cb) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   return Timer(this, timers_.add(deadline, Clock::duration(0), std::move(cb)));
 }
 
 Timer Reactor::every(std::chrono::nanoseconds period, std::function<void()> cb) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   if (period.count() <= 0) throw std::invalid_argument("Reactor::every: period must be positive");
   return Timer(this, timers_.add(now() + period, period, std::move(cb)));
 }
 
 SignalWatch Reactor::on_signals(std::initializer_list<int> signals, std::function<void(int signo)> cb) {
+  assert_owner_thread();
   return SignalWatch(*this, signals, std::move(cb));
 }
 
 Poller Reactor::add_poller(std::function<bool()> poll_fn) {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   return Poller(this, pollers_.insert(PollerEntry{std::move(poll_fn)}));
 }
 
 void Reactor::set_busy_poll(bool on) noexcept {
-  assert_on_reactor_thread();
+  assert_owner_thread();
   busy_poll_ = on;
 }
 

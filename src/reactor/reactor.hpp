@@ -5,10 +5,11 @@
 // registered when created and removed when the handle dies.
 //
 // Rules for users:
-//  * Thread affinity: the reactor belongs to the thread that constructed it.
-//    Every member function (and handle operation) must run on that thread;
-//    only EventFd::notify() is meant for other threads (wake the loop through
-//    an EventFd you watch).
+//  * Thread affinity: the reactor belongs to the thread that constructed it
+//    (its owner thread). Every member function (and handle operation) except
+//    the static now() must run on that thread, and debug builds assert it
+//    (assert_owner_thread()); only EventFd::notify() is meant for other
+//    threads (wake the loop through an EventFd you watch).
 //  * Lifetime: destroy every handle before the Reactor (asserted in ~Reactor).
 //    Destroy a Registration before closing its fd.
 //  * Inside callbacks anything goes: destroy or modify any handle (including
@@ -21,6 +22,7 @@
 
 #include <sys/epoll.h>
 
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -82,7 +84,10 @@ class Reactor {
 
   // Asks run() to return after the current iteration. Safe from callbacks.
   void stop() noexcept;
-  [[nodiscard]] bool stop_requested() const noexcept { return stop_requested_; }
+  [[nodiscard]] bool stop_requested() const noexcept {
+    assert_owner_thread();
+    return stop_requested_;
+  }
 
   // Watches a non-blocking fd. `events` is an EPOLLIN/EPOLLOUT/... mask
   // passed to epoll as is (EPOLLET allowed); the callback receives the ready
@@ -107,16 +112,41 @@ class Reactor {
   [[nodiscard]] Poller add_poller(std::function<bool()> poll_fn);
   // With busy-poll on and at least one poller, epoll_wait never sleeps.
   void set_busy_poll(bool on) noexcept;
-  [[nodiscard]] bool busy_poll() const noexcept { return busy_poll_; }
+  [[nodiscard]] bool busy_poll() const noexcept {
+    assert_owner_thread();
+    return busy_poll_;
+  }
 
+  // Reads CLOCK_MONOTONIC; static, so any thread may call it.
   [[nodiscard]] static Clock::time_point now() noexcept { return Clock::now(); }
-  [[nodiscard]] ReactorState state() const noexcept { return state_; }
-  [[nodiscard]] std::size_t watch_count() const noexcept { return watches_.live(); }
-  [[nodiscard]] std::size_t timer_count() const noexcept { return timers_.size(); }
-  [[nodiscard]] std::size_t poller_count() const noexcept { return pollers_.live(); }
+  [[nodiscard]] ReactorState state() const noexcept {
+    assert_owner_thread();
+    return state_;
+  }
+  [[nodiscard]] std::size_t watch_count() const noexcept {
+    assert_owner_thread();
+    return watches_.live();
+  }
+  [[nodiscard]] std::size_t timer_count() const noexcept {
+    assert_owner_thread();
+    return timers_.size();
+  }
+  [[nodiscard]] std::size_t poller_count() const noexcept {
+    assert_owner_thread();
+    return pollers_.live();
+  }
 
-  // Asserts (debug builds) that the caller is the constructing thread.
-  void assert_on_reactor_thread() const noexcept;
+  // Asserts that the caller runs on this reactor's owner thread (the one that
+  // constructed it). Every member function above except the constructor and
+  // the static now() calls it, and so do the handle operations that reach the
+  // reactor: creating, resetting or destroying a non-empty handle, modify(),
+  // fd(), events(), pending(), wake(), SignalWatch setup and reset. Modules
+  // that live on a reactor (Server, Client, the C API, ...) call it too
+  // instead of keeping a thread id of their own. Debug builds only: with
+  // NDEBUG it is an empty inline function and costs nothing.
+  void assert_owner_thread() const noexcept {
+    assert(std::this_thread::get_id() == owner_ && "Reactor used from a thread other than its owner");
+  }
 
  private:
   template <HandleKind>
@@ -136,13 +166,25 @@ class Reactor {
   };
 
   // Handle plumbing.
-  void retain() noexcept { ++live_handles_; }
+  void retain() noexcept {
+    assert_owner_thread();
+    ++live_handles_;
+  }
   void release(HandleKind kind, SlotKey key) noexcept;
   void unwatch(SlotKey key) noexcept;
   void modify_watch(SlotKey key, std::uint32_t events);
-  [[nodiscard]] const Watch* find_watch(SlotKey key) const noexcept { return watches_.find(key); }
-  [[nodiscard]] bool timer_pending(SlotKey key) const noexcept { return timers_.pending(key); }
-  void wake_pollers() noexcept { wake_requested_ = true; }
+  [[nodiscard]] const Watch* find_watch(SlotKey key) const noexcept {
+    assert_owner_thread();
+    return watches_.find(key);
+  }
+  [[nodiscard]] bool timer_pending(SlotKey key) const noexcept {
+    assert_owner_thread();
+    return timers_.pending(key);
+  }
+  void wake_pollers() noexcept {
+    assert_owner_thread();
+    wake_requested_ = true;
+  }
 
   int wait(std::chrono::milliseconds timeout);
   std::size_t dispatch(int n) noexcept;

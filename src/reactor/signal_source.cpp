@@ -39,7 +39,7 @@ SignalWatch::SignalWatch() noexcept {
 SignalWatch::SignalWatch(Reactor& reactor, std::initializer_list<int> signals,
                          std::function<void(int signo)> cb)
     : SignalWatch() {
-  reactor.assert_on_reactor_thread();
+  reactor.assert_owner_thread();
   if (signals.size() == 0) throw std::invalid_argument("Reactor::on_signals: empty signal list");
   for (const int signo : signals) {
     if (signo <= 0 || signo > SIGRTMAX || signo == SIGKILL || signo == SIGSTOP) {
@@ -115,7 +115,7 @@ void SignalWatch::take(SignalWatch& other) noexcept {
 void SignalWatch::reset() noexcept {
   Reactor* reactor = std::exchange(reactor_, nullptr);
   if (reactor == nullptr) return;
-  reactor->assert_on_reactor_thread();
+  reactor->assert_owner_thread();
   reg_.reset();
   // Drain first: unblocking a still-queued signal would run its default
   // action (SIGUSR1/SIGTERM terminate the process).

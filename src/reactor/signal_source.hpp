@@ -36,7 +36,6 @@ class SignalWatch {
   void reset() noexcept;
 
   explicit operator bool() const noexcept { return reactor_ != nullptr; }
-  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
 
  private:
   friend class Reactor;

@@ -13,14 +13,16 @@
 #include <vector>
 
 #include "reactor/event_fd.hpp"
+#include "reactor/slot_table.hpp"
 
 namespace rkv::reactor {
 
 namespace {
 
+// One submitted operation, kept in the SlotTable until its completion is
+// taken. The kernel gets pointers into the stored Op (iov, path, path2),
+// never into a temporary, so they stay valid until the completion arrives.
 struct Op {
-  std::uint32_t generation = 1;
-  bool in_use = false;
   Uring::Callback cb;
   std::vector<iovec> iov;
   std::string path;
@@ -34,9 +36,11 @@ struct Uring::State {
   bool ring_ok = false;
   EventFd efd;
   Registration watch;
-  std::vector<Op> ops;
-  std::vector<std::uint32_t> free;
-  std::size_t in_flight = 0;
+  // Every operation from its submitting call until its completion is taken
+  // (or its submission failed): SQE user_data is the SlotKey's pack(), so a
+  // completion for an erased (reused) slot is stale. live() is what
+  // in_flight() reports.
+  SlotTable<Op> ops;
 
   ~State() {
     watch.reset();
@@ -44,54 +48,27 @@ struct Uring::State {
     // Wait (bounded) for what the kernel still works on: its buffers belong to
     // owners that are going away. Callbacks are not run.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+    while (ops.live() > 0 && std::chrono::steady_clock::now() < deadline) {
       __kernel_timespec ts{0, 100'000'000};
       io_uring_cqe* cqe = nullptr;
       if (io_uring_wait_cqe_timeout(&ring, &cqe, &ts) == 0 && cqe != nullptr) {
-        take(cqe->user_data);
+        take(cqe->user_data);  // the callback is destroyed, not run
         io_uring_cqe_seen(&ring, cqe);
       }
     }
-    if (in_flight > 0) spdlog::error("uring: {} operations still in flight at destruction", in_flight);
+    if (ops.live() > 0) spdlog::error("uring: {} operations still in flight at destruction", ops.live());
     io_uring_queue_exit(&ring);
   }
 
-  // The slot's callback for this user_data, or nullopt if stale.
+  // Removes the op for this user_data and hands back its callback; nullopt
+  // if the key is stale. Erasing frees the op's iovec array and path strings.
   std::optional<Callback> take(std::uint64_t user_data) noexcept {
-    const auto slot = static_cast<std::uint32_t>(user_data);
-    const auto gen = static_cast<std::uint32_t>(user_data >> 32);
-    if (slot >= ops.size() || !ops[slot].in_use || ops[slot].generation != gen) return std::nullopt;
-    Op& op = ops[slot];
-    Callback cb = std::move(op.cb);
-    op.cb = nullptr;
-    op.in_use = false;
-    op.iov.clear();
-    op.path.clear();
-    op.path2.clear();
-    op.generation = op.generation + 1 == 0 ? 1 : op.generation + 1;
-    free.push_back(slot);
-    --in_flight;
+    const SlotKey key = SlotKey::unpack(user_data);
+    Op* op = ops.find(key);
+    if (op == nullptr) return std::nullopt;
+    Callback cb = std::move(op->cb);
+    ops.erase(key);
     return cb;
-  }
-
-  std::uint32_t alloc(Callback cb) {
-    std::uint32_t slot;
-    if (!free.empty()) {
-      slot = free.back();
-      free.pop_back();
-    } else {
-      ops.emplace_back();
-      slot = static_cast<std::uint32_t>(ops.size() - 1);
-    }
-    ops[slot].in_use = true;
-    ops[slot].cb = std::move(cb);
-    ++in_flight;
-    return slot;
-  }
-  // Undo alloc() for an op that was never submitted.
-  void unalloc(std::uint32_t slot) noexcept { (void)take(user_data(slot)); }
-  std::uint64_t user_data(std::uint32_t slot) const noexcept {
-    return (std::uint64_t{ops[slot].generation} << 32) | slot;
   }
 
   io_uring_sqe* sqe() noexcept {
@@ -110,6 +87,27 @@ struct Uring::State {
       if (rc == -EINTR) continue;
       return rc;
     }
+  }
+
+  // One unlinked operation: stores `op` (throws std::bad_alloc like any
+  // allocation here, before the ring is touched), takes an SQE, lets `prep`
+  // fill it from the stored op, submits. 0, or -errno with the op erased
+  // (its callback never runs).
+  template <class Prep>
+  int submit_one(Op op, Prep prep) {
+    const SlotKey key = ops.insert(std::move(op));
+    io_uring_sqe* s = sqe();
+    if (s == nullptr) {
+      ops.erase(key);
+      return -EBUSY;
+    }
+    prep(s, *ops.find(key));
+    io_uring_sqe_set_data64(s, key.pack());
+    if (const int rc = submit(); rc < 0) {
+      ops.erase(key);
+      return rc;
+    }
+    return 0;
   }
 
   void on_ready() noexcept {
@@ -151,32 +149,23 @@ Uring::Uring(Uring&&) noexcept = default;
 Uring& Uring::operator=(Uring&&) noexcept = default;
 Uring::~Uring() = default;
 
-std::size_t Uring::in_flight() const noexcept { return state_ ? state_->in_flight : 0; }
+std::size_t Uring::in_flight() const noexcept { return state_ ? state_->ops.live() : 0; }
 
 bool Uring::wait_idle(std::chrono::milliseconds timeout) {
   State& s = *state_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (s.in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (s.ops.live() > 0 && std::chrono::steady_clock::now() < deadline) {
     __kernel_timespec ts{0, 50'000'000};
     io_uring_cqe* cqe = nullptr;
     if (io_uring_wait_cqe_timeout(&s.ring, &cqe, &ts) == 0 && cqe != nullptr) s.on_ready();
   }
-  return s.in_flight == 0;
+  return s.ops.live() == 0;
 }
 
 int Uring::writev(int fd, std::span<const iovec> iov, std::uint64_t offset, Callback cb) {
-  State& s = *state_;
-  io_uring_sqe* sqe = s.sqe();
-  if (sqe == nullptr) return -EBUSY;
-  const std::uint32_t slot = s.alloc(std::move(cb));
-  s.ops[slot].iov.assign(iov.begin(), iov.end());
-  io_uring_prep_writev(sqe, fd, s.ops[slot].iov.data(), static_cast<unsigned>(iov.size()), offset);
-  io_uring_sqe_set_data64(sqe, s.user_data(slot));
-  if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(slot);
-    return rc;
-  }
-  return 0;
+  return state_->submit_one(Op{std::move(cb), {iov.begin(), iov.end()}, {}, {}}, [&](io_uring_sqe* sqe, Op& op) {
+    io_uring_prep_writev(sqe, fd, op.iov.data(), static_cast<unsigned>(op.iov.size()), offset);
+  });
 }
 
 int Uring::writev_then_sync(int fd, std::span<const iovec> iov, std::uint64_t offset, bool datasync,
@@ -184,82 +173,54 @@ int Uring::writev_then_sync(int fd, std::span<const iovec> iov, std::uint64_t of
   State& s = *state_;
   if (io_uring_sq_space_left(&s.ring) < 2) (void)s.submit();
   if (io_uring_sq_space_left(&s.ring) < 2) return -EBUSY;
+  // Both ops are stored before the ring is touched, so an allocation failure
+  // leaves no half-prepared SQE behind.
+  const SlotKey wk = s.ops.insert(Op{std::move(on_write), {iov.begin(), iov.end()}, {}, {}});
+  SlotKey fk;
+  try {
+    fk = s.ops.insert(Op{std::move(on_sync), {}, {}, {}});
+  } catch (...) {
+    s.ops.erase(wk);
+    throw;
+  }
+  const Op& wop = *s.ops.find(wk);
   io_uring_sqe* w = io_uring_get_sqe(&s.ring);
-  const std::uint32_t ws = s.alloc(std::move(on_write));
-  s.ops[ws].iov.assign(iov.begin(), iov.end());
-  io_uring_prep_writev(w, fd, s.ops[ws].iov.data(), static_cast<unsigned>(iov.size()), offset);
-  io_uring_sqe_set_data64(w, s.user_data(ws));
+  io_uring_prep_writev(w, fd, wop.iov.data(), static_cast<unsigned>(wop.iov.size()), offset);
+  io_uring_sqe_set_data64(w, wk.pack());
   io_uring_sqe_set_flags(w, IOSQE_IO_LINK);  // a failed or short write cancels the sync
   io_uring_sqe* f = io_uring_get_sqe(&s.ring);
-  const std::uint32_t fs = s.alloc(std::move(on_sync));
   io_uring_prep_fsync(f, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
-  io_uring_sqe_set_data64(f, s.user_data(fs));
+  io_uring_sqe_set_data64(f, fk.pack());
   if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(ws);
-    s.unalloc(fs);
+    s.ops.erase(wk);
+    s.ops.erase(fk);
     return rc;
   }
   return 0;
 }
 
 int Uring::fsync(int fd, bool datasync, Callback cb) {
-  State& s = *state_;
-  io_uring_sqe* sqe = s.sqe();
-  if (sqe == nullptr) return -EBUSY;
-  const std::uint32_t slot = s.alloc(std::move(cb));
-  io_uring_prep_fsync(sqe, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
-  io_uring_sqe_set_data64(sqe, s.user_data(slot));
-  if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(slot);
-    return rc;
-  }
-  return 0;
+  return state_->submit_one(Op{std::move(cb), {}, {}, {}}, [&](io_uring_sqe* sqe, Op&) {
+    io_uring_prep_fsync(sqe, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
+  });
 }
 
 int Uring::openat(int dirfd, const std::string& path, int flags, mode_t mode, Callback cb) {
-  State& s = *state_;
-  io_uring_sqe* sqe = s.sqe();
-  if (sqe == nullptr) return -EBUSY;
-  const std::uint32_t slot = s.alloc(std::move(cb));
-  s.ops[slot].path = path;
-  io_uring_prep_openat(sqe, dirfd, s.ops[slot].path.c_str(), flags, mode);
-  io_uring_sqe_set_data64(sqe, s.user_data(slot));
-  if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(slot);
-    return rc;
-  }
-  return 0;
+  return state_->submit_one(Op{std::move(cb), {}, path, {}}, [&](io_uring_sqe* sqe, Op& op) {
+    io_uring_prep_openat(sqe, dirfd, op.path.c_str(), flags, mode);
+  });
 }
 
 int Uring::renameat(int dirfd, const std::string& from, const std::string& to, Callback cb) {
-  State& s = *state_;
-  io_uring_sqe* sqe = s.sqe();
-  if (sqe == nullptr) return -EBUSY;
-  const std::uint32_t slot = s.alloc(std::move(cb));
-  s.ops[slot].path = from;
-  s.ops[slot].path2 = to;
-  io_uring_prep_renameat(sqe, dirfd, s.ops[slot].path.c_str(), dirfd, s.ops[slot].path2.c_str(), 0);
-  io_uring_sqe_set_data64(sqe, s.user_data(slot));
-  if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(slot);
-    return rc;
-  }
-  return 0;
+  return state_->submit_one(Op{std::move(cb), {}, from, to}, [&](io_uring_sqe* sqe, Op& op) {
+    io_uring_prep_renameat(sqe, dirfd, op.path.c_str(), dirfd, op.path2.c_str(), 0);
+  });
 }
 
 int Uring::unlinkat(int dirfd, const std::string& path, Callback cb) {
-  State& s = *state_;
-  io_uring_sqe* sqe = s.sqe();
-  if (sqe == nullptr) return -EBUSY;
-  const std::uint32_t slot = s.alloc(std::move(cb));
-  s.ops[slot].path = path;
-  io_uring_prep_unlinkat(sqe, dirfd, s.ops[slot].path.c_str(), 0);
-  io_uring_sqe_set_data64(sqe, s.user_data(slot));
-  if (const int rc = s.submit(); rc < 0) {
-    s.unalloc(slot);
-    return rc;
-  }
-  return 0;
+  return state_->submit_one(Op{std::move(cb), {}, path, {}}, [&](io_uring_sqe* sqe, Op& op) {
+    io_uring_prep_unlinkat(sqe, dirfd, op.path.c_str(), 0);
+  });
 }
 
 }  // namespace rkv::reactor

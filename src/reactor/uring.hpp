@@ -4,14 +4,16 @@
 // The ring's completions are signalled through an eventfd that the
 // constructor registers with the Reactor (a reactor::Registration, like any
 // other source); the destructor unregisters it. Every operation carries a
-// callback, kept in a slot table: the SQE's user_data is slot + generation,
-// never a pointer, and a completion whose slot was reused is dropped.
+// callback, kept in a SlotTable (slot_table.hpp): the SQE's user_data is the
+// SlotKey's pack() (slot + generation), never a pointer, and a completion
+// whose slot was reused is dropped.
 // Callbacks run on the reactor thread from the eventfd's readiness, never
 // inline in the submitting call, so an owner may submit from a callback.
 //
 // Everything an operation needs until it completes (the iovec array, path
-// strings) is copied into its slot; the memory the iovecs point at is the
-// caller's and must stay valid until the callback ran.
+// strings) is copied into its slot and freed when the completion is taken;
+// the memory the iovecs point at is the caller's and must stay valid until the
+// callback ran.
 //
 // Destruction waits (bounded, 10 s) for operations still in flight, without
 // running their callbacks, so the kernel never touches memory after its owner

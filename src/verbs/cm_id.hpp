@@ -34,8 +34,8 @@ class EventChannel;
 // QP and flushing every in-flight request. Tests that must prove the credit
 // accounting set it to 0 so any RNR surfaces as rnr_retry_exceeded.
 // min_rnr_timer (how long the peer backs off after our RNR NAK) is not an
-// rdma_cm parameter: the kernel CM programs it; adjust it after ESTABLISHED
-// with QueuePair::set_min_rnr_timer().
+// rdma_cm parameter: the kernel CM programs it, and this project leaves it
+// at that value.
 struct ConnParams {
   // initiator_depth/responder_resources value meaning "device maximum" on
   // connect and "what the peer asked for, capped by the device" on accept.

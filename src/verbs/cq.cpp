@@ -70,8 +70,4 @@ int CompletionQueue::poll(std::span<Completion> out) noexcept {
   return static_cast<int>(filled);
 }
 
-int CompletionQueue::capacity() const noexcept { return handle_->cq->cqe; }
-
-unsigned CompletionQueue::unacked_events() const noexcept { return handle_->unacked_events; }
-
 }  // namespace rkv::verbs

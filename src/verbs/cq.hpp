@@ -73,8 +73,6 @@ class CompletionQueue {
   // Raw poll into `out` (at most out.size()). Returns count or negative errno.
   int poll(std::span<Completion> out) noexcept;
 
-  [[nodiscard]] int capacity() const noexcept;             // actual CQ entries
-  [[nodiscard]] unsigned unacked_events() const noexcept;  // for tests/diagnostics
   [[nodiscard]] bool valid() const noexcept { return handle_ != nullptr; }
 
  private:

@@ -16,7 +16,7 @@ namespace rkv::verbs {
 
 namespace {
 
-constexpr std::size_t kMaxSendSge = 16;    // stack array bound for post_send(sges)
+constexpr std::size_t kMaxSendSge = 16;    // stack array bound of a send-side gather/scatter list
 constexpr std::size_t kRecvChunk = 32;     // chain length per ibv_post_recv
 
 bool fits_u32(std::size_t n) noexcept { return n <= UINT32_MAX; }
@@ -27,28 +27,6 @@ ibv_sge make_sge(const void* data, std::size_t len, std::uint32_t lkey) noexcept
   sge.length = static_cast<std::uint32_t>(len);
   sge.lkey = lkey;
   return sge;
-}
-
-int post_one_send(ibv_qp* qp, ibv_send_wr& wr) noexcept {
-  ibv_send_wr* bad = nullptr;
-  // ibv_post_send returns an errno value; ENOMEM = send queue full.
-  return ibv_post_send(qp, &wr, &bad);
-}
-
-// One RDMA READ or WRITE of [local, +len) against remote_addr/rkey.
-int post_one_rdma(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, const void* local, std::size_t len,
-                  std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  if (!fits_u32(len)) return EINVAL;
-  ibv_sge sge = make_sge(local, len, lkey);
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id.encode();
-  wr.sg_list = &sge;
-  wr.num_sge = len == 0 ? 0 : 1;
-  wr.opcode = opcode;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  return post_one_send(qp, wr);
 }
 
 }  // namespace
@@ -138,6 +116,38 @@ int fill_sges(std::span<const S> in, std::array<ibv_sge, kMaxSendSge>& out) noex
   }
   return num;
 }
+
+// Where an RDMA READ/WRITE goes; unused (zero) for a SEND.
+struct Remote {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+};
+
+// THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE) and
+// posts it: opcode, wr_id, the gather/scatter list (empty elements skipped),
+// remote address/rkey, signaled flag. EINVAL for more than kMaxSendSge
+// elements or one longer than u32; otherwise ibv_post_send's errno value
+// (ENOMEM = send queue full).
+template <class S>
+int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const S> sges, Remote remote,
+                 bool signaled) noexcept {
+  if (sges.size() > kMaxSendSge) return EINVAL;
+  std::array<ibv_sge, kMaxSendSge> list;
+  const int num = fill_sges(sges, list);
+  if (num < 0) return EINVAL;
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id.encode();
+  wr.sg_list = list.data();
+  wr.num_sge = num;
+  wr.opcode = opcode;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr.wr.rdma.remote_addr = remote.addr;
+  wr.wr.rdma.rkey = remote.rkey;
+  SPDLOG_TRACE("verbs: post opcode={} qp={} slot={} sge={}", static_cast<int>(opcode), qp->qp_num, wr_id.slot(),
+               num);
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
 }  // namespace
 
 int QueuePair::post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint32_t lkey,
@@ -147,47 +157,27 @@ int QueuePair::post_send(WrId wr_id, std::span<const std::byte> bytes, std::uint
 }
 
 int QueuePair::post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) noexcept {
-  if (sges.size() > kMaxSendSge) return EINVAL;
-  std::array<ibv_sge, kMaxSendSge> list;
-  const int num = fill_sges(sges, list);
-  if (num < 0) return EINVAL;
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id.encode();
-  wr.sg_list = list.data();
-  wr.num_sge = num;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  SPDLOG_TRACE("verbs: post_send qp={} slot={} sge={}", handle_->qp->qp_num, wr_id.slot(), num);
-  return post_one_send(handle_->qp, wr);
+  return post_send_wr(handle_->qp, IBV_WR_SEND, wr_id, sges, Remote{}, signaled);
 }
 
 int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey,
                               std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  return post_one_rdma(handle_->qp, IBV_WR_RDMA_READ, wr_id, local.data(), local.size(), lkey, remote_addr, rkey,
-                       signaled);
+  const ReadSge one{local, lkey};
+  return post_send_wr(handle_->qp, IBV_WR_RDMA_READ, wr_id, std::span<const ReadSge>(&one, 1),
+                      Remote{remote_addr, rkey}, signaled);
 }
 
 int QueuePair::post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr,
                               std::uint32_t rkey, bool signaled) noexcept {
-  if (local.size() > kMaxSendSge || local.size() > caps_.max_send_sge) return EINVAL;
-  std::array<ibv_sge, kMaxSendSge> list;
-  const int num = fill_sges(local, list);
-  if (num < 0) return EINVAL;
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id.encode();
-  wr.sg_list = list.data();
-  wr.num_sge = num;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  return post_one_send(handle_->qp, wr);
+  if (local.size() > caps_.max_send_sge) return EINVAL;
+  return post_send_wr(handle_->qp, IBV_WR_RDMA_READ, wr_id, local, Remote{remote_addr, rkey}, signaled);
 }
 
 int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                                std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  return post_one_rdma(handle_->qp, IBV_WR_RDMA_WRITE, wr_id, local.data(), local.size(), lkey, remote_addr, rkey,
-                       signaled);
+  const Sge one{local, lkey};
+  return post_send_wr(handle_->qp, IBV_WR_RDMA_WRITE, wr_id, std::span<const Sge>(&one, 1),
+                      Remote{remote_addr, rkey}, signaled);
 }
 
 int QueuePair::to_error() noexcept {
@@ -196,14 +186,6 @@ int QueuePair::to_error() noexcept {
   const int rc = ibv_modify_qp(handle_->qp, &attr, IBV_QP_STATE);
   SPDLOG_DEBUG("verbs: qp {} -> ERROR rc={}", handle_->qp->qp_num, rc);
   return rc;
-}
-
-int QueuePair::set_min_rnr_timer(std::uint8_t ib_code) noexcept {
-  if (ib_code > 31) return EINVAL;
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_RTS;
-  attr.min_rnr_timer = ib_code;
-  return ibv_modify_qp(handle_->qp, &attr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
 }
 
 }  // namespace rkv::verbs

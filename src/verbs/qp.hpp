@@ -84,7 +84,6 @@ class QueuePair {
   ~QueuePair() = default;  // destroys the QP and detaches it from the cm_id
 
   [[nodiscard]] std::uint32_t qp_num() const noexcept;
-  [[nodiscard]] const QpCaps& caps() const noexcept { return caps_; }  // as granted
   [[nodiscard]] bool valid() const noexcept { return handle_ != nullptr; }
 
   // --- data path: 0 or an errno value --------------------------------------
@@ -100,7 +99,8 @@ class QueuePair {
   int post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
                      std::uint32_t rkey, bool signaled = true) noexcept;
   // Reads remote [remote_addr, + total length) scattered over `local` in
-  // order (at most max_send_sge elements; empty elements are skipped).
+  // order (at most max_send_sge elements as granted, which is at least what
+  // QpCaps asked for; empty elements are skipped).
   int post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr, std::uint32_t rkey,
                      bool signaled = true) noexcept;
   // Writes `local` to remote_addr (the remote MR needs remote_write).
@@ -110,15 +110,10 @@ class QueuePair {
   // --- control ----------------------------------------------------------------
   // Move to ERROR so every outstanding WR flushes (teardown step 4).
   int to_error() noexcept;
-  // Min RNR NAK timer (IB encoding 0..31: 0 = 655.36 ms, 1 = 0.01 ms,
-  // 12 = 0.64 ms, 14 = 1.28 ms ...) that this QP advertises when it NAKs a
-  // SEND for lack of a receive. rdma_cm has no knob for it (the kernel CM
-  // picks it), so set it with an RTS->RTS modify once connected.
-  int set_min_rnr_timer(std::uint8_t ib_code) noexcept;
 
  private:
   std::shared_ptr<detail::QpHandle> handle_;
-  QpCaps caps_;
+  QpCaps caps_;  // as granted by rdma_create_qp
 };
 
 }  // namespace rkv::verbs

@@ -119,7 +119,7 @@ TEST(Reactor, EnumsHaveNames) {
 
 TEST(Reactor, IdleRunOnceTimesOut) {
   Reactor r;
-  r.assert_on_reactor_thread();
+  r.assert_owner_thread();
   const auto t0 = Reactor::now();
   EXPECT_EQ(r.run_once(20ms), 0u);
   EXPECT_GE(Reactor::now() - t0, 15ms);
@@ -600,6 +600,20 @@ TEST(ReactorDeathTest, HandleOutlivingReactorAsserts) {
         r.reset();
       },
       "must die before its Reactor");
+}
+
+// Public calls and handle operations from a thread other than the owner trip
+// assert_owner_thread() (debug builds).
+TEST(ReactorDeathTest, ForeignThreadTripsTheOwnerAssert) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Reactor r;
+  Poller p = r.add_poller([] { return false; });
+  const auto on_foreign_thread = [](auto fn) { std::thread(fn).join(); };
+  EXPECT_DEATH(on_foreign_thread([&] { r.assert_owner_thread(); }), "other than its owner");
+  EXPECT_DEATH(on_foreign_thread([&] { r.stop(); }), "other than its owner");
+  EXPECT_DEATH(on_foreign_thread([&] { EXPECT_EQ(r.poller_count(), 1u); }), "other than its owner");
+  EXPECT_DEATH(on_foreign_thread([&] { p.wake(); }), "other than its owner");
+  r.assert_owner_thread();  // the owner passes
 }
 #endif
 

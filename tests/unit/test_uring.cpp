@@ -1,6 +1,6 @@
 // reactor::Uring: completions arrive through the reactor (eventfd), callbacks
 // run from the loop, a failed write cancels its linked sync, /dev/full gives
-// a real ENOSPC, openat/renameat/unlinkat work.
+// a real ENOSPC, openat/renameat/unlinkat work, slots are reused.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -76,6 +76,30 @@ TEST(Uring, FailedWriteCancelsTheLinkedSync) {
   ASSERT_TRUE(run_until(r, [&] { return sres != 1; }));
   EXPECT_EQ(wres, -ENOSPC);
   EXPECT_EQ(sres, -ECANCELED);
+}
+
+TEST(Uring, SlotsAreReusedAndEveryCallbackRunsOnce) {
+  Reactor r;
+  Uring u(r, 4);  // 4 SQEs, 8 CQEs: 8 ops force an early submit, never overflow the CQ
+  UniqueFd devnull(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  ASSERT_TRUE(devnull);
+  std::string a(10, 'x');
+  iovec iov{a.data(), a.size()};
+  int done = 0;
+  for (int round = 0; round < 3; ++round) {
+    int ran = 0;
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_EQ(u.writev(devnull.get(), {&iov, 1}, 0, [&](int res) {
+        EXPECT_EQ(res, 10);
+        ++ran;
+      }), 0);
+    }
+    EXPECT_EQ(u.in_flight(), 8u);
+    ASSERT_TRUE(run_until(r, [&] { return ran == 8; }));
+    EXPECT_EQ(u.in_flight(), 0u);
+    done += ran;
+  }
+  EXPECT_EQ(done, 24);
 }
 
 TEST(Uring, DestroyedWithWorkInFlightRunsNoCallback) {
