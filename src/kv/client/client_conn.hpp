@@ -3,9 +3,10 @@
 // with no verbs in it: it posts through a Link and is fed verbs::Completion
 // values, so the protocol suite drives it with a FakeLink.
 //
-// Owns: the request slot table (req_id = generation << 16 | slot), the queue
-// of submitted-but-unsent requests, the send credits granted by the server,
-// and a MessageChannel over the caller's pools (which must outlive it).
+// Owns: the request slot table (a bounded reactor::SlotTable; a request's
+// req_id is its SlotKey::pack32(), 16 bits of index + 16 of generation), the
+// queue of submitted-but-unsent requests, the send credits granted by the
+// server, and a MessageChannel over the caller's pools (which must outlive it).
 //
 // Flow: submit_set()/submit_get() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
@@ -39,6 +40,7 @@
 #include "kv/conn/msg_channel.hpp"
 #include "proto/index_format.hpp"
 #include "proto/wire.hpp"
+#include "reactor/slot_table.hpp"
 #include "verbs/completion.hpp"
 
 namespace rkv::kv::client {
@@ -194,18 +196,18 @@ class ClientConn {
   [[nodiscard]] ConnState state() const noexcept { return state_; }
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
-  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
-  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return slots_.max_slots(); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.live(); }
   [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
-  [[nodiscard]] std::size_t pending() const noexcept { return in_flight_ + queue_.size(); }
+  [[nodiscard]] std::size_t pending() const noexcept { return slots_.live() + queue_.size(); }
   // WRs posted and not yet completed (receives + sends): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
     return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
   }
   [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
 
-  static constexpr std::uint32_t kSlotBits = 16;
-  static constexpr std::uint32_t kMaxSlots = 1u << kSlotBits;
+  // The most request slots a req_id can name (SlotKey::pack32 keeps 16 bits of index).
+  static constexpr std::uint32_t kMaxSlots = 1u << 16;
 
  private:
   struct Request {
@@ -217,9 +219,8 @@ class ClientConn {
     bool onesided = false;  // GET by RDMA READ (read mode)
   };
   enum class OsStage : std::uint8_t { idle, hood, block };
+  // A request in flight (an entry of slots_).
   struct Slot {
-    std::uint16_t generation = 0;
-    bool busy = false;
     bool reading = false;  // pull: our RDMA READ of the value is in flight
     proto::Opcode op = proto::Opcode::get;
     Callback cb;
@@ -234,9 +235,10 @@ class ClientConn {
 
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
                               Callback cb);
-  [[nodiscard]] std::uint32_t req_id(std::uint32_t slot) const noexcept {
-    return (std::uint32_t{slots_[slot].generation} << kSlotBits) | slot;
-  }
+  using SlotKey = reactor::SlotKey;
+  [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
+  // The slot of a key known to be live.
+  [[nodiscard]] Slot& live_slot(SlotKey key) noexcept;
   void on_recv(const verbs::Completion& c) noexcept;
   // Decodes one received buffer (already copied to scratch_); false on a protocol error.
   bool handle_replies(std::span<const std::byte> bytes) noexcept;
@@ -244,22 +246,24 @@ class ClientConn {
   void complete_all(Status st) noexcept;
   // --- rendezvous (client_rdv.cpp) ---
   [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
-  bool on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
   void on_read(const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the value in its landing buffer.
-  void deliver_landing(std::uint32_t slot, std::size_t len) noexcept;
+  void deliver_landing(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
-  void free_slot(std::uint32_t slot) noexcept;
+  // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
+  void free_slot(SlotKey key) noexcept;
   // --- one-sided GET (client_onesided.cpp) ---
-  bool start_onesided(Request& r) noexcept;  // takes a free slot, posts the neighborhood READ
-  bool post_hood_read(std::uint32_t slot) noexcept;
-  void on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept;
-  void on_hood(std::uint32_t slot) noexcept;
-  void on_block(std::uint32_t slot) noexcept;
-  void retry_or_fallback(std::uint32_t slot) noexcept;
-  void fallback(std::uint32_t slot) noexcept;  // re-queued as a message GET
-  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept;
+  bool start_onesided(SlotKey key, Request& r) noexcept;  // r into the new slot `key`; posts the neighborhood READ
+  bool post_hood_read(SlotKey key) noexcept;
+  void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
+  void on_hood(SlotKey key) noexcept;
+  void on_block(SlotKey key) noexcept;
+  void retry_or_fallback(SlotKey key) noexcept;
+  void fallback(SlotKey key) noexcept;  // re-queued as a message GET
+  // Slot `index`'s part of os_mem_ (indices stay below max_in_flight(): the table is bounded).
+  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t index, std::size_t off, std::size_t len) noexcept;
 
   Link* link_;
   Registrar* registrar_;
@@ -276,14 +280,12 @@ class ClientConn {
   ConnState state_ = ConnState::connecting;
   std::string failure_;
   std::uint32_t credits_ = 0;
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_slots_;
-  std::size_t in_flight_ = 0;
+  reactor::SlotTable<Slot> slots_;  // requests in flight, bounded by max_in_flight
   std::deque<Request> queue_;
   std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
   std::size_t recvs_posted_ = 0;
   IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
-  std::vector<std::byte> os_mem_;              // per slot: neighborhood, key, small value
+  std::vector<std::byte> os_mem_;              // per slot index: neighborhood, key, small value
   std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
   ClientCounters counters_;
 };
