@@ -165,8 +165,9 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.rdma_depth = options_.max_in_flight;  // pull-path RDMA READs, at most one per request
   registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
+  // One connection per Client, over pools of its own: the first generation will do.
   conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
-                                       options_.rdv);
+                                       options_.rdv, ClientConn::kDefaultGeneration);
   if (options_.busy_poll) {
     cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); });
   } else {

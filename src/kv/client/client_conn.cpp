@@ -21,10 +21,6 @@ using conn::BufferPool;
 using conn::Link;
 using conn::Registrar;
 
-namespace {
-constexpr std::uint32_t kGeneration = 1;  // one connection per ClientConn: one WrId generation
-}
-
 std::string_view to_string(Status s) noexcept {
   switch (s) {
     case Status::ok: return "ok";
@@ -66,13 +62,14 @@ std::string_view to_string(ConnState s) noexcept {
   return "invalid";
 }
 
-ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv)
+ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv,
+                       std::uint32_t generation)
     : link_(&link),
       registrar_(registrar),
       rdv_(rdv),
       cache_(registrar != nullptr ? std::make_unique<RegCache>(*registrar, rdv.reg_cache_bytes) : nullptr),
       recv_(&recv),
-      channel_(link, recv, send, kGeneration),
+      channel_(link, recv, send, generation),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
       scratch_(recv.buffer_size()) {}
 
@@ -331,6 +328,10 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
       return false;
     }
     Slot& s = *found_slot;
+    if (s.stage != Stage::reply) {  // a one-sided GET (no message sent) or a pull already answered
+      fail("reply for req_id " + std::to_string(m.header.req_id) + ", which awaits no reply");
+      return false;
+    }
     if (proto::reply_opcode(s.op) != op) {
       fail("reply opcode " + std::string(proto::to_string(op)) + " does not answer a " +
            std::string(proto::to_string(s.op)));
@@ -387,7 +388,7 @@ void ClientConn::complete_all(Status st) noexcept {
     Callback cb = std::move(live_slot(*key).cb);
     // Erasing destroys the slot: its lease ends and its landing buffer is
     // deregistered here, so no DMA reaches it afterwards. A READ's flush
-    // completion only lowers reads_in_flight_.
+    // completion only lowers reads_in_flight_ (its key is stale now anyway).
     slots_.erase(*key);
     try {
       cbs.push_back(std::move(cb));

@@ -8,6 +8,11 @@
 // queue of submitted-but-unsent requests, the send credits granted by the
 // server, and a MessageChannel over the caller's pools (which must outlive it).
 //
+// WrIds: receives and sends carry the buffer index and the connection's
+// generation (the constructor's `generation`); every RDMA READ carries its
+// request's slot key (index + generation), so a READ completion is routed by
+// find() and one for a slot freed since is dropped as stale.
+//
 // Flow: submit_set()/submit_get() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
 // in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
@@ -100,6 +105,7 @@ struct ClientCounters {
   std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
   std::uint64_t rdma_reads = 0;       // RDMA READs posted
   std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
+  std::uint64_t stale_reads = 0;      // RDMA READ completions for a request slot freed since (dropped)
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
   // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
@@ -138,11 +144,17 @@ struct IndexInfo {
 
 class ClientConn {
  public:
+  // WrId generation of a connection's receives and sends when the owner
+  // gives none: a ClientConn serves one connection, over pools of its own.
+  static constexpr std::uint32_t kDefaultGeneration = 1;
+
   // `recv`'s buffer count is max_in_flight (what the client announces as its
   // credits). Nothing is posted until post_receives(). Without a registrar
   // (it must outlive this) values that do not fit a SEND are refused.
+  // `generation` (1 .. verbs::WrId::kGenerationMask) goes into the WrIds of
+  // the receives and sends.
   ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar = nullptr,
-             RdvOptions rdv = {});
+             RdvOptions rdv = {}, std::uint32_t generation = kDefaultGeneration);
 
   ClientConn(const ClientConn&) = delete;
   ClientConn& operator=(const ClientConn&) = delete;
@@ -196,6 +208,7 @@ class ClientConn {
   [[nodiscard]] ConnState state() const noexcept { return state_; }
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
+  [[nodiscard]] std::uint32_t generation() const noexcept { return channel_.generation(); }
   [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return slots_.max_slots(); }
   [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.live(); }
   [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
@@ -218,16 +231,22 @@ class ClientConn {
     RegCache::Lease lease;  // large SET: the registration of `value`
     bool onesided = false;  // GET by RDMA READ (read mode)
   };
-  enum class OsStage : std::uint8_t { idle, hood, block };
+  // What a request in flight waits for. At most one RDMA READ per request is
+  // in flight, and only in the pull, hood and block stages.
+  enum class Stage : std::uint8_t {
+    reply,  // a message request: its reply
+    pull,   // a pulled GET: our READ of the value (then a RELEASE)
+    hood,   // one-sided GET: the READ of the key's index neighborhood
+    block,  // one-sided GET: the scatter READ of the value block
+  };
   // A request in flight (an entry of slots_).
   struct Slot {
-    bool reading = false;  // pull: our RDMA READ of the value is in flight
+    Stage stage = Stage::reply;
     proto::Opcode op = proto::Opcode::get;
     Callback cb;
     RegCache::Lease lease;                   // large SET in flight
     std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
     // One-sided GET in progress (client_onesided.cpp).
-    OsStage os = OsStage::idle;
     unsigned attempts = 0;
     std::string key;
     proto::IndexEntry entry;
@@ -237,6 +256,13 @@ class ClientConn {
                               Callback cb);
   using SlotKey = reactor::SlotKey;
   [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
+  // An RDMA READ's wr_id carries its request's slot key, generation included.
+  static_assert(SlotKey::kGenerationBits <= verbs::WrId::kGenerationBits,
+                "a slot generation must survive the trip through a WrId");
+  [[nodiscard]] static verbs::WrId read_wr_id(SlotKey key) noexcept {
+    return verbs::WrId(key.index, key.generation, verbs::WrKind::rdma_read);
+  }
+  [[nodiscard]] static SlotKey read_key(verbs::WrId id) noexcept { return SlotKey{id.slot(), id.generation()}; }
   // The slot of a key known to be live.
   [[nodiscard]] Slot& live_slot(SlotKey key) noexcept;
   void on_recv(const verbs::Completion& c) noexcept;
@@ -247,7 +273,9 @@ class ClientConn {
   // --- rendezvous (client_rdv.cpp) ---
   [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
   bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  // An RDMA READ completion: routed by its slot key to the stage that posted it.
   void on_read(const verbs::Completion& c) noexcept;
+  void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the value in its landing buffer.
   void deliver_landing(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;

@@ -18,7 +18,6 @@
 namespace rkv::kv::client {
 
 namespace {
-constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp
 // Per-slot area of os_mem_: neighborhood | key | small value.
 constexpr std::size_t kHoodOff = 0;
 constexpr std::size_t kKeyOff = proto::kNeighborhoodBytes;
@@ -85,10 +84,10 @@ bool ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
 bool ClientConn::post_hood_read(SlotKey key) noexcept {
   Slot& s = live_slot(key);
   const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
-  s.os = OsStage::hood;
+  s.stage = Stage::hood;
   ++s.attempts;
-  if (const int rc = link_->post_read(verbs::WrId(key.index, kGeneration, verbs::WrKind::rdma_read),
-                                      os_area(key.index, kHoodOff, proto::kNeighborhoodBytes), os_reg_->lkey(),
+  if (const int rc = link_->post_read(read_wr_id(key), os_area(key.index, kHoodOff, proto::kNeighborhoodBytes),
+                                      os_reg_->lkey(),
                                       index_.addr + home * proto::kBucketSize, index_.rkey);
       rc != 0) {
     fail(std::string("RDMA READ (index) post failed: ") + std::strerror(rc));
@@ -108,11 +107,18 @@ void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexc
     }
     return;
   }
-  if (live_slot(key).os == OsStage::hood) {
-    on_hood(key);
-  } else {
-    on_block(key);
+  switch (live_slot(key).stage) {
+    case Stage::hood:
+      on_hood(key);
+      return;
+    case Stage::block:
+      on_block(key);
+      return;
+    case Stage::reply:
+    case Stage::pull:
+      break;  // on_read() routes only the two one-sided stages here
   }
+  fail("one-sided READ completion for a request in another stage");
 }
 
 void ClientConn::on_hood(SlotKey key) noexcept {
@@ -163,9 +169,8 @@ void ClientConn::on_hood(SlotKey key) noexcept {
   }
   const verbs::ReadSge sges[2] = {{value_dst, value_lkey},
                                   {os_area(key.index, kKeyOff, s.entry.key_len), os_reg_->lkey()}};
-  s.os = OsStage::block;
-  if (const int rc = link_->post_read_sg(verbs::WrId(key.index, kGeneration, verbs::WrKind::rdma_read), sges,
-                                         s.entry.addr, s.entry.rkey);
+  s.stage = Stage::block;
+  if (const int rc = link_->post_read_sg(read_wr_id(key), sges, s.entry.addr, s.entry.rkey);
       rc != 0) {
     fail(std::string("RDMA READ (value) post failed: ") + std::strerror(rc));
     return;
@@ -189,7 +194,6 @@ void ClientConn::on_block(SlotKey key) noexcept {
     return;
   }
   ++counters_.onesided_hits;
-  s.os = OsStage::idle;
   if (len > kSmallValue) {
     deliver_landing(key, len);
     return;

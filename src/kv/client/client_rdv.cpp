@@ -6,17 +6,12 @@
 
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <utility>
 
 #include "kv/client/client_conn.hpp"
 #include "proto/encode.hpp"
 
 namespace rkv::kv::client {
-
-namespace {
-constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp: one connection, one generation
-}
 
 ClientConn::~ClientConn() = default;
 
@@ -112,13 +107,11 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     counters_.registrations = registrar_->registrations();
   }
   const auto target = s.landing->data().first(static_cast<std::size_t>(len));
-  if (const int rc = link_->post_read(verbs::WrId(key.index, kGeneration, verbs::WrKind::rdma_read), target,
-                                      s.landing->lkey(), desc.addr, desc.rkey);
-      rc != 0) {
+  if (const int rc = link_->post_read(read_wr_id(key), target, s.landing->lkey(), desc.addr, desc.rkey); rc != 0) {
     fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
     return false;
   }
-  s.reading = true;
+  s.stage = Stage::pull;
   s.landing->set_size(static_cast<std::size_t>(len));
   ++reads_in_flight_;
   ++counters_.rdma_reads;
@@ -128,17 +121,29 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
   if (reads_in_flight_ > 0) --reads_in_flight_;
   if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
-  // The slot's request, whichever generation it is in (the READ's wr_id carries none yet).
-  const std::optional<SlotKey> key =
-      c.wr_id.is_current(kGeneration) ? slots_.key_at(c.wr_id.slot()) : std::nullopt;
-  if (key && live_slot(*key).os != OsStage::idle) {
-    on_onesided_read(*key, c);
+  const SlotKey key = read_key(c.wr_id);
+  const Slot* s = slots_.find(key);
+  if (s == nullptr) {  // its request is gone (the slot was freed, maybe reused)
+    ++counters_.stale_reads;
+    SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
+                 key.generation, verbs::to_string(c.status));
     return;
   }
-  if (!key || !live_slot(*key).reading) {
-    fail("RDMA READ completion for no pending GET");
-    return;
+  switch (s->stage) {
+    case Stage::pull:
+      on_pull_read(key, c);
+      return;
+    case Stage::hood:
+    case Stage::block:
+      on_onesided_read(key, c);
+      return;
+    case Stage::reply:
+      break;
   }
+  fail("RDMA READ completion for a request that posted none");
+}
+
+void ClientConn::on_pull_read(SlotKey key, const verbs::Completion& c) noexcept {
   if (!c.ok()) {
     try {
       fail(fmt::format("RDMA READ of a GET value: {} ({})", verbs::to_string(c.status), c.status_detail()));
@@ -147,15 +152,14 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
     }
     return;
   }
-  Slot& s = live_slot(*key);
-  s.reading = false;
+  Slot& s = live_slot(key);
   try {
-    releases_.push_back(req_id(*key));  // folded into the next SEND (flush runs after this drain)
+    releases_.push_back(req_id(key));  // folded into the next SEND (flush runs after this drain)
   } catch (...) {
     fail("out of memory queueing a RELEASE");
     return;
   }
-  deliver_landing(*key, s.landing->size());
+  deliver_landing(key, s.landing->size());
 }
 
 void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {
