@@ -162,7 +162,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.recv_size = options_.recv_size;
   cfg.send_count = options_.send_count;
   cfg.send_size = options_.send_size;
-  cfg.rdma_depth = options_.max_in_flight;  // pull-path RDMA READs, at most one per request
+  cfg.rdma_depth = options_.max_in_flight;  // RDMA READs (pull, one-sided GET): at most one per request at a time
   registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
   // One connection per Client, over pools of its own: the first generation will do.

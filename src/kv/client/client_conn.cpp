@@ -73,6 +73,8 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
       scratch_(recv.buffer_size()) {}
 
+ClientConn::~ClientConn() = default;
+
 ClientConn::Slot& ClientConn::live_slot(SlotKey key) noexcept {
   Slot* s = slots_.find(key);
   assert(s != nullptr && "ClientConn: a request slot used after it was freed");
@@ -184,7 +186,8 @@ std::size_t ClientConn::flush() noexcept {
     if (r.onesided) {  // RDMA READs only: no credit, no send buffer
       Request taken = std::move(r);
       queue_.pop_front();
-      if (!start_onesided(key, taken)) return 0;  // the connection failed
+      start_onesided(key, taken);
+      if (state_ != ConnState::established) return 0;  // the READ post failed the connection
       continue;
     }
     Slot& s = live_slot(key);

@@ -20,8 +20,9 @@
 // returns its credits and completes the request. The receive buffer is copied
 // out and re-posted BEFORE any callback of the replies it carried runs.
 // On failure (error completion, a flush while established, a decode error,
-// an unknown/stale req_id, a disconnect) every pending request completes with
-// an error exactly once; later submits are refused.
+// a reply whose req_id is unknown, stale or awaits no reply, a READ
+// completion for a request that posted none, a disconnect) every pending
+// request completes with an error exactly once; later submits are refused.
 //
 // Thread: the reactor thread that owns the connection; not thread-safe.
 // Callbacks may submit (flush is the owner's job, once per CQ drain) and may
@@ -175,9 +176,9 @@ class ClientConn {
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
   // Read mode: from now on GETs go by RDMA READ of the server's index
-  // (client_onesided.cpp). Registers one small buffer per request slot
-  // (local_write). False (logged) if the index is unusable or that fails:
-  // GETs then stay messages.
+  // (client_onesided.cpp). Registers one buffer with a small area per
+  // request slot (local_write). False (logged) if the index is unusable or
+  // that fails: GETs then stay messages.
   bool enable_onesided(const IndexInfo& index) noexcept;
   [[nodiscard]] bool onesided() const noexcept { return index_.buckets != 0; }
   // STATS: the callback's value is the server's counter text ("name value" lines).
@@ -213,7 +214,7 @@ class ClientConn {
   [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.live(); }
   [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
   [[nodiscard]] std::size_t pending() const noexcept { return slots_.live() + queue_.size(); }
-  // WRs posted and not yet completed (receives + sends): teardown drains to 0.
+  // WRs posted and not yet completed (receives, sends, RDMA READs): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
     return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
   }
@@ -283,8 +284,10 @@ class ClientConn {
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
   void free_slot(SlotKey key) noexcept;
   // --- one-sided GET (client_onesided.cpp) ---
-  bool start_onesided(SlotKey key, Request& r) noexcept;  // r into the new slot `key`; posts the neighborhood READ
-  bool post_hood_read(SlotKey key) noexcept;
+  // r into the new slot `key`; posts the neighborhood READ. A failed post
+  // fails the connection (as in on_hood), so these return nothing.
+  void start_onesided(SlotKey key, Request& r) noexcept;
+  void post_hood_read(SlotKey key) noexcept;
   void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
   void on_hood(SlotKey key) noexcept;
   void on_block(SlotKey key) noexcept;

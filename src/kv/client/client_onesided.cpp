@@ -71,31 +71,29 @@ std::span<std::byte> ClientConn::os_area(std::uint32_t index, std::size_t off, s
   return std::span<std::byte>(os_mem_).subspan(std::size_t{index} * kStride + off, len);
 }
 
-bool ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
+void ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
   Slot& s = live_slot(key);
   s.op = proto::Opcode::get;
   s.cb = std::move(r.cb);
   s.key = std::move(r.key);
   s.attempts = 0;
   ++counters_.onesided_gets;
-  return post_hood_read(key);
+  post_hood_read(key);
 }
 
-bool ClientConn::post_hood_read(SlotKey key) noexcept {
+void ClientConn::post_hood_read(SlotKey key) noexcept {
   Slot& s = live_slot(key);
   const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
   s.stage = Stage::hood;
   ++s.attempts;
   if (const int rc = link_->post_read(read_wr_id(key), os_area(key.index, kHoodOff, proto::kNeighborhoodBytes),
-                                      os_reg_->lkey(),
-                                      index_.addr + home * proto::kBucketSize, index_.rkey);
+                                      os_reg_->lkey(), index_.addr + home * proto::kBucketSize, index_.rkey);
       rc != 0) {
     fail(std::string("RDMA READ (index) post failed: ") + std::strerror(rc));
-    return false;
+    return;
   }
   ++reads_in_flight_;
   ++counters_.rdma_reads;
-  return true;
 }
 
 void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept {
@@ -211,7 +209,7 @@ void ClientConn::retry_or_fallback(SlotKey key) noexcept {
     return;
   }
   ++counters_.onesided_retries;
-  (void)post_hood_read(key);
+  post_hood_read(key);
 }
 
 void ClientConn::fallback(SlotKey key) noexcept {

@@ -13,8 +13,6 @@
 
 namespace rkv::kv::client {
 
-ClientConn::~ClientConn() = default;
-
 proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
   if (r.op == proto::Opcode::set) {
     if (!r.lease) return proto::msg::set_request(id, r.key, r.value);
