@@ -211,6 +211,28 @@ TEST_F(ClientConnTest, StaleReqIdFailsTheConnection) {
   EXPECT_EQ(results_[1].status, Status::connection_failed);
 }
 
+TEST_F(ClientConnTest, AReusedSlotGetsANewReqIdAndTheOldOneIsStale) {
+  start(1, 4, 8);
+  EXPECT_EQ(conn_->max_in_flight(), 1u);
+  ASSERT_EQ(conn_->submit_get("a", record(0)), Status::ok);
+  conn_->flush();
+  const auto first = sent(0)[0].req_id;
+  complete_send(0);
+  reply(proto::msg::get_reply_missing(first, 1));
+  ASSERT_EQ(calls_[0], 1);
+  ASSERT_EQ(conn_->submit_get("b", record(1)), Status::ok);
+  conn_->flush();
+  const auto second = sent(1)[0].req_id;
+  const auto index = [](std::uint32_t id) { return reactor::SlotKey::unpack32(id).index; };
+  EXPECT_EQ(index(second), index(first)) << "the one slot is reused ...";
+  EXPECT_NE(second, first) << "... under a new generation";
+  EXPECT_NE(reactor::SlotKey::unpack32(first).generation, 0u) << "generations start at 1";
+  reply(proto::msg::get_reply_missing(first, 1));  // a late duplicate of the first reply
+  EXPECT_EQ(conn_->state(), ConnState::failed);
+  EXPECT_EQ(calls_[1], 1);
+  EXPECT_EQ(results_[1].status, Status::connection_failed);
+}
+
 TEST_F(ClientConnTest, UnknownReqIdFailsTheConnection) {
   start(2, 4, 8);
   ASSERT_EQ(conn_->submit_get("a", record(0)), Status::ok);

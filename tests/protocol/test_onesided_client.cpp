@@ -208,6 +208,26 @@ TEST_F(OneSidedClient, RetriesAreBoundedThenTheGetGoesByMessage) {
   EXPECT_EQ(r.value, "v");
 }
 
+TEST_F(OneSidedClient, BothReadsCarryTheRequestsSlotKeyAndAReplyForItFails) {
+  store_.set("key", "value");
+  Result r;
+  ASSERT_EQ(get("key", r), Status::ok);
+  cc_->flush();
+  serve(0);
+  ASSERT_EQ(link_.reads.size(), 2u);
+  const verbs::WrId hood = link_.reads[0].id;
+  EXPECT_EQ(link_.reads[1].id, hood) << "one request, one slot key, both READs";
+  EXPECT_EQ(hood.kind(), verbs::WrKind::rdma_read);
+  EXPECT_NE(hood.generation(), 0u) << "slot generations start at 1";
+  // No message went out, so no reply may name this request.
+  const std::uint32_t id = reactor::SlotKey{hood.slot(), hood.generation()}.pack32();
+  cc_->on_completion(FakeLink::deliver(
+      link_.recvs[0], test::pack({proto::msg::get_reply_found(id, 1, proto::as_bytes(std::string_view("x")))})));
+  EXPECT_EQ(cc_->state(), ConnState::failed);
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.st, Status::connection_failed);
+}
+
 TEST_F(OneSidedClient, AnOverflowedKeyIsAskedByMessage) {
   // Fill one neighborhood, then one more key homed there.
   std::vector<std::string> keys;

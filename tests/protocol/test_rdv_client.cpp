@@ -142,6 +142,47 @@ TEST_F(ClientRdv, ReleaseIsFoldedIntoTheNextRequest) {
   EXPECT_EQ(m[1].opcode(), Opcode::get);
 }
 
+TEST_F(ClientRdv, ThePullReadCarriesTheRequestsSlotKeyAndAStaleOneIsDropped) {
+  ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
+  std::vector<std::byte> server(20000);
+  reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  ASSERT_EQ(link_.reads.size(), 1u);
+  const reactor::SlotKey key = reactor::SlotKey::unpack32(id);
+  EXPECT_EQ(link_.reads[0].id.slot(), key.index);
+  EXPECT_EQ(link_.reads[0].id.generation(), key.generation) << "the request's generation, not a constant";
+  EXPECT_EQ(link_.reads[0].id.kind(), verbs::WrKind::rdma_read);
+  const auto done = FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 20000);
+  cc_->on_completion(done);
+  EXPECT_EQ(cc_->in_flight(), 0u);
+  // The same completion again names a freed slot: dropped and counted, not a failure.
+  cc_->on_completion(done);
+  EXPECT_EQ(cc_->state(), ConnState::established);
+  EXPECT_EQ(cc_->counters().stale_reads, 1u);
+  // Also once the index is reused by a newer request: its generation differs.
+  ASSERT_EQ(cc_->submit_get("k2", nullptr), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto id2 = decode(link_.sends.back().bytes).back().header.req_id;
+  ASSERT_EQ(reactor::SlotKey::unpack32(id2).index, key.index);
+  cc_->on_completion(done);
+  EXPECT_EQ(cc_->state(), ConnState::established);
+  EXPECT_EQ(cc_->counters().stale_reads, 2u);
+  EXPECT_EQ(cc_->in_flight(), 1u) << "the newer request is untouched";
+}
+
+TEST_F(ClientRdv, AReadCompletionForARequestThatPostedNoneFailsTheConnection) {
+  ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto key = reactor::SlotKey::unpack32(decode(link_.sends[0].bytes)[0].header.req_id);
+  verbs::Completion c;
+  c.wr_id = verbs::WrId(key.index, key.generation, verbs::WrKind::rdma_read);
+  c.status = CompletionStatus::success;
+  cc_->on_completion(c);  // the GET awaits its reply; it posted no READ
+  EXPECT_EQ(cc_->state(), ConnState::failed);
+  EXPECT_EQ(cc_->counters().stale_reads, 0u);
+}
+
 TEST_F(ClientRdv, FailedReadFailsTheConnection) {
   Status got = Status::ok;
   ASSERT_EQ(cc_->submit_get("k", [&](Status s, bool, std::span<const std::byte>) { got = s; }), Status::ok);

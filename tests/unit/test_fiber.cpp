@@ -82,6 +82,23 @@ TEST(Fiber, StaleIdsAreIgnoredAfterSlotReuse) {
   EXPECT_TRUE(woken);
 }
 
+TEST(Fiber, IdsAreSlotKeysAndPackAsThem) {
+  Scheduler s;
+  std::vector<FiberId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(s.spawn([&s] { s.suspend(); }));
+  for (const FiberId id : ids) {
+    EXPECT_NE(id.generation, 0u) << "generations start at 1";
+    EXPECT_NE(id.packed(), 0u) << "KeyOrder relies on 0 never naming a live fiber";
+    EXPECT_EQ(id.packed(), id.key().pack());
+    EXPECT_EQ(FiberId::unpack(id.packed()), id);
+    EXPECT_EQ(FiberId::of(id.key()), id);
+  }
+  s.run_ready();
+  EXPECT_EQ(s.state(ids[1]), FiberState::suspended);
+  EXPECT_EQ(s.state(FiberId::unpack(ids[1].packed())), FiberState::suspended);
+  EXPECT_EQ(s.state(FiberId{}), FiberState::free);
+}
+
 TEST(Fiber, YieldRunsOthersAndResumesAtTheNextRound) {
   Scheduler s;
   std::string log;

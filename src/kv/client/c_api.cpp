@@ -1,6 +1,8 @@
-// The C API (kv.h) over kv::client::Client. Each handle owns a Reactor and a Client;
-// calls on a handle run its reactor on the calling thread (one thread at a
-// time per handle). Nothing here throws across the C boundary.
+// The C API (kv.h) over kv::client::Client. Each handle owns a Reactor and a Client.
+// kv_open creates the Reactor, so the handle is bound to the opening thread
+// (the Reactor records it as its owner); every kv_* call on a handle asserts
+// (debug builds) that it runs there, and runs the reactor on it. Nothing here
+// throws across the C boundary.
 #include "kv/client/kv.h"
 
 #include <spdlog/spdlog.h>
@@ -27,12 +29,20 @@ using rkv::kv::client::Status;
 
 struct Handle {
   // Declared first: destroyed after the client (its handles need the reactor).
+  // Created by kv_open on the opening thread, which owns it (and the handle).
   std::unique_ptr<rkv::reactor::Reactor> reactor;
   std::unique_ptr<Client> client;
   std::string last_error;
 };
 
 thread_local std::string t_last_error;
+
+// Debug builds: the caller is the thread that opened the handle.
+void assert_owner([[maybe_unused]] const Handle* h) noexcept {
+#ifndef NDEBUG
+  h->reactor->assert_on_reactor_thread();
+#endif
+}
 
 int set_error(Handle* h, int code, std::string_view msg) noexcept {
   try {
@@ -160,6 +170,7 @@ int kv_open(char* servername, void** kv_handle) {
 int kv_set(void* kv_handle, const char* key, const char* value) {
   auto* h = static_cast<Handle*>(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_set: handle is NULL");
+  assert_owner(h);
   if (key == nullptr) return set_error(h, EINVAL, "kv_set: key is NULL");
   if (value == nullptr) return set_error(h, EINVAL, "kv_set: value is NULL");
   if (!h->client) return set_error(h, ENOTCONN, "kv_set: handle is closed");
@@ -182,6 +193,7 @@ int kv_set(void* kv_handle, const char* key, const char* value) {
 int kv_get(void* kv_handle, const char* key, char** value) {
   auto* h = static_cast<Handle*>(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_get: handle is NULL");
+  assert_owner(h);
   if (key == nullptr) return set_error(h, EINVAL, "kv_get: key is NULL");
   if (value == nullptr) return set_error(h, EINVAL, "kv_get: value pointer is NULL");
   if (!h->client) return set_error(h, ENOTCONN, "kv_get: handle is closed");
@@ -206,6 +218,8 @@ int kv_get(void* kv_handle, const char* key, char** value) {
   }
 }
 
+// Any thread: the value is no longer tied to its handle (a large one's
+// registration already ended, see ClientConn::adopt_landing).
 void kv_release(char* value) {
   if (value == nullptr) return;
   if (auto* lb = rkv::kv::client::LandingBuffer::from_data(value)) {
@@ -227,6 +241,7 @@ void kv_release(char* value) {
 int kv_close(void* kv_handle) {
   auto* h = static_cast<Handle*>(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_close: handle is NULL");
+  assert_owner(h);
   if (h->client) h->client->close();  // never throws
   delete h;  // client before reactor (member order)
   return 0;
@@ -252,7 +267,9 @@ const char* kv_strerror(int code) {
 
 const char* kv_last_error(void* kv_handle) {
   if (kv_handle == nullptr) return t_last_error.c_str();
-  return static_cast<Handle*>(kv_handle)->last_error.c_str();
+  const auto* h = static_cast<const Handle*>(kv_handle);
+  assert_owner(h);
+  return h->last_error.c_str();
 }
 
 }  // extern "C"

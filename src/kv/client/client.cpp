@@ -114,10 +114,11 @@ int to_errno(Status s) noexcept {
 Client::Client(reactor::Reactor& reactor, const ClientOptions& options)
     : reactor_(&reactor), options_(options), flush_poller_(reactor.add_poller([this] { return on_flush_poll(); })) {}
 
-Client::~Client() { close(); }
+Client::~Client() { close(); }  // close() asserts the thread
 
 std::unique_ptr<Client> Client::connect(reactor::Reactor& reactor, const std::string& host, std::uint16_t port,
                                         const ClientOptions& options) {
+  reactor.assert_on_reactor_thread();
   const std::string where = host + ":" + std::to_string(port);
   try {
     std::unique_ptr<Client> c(new Client(reactor, options));
@@ -162,11 +163,12 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.recv_size = options_.recv_size;
   cfg.send_count = options_.send_count;
   cfg.send_size = options_.send_size;
-  cfg.rdma_depth = options_.max_in_flight;  // pull-path RDMA READs, at most one per request
+  cfg.rdma_depth = options_.max_in_flight;  // RDMA READs (pull, one-sided GET): at most one per request at a time
   registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
+  // One connection per Client, over pools of its own: the first generation will do.
   conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
-                                       options_.rdv);
+                                       options_.rdv, ClientConn::kDefaultGeneration);
   if (options_.busy_poll) {
     cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); });
   } else {
@@ -324,6 +326,7 @@ void Client::do_flush() noexcept {
 }
 
 Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
+  assert_owner();
   if (!conn_ || closed_) return Status::not_connected;
   const Status st = conn_->submit_set(key, value, std::move(cb));
   if (st == Status::ok) schedule_flush();
@@ -331,6 +334,7 @@ Status Client::set(std::string_view key, std::span<const std::byte> value, Callb
 }
 
 Status Client::get(std::string_view key, Callback cb) {
+  assert_owner();
   if (!conn_ || closed_) return Status::not_connected;
   const Status st = conn_->submit_get(key, std::move(cb));
   if (st == Status::ok) schedule_flush();
@@ -368,6 +372,7 @@ Status Client::await_reply(const std::optional<Status>& status, std::string_view
 }
 
 Status Client::set_sync(std::string_view key, std::string_view value) {
+  assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
   Status st = set(key, value, [result](Status s, bool, std::span<const std::byte>) { result->status = s; });
@@ -377,6 +382,7 @@ Status Client::set_sync(std::string_view key, std::string_view value) {
 }
 
 Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
+  assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
   ClientConn* conn = conn_.get();
@@ -404,6 +410,7 @@ struct ValueResult {
 }  // namespace
 
 Status Client::get_sync(std::string_view key, Value& out, bool& found) {
+  assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<ValueResult>();
   ClientConn* conn = conn_.get();
@@ -426,6 +433,7 @@ Status Client::get_sync(std::string_view key, Value& out, bool& found) {
 }
 
 Status Client::stats_sync(std::string& out) {
+  assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   if (!conn_ || closed_) return Status::not_connected;
   auto result = std::make_shared<SyncResult>();
@@ -440,22 +448,34 @@ Status Client::stats_sync(std::string& out) {
 }
 
 void Client::forget(std::span<const std::byte> bytes) noexcept {
+  assert_owner();
   if (conn_) conn_->forget(bytes);
 }
 
 bool Client::wait_idle(std::chrono::milliseconds timeout) {
+  assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return false;
   do_flush();
   return run_until([&] { return !conn_ || conn_->pending() == 0; }, timeout);
 }
 
-ConnState Client::state() const noexcept { return conn_ ? conn_->state() : final_state_; }
+ConnState Client::state() const noexcept {
+  assert_owner();
+  return conn_ ? conn_->state() : final_state_;
+}
 
-const ClientCounters& Client::counters() const noexcept { return conn_ ? conn_->counters() : counters_; }
+const ClientCounters& Client::counters() const noexcept {
+  assert_owner();
+  return conn_ ? conn_->counters() : counters_;
+}
 
-const std::string& Client::failure() const noexcept { return conn_ ? conn_->failure() : failure_; }
+const std::string& Client::failure() const noexcept {
+  assert_owner();
+  return conn_ ? conn_->failure() : failure_;
+}
 
 void Client::close() noexcept {
+  assert_owner();
   if (closed_) return;
   if (conn_) conn_->close();  // pending requests complete with Status::closed
   if (reactor_->state() != reactor::ReactorState::kIdle) {

@@ -6,7 +6,9 @@
 // and its reactor registrations. The Reactor is the caller's and must outlive
 // the Client.
 //
-// Thread: everything runs on the reactor's thread. Async set()/get() queue
+// Thread: everything runs on the reactor's thread; every public member
+// function (connect() included) asserts it in debug builds
+// (Reactor::assert_on_reactor_thread). Async set()/get() queue
 // the request and schedule one flush on the reactor (requests submitted
 // together coalesce); completions arrive from Reactor::run()/run_once(). The
 // sync helpers run the reactor themselves until their op completes; they must
@@ -109,9 +111,15 @@ class Client {
   [[nodiscard]] Status stats_sync(std::string& out);
   // Drop cached registrations of a buffer given to set() (before freeing it).
   void forget(std::span<const std::byte> bytes) noexcept;
-  [[nodiscard]] std::uint64_t server_max_value() const noexcept { return server_max_value_; }
+  [[nodiscard]] std::uint64_t server_max_value() const noexcept {
+    assert_owner();
+    return server_max_value_;
+  }
   // GETs go by RDMA READ (read mode asked for and the server has an index).
-  [[nodiscard]] bool onesided() const noexcept { return conn_ && conn_->onesided(); }
+  [[nodiscard]] bool onesided() const noexcept {
+    assert_owner();
+    return conn_ && conn_->onesided();
+  }
 
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);
@@ -124,12 +132,29 @@ class Client {
   [[nodiscard]] ConnState state() const noexcept;
   [[nodiscard]] const std::string& failure() const noexcept;  // why the connection failed
   [[nodiscard]] const ClientCounters& counters() const noexcept;  // live, or as of close()
-  [[nodiscard]] std::uint32_t server_credits() const noexcept { return server_credits_; }
-  [[nodiscard]] std::uint32_t server_recv_size() const noexcept { return server_recv_size_; }
-  [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
+  [[nodiscard]] std::uint32_t server_credits() const noexcept {
+    assert_owner();
+    return server_credits_;
+  }
+  [[nodiscard]] std::uint32_t server_recv_size() const noexcept {
+    assert_owner();
+    return server_recv_size_;
+  }
+  [[nodiscard]] const std::string& peer() const noexcept {
+    assert_owner();
+    return peer_;
+  }
 
  private:
   Client(reactor::Reactor& reactor, const ClientOptions& options);
+
+  // Debug builds: the caller is the reactor's thread (its owner). Nothing in
+  // release builds, not even the call.
+  void assert_owner() const noexcept {
+#ifndef NDEBUG
+    reactor_->assert_on_reactor_thread();
+#endif
+  }
 
   void do_connect(const std::string& host, std::uint16_t port);
   verbs::CmEvent wait_cm_event(std::chrono::milliseconds timeout, const char* step);

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -18,10 +20,6 @@ using conn::AppendStatus;
 using conn::BufferPool;
 using conn::Link;
 using conn::Registrar;
-
-namespace {
-constexpr std::uint32_t kGeneration = 1;  // one connection per ClientConn: one WrId generation
-}
 
 std::string_view to_string(Status s) noexcept {
   switch (s) {
@@ -64,17 +62,23 @@ std::string_view to_string(ConnState s) noexcept {
   return "invalid";
 }
 
-ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv)
+ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar, RdvOptions rdv,
+                       std::uint32_t generation)
     : link_(&link),
       registrar_(registrar),
       rdv_(rdv),
       cache_(registrar != nullptr ? std::make_unique<RegCache>(*registrar, rdv.reg_cache_bytes) : nullptr),
       recv_(&recv),
-      channel_(link, recv, send, kGeneration),
-      slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots - 1)),
-      scratch_(recv.buffer_size()) {
-  free_slots_.reserve(slots_.size());
-  for (std::size_t i = slots_.size(); i > 0; --i) free_slots_.push_back(static_cast<std::uint32_t>(i - 1));
+      channel_(link, recv, send, generation),
+      slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
+      scratch_(recv.buffer_size()) {}
+
+ClientConn::~ClientConn() = default;
+
+ClientConn::Slot& ClientConn::live_slot(SlotKey key) noexcept {
+  Slot* s = slots_.find(key);
+  assert(s != nullptr && "ClientConn: a request slot used after it was freed");
+  return *s;
 }
 
 int ClientConn::post_receives() noexcept {
@@ -94,7 +98,7 @@ void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv
   state_ = ConnState::established;
   replenish();
   SPDLOG_DEBUG("client: established, {} credits, server recv size {}, max in flight {}", credits,
-               server_recv_size, slots_.size());
+               server_recv_size, slots_.max_slots());
 }
 
 Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb) {
@@ -172,20 +176,25 @@ std::size_t ClientConn::flush() noexcept {
     ++counters_.releases_sent;
     releases_.pop_front();
   }
-  while (!queue_.empty() && !free_slots_.empty()) {
+  while (!queue_.empty() && !slots_.full()) {
+    // The request's slot is taken first (its key is the req_id the message
+    // carries) and erased again if the request does not go out now.
+    const std::optional<SlotKey> taken_key = slots_.try_insert(Slot{});
+    if (!taken_key) break;  // out of memory: the request stays queued
+    const SlotKey key = *taken_key;
     Request& r = queue_.front();
     if (r.onesided) {  // RDMA READs only: no credit, no send buffer
       Request taken = std::move(r);
       queue_.pop_front();
-      if (!start_onesided(taken)) return 0;  // the connection failed
+      start_onesided(key, taken);
+      if (state_ != ConnState::established) return 0;  // the READ post failed the connection
       continue;
     }
-    const std::uint32_t slot = free_slots_.back();
-    const std::uint32_t id = req_id(slot);
-    const proto::MessageSpec spec = request_spec(r, id, slots_[slot]);
+    Slot& s = live_slot(key);
+    const proto::MessageSpec spec = request_spec(r, req_id(key), s);
     const std::size_t need = proto::encoded_size(spec);
     if (need > max_msg) {  // queued before the server's limit was known
-      recycle(std::move(slots_[slot].landing));
+      free_slot(key);  // recycles an offered landing buffer
       Request dead = std::move(queue_.front());
       queue_.pop_front();
       finish(Status::too_large, false, {}, dead.cb);
@@ -195,11 +204,11 @@ std::size_t ClientConn::flush() noexcept {
     const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
     if (new_buffer && new_sends == credits_) {
       credit_limited = true;
-      recycle(std::move(slots_[slot].landing));  // an offered landing buffer goes back
+      free_slot(key);  // an offered landing buffer goes back
       break;
     }
     const AppendStatus ap = channel_.append(spec);
-    if (ap != AppendStatus::ok) recycle(std::move(slots_[slot].landing));
+    if (ap != AppendStatus::ok) free_slot(key);
     if (ap == AppendStatus::no_buffer) break;  // resumes after a send completion
     if (ap != AppendStatus::ok) {
       spdlog::error("client: encoder refused a {} request: {}", proto::to_string(r.op), to_string(ap));
@@ -217,8 +226,6 @@ std::size_t ClientConn::flush() noexcept {
     open_used += need;
     ++in_current;
     counters_.max_coalesced = std::max(counters_.max_coalesced, in_current);
-    Slot& s = slots_[slot];
-    s.busy = true;
     s.op = r.op;
     s.cb = std::move(r.cb);
     s.lease = std::move(r.lease);
@@ -229,8 +236,6 @@ std::size_t ClientConn::flush() noexcept {
         counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer
       }
     }
-    free_slots_.pop_back();
-    ++in_flight_;
     ++counters_.messages_sent;
     queue_.pop_front();
   }
@@ -243,8 +248,8 @@ std::size_t ClientConn::flush() noexcept {
   // The SENDs are on the wire: registration work happens while they fly.
   retired_.clear();
   replenish();
-  SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_, in_flight_,
-               queue_.size());
+  SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_,
+               slots_.live(), queue_.size());
   if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
   return posted;
 }
@@ -319,13 +324,17 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
       fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
       return false;
     }
-    const std::uint32_t slot = m.header.req_id & (kMaxSlots - 1);
-    const std::uint32_t gen = m.header.req_id >> kSlotBits;
-    if (slot >= slots_.size() || !slots_[slot].busy || slots_[slot].generation != gen) {
+    const SlotKey key = SlotKey::unpack32(m.header.req_id);
+    Slot* const found_slot = slots_.find(key);
+    if (found_slot == nullptr) {
       fail("reply for an unknown or stale req_id " + std::to_string(m.header.req_id));
       return false;
     }
-    Slot& s = slots_[slot];
+    Slot& s = *found_slot;
+    if (s.stage != Stage::reply) {  // a one-sided GET (no message sent) or a pull already answered
+      fail("reply for req_id " + std::to_string(m.header.req_id) + ", which awaits no reply");
+      return false;
+    }
     if (proto::reply_opcode(s.op) != op) {
       fail("reply opcode " + std::string(proto::to_string(op)) + " does not answer a " +
            std::string(proto::to_string(s.op)));
@@ -338,19 +347,13 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     credits_ += m.header.credits;
     ++counters_.replies;
     if (m.header.rdv()) {
-      if (!on_get_rdv(slot, m.header, *m.rdv)) return false;
+      if (!on_get_rdv(key, m.header, *m.rdv)) return false;
       if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
       continue;
     }
-    recycle(std::move(s.landing));  // offered but not used (eager value, miss, error)
-    s.lease.reset();
     if (op == proto::Opcode::get_reply) counters_.bytes_copied += m.value.size();  // eager value, copied out
     Callback cb = std::move(s.cb);
-    s.cb = nullptr;
-    s.busy = false;
-    s.generation = static_cast<std::uint16_t>(s.generation + 1);
-    free_slots_.push_back(slot);
-    --in_flight_;
+    free_slot(key);  // recycles a landing buffer offered but not used (eager value, miss, error)
     const Status st = from_wire(m.header.status);
     const bool found = op == proto::Opcode::get_reply && m.found();
     SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
@@ -378,29 +381,24 @@ void ClientConn::complete_all(Status st) noexcept {
   // Take everything out first: callbacks may submit (refused now) or close.
   std::vector<Callback> cbs;
   try {
-    cbs.reserve(in_flight_ + queue_.size());
+    cbs.reserve(slots_.live() + queue_.size());
   } catch (...) {
     // reserve is an optimisation; push_back below may still throw, so finish in place.
   }
-  for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (!s.busy) continue;
-    s.busy = false;
-    s.reading = false;  // the READ's flush completion only lowers reads_in_flight_
-    s.os = OsStage::idle;
-    s.generation = static_cast<std::uint16_t>(s.generation + 1);
-    s.lease.reset();
-    s.landing.reset();  // deregistered first: no DMA reaches it afterwards
-    free_slots_.push_back(i);
-    Callback cb = std::move(s.cb);
-    s.cb = nullptr;
+  for (std::uint32_t i = 0; i < slots_.slot_count(); ++i) {
+    const std::optional<SlotKey> key = slots_.key_at(i);
+    if (!key) continue;
+    Callback cb = std::move(live_slot(*key).cb);
+    // Erasing destroys the slot: its lease ends and its landing buffer is
+    // deregistered here, so no DMA reaches it afterwards. A READ's flush
+    // completion only lowers reads_in_flight_ (its key is stale now anyway).
+    slots_.erase(*key);
     try {
       cbs.push_back(std::move(cb));
     } catch (...) {
       finish(st, false, {}, cb);
     }
   }
-  in_flight_ = 0;
   std::deque<Request> queued = std::move(queue_);
   queue_.clear();
   releases_.clear();  // the server drops its pins with the connection

@@ -3,9 +3,15 @@
 // with no verbs in it: it posts through a Link and is fed verbs::Completion
 // values, so the protocol suite drives it with a FakeLink.
 //
-// Owns: the request slot table (req_id = generation << 16 | slot), the queue
-// of submitted-but-unsent requests, the send credits granted by the server,
-// and a MessageChannel over the caller's pools (which must outlive it).
+// Owns: the request slot table (a bounded reactor::SlotTable; a request's
+// req_id is its SlotKey::pack32(), 16 bits of index + 16 of generation), the
+// queue of submitted-but-unsent requests, the send credits granted by the
+// server, and a MessageChannel over the caller's pools (which must outlive it).
+//
+// WrIds: receives and sends carry the buffer index and the connection's
+// generation (the constructor's `generation`); every RDMA READ carries its
+// request's slot key (index + generation), so a READ completion is routed by
+// find() and one for a slot freed since is dropped as stale.
 //
 // Flow: submit_set()/submit_get() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
@@ -14,8 +20,9 @@
 // returns its credits and completes the request. The receive buffer is copied
 // out and re-posted BEFORE any callback of the replies it carried runs.
 // On failure (error completion, a flush while established, a decode error,
-// an unknown/stale req_id, a disconnect) every pending request completes with
-// an error exactly once; later submits are refused.
+// a reply whose req_id is unknown, stale or awaits no reply, a READ
+// completion for a request that posted none, a disconnect) every pending
+// request completes with an error exactly once; later submits are refused.
 //
 // Thread: the reactor thread that owns the connection; not thread-safe.
 // Callbacks may submit (flush is the owner's job, once per CQ drain) and may
@@ -39,6 +46,7 @@
 #include "kv/conn/msg_channel.hpp"
 #include "proto/index_format.hpp"
 #include "proto/wire.hpp"
+#include "reactor/slot_table.hpp"
 #include "verbs/completion.hpp"
 
 namespace rkv::kv::client {
@@ -98,6 +106,7 @@ struct ClientCounters {
   std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
   std::uint64_t rdma_reads = 0;       // RDMA READs posted
   std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
+  std::uint64_t stale_reads = 0;      // RDMA READ completions for a request slot freed since (dropped)
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
   // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
@@ -136,11 +145,17 @@ struct IndexInfo {
 
 class ClientConn {
  public:
+  // WrId generation of a connection's receives and sends when the owner
+  // gives none: a ClientConn serves one connection, over pools of its own.
+  static constexpr std::uint32_t kDefaultGeneration = 1;
+
   // `recv`'s buffer count is max_in_flight (what the client announces as its
   // credits). Nothing is posted until post_receives(). Without a registrar
   // (it must outlive this) values that do not fit a SEND are refused.
+  // `generation` (1 .. verbs::WrId::kGenerationMask) goes into the WrIds of
+  // the receives and sends.
   ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar* registrar = nullptr,
-             RdvOptions rdv = {});
+             RdvOptions rdv = {}, std::uint32_t generation = kDefaultGeneration);
 
   ClientConn(const ClientConn&) = delete;
   ClientConn& operator=(const ClientConn&) = delete;
@@ -161,9 +176,9 @@ class ClientConn {
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
   // Read mode: from now on GETs go by RDMA READ of the server's index
-  // (client_onesided.cpp). Registers one small buffer per request slot
-  // (local_write). False (logged) if the index is unusable or that fails:
-  // GETs then stay messages.
+  // (client_onesided.cpp). Registers one buffer with a small area per
+  // request slot (local_write). False (logged) if the index is unusable or
+  // that fails: GETs then stay messages.
   bool enable_onesided(const IndexInfo& index) noexcept;
   [[nodiscard]] bool onesided() const noexcept { return index_.buckets != 0; }
   // STATS: the callback's value is the server's counter text ("name value" lines).
@@ -194,18 +209,19 @@ class ClientConn {
   [[nodiscard]] ConnState state() const noexcept { return state_; }
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
-  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
-  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::uint32_t generation() const noexcept { return channel_.generation(); }
+  [[nodiscard]] std::uint32_t max_in_flight() const noexcept { return slots_.max_slots(); }
+  [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.live(); }
   [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
-  [[nodiscard]] std::size_t pending() const noexcept { return in_flight_ + queue_.size(); }
-  // WRs posted and not yet completed (receives + sends): teardown drains to 0.
+  [[nodiscard]] std::size_t pending() const noexcept { return slots_.live() + queue_.size(); }
+  // WRs posted and not yet completed (receives, sends, RDMA READs): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
     return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
   }
   [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
 
-  static constexpr std::uint32_t kSlotBits = 16;
-  static constexpr std::uint32_t kMaxSlots = 1u << kSlotBits;
+  // The most request slots a req_id can name (SlotKey::pack32 keeps 16 bits of index).
+  static constexpr std::uint32_t kMaxSlots = 1u << 16;
 
  private:
   struct Request {
@@ -216,17 +232,22 @@ class ClientConn {
     RegCache::Lease lease;  // large SET: the registration of `value`
     bool onesided = false;  // GET by RDMA READ (read mode)
   };
-  enum class OsStage : std::uint8_t { idle, hood, block };
+  // What a request in flight waits for. At most one RDMA READ per request is
+  // in flight, and only in the pull, hood and block stages.
+  enum class Stage : std::uint8_t {
+    reply,  // a message request: its reply
+    pull,   // a pulled GET: our READ of the value (then a RELEASE)
+    hood,   // one-sided GET: the READ of the key's index neighborhood
+    block,  // one-sided GET: the scatter READ of the value block
+  };
+  // A request in flight (an entry of slots_).
   struct Slot {
-    std::uint16_t generation = 0;
-    bool busy = false;
-    bool reading = false;  // pull: our RDMA READ of the value is in flight
+    Stage stage = Stage::reply;
     proto::Opcode op = proto::Opcode::get;
     Callback cb;
     RegCache::Lease lease;                   // large SET in flight
     std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
     // One-sided GET in progress (client_onesided.cpp).
-    OsStage os = OsStage::idle;
     unsigned attempts = 0;
     std::string key;
     proto::IndexEntry entry;
@@ -234,9 +255,17 @@ class ClientConn {
 
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
                               Callback cb);
-  [[nodiscard]] std::uint32_t req_id(std::uint32_t slot) const noexcept {
-    return (std::uint32_t{slots_[slot].generation} << kSlotBits) | slot;
+  using SlotKey = reactor::SlotKey;
+  [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
+  // An RDMA READ's wr_id carries its request's slot key, generation included.
+  static_assert(SlotKey::kGenerationBits <= verbs::WrId::kGenerationBits,
+                "a slot generation must survive the trip through a WrId");
+  [[nodiscard]] static verbs::WrId read_wr_id(SlotKey key) noexcept {
+    return verbs::WrId(key.index, key.generation, verbs::WrKind::rdma_read);
   }
+  [[nodiscard]] static SlotKey read_key(verbs::WrId id) noexcept { return SlotKey{id.slot(), id.generation()}; }
+  // The slot of a key known to be live.
+  [[nodiscard]] Slot& live_slot(SlotKey key) noexcept;
   void on_recv(const verbs::Completion& c) noexcept;
   // Decodes one received buffer (already copied to scratch_); false on a protocol error.
   bool handle_replies(std::span<const std::byte> bytes) noexcept;
@@ -244,22 +273,28 @@ class ClientConn {
   void complete_all(Status st) noexcept;
   // --- rendezvous (client_rdv.cpp) ---
   [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
-  bool on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  // An RDMA READ completion: routed by its slot key to the stage that posted it.
   void on_read(const verbs::Completion& c) noexcept;
+  void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the value in its landing buffer.
-  void deliver_landing(std::uint32_t slot, std::size_t len) noexcept;
+  void deliver_landing(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
-  void free_slot(std::uint32_t slot) noexcept;
+  // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
+  void free_slot(SlotKey key) noexcept;
   // --- one-sided GET (client_onesided.cpp) ---
-  bool start_onesided(Request& r) noexcept;  // takes a free slot, posts the neighborhood READ
-  bool post_hood_read(std::uint32_t slot) noexcept;
-  void on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept;
-  void on_hood(std::uint32_t slot) noexcept;
-  void on_block(std::uint32_t slot) noexcept;
-  void retry_or_fallback(std::uint32_t slot) noexcept;
-  void fallback(std::uint32_t slot) noexcept;  // re-queued as a message GET
-  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept;
+  // r into the new slot `key`; posts the neighborhood READ. A failed post
+  // fails the connection (as in on_hood), so these return nothing.
+  void start_onesided(SlotKey key, Request& r) noexcept;
+  void post_hood_read(SlotKey key) noexcept;
+  void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
+  void on_hood(SlotKey key) noexcept;
+  void on_block(SlotKey key) noexcept;
+  void retry_or_fallback(SlotKey key) noexcept;
+  void fallback(SlotKey key) noexcept;  // re-queued as a message GET
+  // Slot `index`'s part of os_mem_ (indices stay below max_in_flight(): the table is bounded).
+  [[nodiscard]] std::span<std::byte> os_area(std::uint32_t index, std::size_t off, std::size_t len) noexcept;
 
   Link* link_;
   Registrar* registrar_;
@@ -276,14 +311,12 @@ class ClientConn {
   ConnState state_ = ConnState::connecting;
   std::string failure_;
   std::uint32_t credits_ = 0;
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_slots_;
-  std::size_t in_flight_ = 0;
+  reactor::SlotTable<Slot> slots_;  // requests in flight, bounded by max_in_flight
   std::deque<Request> queue_;
   std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
   std::size_t recvs_posted_ = 0;
   IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
-  std::vector<std::byte> os_mem_;              // per slot: neighborhood, key, small value
+  std::vector<std::byte> os_mem_;              // per slot index: neighborhood, key, small value
   std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
   ClientCounters counters_;
 };

@@ -18,7 +18,6 @@
 namespace rkv::kv::client {
 
 namespace {
-constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp
 // Per-slot area of os_mem_: neighborhood | key | small value.
 constexpr std::size_t kHoodOff = 0;
 constexpr std::size_t kKeyOff = proto::kNeighborhoodBytes;
@@ -55,7 +54,7 @@ bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
     return false;
   }
   try {
-    os_mem_.assign(slots_.size() * kStride, std::byte{0});
+    os_mem_.assign(std::size_t{slots_.max_slots()} * kStride, std::byte{0});  // indices stay below the bound
     os_reg_ = registrar_->register_memory(os_mem_, verbs::Access::local_write);  // READ target only
   } catch (const std::exception& e) {
     os_reg_.reset();
@@ -68,42 +67,36 @@ bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
   return true;
 }
 
-std::span<std::byte> ClientConn::os_area(std::uint32_t slot, std::size_t off, std::size_t len) noexcept {
-  return std::span<std::byte>(os_mem_).subspan(slot * kStride + off, len);
+std::span<std::byte> ClientConn::os_area(std::uint32_t index, std::size_t off, std::size_t len) noexcept {
+  return std::span<std::byte>(os_mem_).subspan(std::size_t{index} * kStride + off, len);
 }
 
-bool ClientConn::start_onesided(Request& r) noexcept {
-  const std::uint32_t slot = free_slots_.back();
-  free_slots_.pop_back();
-  ++in_flight_;
-  Slot& s = slots_[slot];
-  s.busy = true;
+void ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
+  Slot& s = live_slot(key);
   s.op = proto::Opcode::get;
   s.cb = std::move(r.cb);
   s.key = std::move(r.key);
   s.attempts = 0;
   ++counters_.onesided_gets;
-  return post_hood_read(slot);
+  post_hood_read(key);
 }
 
-bool ClientConn::post_hood_read(std::uint32_t slot) noexcept {
-  Slot& s = slots_[slot];
+void ClientConn::post_hood_read(SlotKey key) noexcept {
+  Slot& s = live_slot(key);
   const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
-  s.os = OsStage::hood;
+  s.stage = Stage::hood;
   ++s.attempts;
-  if (const int rc = link_->post_read(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read),
-                                      os_area(slot, kHoodOff, proto::kNeighborhoodBytes), os_reg_->lkey(),
-                                      index_.addr + home * proto::kBucketSize, index_.rkey);
+  if (const int rc = link_->post_read(read_wr_id(key), os_area(key.index, kHoodOff, proto::kNeighborhoodBytes),
+                                      os_reg_->lkey(), index_.addr + home * proto::kBucketSize, index_.rkey);
       rc != 0) {
     fail(std::string("RDMA READ (index) post failed: ") + std::strerror(rc));
-    return false;
+    return;
   }
   ++reads_in_flight_;
   ++counters_.rdma_reads;
-  return true;
 }
 
-void ClientConn::on_onesided_read(std::uint32_t slot, const verbs::Completion& c) noexcept {
+void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept {
   if (!c.ok()) {
     try {
       fail(fmt::format("one-sided GET RDMA READ: {} ({})", verbs::to_string(c.status), c.status_detail()));
@@ -112,27 +105,32 @@ void ClientConn::on_onesided_read(std::uint32_t slot, const verbs::Completion& c
     }
     return;
   }
-  if (slots_[slot].os == OsStage::hood) {
-    on_hood(slot);
-  } else {
-    on_block(slot);
+  switch (live_slot(key).stage) {
+    case Stage::hood:
+      on_hood(key);
+      return;
+    case Stage::block:
+      on_block(key);
+      return;
+    case Stage::reply:
+    case Stage::pull:
+      break;  // on_read() routes only the two one-sided stages here
   }
+  fail("one-sided READ completion for a request in another stage");
 }
 
-void ClientConn::on_hood(std::uint32_t slot) noexcept {
-  Slot& s = slots_[slot];
-  const auto hood = os_area(slot, kHoodOff, proto::kNeighborhoodBytes);
+void ClientConn::on_hood(SlotKey key) noexcept {
+  Slot& s = live_slot(key);
+  const auto hood = os_area(key.index, kHoodOff, proto::kNeighborhoodBytes);
   const auto res = proto::probe_neighborhood(hood, proto::hash64(s.key), static_cast<std::uint32_t>(s.key.size()),
                                              s.entry);
   switch (res) {
-    case proto::ProbeResult::torn: retry_or_fallback(slot); return;
-    case proto::ProbeResult::ask_rpc: fallback(slot); return;
+    case proto::ProbeResult::torn: retry_or_fallback(key); return;
+    case proto::ProbeResult::ask_rpc: fallback(key); return;
     case proto::ProbeResult::not_found: {
       ++counters_.onesided_misses;
-      s.os = OsStage::idle;
       Callback cb = std::move(s.cb);
-      s.cb = nullptr;
-      free_slot(slot);
+      free_slot(key);
       finish(Status::ok, false, {}, cb);
       return;
     }
@@ -140,13 +138,13 @@ void ClientConn::on_hood(std::uint32_t slot) noexcept {
   }
   const std::size_t len = s.entry.value_len;
   if (max_value_ != 0 && len > max_value_) {  // a consistent entry the server could not have written
-    fallback(slot);
+    fallback(key);
     return;
   }
   std::span<std::byte> value_dst;
   std::uint32_t value_lkey = os_reg_->lkey();
   if (len <= kSmallValue) {
-    value_dst = os_area(slot, kValueOff, len);
+    value_dst = os_area(key.index, kValueOff, len);
   } else {
     if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {
       s.landing = std::move(spares_.back());
@@ -159,7 +157,7 @@ void ClientConn::on_hood(std::uint32_t slot) noexcept {
       } catch (const std::exception& e) {
         counters_.registrations = registrar_->registrations();
         spdlog::warn("client: no {}-byte landing buffer for a one-sided GET: {}", len, e.what());
-        fallback(slot);
+        fallback(key);
         return;
       }
       counters_.registrations = registrar_->registrations();
@@ -168,10 +166,9 @@ void ClientConn::on_hood(std::uint32_t slot) noexcept {
     value_lkey = s.landing->lkey();
   }
   const verbs::ReadSge sges[2] = {{value_dst, value_lkey},
-                                  {os_area(slot, kKeyOff, s.entry.key_len), os_reg_->lkey()}};
-  s.os = OsStage::block;
-  if (const int rc = link_->post_read_sg(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read), sges,
-                                         s.entry.addr, s.entry.rkey);
+                                  {os_area(key.index, kKeyOff, s.entry.key_len), os_reg_->lkey()}};
+  s.stage = Stage::block;
+  if (const int rc = link_->post_read_sg(read_wr_id(key), sges, s.entry.addr, s.entry.rkey);
       rc != 0) {
     fail(std::string("RDMA READ (value) post failed: ") + std::strerror(rc));
     return;
@@ -180,55 +177,49 @@ void ClientConn::on_hood(std::uint32_t slot) noexcept {
   ++counters_.rdma_reads;
 }
 
-void ClientConn::on_block(std::uint32_t slot) noexcept {
-  Slot& s = slots_[slot];
+void ClientConn::on_block(SlotKey key) noexcept {
+  Slot& s = live_slot(key);
   const std::size_t len = s.entry.value_len;
-  const auto value = len <= kSmallValue ? os_area(slot, kValueOff, len) : s.landing->data().first(len);
-  const auto key = os_area(slot, kKeyOff, s.entry.key_len);
-  const std::uint32_t crc = proto::crc32c_extend(proto::crc32c(value), key.data(), key.size());
+  const auto value = len <= kSmallValue ? os_area(key.index, kValueOff, len) : s.landing->data().first(len);
+  const auto key_read = os_area(key.index, kKeyOff, s.entry.key_len);
+  const std::uint32_t crc = proto::crc32c_extend(proto::crc32c(value), key_read.data(), key_read.size());
   if (crc != s.entry.data_crc) {  // reused or half-rewritten block: the entry is stale, read it again
-    retry_or_fallback(slot);
+    retry_or_fallback(key);
     return;
   }
-  if (key.size() != s.key.size() || std::memcmp(key.data(), s.key.data(), key.size()) != 0) {
-    fallback(slot);  // a whole, consistent block of another key with the same hash: ask the server
+  if (key_read.size() != s.key.size() || std::memcmp(key_read.data(), s.key.data(), key_read.size()) != 0) {
+    fallback(key);  // a whole, consistent block of another key with the same hash: ask the server
     return;
   }
   ++counters_.onesided_hits;
-  s.os = OsStage::idle;
   if (len > kSmallValue) {
-    deliver_landing(slot, len);
+    deliver_landing(key, len);
     return;
   }
-  recycle(std::move(s.landing));
   Callback cb = std::move(s.cb);
-  s.cb = nullptr;
-  free_slot(slot);
+  free_slot(key);  // recycles a landing buffer left from an earlier attempt
   // The view stays valid during the callback: only flush() posts READs into
   // this slot's area again, and callbacks do not flush.
   finish(Status::ok, true, value, cb);
 }
 
-void ClientConn::retry_or_fallback(std::uint32_t slot) noexcept {
-  if (slots_[slot].attempts >= proto::kOneSidedAttempts) {
-    fallback(slot);
+void ClientConn::retry_or_fallback(SlotKey key) noexcept {
+  if (live_slot(key).attempts >= proto::kOneSidedAttempts) {
+    fallback(key);
     return;
   }
   ++counters_.onesided_retries;
-  (void)post_hood_read(slot);
+  post_hood_read(key);
 }
 
-void ClientConn::fallback(std::uint32_t slot) noexcept {
+void ClientConn::fallback(SlotKey key) noexcept {
   ++counters_.onesided_fallbacks;
-  Slot& s = slots_[slot];
-  s.os = OsStage::idle;
-  recycle(std::move(s.landing));
+  Slot& s = live_slot(key);
   Request r;
   r.op = proto::Opcode::get;
   r.key = std::move(s.key);
   r.cb = std::move(s.cb);
-  s.cb = nullptr;
-  free_slot(slot);
+  free_slot(key);  // recycles a landing buffer
   try {
     queue_.push_front(std::move(r));  // goes out with the next flush, before later requests
   } catch (...) {

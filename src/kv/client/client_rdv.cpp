@@ -13,12 +13,6 @@
 
 namespace rkv::kv::client {
 
-namespace {
-constexpr std::uint32_t kGeneration = 1;  // as in client_conn.cpp: one connection, one generation
-}
-
-ClientConn::~ClientConn() = default;
-
 proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
   if (r.op == proto::Opcode::set) {
     if (!r.lease) return proto::msg::set_request(id, r.key, r.value);
@@ -52,7 +46,9 @@ void ClientConn::replenish() noexcept {
   // Landing buffers lent to GETs in flight come back: count them as spares.
   std::size_t lent = 0;
   if (spares_.size() < rdv_.landing_spares) {
-    for (const Slot& s : slots_) lent += (s.busy && s.landing) ? 1 : 0;
+    for (std::uint32_t i = 0; i < slots_.slot_count(); ++i) {
+      if (const auto key = slots_.key_at(i)) lent += live_slot(*key).landing ? 1 : 0;
+    }
   }
   while (spares_.size() + lent < rdv_.landing_spares) {
     try {
@@ -66,20 +62,13 @@ void ClientConn::replenish() noexcept {
   counters_.registrations = registrar_->registrations();
 }
 
-void ClientConn::free_slot(std::uint32_t slot) noexcept {
-  Slot& s = slots_[slot];
-  s.busy = false;
-  s.reading = false;
-  s.os = OsStage::idle;
-  s.key.clear();
-  s.generation = static_cast<std::uint16_t>(s.generation + 1);
-  s.lease.reset();
-  free_slots_.push_back(slot);
-  --in_flight_;
+void ClientConn::free_slot(SlotKey key) noexcept {
+  recycle(std::move(live_slot(key).landing));
+  slots_.erase(key);  // destroys the rest (the lease ends); the key is stale from now on
 }
 
-bool ClientConn::on_get_rdv(std::uint32_t slot, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
-  Slot& s = slots_[slot];
+bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
+  Slot& s = live_slot(key);
   const std::uint64_t len = h.value_len;
   if (!h.pull()) {  // pushed: the WRITE landed before this reply (RC order)
     if (!s.landing || desc.addr != s.landing->addr() || desc.rkey != s.landing->rkey() ||
@@ -88,12 +77,12 @@ bool ClientConn::on_get_rdv(std::uint32_t slot, const proto::Header& h, const pr
       return false;
     }
     ++counters_.gets_written;
-    deliver_landing(slot, static_cast<std::size_t>(len));
+    deliver_landing(key, static_cast<std::size_t>(len));
     return true;
   }
   // Pull: READ it from the server, then RELEASE its pin.
   ++counters_.gets_pulled;
-  const std::uint32_t id = req_id(slot);
+  const std::uint32_t id = req_id(key);
   if (max_value_ != 0 && len > max_value_) {
     fail("GET reply larger than the server's own limit");
     return false;
@@ -109,20 +98,18 @@ bool ClientConn::on_get_rdv(std::uint32_t slot, const proto::Header& h, const pr
       spdlog::warn("client: no {}-byte landing buffer for a GET: {}", len, e.what());
       releases_.push_back(id);
       Callback cb = std::move(s.cb);
-      free_slot(slot);
+      free_slot(key);
       finish(Status::no_memory, false, {}, cb);
       return true;
     }
     counters_.registrations = registrar_->registrations();
   }
   const auto target = s.landing->data().first(static_cast<std::size_t>(len));
-  if (const int rc = link_->post_read(verbs::WrId(slot, kGeneration, verbs::WrKind::rdma_read), target,
-                                      s.landing->lkey(), desc.addr, desc.rkey);
-      rc != 0) {
+  if (const int rc = link_->post_read(read_wr_id(key), target, s.landing->lkey(), desc.addr, desc.rkey); rc != 0) {
     fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
     return false;
   }
-  s.reading = true;
+  s.stage = Stage::pull;
   s.landing->set_size(static_cast<std::size_t>(len));
   ++reads_in_flight_;
   ++counters_.rdma_reads;
@@ -132,16 +119,29 @@ bool ClientConn::on_get_rdv(std::uint32_t slot, const proto::Header& h, const pr
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
   if (reads_in_flight_ > 0) --reads_in_flight_;
   if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
-  const std::uint32_t slot = c.wr_id.slot();
-  if (c.wr_id.is_current(kGeneration) && slot < slots_.size() && slots_[slot].busy &&
-      slots_[slot].os != OsStage::idle) {
-    on_onesided_read(slot, c);
+  const SlotKey key = read_key(c.wr_id);
+  const Slot* s = slots_.find(key);
+  if (s == nullptr) {  // its request is gone (the slot was freed, maybe reused)
+    ++counters_.stale_reads;
+    SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
+                 key.generation, verbs::to_string(c.status));
     return;
   }
-  if (!c.wr_id.is_current(kGeneration) || slot >= slots_.size() || !slots_[slot].busy || !slots_[slot].reading) {
-    fail("RDMA READ completion for no pending GET");
-    return;
+  switch (s->stage) {
+    case Stage::pull:
+      on_pull_read(key, c);
+      return;
+    case Stage::hood:
+    case Stage::block:
+      on_onesided_read(key, c);
+      return;
+    case Stage::reply:
+      break;
   }
+  fail("RDMA READ completion for a request that posted none");
+}
+
+void ClientConn::on_pull_read(SlotKey key, const verbs::Completion& c) noexcept {
   if (!c.ok()) {
     try {
       fail(fmt::format("RDMA READ of a GET value: {} ({})", verbs::to_string(c.status), c.status_detail()));
@@ -150,23 +150,21 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
     }
     return;
   }
-  Slot& s = slots_[slot];
-  s.reading = false;
+  Slot& s = live_slot(key);
   try {
-    releases_.push_back(req_id(slot));  // folded into the next SEND (flush runs after this drain)
+    releases_.push_back(req_id(key));  // folded into the next SEND (flush runs after this drain)
   } catch (...) {
     fail("out of memory queueing a RELEASE");
     return;
   }
-  deliver_landing(slot, s.landing->size());
+  deliver_landing(key, s.landing->size());
 }
 
-void ClientConn::deliver_landing(std::uint32_t slot, std::size_t len) noexcept {
-  Slot& s = slots_[slot];
+void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {
+  Slot& s = live_slot(key);
   Callback cb = std::move(s.cb);
-  s.cb = nullptr;
   delivering_ = std::move(s.landing);
-  free_slot(slot);
+  free_slot(key);
   delivering_->set_size(len);
   delivering_->data()[len] = std::byte{0};  // C callers get a NUL-terminated string
   const auto value = delivering_->value();

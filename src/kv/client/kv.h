@@ -1,8 +1,11 @@
 /* kv.h: the C API of the RDMA key-value store client (C and C++).
  *
- * A handle is one connection with its own event loop. Calls on one handle
- * must come from one thread at a time (the thread that opened it); different
- * handles are independent.
+ * A handle is one connection with its own event loop, created by kv_open on
+ * the calling thread. A handle is used from the thread that opened it:
+ * kv_set, kv_get, kv_close and kv_last_error(handle) must be called there
+ * (debug builds assert it). Different handles, on the same or different
+ * threads, are independent. kv_release and kv_strerror may be called from
+ * any thread.
  *
  * Every int function returns 0 on success or a positive errno-style code:
  *   EINVAL        NULL or malformed argument (empty key, bad server name)

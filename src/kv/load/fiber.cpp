@@ -67,51 +67,51 @@ Scheduler::~Scheduler() {
   assert(!in_fiber() && "a Scheduler cannot be destroyed from one of its fibers");
   cancelling_ = true;
   // Every unfinished fiber runs once more: a parked one gets FiberCancelled
-  // out of suspend(), one that never started returns at once.
-  for (std::uint32_t s = 0; s < slots_.size(); ++s) {
-    while (slots_[s].state != FiberState::free) resume(s);
+  // out of suspend(), one that never started returns at once. Fibers spawned
+  // meanwhile (by unwinding code) are reached too: the bound is re-read.
+  for (std::uint32_t i = 0; i < fibers_.slot_count(); ++i) {
+    while (const std::optional<Key> key = fibers_.key_at(i)) resume(*key);
   }
   error_ = nullptr;  // nobody left to rethrow to
 }
 
-FiberId Scheduler::spawn(std::function<void()> fn) {
-  std::uint32_t s = 0;
-  if (!free_slots_.empty()) {
-    s = free_slots_.back();
-  } else {
-    slots_.emplace_back();
-    s = static_cast<std::uint32_t>(slots_.size() - 1);
-  }
-  const void* bottom = nullptr;
-  std::size_t size = 0;
-  ctx::fiber f;
-  try {
-    f = ctx::fiber(std::allocator_arg, RecordingStack{ctx::protected_fixedsize_stack(options_.stack_size), &bottom, &size},
-                   [this, s](ctx::fiber&& main) { return run_fiber(s, std::move(main)); });
-  } catch (...) {
-    if (free_slots_.empty() || free_slots_.back() != s) free_slots_.push_back(s);  // a fresh slot stays free
-    throw;
-  }
-  if (!free_slots_.empty() && free_slots_.back() == s) free_slots_.pop_back();
-  Slot& slot = slots_[s];
-  slot.state = FiberState::ready;
-  slot.ctx = std::move(f);
-  slot.fn = std::move(fn);
-  slot.stack_bottom = bottom;
-  slot.stack_size = size;
-  ready_.push_back(s);
-  ++live_;
-  ++spawned_;
-  return {s, slot.generation};
+Scheduler::Fiber& Scheduler::fiber(Key key) noexcept {
+  Fiber* f = fibers_.find(key);
+  assert(f != nullptr && "Scheduler: a fiber used after it finished");
+  return *f;
 }
 
-ctx::fiber Scheduler::run_fiber(std::uint32_t s, ctx::fiber&& main) {
+FiberId Scheduler::spawn(std::function<void()> fn) {
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+  Fiber f;
+  f.fn = std::move(fn);
+  const Key key = fibers_.insert(std::move(f));  // throws when out of memory
+  try {
+    ready_.push_back(key);
+    Fiber& entry = fiber(key);
+    entry.ctx = ctx::fiber(std::allocator_arg,
+                           RecordingStack{ctx::protected_fixedsize_stack(options_.stack_size), &bottom, &size},
+                           [this, key](ctx::fiber&& main) { return run_fiber(key, std::move(main)); });
+    entry.stack_bottom = bottom;
+    entry.stack_size = size;
+  } catch (...) {
+    if (!ready_.empty() && ready_.back() == key) ready_.pop_back();
+    fibers_.erase(key);  // never started: no stack, or none left
+    throw;
+  }
+  ++spawned_;
+  return FiberId::of(key);
+}
+
+ctx::fiber Scheduler::run_fiber(Key key, ctx::fiber&& main) {
   finish_switch(nullptr, &main_bottom_, &main_size_);  // first arrival on this stack
   main_ = std::move(main);
   if (!cancelling_) {
     try {
-      std::function<void()> fn = std::move(slots_[s].fn);
-      slots_[s].fn = nullptr;
+      Fiber& self = fiber(key);
+      std::function<void()> fn = std::move(self.fn);
+      self.fn = nullptr;
       fn();
     } catch (const FiberCancelled&) {
       // unwound by ~Scheduler
@@ -123,28 +123,24 @@ ctx::fiber Scheduler::run_fiber(std::uint32_t s, ctx::fiber&& main) {
   return std::move(main_);
 }
 
-void Scheduler::resume(std::uint32_t s) {
-  current_ = s;
-  slots_[s].state = FiberState::running;
-  ctx::fiber f = std::move(slots_[s].ctx);
+void Scheduler::resume(Key key) {
+  // Stays valid while the fiber runs: spawns insert into the table's deque
+  // without moving entries, and only this function erases one.
+  Fiber& self = fiber(key);
+  current_ = key;
+  self.state = FiberState::running;
+  ctx::fiber f = std::move(self.ctx);
   void* fake_stack = nullptr;
-  start_switch(&fake_stack, slots_[s].stack_bottom, slots_[s].stack_size);
+  start_switch(&fake_stack, self.stack_bottom, self.stack_size);
   f = std::move(f).resume();
   finish_switch(fake_stack, nullptr, nullptr);
   current_.reset();
-  Slot& slot = slots_[s];  // re-read: a spawn inside the fiber may have grown slots_
   if (f) {  // parked: suspend() or yield() set the state
-    slot.ctx = std::move(f);
+    self.ctx = std::move(f);
     return;
   }
-  // Finished: the fiber's stack is gone.
-  slot.state = FiberState::free;
-  slot.fn = nullptr;
-  slot.stack_bottom = nullptr;
-  slot.stack_size = 0;
-  if (++slot.generation == 0) slot.generation = 1;
-  free_slots_.push_back(s);
-  --live_;
+  // Finished: the fiber's stack is gone; its id goes stale.
+  fibers_.erase(key);
 }
 
 void Scheduler::to_main() {
@@ -160,13 +156,13 @@ std::size_t Scheduler::run_ready() {
   if (in_fiber()) return 0;
   std::size_t resumed = 0;
   while (!ready_.empty()) {
-    const std::uint32_t s = ready_.front();
+    const Key key = ready_.front();
     ready_.pop_front();
-    resume(s);
+    resume(key);  // a ready fiber cannot end before it runs: the key is live
     ++resumed;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
-  for (const std::uint32_t s : yielded_) ready_.push_back(s);
+  for (const Key key : yielded_) ready_.push_back(key);
   yielded_.clear();
   return resumed;
 }
@@ -174,41 +170,38 @@ std::size_t Scheduler::run_ready() {
 void Scheduler::suspend() {
   assert(in_fiber());
   if (cancelling_) throw FiberCancelled{};
-  slots_[*current_].state = FiberState::suspended;
+  fiber(*current_).state = FiberState::suspended;
   to_main();
 }
 
 void Scheduler::yield() {
   assert(in_fiber());
   if (cancelling_) throw FiberCancelled{};
-  slots_[*current_].state = FiberState::ready;
-  yielded_.push_back(*current_);
+  yielded_.push_back(*current_);  // first: if it throws, the fiber simply goes on
+  fiber(*current_).state = FiberState::ready;
   to_main();
 }
 
 bool Scheduler::wake(FiberId id) noexcept {
-  if (id.slot >= slots_.size()) return false;
-  Slot& slot = slots_[id.slot];
-  if (slot.generation != id.generation || slot.state != FiberState::suspended) return false;
-  slot.state = FiberState::ready;
+  Fiber* f = fibers_.find(id.key());
+  if (f == nullptr || f->state != FiberState::suspended) return false;
   try {
-    ready_.push_back(id.slot);
+    ready_.push_back(id.key());
   } catch (...) {  // out of memory: leave it parked rather than lose it
-    slot.state = FiberState::suspended;
     return false;
   }
+  f->state = FiberState::ready;
   return true;
 }
 
 FiberId Scheduler::current() const noexcept {
   assert(in_fiber());
-  const std::uint32_t s = current_.value_or(0);
-  return {s, s < slots_.size() ? slots_[s].generation : 0};
+  return current_ ? FiberId::of(*current_) : FiberId{};
 }
 
 FiberState Scheduler::state(FiberId id) const noexcept {
-  if (id.slot >= slots_.size() || slots_[id.slot].generation != id.generation) return FiberState::free;
-  return slots_[id.slot].state;
+  const Fiber* f = fibers_.find(id.key());
+  return f != nullptr ? f->state : FiberState::free;
 }
 
 }  // namespace rkv::kv::load

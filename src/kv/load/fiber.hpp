@@ -7,11 +7,12 @@
 // made ready again by wake(id), typically from a completion callback that the
 // reactor runs on the same thread: the callback records the result and wakes
 // the fiber; the fiber runs at the next run_ready(), never inside the
-// callback. Fibers are addressed by FiberId (slot + generation): waking a
-// finished fiber whose slot was reused is a no-op that returns false.
+// callback. Fibers are entries of a reactor::SlotTable and a FiberId is
+// their SlotKey (index + generation): waking a finished fiber, even one whose
+// slot was reused, is a no-op that returns false.
 //
 // kvload's loop is: run_ready(); reactor.run_once(...); repeat (see drive()
-// in kv/load/runner.hpp). So fibers run between reactor iterations, with the
+// in kv/load/drive.hpp). So fibers run between reactor iterations, with the
 // reactor idle: they may submit client operations, create timers, even close
 // a Client.
 //
@@ -38,10 +39,12 @@
 #include <string_view>
 #include <vector>
 
+#include "reactor/slot_table.hpp"
+
 namespace rkv::kv::load {
 
 enum class FiberState : std::uint8_t {
-  free,       // slot unused: never spawned, or finished
+  free,       // no such fiber: never spawned, finished, or a stale id
   ready,      // queued to run at the next run_ready()
   running,    // the current fiber
   suspended,  // parked in suspend() until wake()
@@ -57,14 +60,17 @@ enum class FiberState : std::uint8_t {
   return "invalid";
 }
 
+// A fiber's key in the Scheduler's SlotTable, under the names fibers use.
 struct FiberId {
-  std::uint32_t slot = 0;
-  std::uint32_t generation = 0;  // 0 never names a live fiber
-  [[nodiscard]] std::uint64_t packed() const noexcept { return (std::uint64_t{generation} << 32) | slot; }
-  [[nodiscard]] static FiberId unpack(std::uint64_t v) noexcept {
-    return {static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(v >> 32)};
-  }
-  friend bool operator==(const FiberId&, const FiberId&) = default;
+  std::uint32_t slot = 0;        // SlotKey::index
+  std::uint32_t generation = 0;  // SlotKey::generation: starts at 1, so 0 never names a live fiber
+
+  [[nodiscard]] constexpr reactor::SlotKey key() const noexcept { return {slot, generation}; }
+  [[nodiscard]] static constexpr FiberId of(reactor::SlotKey k) noexcept { return {k.index, k.generation}; }
+  // 64-bit token (KeyOrder waiters): SlotKey::pack(), so 0 is never a live fiber either.
+  [[nodiscard]] constexpr std::uint64_t packed() const noexcept { return key().pack(); }
+  [[nodiscard]] static constexpr FiberId unpack(std::uint64_t v) noexcept { return of(reactor::SlotKey::unpack(v)); }
+  friend constexpr bool operator==(const FiberId&, const FiberId&) = default;
 };
 
 // Thrown from suspend()/yield() while the scheduler is being destroyed.
@@ -102,7 +108,7 @@ class Scheduler {
 
   // A new fiber, ready at once (it first runs at the next run_ready()).
   // From the main context or a fiber. Throws std::bad_alloc (or
-  // std::system_error if the stack cannot be mapped).
+  // std::system_error if the stack cannot be mapped); nothing is spawned then.
   FiberId spawn(std::function<void()> fn);
 
   // Main context only: resumes ready fibers until none is ready (fibers that
@@ -124,33 +130,36 @@ class Scheduler {
   [[nodiscard]] FiberId current() const noexcept;
   // free for a stale id.
   [[nodiscard]] FiberState state(FiberId id) const noexcept;
-  [[nodiscard]] std::size_t live() const noexcept { return live_; }  // spawned, not finished
+  [[nodiscard]] std::size_t live() const noexcept { return fibers_.live(); }  // spawned, not finished
   [[nodiscard]] std::size_t ready_count() const noexcept { return ready_.size() + yielded_.size(); }
   [[nodiscard]] std::size_t spawned() const noexcept { return spawned_; }  // ever
 
  private:
-  struct Slot {
-    std::uint32_t generation = 1;
-    FiberState state = FiberState::free;
+  using Key = reactor::SlotKey;
+  // A spawned, unfinished fiber (an entry of fibers_; erased when it ends).
+  struct Fiber {
+    FiberState state = FiberState::ready;  // never free
     boost::context::fiber ctx;  // the fiber's continuation while it is not running
     std::function<void()> fn;   // until it starts
     const void* stack_bottom = nullptr;  // for the ASan switch annotations
     std::size_t stack_size = 0;
   };
 
-  void resume(std::uint32_t slot);  // main -> fiber, until it parks or ends
-  void to_main();                   // fiber -> main; throws FiberCancelled when cancelling
-  boost::context::fiber run_fiber(std::uint32_t slot, boost::context::fiber&& main);
+  // The fiber of a key known to be live.
+  [[nodiscard]] Fiber& fiber(Key key) noexcept;
+  void resume(Key key);  // main -> fiber, until it parks or ends
+  void to_main();        // fiber -> main; throws FiberCancelled when cancelling
+  boost::context::fiber run_fiber(Key key, boost::context::fiber&& main);
 
   SchedulerOptions options_;
-  std::vector<Slot> slots_;  // indexed only (a spawn may grow it while a fiber runs)
-  std::vector<std::uint32_t> free_slots_;
-  std::deque<std::uint32_t> ready_;
-  std::vector<std::uint32_t> yielded_;  // run again at the next run_ready()
-  std::optional<std::uint32_t> current_;
+  // A spawn may insert while a fiber runs: the table's deque keeps the
+  // running fiber's entry where it is.
+  reactor::SlotTable<Fiber> fibers_;
+  std::deque<Key> ready_;
+  std::vector<Key> yielded_;  // run again at the next run_ready()
+  std::optional<Key> current_;
   boost::context::fiber main_;  // the main context's continuation while a fiber runs
   std::exception_ptr error_;    // escaped a fiber; rethrown by run_ready()
-  std::size_t live_ = 0;
   std::size_t spawned_ = 0;
   bool cancelling_ = false;
   // ASan: the main stack's bounds, learned at the first switch into a fiber.
