@@ -40,7 +40,7 @@ thread_local std::string t_last_error;
 // Debug builds: the caller is the thread that opened the handle.
 void assert_owner([[maybe_unused]] const Handle* h) noexcept {
 #ifndef NDEBUG
-  h->reactor->assert_on_reactor_thread();
+  h->reactor->assert_owner_thread();
 #endif
 }
 

@@ -118,7 +118,7 @@ Client::~Client() { close(); }  // close() asserts the thread
 
 std::unique_ptr<Client> Client::connect(reactor::Reactor& reactor, const std::string& host, std::uint16_t port,
                                         const ClientOptions& options) {
-  reactor.assert_on_reactor_thread();
+  reactor.assert_owner_thread();
   const std::string where = host + ":" + std::to_string(port);
   try {
     std::unique_ptr<Client> c(new Client(reactor, options));

@@ -8,7 +8,7 @@
 //
 // Thread: everything runs on the reactor's thread; every public member
 // function (connect() included) asserts it in debug builds
-// (Reactor::assert_on_reactor_thread). Async set()/get() queue
+// (Reactor::assert_owner_thread). Async set()/get() queue
 // the request and schedule one flush on the reactor (requests submitted
 // together coalesce); completions arrive from Reactor::run()/run_once(). The
 // sync helpers run the reactor themselves until their op completes; they must
@@ -152,7 +152,7 @@ class Client {
   // release builds, not even the call.
   void assert_owner() const noexcept {
 #ifndef NDEBUG
-    reactor_->assert_on_reactor_thread();
+    reactor_->assert_owner_thread();
 #endif
   }
 

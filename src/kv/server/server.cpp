@@ -56,7 +56,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
 }
 
 Server::~Server() {
-  reactor_->assert_on_reactor_thread();
+  reactor_->assert_owner_thread();
   poller_.reset();
   store_->detach_index();  // the index and the small arena go with the Server
   events_watch_.reset();
@@ -121,12 +121,12 @@ void Server::migrate_large_values() noexcept {
 }
 
 ServerStats Server::stats() const noexcept {
-  reactor_->assert_on_reactor_thread();
+  reactor_->assert_owner_thread();
   return {counters_, store_->size(), store_->bytes()};
 }
 
 store::StatRows Server::stats_rows() const {
-  reactor_->assert_on_reactor_thread();
+  reactor_->assert_owner_thread();
   store::StatRows rows = counter_rows(counters_);
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
   const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
@@ -352,7 +352,7 @@ bool Server::poll_all() noexcept {
 }
 
 void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {
-  reactor_->assert_on_reactor_thread();
+  reactor_->assert_owner_thread();
   const Key key = Key::unpack(tok);
   Conn* c = conns_.find(key);
   if (c == nullptr) {  // the connection went away: nobody to answer
@@ -440,7 +440,7 @@ void Server::destroy(Key key) noexcept {
 }
 
 void Server::shutdown(std::function<void()> on_done) {
-  reactor_->assert_on_reactor_thread();
+  reactor_->assert_owner_thread();
   if (!shutting_down_) {
     shutting_down_ = true;
     listener_.reset();  // stop accepting
