@@ -382,53 +382,39 @@ Status Client::set_sync(std::string_view key, std::string_view value) {
 }
 
 Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
+  ClientConn* conn = conn_.get();
+  return get_sync_with(key, found, [&out, conn](std::span<const std::byte> v) {
+    out.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    conn->note_copy(v.size());
+  });
+}
+
+Status Client::get_sync(std::string_view key, Value& out, bool& found) {
+  ClientConn* conn = conn_.get();
+  return get_sync_with(key, found, [&out, conn](std::span<const std::byte> v) {
+    if (auto lb = conn->adopt_landing()) {
+      out = Value(std::move(lb));  // no copy: the buffer it landed in
+    } else {
+      out = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, < 4 KiB
+    }
+  });
+}
+
+Status Client::get_sync_with(std::string_view key, bool& found,
+                             std::function<void(std::span<const std::byte>)> take) {
   assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
-  ClientConn* conn = conn_.get();
-  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
-    result->found = f;
-    result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
-    conn->note_copy(v.size());
-    result->status = s;
-  });
-  if (st != Status::ok) return st;
-  if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
-  if (*result->status == Status::ok) {
-    out = std::move(result->value);
-    found = result->found;
-  }
-  return *result->status;
-}
-
-namespace {
-struct ValueResult {
-  std::optional<Status> status;
-  bool found = false;
-  Value value;
-};
-}  // namespace
-
-Status Client::get_sync(std::string_view key, Value& out, bool& found) {
-  assert_owner();
-  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
-  auto result = std::make_shared<ValueResult>();
-  ClientConn* conn = conn_.get();
-  Status st = get(key, [result, conn](Status s, bool f, std::span<const std::byte> v) {
-    result->found = f;
-    if (auto lb = conn->adopt_landing()) {
-      result->value = Value(std::move(lb));  // no copy: the buffer it landed in
-    } else {
-      result->value = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, < 4 KiB
+  Status st = get(key, [result, take = std::move(take)](Status s, bool f, std::span<const std::byte> v) {
+    if (s == Status::ok) {  // the caller's outputs are set only on success
+      result->found = f;
+      take(v);
     }
     result->status = s;
   });
   if (st != Status::ok) return st;
   if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
-  if (*result->status == Status::ok) {
-    out = std::move(result->value);
-    found = result->found;
-  }
+  if (*result->status == Status::ok) found = result->found;
   return *result->status;
 }
 

@@ -166,6 +166,9 @@ class Client {
   bool on_flush_poll() noexcept;
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
+  // Both get_sync forms: `take` runs inside the reply callback with the value
+  // (only when the GET succeeded) and fills the caller's output.
+  Status get_sync_with(std::string_view key, bool& found, std::function<void(std::span<const std::byte>)> take);
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
   void teardown() noexcept;
 

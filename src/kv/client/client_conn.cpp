@@ -156,6 +156,16 @@ std::size_t ClientConn::flush() noexcept {
   std::size_t open_used = 0;
   std::uint64_t in_current = 0;
   bool credit_limited = false;
+  // One message appended: it opened a new SEND or joined the open one.
+  auto appended = [&](bool new_buffer, std::size_t need) noexcept {
+    if (new_buffer) {
+      ++new_sends;
+      open_used = 0;
+      in_current = 0;
+    }
+    open_used += need;
+    ++in_current;
+  };
   // RELEASEs first (they free server memory). One alone may not take the last
   // credit: nothing would return it. With a request behind it, it shares its SEND.
   while (!releases_.empty()) {
@@ -165,13 +175,7 @@ std::size_t ClientConn::flush() noexcept {
     const std::uint32_t left = credits_ - static_cast<std::uint32_t>(new_sends);
     if (new_buffer && (left == 0 || (left == 1 && queue_.empty()))) break;
     if (channel_.append(spec) != AppendStatus::ok) break;  // no send buffer: after a send completion
-    if (new_buffer) {
-      ++new_sends;
-      open_used = 0;
-      in_current = 0;
-    }
-    open_used += need;
-    ++in_current;
+    appended(new_buffer, need);
     ++counters_.messages_sent;
     ++counters_.releases_sent;
     releases_.pop_front();
@@ -218,13 +222,7 @@ std::size_t ClientConn::flush() noexcept {
       if (state_ != ConnState::established) return 0;
       continue;
     }
-    if (new_buffer) {
-      ++new_sends;
-      open_used = 0;
-      in_current = 0;
-    }
-    open_used += need;
-    ++in_current;
+    appended(new_buffer, need);
     counters_.max_coalesced = std::max(counters_.max_coalesced, in_current);
     s.op = r.op;
     s.cb = std::move(r.cb);
