@@ -46,9 +46,8 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--max-value", opt.max_value, "largest value accepted, bytes")
       ->check(CLI::Range(1u, 0xFFFFFFFFu))
       ->capture_default_str();
-  app.add_flag("--busy-poll", opt.busy_poll,
-               "poll every completion queue in a spinning loop (lowest latency, one core at 100% even when "
-               "idle) instead of sleeping until a completion event");
+  PollFlags poll;
+  add_poll_flags(app, poll, kv::server::kDefaultPoll);
   app.add_option("--index-buckets", opt.index_buckets,
                  "buckets of the one-sided GET index (a power of two; 64 B each; 0: no index, clients in "
                  "read mode GET by message)")
@@ -105,7 +104,7 @@ int kvd_main(int argc, char** argv) {
 
   try {
     reactor::Reactor reactor;
-    reactor.set_busy_poll(opt.busy_poll);
+    opt.poll = poll.budget();
     kv::store::Store store;
     std::unique_ptr<durable::Log> log;
     if (!lopt.dir.empty()) {

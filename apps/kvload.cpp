@@ -48,8 +48,7 @@ std::string value_bytes(const kv::load::ValueSpec& v) {
 std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Flags& f) {
   try {
     kv::client::ClientOptions copt;
-    copt.busy_poll = f.busy_poll;
-    reactor.set_busy_poll(f.busy_poll);
+    copt.poll = f.poll.budget();
     copt.get_mode = f.get_mode;
     return kv::client::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
@@ -158,9 +157,7 @@ int kvload_main(int argc, char** argv) {
                  "go in file order")
       ->check(CLI::Range(1u, kv::load::kMaxDepth))
       ->capture_default_str();
-  app.add_flag("--busy-poll", f.busy_poll,
-               "poll the completion queue in a spinning loop (lowest latency, one core at 100%) instead of "
-               "sleeping until a completion event");
+  add_poll_flags(app, f.poll, kv::client::kDefaultPoll);
   app.add_flag("--verify", f.verify,
                "--file: check every GET of a key this run SET against the value it last SET (the keys it "
                "writes must be its own); mismatches count as errors");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cli.hpp"
 #include "kv/client/client.hpp"
 #include "kv/load/runner.hpp"
 
@@ -19,7 +20,7 @@ struct KvloadFlags {
   unsigned depth = kv::load::kDefaultDepth;
   bool verify = false;
   unsigned stall_timeout_ms = 30'000;
-  bool busy_poll = false;  // poll the CQ in a spinning loop instead of waiting for completion events
+  PollFlags poll;  // --poll-us, --busy-poll
   kv::client::GetMode get_mode = kv::client::GetMode::rpc;
   std::string ack_log;
 };

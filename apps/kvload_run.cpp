@@ -59,8 +59,7 @@ int kvload_run_file(const KvloadFlags& f) {
   reactor::Reactor reactor;
   kv::client::ClientOptions copt;
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
-  copt.busy_poll = f.busy_poll;
-  reactor.set_busy_poll(f.busy_poll);
+  copt.poll = f.poll.budget();
   copt.get_mode = f.get_mode;
   std::unique_ptr<kv::client::Client> client;
   try {

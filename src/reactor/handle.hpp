@@ -7,7 +7,9 @@
 // programming error (use-after-free in release builds).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <utility>
 
@@ -106,7 +108,19 @@ class Timer : public detail::Handle<HandleKind::kTimer> {
   Timer(Reactor* reactor, SlotKey key) noexcept : Handle(reactor, key) {}
 };
 
-// A function run once per loop iteration (busy-poll hook, deferred work).
+// What a Poller asks of the loop besides being run every turn (reactor.hpp,
+// "Spin, then block").
+inline constexpr std::chrono::microseconds kSpinForever = std::chrono::microseconds::max();
+struct PollerOptions {
+  // Keep the loop turning without sleeping this long after the last turn
+  // that did work; kSpinForever: never sleep while this poller lives.
+  std::chrono::microseconds spin{0};
+  // Runs when the loop is about to block (never while it spins); true if it
+  // found work, which keeps the loop awake. E.g. arm a completion queue.
+  std::function<bool()> before_sleep;
+};
+
+// A function run once per loop iteration (CQ polling, deferred work).
 class Poller : public detail::Handle<HandleKind::kPoller> {
  public:
   Poller() noexcept = default;

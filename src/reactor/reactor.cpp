@@ -75,26 +75,59 @@ std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
     throw std::logic_error("Reactor::run_once called from a callback (state " +
                            std::string(to_string(state_)) + ")");
   }
-  const bool spin = (busy_poll_ && pollers_.live() > 0) || wake_requested_;
+  if (spin_budget_dirty_) update_spin_budget();  // here no poller is mid-call
+  const bool forever = spin_budget_ == kSpinForever && pollers_.live() > 0;
+  bool block = timeout.count() != 0 && !wake_requested_ && !spinning_ && !forever;
+  std::size_t ran = 0;
+  state_ = ReactorState::kDispatching;
+  if (block) {  // about to sleep: the pollers arm what they poll
+    ran += run_before_sleep();
+    block = ran == 0;
+  }
   arm_timerfd();
   state_ = ReactorState::kWaiting;
   int n = 0;
   try {
-    n = wait(spin ? std::chrono::milliseconds(0) : timeout);
+    n = wait(block ? timeout : std::chrono::milliseconds(0));
   } catch (...) {
     state_ = ReactorState::kIdle;
     throw;
   }
   state_ = ReactorState::kDispatching;
-  std::size_t ran = dispatch(n);
+  ran += dispatch(n);
   ran += run_timers();
   ran += run_pollers();
+  note_turn(ran);
   // A full batch hints at more ready fds than slots; grow like ae.c's setsize.
   if (static_cast<std::size_t>(n) == events_.size() && events_.size() < kMaxEvents) {
     events_.resize(events_.size() * 2);
   }
   state_ = ReactorState::kIdle;
   return ran;
+}
+
+// Work opens (or extends) the spin window; idle turns close it once the
+// budget has passed since the first of them. Only idle spinning turns read
+// the clock: a busy turn needs no time, and the window is measured from the
+// first idle turn, not from the last work (at most one turn later).
+void Reactor::note_turn(std::size_t ran) noexcept {
+  if (spin_budget_.count() == 0) {
+    spinning_ = false;
+    return;
+  }
+  if (ran > 0) {
+    spinning_ = true;
+    idle_since_.reset();
+    return;
+  }
+  if (!spinning_ || spin_budget_ == kSpinForever) return;
+  const Clock::time_point now = Clock::now();
+  if (!idle_since_) {
+    idle_since_ = now;
+  } else if (now - *idle_since_ >= spin_budget_) {
+    spinning_ = false;
+    idle_since_.reset();
+  }
 }
 
 int Reactor::wait(std::chrono::milliseconds timeout) {
@@ -169,6 +202,31 @@ std::size_t Reactor::run_pollers() noexcept {
     pollers_.end_call(i);
   }
   return worked;
+}
+
+std::size_t Reactor::run_before_sleep() noexcept {
+  std::size_t found = 0;
+  const std::uint32_t count = pollers_.slot_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const auto key = pollers_.key_at(i);
+    if (!key) continue;
+    PollerEntry* p = pollers_.begin_call(*key);
+    if (p == nullptr) continue;
+    if (p->options.before_sleep && p->options.before_sleep()) ++found;
+    pollers_.end_call(i);
+  }
+  return found;
+}
+
+void Reactor::update_spin_budget() noexcept {
+  std::chrono::microseconds most{0};
+  const std::uint32_t count = pollers_.slot_count();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (const auto key = pollers_.key_at(i)) most = std::max(most, pollers_.find(*key)->options.spin);
+  }
+  spin_budget_ = most;
+  spin_budget_dirty_ = false;
+  if (most.count() == 0) spinning_ = false;
 }
 
 void Reactor::arm_timerfd() noexcept {
@@ -253,6 +311,7 @@ void Reactor::release(HandleKind kind, SlotKey key) noexcept {
       return;
     case HandleKind::kPoller:
       pollers_.erase(key);
+      spin_budget_dirty_ = true;
       return;
   }
 }
@@ -278,14 +337,12 @@ SignalWatch Reactor::on_signals(std::initializer_list<int> signals, std::functio
   return SignalWatch(*this, signals, std::move(cb));
 }
 
-Poller Reactor::add_poller(std::function<bool()> poll_fn) {
+Poller Reactor::add_poller(std::function<bool()> poll_fn, PollerOptions options) {
   assert_owner_thread();
-  return Poller(this, pollers_.insert(PollerEntry{std::move(poll_fn)}));
-}
-
-void Reactor::set_busy_poll(bool on) noexcept {
-  assert_owner_thread();
-  busy_poll_ = on;
+  if (options.spin.count() < 0) throw std::invalid_argument("Reactor::add_poller: negative spin budget");
+  Poller p(this, pollers_.insert(PollerEntry{std::move(poll_fn), std::move(options)}));
+  spin_budget_dirty_ = true;
+  return p;
 }
 
 }  // namespace rkv::reactor

@@ -18,6 +18,17 @@
 //    events carry a slot index + generation, never a pointer).
 //  * Callbacks must not throw; an escaping exception calls std::terminate.
 //  * Not reentrant: do not call run()/run_once() from a callback.
+//
+// Spin, then block (the adaptive polling of high-performance RDMA and network
+// stacks, like Linux NAPI): a Poller may carry a spin budget. After a loop
+// turn in which any callback did work, the loop keeps turning without
+// sleeping (epoll_wait with a 0 timeout, pollers every turn) until no work
+// was seen for the largest budget of the live pollers; only then it sleeps.
+// Right before it sleeps it runs every poller's before_sleep hook (e.g. arm a
+// completion queue and poll it once more); a hook that finds work keeps the
+// loop awake. Budget 0 for every poller: pure events. kSpinForever: the loop
+// never sleeps while such a poller lives (busy polling). The clock is read
+// only on idle spinning turns.
 #pragma once
 
 #include <sys/epoll.h>
@@ -75,9 +86,10 @@ class Reactor {
   // without waiting.
   void run();
 
-  // One iteration: epoll_wait (timeout < 0 waits forever; forced to 0 in
-  // busy-poll mode or after a Poller::wake()), dispatch ready fds, fire due
-  // timers, run pollers.
+  // One iteration: epoll_wait (timeout < 0 waits forever; forced to 0 while
+  // spinning, see the header, or after a Poller::wake()), dispatch ready fds,
+  // fire due timers, run pollers. Before a wait that may block, the pollers'
+  // before_sleep hooks run (and their work counts).
   // Returns the number of user callbacks that ran (pollers count only when
   // they report work). Throws std::system_error if epoll_wait fails.
   std::size_t run_once(std::chrono::milliseconds timeout);
@@ -108,13 +120,19 @@ class Reactor {
   [[nodiscard]] SignalWatch on_signals(std::initializer_list<int> signals,
                                        std::function<void(int signo)> cb);
 
-  // Adds a function run once per loop iteration; returns true if it did work.
-  [[nodiscard]] Poller add_poller(std::function<bool()> poll_fn);
-  // With busy-poll on and at least one poller, epoll_wait never sleeps.
-  void set_busy_poll(bool on) noexcept;
-  [[nodiscard]] bool busy_poll() const noexcept {
+  // Adds a function run once per loop iteration; returns true if it did
+  // work. `options` (PollerOptions): its spin budget and before_sleep hook.
+  [[nodiscard]] Poller add_poller(std::function<bool()> poll_fn, PollerOptions options = {});
+  // The largest spin budget of the live pollers (0 with none), as of the
+  // start of the last turn.
+  [[nodiscard]] std::chrono::microseconds spin_budget() const noexcept {
     assert_owner_thread();
-    return busy_poll_;
+    return spin_budget_;
+  }
+  // True while the loop does not sleep between turns (inside a spin window).
+  [[nodiscard]] bool spinning() const noexcept {
+    assert_owner_thread();
+    return spinning_;
   }
 
   // Reads CLOCK_MONOTONIC; static, so any thread may call it.
@@ -163,6 +181,7 @@ class Reactor {
   };
   struct PollerEntry {
     std::function<bool()> fn;
+    PollerOptions options;
   };
 
   // Handle plumbing.
@@ -190,6 +209,9 @@ class Reactor {
   std::size_t dispatch(int n) noexcept;
   std::size_t run_timers() noexcept;
   std::size_t run_pollers() noexcept;
+  std::size_t run_before_sleep() noexcept;  // the hooks; count of those that found work
+  void note_turn(std::size_t ran) noexcept;  // opens, keeps or closes the spin window
+  void update_spin_budget() noexcept;
   void arm_timerfd() noexcept;
   void drain_timerfd() noexcept;
 
@@ -205,7 +227,10 @@ class Reactor {
   std::size_t live_handles_ = 0;
   ReactorState state_ = ReactorState::kIdle;
   bool stop_requested_ = false;
-  bool busy_poll_ = false;
+  std::chrono::microseconds spin_budget_{0};  // max over pollers_ (update_spin_budget)
+  bool spin_budget_dirty_ = false;             // a poller came or went: recompute before the next turn
+  bool spinning_ = false;                      // inside a spin window: waits do not block
+  std::optional<Clock::time_point> idle_since_;  // first idle turn of the current spin window
   bool wake_requested_ = false;  // Poller::wake(): the next wait must not block
   bool timer_fired_ = false;     // the timerfd was read this turn: run_timers has work
 };

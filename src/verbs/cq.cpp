@@ -23,8 +23,10 @@ CompletionQueue::CompletionQueue(const CompletionChannel& channel, int min_entri
     throw;
   }
   ch->bound = true;
-  // Armed once here; from now on only drain() re-arms.
-  if (int rc = arm(); rc != 0) detail::throw_error("ibv_req_notify_cq", rc);
+  // Armed once here; from now on only arm_and_poll() arms (a new CQ is empty).
+  if (const DrainStats st = arm_and_poll([](const Completion&) noexcept {}); st.error != 0) {
+    detail::throw_error("ibv_req_notify_cq", st.error);
+  }
 }
 
 int CompletionQueue::take_events() noexcept {
@@ -40,6 +42,7 @@ int CompletionQueue::take_events() noexcept {
     // One CQ per channel (enforced at creation), so ev_cq == h.cq.
     ++taken;
     ++h.unacked_events;
+    h.armed = false;
   }
   // Acking takes a mutex in libibverbs; batch it.
   if (h.unacked_events >= kAckBatch) {
@@ -49,7 +52,28 @@ int CompletionQueue::take_events() noexcept {
   return taken;
 }
 
-int CompletionQueue::arm() noexcept { return ibv_req_notify_cq(handle_->cq, 0); }
+int CompletionQueue::take_event() noexcept {
+  auto& h = *handle_;
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  if (ibv_get_cq_event(h.channel->channel, &ev_cq, &ev_ctx) != 0) {
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+  }
+  h.armed = false;
+  if (++h.unacked_events >= kAckBatch) {  // acking takes a mutex in libibverbs
+    ibv_ack_cq_events(h.cq, h.unacked_events);
+    h.unacked_events = 0;
+  }
+  return 1;
+}
+
+bool CompletionQueue::armed() const noexcept { return handle_->armed; }
+
+int CompletionQueue::arm() noexcept {
+  const int rc = ibv_req_notify_cq(handle_->cq, 0);
+  if (rc == 0) handle_->armed = true;
+  return rc;
+}
 
 int CompletionQueue::poll(std::span<Completion> out) noexcept {
   std::array<ibv_wc, kPollBatch> wc;

@@ -1,8 +1,14 @@
 #pragma once
-// CompletionQueue: an ibv_cq bound to a CompletionChannel, in event mode.
+// CompletionQueue: an ibv_cq bound to a CompletionChannel.
 //
-// drain() is the ONLY function that arms the CQ (besides the constructor,
-// which arms it once). Call it whenever the channel fd is readable:
+// arm_and_poll() is the ONLY function that arms the CQ (ibv_req_notify_cq);
+// the constructor and drain() arm through it. An armed CQ raises at most one
+// event on its channel, for the next completion, and is then unarmed until
+// armed again; armed() tells which (an event taken by take_event() unarms).
+//
+// Two ways to run it:
+//
+// Events only: call drain() whenever the channel fd is readable:
 //   (a) take every pending channel event (ibv_get_cq_event until EAGAIN),
 //   (b) ack them in batches (a running count; the rest is acked before the
 //       CQ is destroyed, which would otherwise block forever),
@@ -14,6 +20,13 @@
 // armed), so without (e) it would sit unseen until some later completion.
 // A completion that lands after (d) raises an event; if (e) already consumed
 // it the next drain() merely finds nothing, which is harmless.
+//
+// Spin, then block (reactor.hpp; Linux NAPI works the same way): when the
+// channel fd is readable, take_event() (one read: an armed CQ raises one
+// event) and poll(); while the loop spins, poll() every turn without arming;
+// right before the loop sleeps, arm_and_poll() ((d) and (e)) if !armed(). A
+// spinning CQ therefore raises no events at all, and a sleeping loop always
+// has its CQs armed.
 //
 // Size the CQ for every WR that can be outstanding on all QPs using it
 // (send + recv depth): an overrun puts those QPs in ERROR.
@@ -65,10 +78,20 @@ class CompletionQueue {
   template <class F>
   DrainStats drain(F&& on_completion);
 
-  // Busy-poll mode: up to `max` completions, no events, no arming. Returns
-  // the number handled or a negative errno.
+  // Up to `max` completions, no events, no arming. Returns the number
+  // handled or a negative errno.
   template <class F>
   int poll(int max, F&& on_completion);
+
+  // Spin, then block: takes the one event an armed CQ raised (the channel fd
+  // was readable) and acks it (batched). 1 taken, 0 none pending, or a
+  // negative errno. The CQ is unarmed afterwards.
+  int take_event() noexcept;
+  // Arms the CQ, then polls until empty ((d) and (e) of drain()); nothing if
+  // it is already armed. The only arming point.
+  template <class F>
+  DrainStats arm_and_poll(F&& on_completion);
+  [[nodiscard]] bool armed() const noexcept;
 
   // Raw poll into `out` (at most out.size()). Returns count or negative errno.
   int poll(std::span<Completion> out) noexcept;
@@ -80,7 +103,7 @@ class CompletionQueue {
   static constexpr unsigned kAckBatch = 64;
 
   int take_events() noexcept;  // (a)+(b): count, or negative errno
-  int arm() noexcept;          // (d): 0 or errno
+  int arm() noexcept;          // (d): 0 or errno; only arm_and_poll() calls it
 
   template <class F>
   int poll_until_empty(F& on_completion, std::size_t& handled) noexcept;
@@ -115,13 +138,23 @@ DrainStats CompletionQueue::drain(F&& on_completion) {
     stats.error = -rc;
     return stats;
   }
-  if (int rc = arm(); rc != 0) {                                            // (d)
+  const DrainStats armed = arm_and_poll(on_completion);                     // (d) (e)
+  stats.after_arm = armed.after_arm;
+  stats.error = armed.error;
+  return stats;
+}
+
+template <class F>
+DrainStats CompletionQueue::arm_and_poll(F&& on_completion) {
+  static_assert(std::is_nothrow_invocable_v<F&, const Completion&>,
+                "CompletionQueue::arm_and_poll callback must be noexcept");
+  DrainStats stats;
+  if (armed()) return stats;
+  if (int rc = arm(); rc != 0) {
     stats.error = rc;
     return stats;
   }
-  if (int rc = poll_until_empty(on_completion, stats.after_arm); rc < 0) {   // (e)
-    stats.error = -rc;
-  }
+  if (int rc = poll_until_empty(on_completion, stats.after_arm); rc < 0) stats.error = -rc;
   return stats;
 }
 

@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "kv/client/client.hpp"
 #include "kv/load/workload.hpp"
+#include "reactor/reactor.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 
@@ -86,10 +88,14 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
   std::remove(file.c_str());
 }
 
-// --busy-poll on both sides: the same workload (eager and rendezvous values)
-// runs and verifies, and kvd really polls: its poll passes climb while idle
-// and no CQ wakeup happens (event mode: the opposite, checked first).
-TEST(KvloadE2E, BusyPollBothSidesRunsAndVerifies) {
+// The three ways to find completions (reactor.hpp "Spin, then block"), on
+// both sides: --poll-us 0 (events only), the default spin budget, and
+// --busy-poll. The same workload (eager and rendezvous values) runs and
+// verifies in each, and kvd's counters show the mode while a connection is
+// open and idle: in the first two, CQs armed before sleeping and no poll
+// pass (kvd sleeps); with --busy-poll nothing armed (it never sleeps) and
+// poll passes climbing.
+TEST(KvloadE2E, PollModesBothSidesRunAndVerify) {
   const std::string addr = verbs::test::softroce_addr();
   const std::string file = write_file("busy.txt",
                                       "SET small @100:1\n"
@@ -98,31 +104,51 @@ TEST(KvloadE2E, BusyPollBothSidesRunsAndVerifies) {
                                       "GET big\n"
                                       "SET small @3000:3\n"
                                       "GET small\n");
-  for (const bool busy : {false, true}) {
-    SCOPED_TRACE(busy ? "busy-poll" : "event mode");
-    KvdProcess kvd(RKV_KVD_PATH, addr, busy ? std::vector<std::string>{"--busy-poll"} : std::vector<std::string>{});
+  enum class Mode { events, adaptive, busy };
+  for (const Mode mode : {Mode::events, Mode::adaptive, Mode::busy}) {
+    std::vector<std::string> flags;
+    switch (mode) {
+      case Mode::events: flags = {"--poll-us", "0"}; break;
+      case Mode::adaptive: break;  // the default
+      case Mode::busy: flags = {"--busy-poll"}; break;
+    }
+    SCOPED_TRACE(flags.empty() ? std::string("default") : flags[0]);
+    KvdProcess kvd(RKV_KVD_PATH, addr, flags);
     std::vector<std::string> argv = {RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()),
                                      "--file", file, "--json", "--verify", "--depth", "4"};
-    if (busy) argv.emplace_back("--busy-poll");
+    argv.insert(argv.end(), flags.begin(), flags.end());
     const auto r = run_command(argv, {}, 300s);
     ASSERT_FALSE(r.timed_out);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     for (const char* key : {"\"ops\":6", "\"errors\":0", "\"mismatches\":0"}) {
       EXPECT_TRUE(contains(r.out, key)) << "missing " << key << " in " << r.out;
     }
+    // One connection that did a SET and now idles (its reactor is not run).
+    reactor::Reactor reactor;
+    kv::client::ClientOptions copt;
+    copt.poll = 0us;
+    auto client = kv::client::Client::connect(reactor, addr, kvd.port(), copt);
+    ASSERT_EQ(client->set_sync("idle", "x"), kv::client::Status::ok);
+    std::this_thread::sleep_for(100ms);  // well past the spin budget
     const auto s1 = kvd.stats();
     ASSERT_TRUE(s1.has_value());
     std::this_thread::sleep_for(300ms);
     const auto s2 = kvd.stats();
     ASSERT_TRUE(s2.has_value());
-    EXPECT_EQ(s2->at("sets"), 3u);
+    EXPECT_EQ(s2->at("sets"), 4u);
+    EXPECT_EQ(s2->at("connections"), 1u);
     EXPECT_GT(s2->at("completions"), 0u);
-    if (busy) {
-      EXPECT_EQ(s2->at("cq_wakeups"), 0u);
-      EXPECT_GT(s2->at("busy_polls"), s1->at("busy_polls"));  // polls while idle
-    } else {
-      EXPECT_GT(s2->at("cq_wakeups"), 0u);
-      EXPECT_EQ(s2->at("busy_polls"), 0u);
+    switch (mode) {
+      case Mode::events:
+      case Mode::adaptive:
+        EXPECT_GT(s2->at("cq_wakeups"), 0u);
+        EXPECT_GT(s2->at("cq_arms"), 0u);
+        EXPECT_EQ(s2->at("cq_polls"), s1->at("cq_polls"));  // asleep while idle
+        break;
+      case Mode::busy:
+        EXPECT_EQ(s2->at("cq_arms"), 0u);  // never about to sleep
+        EXPECT_GT(s2->at("cq_polls"), s1->at("cq_polls"));  // polls while idle
+        break;
     }
   }
   std::remove(file.c_str());

@@ -509,18 +509,27 @@ TEST(Reactor, PollerRunsOncePerIterationInDefaultMode) {
 TEST(Reactor, BusyPollSpinsWithZeroTimeout) {
   Reactor r;
   int polls = 0;
-  Poller p = r.add_poller([&] {
-    ++polls;
-    return true;
-  });
-  r.set_busy_poll(true);
-  EXPECT_TRUE(r.busy_poll());
+  int sleeps = 0;
+  PollerOptions busy;
+  busy.spin = kSpinForever;
+  busy.before_sleep = [&] {
+    ++sleeps;
+    return false;
+  };
+  Poller p = r.add_poller(
+      [&] {
+        ++polls;
+        return true;
+      },
+      busy);
   const auto t0 = Reactor::now();
   std::size_t ran = 0;
   for (int i = 0; i < 1000; ++i) ran += r.run_once(10s);  // would take hours if it slept
   EXPECT_LT(Reactor::now() - t0, 2s);
   EXPECT_EQ(polls, 1000);
   EXPECT_EQ(ran, 1000u);
+  EXPECT_EQ(r.spin_budget(), kSpinForever);
+  EXPECT_EQ(sleeps, 0);  // never about to sleep
 
   // A poller may remove itself; with no poller left the loop sleeps again.
   p = r.add_poller([&] {
@@ -532,6 +541,77 @@ TEST(Reactor, BusyPollSpinsWithZeroTimeout) {
   const auto t1 = Reactor::now();
   r.run_once(20ms);
   EXPECT_GE(Reactor::now() - t1, 15ms);
+  EXPECT_EQ(r.spin_budget(), 0us);
+}
+
+// Spin, then block: work opens a window in which no wait blocks; it closes
+// once the budget passed without work, and only then, right before the first
+// blocking wait, the before_sleep hooks run.
+TEST(Reactor, SpinWindowThenBeforeSleepThenBlock) {
+  Reactor r;
+  int polls = 0;
+  int sleeps = 0;
+  bool work = true;
+  PollerOptions o;
+  o.spin = 20ms;
+  o.before_sleep = [&] {
+    ++sleeps;
+    return false;
+  };
+  Poller p = r.add_poller(
+      [&] {
+        ++polls;
+        return std::exchange(work, false);
+      },
+      o);
+  EXPECT_FALSE(r.spinning());
+  EXPECT_EQ(r.run_once(0ms), 1u);  // the work opens the window
+  EXPECT_TRUE(r.spinning());
+  EXPECT_EQ(r.spin_budget(), 20ms);
+  const auto t0 = Reactor::now();
+  int turns = 0;
+  while (r.spinning()) {
+    r.run_once(10s);  // never blocks inside the window
+    ++turns;
+    ASSERT_LT(Reactor::now() - t0, 5s);
+  }
+  EXPECT_GE(Reactor::now() - t0, 20ms);
+  EXPECT_GT(turns, 1);
+  EXPECT_EQ(sleeps, 0);  // no hook while spinning
+
+  int fired = 0;
+  Timer t = r.after(30ms, [&] { ++fired; });
+  const auto t1 = Reactor::now();
+  r.run_once(10s);  // about to sleep: the hook, then a wait until the timer
+  EXPECT_EQ(sleeps, 1);
+  EXPECT_EQ(fired, 1);
+  EXPECT_GE(Reactor::now() - t1, 20ms);
+  EXPECT_TRUE(r.spinning());  // the timer's callback was work: a new window
+}
+
+// A hook that finds work (e.g. arming a CQ found completions) keeps the loop
+// awake: that wait does not block, and the work opens a window.
+TEST(Reactor, BeforeSleepWorkSkipsTheSleep) {
+  Reactor r;
+  int found = 1;
+  PollerOptions o;
+  o.spin = 0us;  // pure events: the hook runs before every blocking wait
+  o.before_sleep = [&] { return found-- > 0; };
+  Poller p = r.add_poller([] { return false; }, o);
+  const auto t0 = Reactor::now();
+  EXPECT_EQ(r.run_once(10s), 1u);  // the hook's work; no sleep
+  EXPECT_LT(Reactor::now() - t0, 5s);
+  EXPECT_FALSE(r.spinning());  // budget 0: no window
+  const auto t1 = Reactor::now();
+  EXPECT_EQ(r.run_once(30ms), 0u);  // the hook finds nothing: sleeps
+  EXPECT_GE(Reactor::now() - t1, 20ms);
+}
+
+TEST(Reactor, NegativeSpinBudgetIsRefused) {
+  Reactor r;
+  PollerOptions o;
+  o.spin = -1us;
+  EXPECT_THROW({ Poller p = r.add_poller([] { return false; }, o); }, std::invalid_argument);
 }
 
 // Poller::wake() defers work to the end of a turn without a timer: the next

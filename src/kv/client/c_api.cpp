@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -53,6 +54,20 @@ int set_error(Handle* h, int code, std::string_view msg) noexcept {
 }
 
 // "host", "host:port", "[v6]:port" or a bare IPv6 address.
+// RKV_POLL_US: the spin budget in microseconds, or "busy" (never sleep).
+bool parse_poll_budget(const char* text, std::chrono::microseconds& out) noexcept {
+  if (std::strcmp(text, "busy") == 0) {
+    out = rkv::reactor::kSpinForever;
+    return true;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > 10'000'000ull) return false;
+  out = std::chrono::microseconds(static_cast<std::int64_t>(v));
+  return true;
+}
+
 bool parse_server(std::string_view s, std::string& host, std::uint16_t& port) {
   port = KV_DEFAULT_PORT;
   std::string_view port_text;
@@ -148,6 +163,12 @@ int kv_open(char* servername, void** kv_handle) {
       if (!rkv::kv::client::parse_get_mode(mode, opt.get_mode)) {
         return set_error(nullptr, EINVAL, std::string("kv_open: RKV_GET_MODE='") + mode +
                                               "' is not valid (expected rpc or read)");
+      }
+    }
+    if (const char* poll = std::getenv("RKV_POLL_US"); poll != nullptr && *poll != '\0') {
+      if (!parse_poll_budget(poll, opt.poll)) {
+        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_POLL_US='") + poll +
+                                              "' is not valid (expected microseconds 0..10000000, or 'busy')");
       }
     }
     auto h = std::make_unique<Handle>();

@@ -169,11 +169,12 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   // One connection per Client, over pools of its own: the first generation will do.
   conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
                                        options_.rdv, ClientConn::kDefaultGeneration);
-  if (options_.busy_poll) {
-    cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); });
-  } else {
-    cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
-  }
+  if (options_.poll.count() < 0) throw ConnectError(EINVAL, "poll budget must not be negative");
+  reactor::PollerOptions po;
+  po.spin = options_.poll;
+  po.before_sleep = [this] { return on_cq_arm(); };
+  cq_poller_ = reactor_->add_poller([this] { return on_cq_poll(); }, std::move(po));
+  cq_watch_ = reactor_->watch(ep_->cq_fd(), EPOLLIN, [this](std::uint32_t) { on_cq_readable(); });
   if (int rc = conn_->post_receives(); rc != 0) {
     throw ConnectError(rc, std::string("posting receives failed: ") + std::strerror(rc));
   }
@@ -291,17 +292,34 @@ void Client::handle_cm_event(const verbs::CmEvent& ev) noexcept {
 
 void Client::on_cq_readable() noexcept {
   if (!ep_ || !conn_) return;
-  const verbs::DrainStats st = ep_->cq().drain([this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
-  if (st.error != 0) conn_->fail(std::string("completion queue: ") + std::strerror(st.error));
-  do_flush();  // once per drain: whatever the callbacks submitted goes out together
+  if (const int rc = ep_->cq().take_event(); rc < 0) {
+    after_cq(rc, "completion channel");
+    return;
+  }
+  after_cq(ep_->cq().poll(kPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); }),
+           "completion queue");
 }
 
 bool Client::on_cq_poll() noexcept {
+  if (!ep_ || !conn_ || ep_->cq().armed()) return false;  // armed: its event wakes us
+  return after_cq(ep_->cq().poll(kPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); }),
+                  "completion queue");
+}
+
+bool Client::on_cq_arm() noexcept {
   if (!ep_ || !conn_) return false;
-  const int n = ep_->cq().poll(kBusyPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
-  if (n < 0) conn_->fail(std::string("completion queue: ") + std::strerror(-n));
+  const verbs::DrainStats st =
+      ep_->cq().arm_and_poll([this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
+  return after_cq(st.error != 0 ? -st.error : static_cast<int>(st.completions()), "completion queue");
+}
+
+bool Client::after_cq(int n, const char* what) noexcept {
+  if (n < 0) {
+    conn_->fail(std::string(what) + ": " + std::strerror(-n));
+    return false;
+  }
   if (n == 0) return false;
-  do_flush();
+  do_flush();  // once per pass: whatever the callbacks submitted goes out together
   return true;
 }
 

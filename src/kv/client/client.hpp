@@ -42,6 +42,8 @@ using conn::Endpoint;
 using conn::PdRegistrar;
 
 inline constexpr std::uint16_t kDefaultPort = 7471;
+// Default spin budget (kvload --poll-us, RKV_POLL_US); docs/performance.md.
+inline constexpr std::chrono::microseconds kDefaultPoll{100};
 
 struct ClientOptions {
   std::uint32_t max_in_flight = 16;  // receive buffers posted = credits announced to the server
@@ -53,10 +55,11 @@ struct ClientOptions {
   std::chrono::milliseconds op_timeout{30'000};       // sync helpers
   std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
   RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
-  // Busy-poll mode: a reactor poller polls the CQ on every loop turn instead
-  // of waiting for completion events. Pair it with Reactor::set_busy_poll(true)
-  // so the loop never sleeps (a core spins while the client lives).
-  bool busy_poll = false;
+  // Spin budget of the client's CQ poller (reactor.hpp, "Spin, then block"):
+  // after any completion or post the reactor keeps polling the CQ this long
+  // before it arms it and sleeps. 0: pure completion events;
+  // reactor::kSpinForever: busy polling (a core at 100 % while the client lives).
+  std::chrono::microseconds poll{kDefaultPoll};
   // GetMode::read: GETs by RDMA READ of the server's index (no message; a
   // message GET only as the documented fallback). Against a server without
   // an index GETs stay messages (logged once at connect).
@@ -160,8 +163,11 @@ class Client {
   verbs::CmEvent wait_cm_event(std::chrono::milliseconds timeout, const char* step);
   void on_cm_readable() noexcept;
   void handle_cm_event(const verbs::CmEvent& ev) noexcept;
-  void on_cq_readable() noexcept;
-  bool on_cq_poll() noexcept;  // busy-poll mode; true if completions were handled
+  void on_cq_readable() noexcept;  // take the event, poll
+  bool on_cq_poll() noexcept;      // while unarmed: poll; true if completions were handled
+  bool on_cq_arm() noexcept;       // before the loop sleeps: arm, poll; true if completions were handled
+  // Completions handled (n >= 0) or a CQ error (negative errno): the flush or the failure.
+  bool after_cq(int n, const char* what) noexcept;
   void schedule_flush();
   bool on_flush_poll() noexcept;
   void do_flush() noexcept;
@@ -172,7 +178,7 @@ class Client {
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
   void teardown() noexcept;
 
-  static constexpr int kBusyPollBatch = 64;
+  static constexpr int kPollBatch = 64;
 
   reactor::Reactor* reactor_;
   ClientOptions options_;
@@ -197,8 +203,8 @@ class Client {
   std::unique_ptr<PdRegistrar> registrar_;  // outlives conn_ (its cache and landing buffers)
   std::unique_ptr<ClientConn> conn_;
   reactor::Registration cm_watch_;
-  reactor::Registration cq_watch_;  // event mode
-  reactor::Poller cq_poller_;       // busy-poll mode
+  reactor::Registration cq_watch_;  // the CQ's first completion after it was armed
+  reactor::Poller cq_poller_;       // polls while unarmed; arms before the loop sleeps
   reactor::Poller flush_poller_;    // end-of-turn flush (schedule_flush)
 };
 

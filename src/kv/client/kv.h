@@ -35,7 +35,10 @@ extern "C" {
  * values with one-sided RDMA READs of the server's index and memory, sending
  * no message (it falls back to a message GET when the index cannot answer, or
  * when the server has no index; docs/protocol.md "One-sided GET"). Any other
- * non-empty value makes kv_open fail with EINVAL. */
+ * non-empty value makes kv_open fail with EINVAL.
+ * RKV_POLL_US=N (default 100): after each completion or request the handle
+ * keeps polling for N microseconds before it sleeps until a completion event
+ * (0: events only; "busy": never sleeps). Anything else: EINVAL. */
 int kv_open(char *servername, void **kv_handle);
 /* Values of any size up to the server's limit. A large value (4 KiB and
  * more) is sent zero-copy: the server RDMA READs it from `value` (registered

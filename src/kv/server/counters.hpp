@@ -54,7 +54,8 @@ struct ServerCounters {
   std::uint64_t conn_bytes = 0;
   std::uint64_t completions = 0;
   std::uint64_t cq_wakeups = 0;
-  std::uint64_t busy_polls = 0;
+  std::uint64_t cq_polls = 0;
+  std::uint64_t cq_arms = 0;
   std::uint64_t durable_waits = 0;
   std::uint64_t io_errors = 0;
 };
@@ -99,8 +100,9 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"max_conn_outstanding", &ServerCounters::max_conn_outstanding, "most requests one connection had received and not yet answered"},
     CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, "now: send + receive buffer bytes of live connections"},
     CounterInfo{"completions", &ServerCounters::completions, "work completions handled"},
-    CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "CQ completion-channel wakeups (event mode)"},
-    CounterInfo{"busy_polls", &ServerCounters::busy_polls, "poll passes over every CQ (busy-poll mode)"},
+    CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "completion events taken (a CQ armed before the loop slept)"},
+    CounterInfo{"cq_polls", &ServerCounters::cq_polls, "poll passes over the poll list (CQs with traffic, while the loop spins)"},
+    CounterInfo{"cq_arms", &ServerCounters::cq_arms, "CQs armed before the loop slept"},
     CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET replies waiting for the log"},
     CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs answered io_error"},
 };

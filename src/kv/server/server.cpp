@@ -33,6 +33,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
       options_(std::move(options)),
       durability_(durability),
       conns_(std::max<std::uint32_t>(1, options_.max_clients)) {
+  polled_.reserve(std::min<std::uint32_t>(options_.max_clients, 1024));
   if (options_.credits == 0) throw std::invalid_argument("credits must be at least 1");
   if (options_.buf_size < proto::kMaxEagerSetSize || options_.buf_size % 64 != 0) {
     throw std::invalid_argument(fmt::format("buffer size must be a multiple of 64 and at least {}",
@@ -50,7 +51,11 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   port_ = listener_->local_port();
   if (listener_->has_device()) make_pd(*listener_);
   events_watch_ = reactor_->watch(events_.fd(), EPOLLIN, [this](std::uint32_t) { on_cm_readable(); });
-  if (options_.busy_poll) poller_ = reactor_->add_poller([this] { return poll_all(); });
+  if (options_.poll.count() < 0) throw std::invalid_argument("poll budget must not be negative");
+  reactor::PollerOptions po;
+  po.spin = options_.poll;
+  po.before_sleep = [this] { return arm_listed(); };
+  poller_ = reactor_->add_poller([this] { return poll_listed(); }, std::move(po));
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
@@ -232,13 +237,8 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
     }
-    reactor::Registration watch;  // busy-poll mode: poll_all() finds the connection instead
-    if (!options_.busy_poll) {
-      watch = reactor_->watch(ep->cq_fd(), EPOLLIN, [this, k = *key](std::uint32_t) {
-        ++counters_.cq_wakeups;
-        on_cq(k);
-      });
-    }
+    reactor::Registration watch =
+        reactor_->watch(ep->cq_fd(), EPOLLIN, [this, k = *key](std::uint32_t) { on_cq_event(k); });
     proto::ConnectParams mine;
     mine.role = proto::Role::server;
     mine.credits = options_.credits;
@@ -304,23 +304,28 @@ void Server::on_conn_event(Key key, const verbs::CmEvent& ev) {
 
 // --- data path ------------------------------------------------------------------
 
-Verdict Server::service(Conn& c, std::size_t& handled) noexcept {
+Verdict Server::service(Conn& c, CqPass pass, std::size_t& handled) noexcept {
   ServerConn& sc = *c.sc;
   Verdict v = Verdict::keep;
   auto feed = [&sc, &v](const verbs::Completion& wc) noexcept { v = v | sc.on_completion(wc); };
   handled = 0;
   int error = 0;
-  if (options_.busy_poll) {
-    const int n = c.ep->cq().poll(kBusyPollBatch, feed);
-    if (n < 0) error = -n;
-    else handled = static_cast<std::size_t>(n);
-  } else {
-    const auto st = c.ep->cq().drain(feed);
-    error = st.error;
-    handled = st.completions();
+  switch (pass) {
+    case CqPass::poll: {
+      const int n = c.ep->cq().poll(kPollBatch, feed);
+      if (n < 0) error = -n;
+      else handled = static_cast<std::size_t>(n);
+      break;
+    }
+    case CqPass::arm: {
+      const auto st = c.ep->cq().arm_and_poll(feed);
+      error = st.error;
+      handled = st.completions();
+      break;
+    }
   }
   counters_.completions += handled;
-  if (!options_.busy_poll || handled > 0) {  // an idle poll appends nothing
+  if (handled > 0) {  // a pass that found nothing has nothing to send
     v = v | sc.flush();
     if (durability_ != nullptr) durability_->flush();  // this batch's records go out together
   }
@@ -332,22 +337,70 @@ Verdict Server::service(Conn& c, std::size_t& handled) noexcept {
   return v;
 }
 
-std::size_t Server::on_cq(Key key) noexcept {
+void Server::on_cq_event(Key key) noexcept {
+  Conn* c = conns_.find(key);
+  if (c == nullptr) return;
+  ++counters_.cq_wakeups;
+  const int rc = c->ep->cq().take_event();
+  if (rc < 0) {
+    const Verdict d = c->sc->begin_draining(CloseCause::internal,
+                                            fmt::format("completion channel read failed: errno {}", -rc));
+    if (d == Verdict::disconnect) spdlog::error("server: {}: completion channel read failed: errno {}", c->peer, -rc);
+    act(key, d);
+    return;
+  }
+  if (!c->polled && !c->ep->cq().armed()) {
+    try {
+      polled_.push_back(key);
+      c->polled = true;
+    } catch (const std::bad_alloc&) {
+      // Not listed: arm it at once instead, so its next completion wakes us.
+      std::size_t handled = 0;
+      act(key, service(*c, CqPass::arm, handled));
+    }
+  }
+  on_cq(key, CqPass::poll);
+}
+
+std::size_t Server::on_cq(Key key, CqPass pass) noexcept {
   Conn* c = conns_.find(key);
   if (c == nullptr) return 0;
   std::size_t handled = 0;
-  act(key, service(*c, handled));
+  act(key, service(*c, pass, handled));
   try_finish(key, false);  // flushing and drained by this pass: destroy
   return handled;
 }
 
-bool Server::poll_all() noexcept {
-  ++counters_.busy_polls;
+// Index-based, and every key re-checked: a pass may destroy connections (never
+// list one: only on_cq_event does). Keys of destroyed or armed connections
+// are dropped here.
+bool Server::poll_listed() noexcept {
+  if (polled_.empty()) return false;
+  ++counters_.cq_polls;
   std::size_t handled = 0;
-  // Index-based and re-checked per slot: on_cq may destroy a connection.
-  for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
-    if (const auto key = conns_.key_at(i)) handled += on_cq(*key);
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < polled_.size(); ++i) {
+    const Key key = polled_[i];
+    const Conn* c = conns_.find(key);
+    if (c == nullptr || !c->polled) continue;
+    polled_[keep++] = key;
+    handled += on_cq(key, CqPass::poll);
   }
+  polled_.resize(keep);
+  return handled > 0;
+}
+
+bool Server::arm_listed() noexcept {
+  std::size_t handled = 0;
+  for (std::size_t i = 0; i < polled_.size(); ++i) {
+    const Key key = polled_[i];
+    Conn* c = conns_.find(key);
+    if (c == nullptr || !c->polled) continue;
+    c->polled = false;  // armed by this pass (or failed and torn down)
+    ++counters_.cq_arms;
+    handled += on_cq(key, CqPass::arm);
+  }
+  polled_.clear();
   return handled > 0;
 }
 
@@ -405,7 +458,7 @@ void Server::cm_finished(Key key) noexcept {
       spdlog::warn("server: {}: moving the QP to error failed: errno {}", c->peer, rc);
     }
     std::size_t handled = 0;
-    act(key, service(*c, handled));  // step 5 (more arrive as CQ events)
+    act(key, service(*c, CqPass::poll, handled));  // step 5 (more arrive by events or polls)
   }
   try_finish(key, false);
 }

@@ -3,10 +3,14 @@
 // the reactor), the listening cm_id, one ProtectionDomain shared by every
 // connection, and the connection table. Each connection is a kv::conn::Endpoint
 // (cm_id, CQ + completion channel, QP, registered buffers) driven by a
-// kv::server::ServerConn; its CQ fd is watched by the reactor and every readiness
-// runs one cq.drain() followed by one ServerConn::flush(), so the replies of
-// one drain batch share SENDs. In busy-poll mode (ServerOptions::busy_poll)
-// one reactor poller does the same with a non-blocking poll of every CQ.
+// kv::server::ServerConn. Completions are found by spin, then block
+// (reactor.hpp, verbs/cq.hpp): a CQ's first completion after it was armed
+// raises an event (its channel fd is watched); the connection then joins the
+// poll list, which one reactor poller polls on every loop turn while the loop
+// spins (ServerOptions::poll: how long it spins after the last work), and
+// right before the loop sleeps every listed CQ is armed again and leaves the
+// list. Each pass over a connection is one poll followed by one
+// ServerConn::flush(), so the replies of one batch share SENDs.
 //
 // The connection table is a reactor::SlotTable bounded by max_clients:
 // cm_id tokens, wr_id generations, durability tokens and the reactor
@@ -63,6 +67,9 @@ using conn::Endpoint;
 using conn::PdRegistrar;
 using store::Store;
 
+// Default spin budget (kvd --poll-us): docs/performance.md has the measurement it comes from.
+inline constexpr std::chrono::microseconds kDefaultPoll{100};
+
 struct ServerOptions {
   std::string bind_address = "0.0.0.0";  // numeric IPv4/IPv6
   std::uint16_t port = 0;                 // 0: the kernel picks one (see Server::port())
@@ -78,10 +85,11 @@ struct ServerOptions {
   std::uint32_t index_buckets = 1u << 18;
   ArenaConfig small_arena{64, std::size_t{4} << 20, std::size_t{1} << 30};  // small values, index on
   int backlog = 128;
-  // Busy-poll mode: one reactor poller polls every connection's CQ on each
-  // loop turn (no completion events, no CQ fds in epoll). Pair it with
-  // Reactor::set_busy_poll(true) so the loop never sleeps. Costs a core.
-  bool busy_poll = false;
+  // Spin budget of the server's CQ poller (reactor.hpp, "Spin, then block"):
+  // how long the loop keeps polling after the last work before it arms the
+  // CQs and sleeps. 0: pure completion events; reactor::kSpinForever: busy
+  // polling (never sleeps; a core at 100 % even when idle).
+  std::chrono::microseconds poll{kDefaultPoll};
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };
@@ -136,25 +144,36 @@ class Server {
     std::unique_ptr<Endpoint> ep;
     reactor::Registration cq_watch;  // destroyed before ep (closes the fd)
     reactor::Timer deadline;
+    bool polled = false;  // on the poll list: its CQ is unarmed
   };
   using Key = reactor::SlotKey;
 
   // Index 0xFFFFFFFF is never handed out by a SlotTable: no connection's token.
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
-  static constexpr int kBusyPollBatch = 64;  // completions per connection per poll pass
+  static constexpr int kPollBatch = 64;  // completions per connection per poll pass
+
+  // What a service pass does with the CQ before the flush.
+  enum class CqPass : std::uint8_t {
+    poll,  // poll up to kPollBatch (the CQ stays as it is)
+    arm,   // arm it, then poll until empty (the loop is about to sleep)
+  };
 
   void on_cm_readable() noexcept;
   void on_cm_event(verbs::CmEvent& ev);
   void on_connect_request(verbs::CmEvent& ev);
   void on_conn_event(Key key, const verbs::CmEvent& ev);
+  // The CQ's channel fd is readable: take the event, join the poll list, poll.
+  void on_cq_event(Key key) noexcept;
   // One service pass over a connection's CQ and what follows from it.
   // Returns completions handled.
-  std::size_t on_cq(Key key) noexcept;
-  // Event mode: a drain (take events, poll, re-arm); busy-poll mode: one
-  // poll; then one flush. The verdicts of every call in one.
-  Verdict service(Conn& c, std::size_t& handled) noexcept;
-  // Busy-poll mode: on_cq for every live connection; true if any work was done.
-  bool poll_all() noexcept;
+  std::size_t on_cq(Key key, CqPass pass) noexcept;
+  // The CQ pass, then (if anything completed) one flush. The verdicts of
+  // every call in one.
+  Verdict service(Conn& c, CqPass pass, std::size_t& handled) noexcept;
+  // The poller: a poll pass over the poll list; true if any work was done.
+  bool poll_listed() noexcept;
+  // Before the loop sleeps: an arm pass over the poll list, which empties it.
+  bool arm_listed() noexcept;
   // Acts on a ServerConn's verdict: `disconnect` starts the teardown.
   void act(Key key, Verdict v) noexcept;
   // The owner's own reason to close (peer left, shutdown).
@@ -180,9 +199,10 @@ class Server {
   Durability* durability_ = nullptr;
   std::uint16_t port_ = 0;
   reactor::SlotTable<Conn> conns_;  // bounded by max_clients
+  std::vector<Key> polled_;         // the poll list (Conn::polled); stale keys are skipped
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
-  reactor::Poller poller_;              // busy-poll mode only
+  reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
   reactor::Registration events_watch_;  // declared last: unwatched first
 };
 

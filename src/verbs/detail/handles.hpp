@@ -70,6 +70,9 @@ struct CqHandle {
   // CompletionQueue, because ibv_destroy_cq blocks forever on unacked events
   // and the last owner of the handle (maybe a QP) is the one destroying it.
   unsigned unacked_events = 0;
+  // Armed with ibv_req_notify_cq and its event not yet taken. An armed CQ
+  // raises at most one event, so false means: no event can be pending.
+  bool armed = false;
   CqHandle(std::shared_ptr<CompChannelHandle> ch, ibv_cq* c) noexcept
       : channel(std::move(ch)), cq(c) {}
   ~CqHandle();
