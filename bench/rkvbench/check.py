@@ -40,7 +40,7 @@ def check_outputs(d):
             problems.append("summary.md: no environment line")
         if SUMMARY_TABLE_HEADER not in text:
             problems.append("summary.md: no ratio table")
-        for exp in ("sweep", "latency", "busy-poll", "scaling", "one-sided", "durability", "tcp"):
+        for exp in ("sweep", "latency", "polling", "scaling", "one-sided", "durability", "tcp"):
             if not re.search(rf"^\| {exp} \|", text, re.M):
                 problems.append(f"summary.md: no '{exp}' row in the ratio table")
     for p in PLOTS:

@@ -74,9 +74,9 @@ def missing_tools():
 class Proc:
     """A child in its own session (killed as a group) whose rusage we collect."""
 
-    def __init__(self, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=None, env=None):
+    def __init__(self, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=None, env=None, stdin=None):
         self.argv = argv
-        self.p = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
+        self.p = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=cwd, env=env, stdin=stdin,
                                   start_new_session=True, text=True)
         self.rusage = None
         self.rc = None

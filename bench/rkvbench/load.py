@@ -1,11 +1,17 @@
-"""Experiments 3 and 4: event-driven against --busy-poll, and clients scaling."""
+"""Experiments 3 and 4: the polling modes (default spin-then-block, events only, busy-poll) with an
+idle kvd's CPU, and clients scaling."""
 
 import json
 import os
 import re
 import subprocess
+import time
 
-from .common import Proc, _last_line, fmt, log, ratio
+from .common import Proc, _last_line, fmt, log, proc_cpu_seconds, ratio
+
+# Experiment 3's modes: label -> extra kvd/kvload flags. "default" is the sweep's own run.
+POLL_MODES = {"default": [], "events (--poll-us 0)": ["--poll-us", "0"], "busy-poll": ["--busy-poll"]}
+IDLE_SECONDS = 2.0
 
 
 class LoadExperiments:
@@ -15,20 +21,28 @@ class LoadExperiments:
     def busypoll(self):
         size = 32
         sweep = {(r["op"], r["size"], r["depth"]): r for r in self.rows["sweep.csv"]}
-        log("busy-poll: " + ("--busy-poll in this build: measuring both modes" if self.busy_poll else
-                             "kvd/kvload have no --busy-poll in this build: event mode only (from the sweep)"))
+        has_poll_us = "--poll-us" in self.kvd_help and "--poll-us" in self.kvload_help
+        log("polling: default (spin, then block) against events only (--poll-us 0) and --busy-poll, "
+            f"32 B, and an idle kvd's CPU over {IDLE_SECONDS:.0f} s")
         for depth in self.depths:
             for op in ("get", "set"):
-                s = sweep.get((op, size, depth))
-                row = {"mode": "event", "op": op, "size": size, "depth": depth}
-                row.update(self._bp_fields(s))
-                self.rows["busypoll.csv"].append(row)
-                bp = {"mode": "busy-poll", "op": op, "size": size, "depth": depth, "ops": "", "ops_per_s": "",
-                      "p50_us": "", "p99_us": "", "client_cpu_us_per_op": "", "server_cpu_us_per_op": "",
-                      "status": "n/a: --busy-poll not available in this build"}
-                if self.busy_poll:
-                    bp.update(self._bp_measure(op, size, depth))
-                self.rows["busypoll.csv"].append(bp)
+                for mode, flags in POLL_MODES.items():
+                    row = {"mode": mode, "op": op, "size": size, "depth": depth}
+                    if mode == "default":
+                        row.update(self._bp_fields(sweep.get((op, size, depth))))
+                    elif (flags[0] == "--poll-us" and not has_poll_us) or (
+                            flags[0] == "--busy-poll" and not self.busy_poll):
+                        row.update(self._bp_fields(None, f"n/a: {flags[0]} not available in this build"))
+                    else:
+                        row.update(self._bp_measure(op, size, depth, flags))
+                    self.rows["busypoll.csv"].append(row)
+        for mode, flags in POLL_MODES.items():
+            row = {"mode": f"idle: {mode}", "op": "idle", "size": "", "depth": ""}
+            if mode != "default" and flags[0] == "--poll-us" and not has_poll_us:
+                row.update(self._bp_fields(None, f"n/a: {flags[0]} not available in this build"))
+            else:
+                row.update(self._idle_measure(flags))
+            self.rows["busypoll.csv"].append(row)
         for events in (False, True):
             r = self.pingpong.get((32, events), {"status": "failed: not run"})
             self.rows["busypoll.csv"].append({
@@ -39,37 +53,74 @@ class LoadExperiments:
                 "status": r["status"] + ("" if r["status"] != "ok" else " (usec/iter as p50)")})
 
     @staticmethod
-    def _bp_fields(s):
+    def _bp_fields(s, missing="failed: no sweep point"):
         if s is None:
             return {"ops": "", "ops_per_s": "", "p50_us": "", "p99_us": "", "client_cpu_us_per_op": "",
-                    "server_cpu_us_per_op": "", "status": "failed: no sweep point"}
+                    "server_cpu_us_per_op": "", "status": missing}
         return {k: s[k] for k in ("ops", "ops_per_s", "p50_us", "p99_us", "client_cpu_us_per_op",
                                   "server_cpu_us_per_op", "status")}
 
-    def _bp_measure(self, op, size, depth):
-        # A kvd in busy-poll mode for this point only.
+    def _start_kvd_with(self, flags):
+        """A kvd with extra flags for one measurement (the session's kvd is stopped); None if it failed."""
         self.stop_kvd()
-        saved = self.kvd
+        args = [self.kvd, "--bind", self.addr, "--port", "0", "--log-level", "warn", *flags]
+        pr = Proc(args, stdout=subprocess.PIPE, stderr=open(os.path.join(self.tmp, "kvd.err"), "a"))
+        line = pr.p.stdout.readline()
+        m = re.search(r"listening on (\S+):(\d+)", line)
+        if not m:
+            pr.kill()
+            return f"failed: kvd {' '.join(flags)} did not start: {line.strip()}"
+        self.kvd_proc, self.kvd_port = pr, int(m.group(2))
+        return None
+
+    def _bp_measure(self, op, size, depth, flags):
         try:
-            args = [self.kvd, "--bind", self.addr, "--port", "0", "--log-level", "warn", "--busy-poll"]
-            pr = Proc(args, stdout=subprocess.PIPE, stderr=open(os.path.join(self.tmp, "kvd.err"), "a"))
-            line = pr.p.stdout.readline()
-            m = re.search(r"listening on (\S+):(\d+)", line)
-            if not m:
-                pr.kill()
-                return {"status": f"failed: kvd --busy-poll did not start: {line.strip()}"}
-            self.kvd_proc, self.kvd_port = pr, int(m.group(2))
+            err = self._start_kvd_with(flags)
+            if err:
+                return self._bp_fields(None, err)
             keys = self.keys_for(size)
             wl = [self._line("set", k, size, 1) for k in keys]
             ml = [self._line(op, keys[i % len(keys)], size, i) for i in range(self.measured)]
-            self.kvload_run(self.write_workload("bp-w.txt", wl), depth, len(wl), ["--busy-poll"])
-            r = self.kvload_run(self.write_workload("bp-m.txt", ml), depth, len(ml), ["--busy-poll"])
+            self.kvload_run(self.write_workload("bp-w.txt", wl), depth, len(wl), flags)
+            r = self.kvload_run(self.write_workload("bp-m.txt", ml), depth, len(ml), flags)
             row = self._sweep_row(op, size, depth, len(wl), len(ml), r)
             return {k: row[k] for k in ("ops", "ops_per_s", "p50_us", "p99_us", "client_cpu_us_per_op",
                                         "server_cpu_us_per_op", "status")}
         finally:
             self.stop_kvd()
-            self.kvd = saved
+
+    def _idle_measure(self, flags):
+        """CPU of kvd and of a connected kvload while both idle, as % of one core (ops_per_s stays empty;
+        server_cpu_us_per_op / client_cpu_us_per_op hold CPU µs per second of wall time / 10^4 = %)."""
+        client = None
+        try:
+            err = self._start_kvd_with(flags)
+            if err:
+                return self._bp_fields(None, err)
+            client = Proc([self.kvload, "--server", self.addr, "--port", str(self.kvd_port), "-q", *flags],
+                          stdin=subprocess.PIPE)
+            client.p.stdin.write("SET idle x\n")
+            client.p.stdin.flush()
+            time.sleep(1.0)  # connected, the SET done, every spin budget long over
+            if client.p.poll() is not None:
+                return self._bp_fields(None, f"failed: kvload exited ({client.p.returncode})")
+            s0, c0, t0 = proc_cpu_seconds(self.kvd_proc.p.pid), proc_cpu_seconds(client.p.pid), time.monotonic()
+            time.sleep(IDLE_SECONDS)
+            s1, c1, t1 = proc_cpu_seconds(self.kvd_proc.p.pid), proc_cpu_seconds(client.p.pid), time.monotonic()
+            if None in (s0, s1, c0, c1):
+                return self._bp_fields(None, "failed: no /proc CPU figures")
+            pct = lambda a, b: 100.0 * (b - a) / (t1 - t0)  # noqa: E731
+            return {"ops": "", "ops_per_s": "", "p50_us": "", "p99_us": "",
+                    "client_cpu_us_per_op": pct(c0, c1), "server_cpu_us_per_op": pct(s0, s1),
+                    "status": f"ok (CPU % of one core over {IDLE_SECONDS:.0f} s idle, one connection open)"}
+        finally:
+            if client is not None:
+                try:
+                    client.p.stdin.close()
+                    client.p.wait(timeout=30)
+                except (OSError, subprocess.TimeoutExpired):
+                    client.kill()
+            self.stop_kvd()
 
     # -------------------------------------------------------------- experiment 4
     def scaling(self):

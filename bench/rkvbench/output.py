@@ -182,9 +182,12 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             notes.append("kvload in this build runs one operation at a time (`--depth` is accepted but has no "
                          "effect yet): depth-32 rows ran at effective depth 1 (`depth_effective` column).")
         if not self.busy_poll:
-            notes.append("Experiment 3 (event-driven vs busy-poll): kvd/kvload have no `--busy-poll` in this "
-                         "build, so only the event-driven (completion channel) mode is measured; busy-poll rows "
-                         "are `n/a`. The fabric-level comparison is given by ibv_rc_pingpong polled vs `-e`.")
+            notes.append("Experiment 3 (polling modes): kvd/kvload have no `--busy-poll` in this build; those "
+                         "rows are `n/a`. The fabric-level comparison is given by ibv_rc_pingpong polled vs `-e`.")
+        notes.append("Polling (experiment 3): `default` is kvd and kvload as shipped (spin, then block: after any "
+                     "completion or post they poll for `--poll-us` before arming the CQ and sleeping); `events` "
+                     "sleeps at once (`--poll-us 0`); `busy-poll` never sleeps. Idle CPU: % of one core over the "
+                     "idle window, read from /proc.")
         na = [r for r in self.rows["sweep.csv"] if r["status"].startswith("n/a")]
         if na:
             notes.append(f"{len(na)} sweep points are `n/a: not supported by this build` (values of "
@@ -227,18 +230,32 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                      f"(p50: {fmt(r['ratio_p50'])}) |")
         bp = self.rows["busypoll.csv"]
         for r in bp:
-            if r["mode"] != "event":
+            if r["mode"] != "default" or r["op"] == "idle":
                 continue
-            other = [x for x in bp if x["mode"] == "busy-poll" and x["op"] == r["op"] and x["depth"] == r["depth"]]
-            o = other[0] if other else {"status": "n/a"}
             kv = (f"{fmt(r['ops_per_s'])} ops/s, p50 {fmt(r['p50_us'])} µs, CPU {fmt(r['client_cpu_us_per_op'])} + "
                   f"{fmt(r['server_cpu_us_per_op'])} µs/op (client + server)" if r["status"] == "ok" else r["status"])
-            ref = (f"{fmt(o['ops_per_s'])} ops/s" if str(o["status"]).startswith("ok") else o["status"])
-            L.append(f"| busy-poll | event mode {r['op'].upper()} 32 B depth {r['depth']} | {kv} | busy-poll mode | "
-                     f"{ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+            for other_mode in ("events (--poll-us 0)", "busy-poll"):
+                other = [x for x in bp if x["mode"] == other_mode and x["op"] == r["op"] and x["depth"] == r["depth"]]
+                o = other[0] if other else {"status": "n/a"}
+                ref = (f"{fmt(o['ops_per_s'])} ops/s, p50 {fmt(o['p50_us'])} µs"
+                       if str(o["status"]).startswith("ok") else o["status"])
+                L.append(f"| polling | default {r['op'].upper()} 32 B depth {r['depth']} | {kv} | {other_mode} | "
+                         f"{ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+        idle = {r["mode"]: r for r in bp if r["op"] == "idle"}
+        d = idle.get("idle: default")
+        if d is not None:
+            for other_mode in ("events (--poll-us 0)", "busy-poll"):
+                o = idle.get(f"idle: {other_mode}", {"status": "n/a"})
+                kv = (f"kvd {fmt(d['server_cpu_us_per_op'])} %, kvload {fmt(d['client_cpu_us_per_op'])} % of a core"
+                      if str(d["status"]).startswith("ok") else d["status"])
+                ref = (f"kvd {fmt(o['server_cpu_us_per_op'])} %, kvload {fmt(o['client_cpu_us_per_op'])} %"
+                       if str(o["status"]).startswith("ok") else o["status"])
+                L.append(f"| polling | idle CPU, default (one connection open) | {kv} | idle, {other_mode} | {ref} "
+                         f"| {fmt(ratio(d.get('server_cpu_us_per_op') or None, o.get('server_cpu_us_per_op') or None))}"
+                         " (kvd) |")
         pp = [r for r in bp if r["op"] == "pingpong"]
         if len(pp) == 2 and all(r["status"].startswith("ok") for r in pp):
-            L.append(f"| busy-poll | ibv_rc_pingpong -e 32 B | {fmt(pp[1]['p50_us'])} µs/iter, CPU "
+            L.append(f"| polling | ibv_rc_pingpong -e 32 B | {fmt(pp[1]['p50_us'])} µs/iter, CPU "
                      f"{fmt(pp[1]['client_cpu_us_per_op'])} µs/iter | ibv_rc_pingpong (polling) | "
                      f"{fmt(pp[0]['p50_us'])} µs/iter, CPU {fmt(pp[0]['client_cpu_us_per_op'])} µs/iter | "
                      f"{fmt(ratio(pp[1]['p50_us'], pp[0]['p50_us']))} |")
