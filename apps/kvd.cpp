@@ -47,7 +47,7 @@ int kvd_main(int argc, char** argv) {
       ->check(CLI::Range(1u, 0xFFFFFFFFu))
       ->capture_default_str();
   PollFlags poll;
-  add_poll_flags(app, poll, kv::server::kDefaultPoll);
+  add_poll_flags(app, poll, reactor::kDefaultSpin);
   app.add_option("--index-buckets", opt.index_buckets,
                  "buckets of the one-sided GET index (a power of two; 64 B each; 0: no index, clients in "
                  "read mode GET by message)")

@@ -157,7 +157,7 @@ int kvload_main(int argc, char** argv) {
                  "go in file order")
       ->check(CLI::Range(1u, kv::load::kMaxDepth))
       ->capture_default_str();
-  add_poll_flags(app, f.poll, kv::client::kDefaultPoll);
+  add_poll_flags(app, f.poll, reactor::kDefaultSpin);
   app.add_flag("--verify", f.verify,
                "--file: check every GET of a key this run SET against the value it last SET (the keys it "
                "writes must be its own); mismatches count as errors");

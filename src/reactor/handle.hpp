@@ -111,6 +111,12 @@ class Timer : public detail::Handle<HandleKind::kTimer> {
 // What a Poller asks of the loop besides being run every turn (reactor.hpp,
 // "Spin, then block").
 inline constexpr std::chrono::microseconds kSpinForever = std::chrono::microseconds::max();
+// The budget kvd, kvload, the C++ client and the C API use unless told
+// otherwise (--poll-us, RKV_POLL_US): long enough to cover a request's round
+// trip plus the peer's turnaround in the Soft-RoCE guest, where it was
+// measured (docs/performance.md "Polling"); on hardware a round trip is a
+// few microseconds, so it covers bursts with room to spare.
+inline constexpr std::chrono::microseconds kDefaultSpin{200};
 struct PollerOptions {
   // Keep the loop turning without sleeping this long after the last turn
   // that did work; kSpinForever: never sleep while this poller lives.

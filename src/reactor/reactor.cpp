@@ -21,6 +21,8 @@ namespace {
 constexpr std::uint64_t kTimerToken = ~std::uint64_t{0};
 constexpr std::size_t kInitialEvents = 64;
 constexpr std::size_t kMaxEvents = 4096;
+// While spinning: epoll_wait and the spin window's clock read every this many turns.
+constexpr unsigned kSpinFdEvery = 8;
 
 [[noreturn]] void throw_errno(int err, const std::string& what) {
   throw std::system_error(err, std::system_category(), what);
@@ -84,14 +86,19 @@ std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
     ran += run_before_sleep();
     block = ran == 0;
   }
-  arm_timerfd();
-  state_ = ReactorState::kWaiting;
+  // Spinning turns look at the fds (epoll_wait, a syscall: in a TCG guest a
+  // costly one) only every kSpinFdEvery-th time; the pollers run every turn.
+  const bool look = block || !(spinning_ || forever) || ++spin_turns_ % kSpinFdEvery == 0;
   int n = 0;
-  try {
-    n = wait(block ? timeout : std::chrono::milliseconds(0));
-  } catch (...) {
-    state_ = ReactorState::kIdle;
-    throw;
+  if (look) {
+    arm_timerfd();
+    state_ = ReactorState::kWaiting;
+    try {
+      n = wait(block ? timeout : std::chrono::milliseconds(0));
+    } catch (...) {
+      state_ = ReactorState::kIdle;
+      throw;
+    }
   }
   state_ = ReactorState::kDispatching;
   ran += dispatch(n);
@@ -107,9 +114,9 @@ std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
 }
 
 // Work opens (or extends) the spin window; idle turns close it once the
-// budget has passed since the first of them. Only idle spinning turns read
-// the clock: a busy turn needs no time, and the window is measured from the
-// first idle turn, not from the last work (at most one turn later).
+// budget has passed since the first of them. Only every kSpinFdEvery-th idle
+// spinning turn reads the clock: a busy turn needs no time, and the window is
+// measured from the first clock read after the work (a few turns late).
 void Reactor::note_turn(std::size_t ran) noexcept {
   if (spin_budget_.count() == 0) {
     spinning_ = false;
@@ -121,6 +128,7 @@ void Reactor::note_turn(std::size_t ran) noexcept {
     return;
   }
   if (!spinning_ || spin_budget_ == kSpinForever) return;
+  if (++idle_turns_ % kSpinFdEvery != 0) return;  // the clock is a syscall too
   const Clock::time_point now = Clock::now();
   if (!idle_since_) {
     idle_since_ = now;

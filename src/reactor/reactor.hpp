@@ -27,8 +27,9 @@
 // Right before it sleeps it runs every poller's before_sleep hook (e.g. arm a
 // completion queue and poll it once more); a hook that finds work keeps the
 // loop awake. Budget 0 for every poller: pure events. kSpinForever: the loop
-// never sleeps while such a poller lives (busy polling). The clock is read
-// only on idle spinning turns.
+// never sleeps while such a poller lives (busy polling). A spinning loop
+// makes few syscalls: it calls epoll_wait (fds, timers, signals) and reads
+// the clock only every 8th turn; the pollers run every turn.
 #pragma once
 
 #include <sys/epoll.h>
@@ -230,7 +231,9 @@ class Reactor {
   std::chrono::microseconds spin_budget_{0};  // max over pollers_ (update_spin_budget)
   bool spin_budget_dirty_ = false;             // a poller came or went: recompute before the next turn
   bool spinning_ = false;                      // inside a spin window: waits do not block
-  std::optional<Clock::time_point> idle_since_;  // first idle turn of the current spin window
+  std::optional<Clock::time_point> idle_since_;  // first clock read of the current idle stretch
+  unsigned spin_turns_ = 0;                      // spinning turns (every kSpinFdEvery-th looks at the fds)
+  unsigned idle_turns_ = 0;                      // idle spinning turns (every kSpinFdEvery-th reads the clock)
   bool wake_requested_ = false;  // Poller::wake(): the next wait must not block
   bool timer_fired_ = false;     // the timerfd was read this turn: run_timers has work
 };

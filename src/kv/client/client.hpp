@@ -42,8 +42,7 @@ using conn::Endpoint;
 using conn::PdRegistrar;
 
 inline constexpr std::uint16_t kDefaultPort = 7471;
-// Default spin budget (kvload --poll-us, RKV_POLL_US); docs/performance.md.
-inline constexpr std::chrono::microseconds kDefaultPoll{100};
+
 
 struct ClientOptions {
   std::uint32_t max_in_flight = 16;  // receive buffers posted = credits announced to the server
@@ -59,7 +58,7 @@ struct ClientOptions {
   // after any completion or post the reactor keeps polling the CQ this long
   // before it arms it and sleeps. 0: pure completion events;
   // reactor::kSpinForever: busy polling (a core at 100 % while the client lives).
-  std::chrono::microseconds poll{kDefaultPoll};
+  std::chrono::microseconds poll{reactor::kDefaultSpin};
   // GetMode::read: GETs by RDMA READ of the server's index (no message; a
   // message GET only as the documented fallback). Against a server without
   // an index GETs stay messages (logged once at connect).

@@ -36,7 +36,7 @@ extern "C" {
  * no message (it falls back to a message GET when the index cannot answer, or
  * when the server has no index; docs/protocol.md "One-sided GET"). Any other
  * non-empty value makes kv_open fail with EINVAL.
- * RKV_POLL_US=N (default 100): after each completion or request the handle
+ * RKV_POLL_US=N (default 200): after each completion or request the handle
  * keeps polling for N microseconds before it sleeps until a completion event
  * (0: events only; "busy": never sleeps). Anything else: EINVAL. */
 int kv_open(char *servername, void **kv_handle);

@@ -67,8 +67,6 @@ using conn::Endpoint;
 using conn::PdRegistrar;
 using store::Store;
 
-// Default spin budget (kvd --poll-us): docs/performance.md has the measurement it comes from.
-inline constexpr std::chrono::microseconds kDefaultPoll{100};
 
 struct ServerOptions {
   std::string bind_address = "0.0.0.0";  // numeric IPv4/IPv6
@@ -89,7 +87,7 @@ struct ServerOptions {
   // how long the loop keeps polling after the last work before it arms the
   // CQs and sleeps. 0: pure completion events; reactor::kSpinForever: busy
   // polling (never sleeps; a core at 100 % even when idle).
-  std::chrono::microseconds poll{kDefaultPoll};
+  std::chrono::microseconds poll{reactor::kDefaultSpin};
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };
