@@ -67,8 +67,9 @@ class ServerConnTest : public ::testing::Test {
 
   void SetUp() override { make(); }
 
-  void make() {
+  void make(std::uint32_t reply_batch = 0) {
     ServerConnConfig cfg;
+    cfg.reply_batch = reply_batch;
     cfg.credits = kCredits;
     cfg.generation = kGen;
     cfg.peer_recv_size = 8192;
@@ -165,6 +166,33 @@ TEST_F(ServerConnTest, SeveralRequestsInOneBufferShareOneReplySend) {
   for (const auto& x : r) credits += x.header.credits;
   EXPECT_EQ(credits, 1u);
   EXPECT_EQ(r[4].header.credits, 1u) << "the buffer's credit rides on its last reply";
+}
+
+// reply_batch: a SEND goes out as soon as it holds that many replies, in the
+// middle of the buffer's requests; the rest wait for the flush at the end of
+// the pass. Same replies, same order, credits still summing to the buffers.
+TEST_F(ServerConnTest, ReplyBatchPostsFullSendsMidBuffer) {
+  conn_.reset();
+  link_ = FakeLink{};
+  make(2);
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(1, "k"), proto::msg::get_request(2, "k"),
+                          proto::msg::get_request(3, "k"), proto::msg::get_request(4, "k"),
+                          proto::msg::get_request(5, "k")})),
+            Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 2u) << "two full SENDs of 2 replies before the flush";
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 3u);
+  std::uint32_t next = 1;
+  unsigned credits = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto r = decode_all(link_.sends[i].bytes);
+    ASSERT_EQ(r.size(), i < 2 ? 2u : 1u);
+    for (const auto& x : r) {
+      EXPECT_EQ(x.header.req_id, next++);
+      credits += x.header.credits;
+    }
+  }
+  EXPECT_EQ(credits, 1u);
 }
 
 TEST_F(ServerConnTest, ReceiveBufferIsRepostedAfterHandling) {

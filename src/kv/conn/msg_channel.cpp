@@ -51,6 +51,7 @@ void MessageChannel::seal_open() noexcept {
   }
   open_.reset();
   open_size_ = 0;
+  open_messages_ = 0;
 }
 
 bool MessageChannel::can_append(std::size_t bytes) const noexcept {
@@ -67,7 +68,10 @@ AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
   auto buf = send_->buffer(*open_).first(max_message());
   const auto r = proto::encode(buf, open_size_, m);
   switch (r.status) {
-    case proto::EncodeStatus::ok: open_size_ = r.offset; return AppendStatus::ok;
+    case proto::EncodeStatus::ok:
+      open_size_ = r.offset;
+      ++open_messages_;
+      return AppendStatus::ok;
     case proto::EncodeStatus::no_space: return AppendStatus::too_big;  // checked above; defensive
     case proto::EncodeStatus::invalid: return AppendStatus::invalid;
   }

@@ -81,6 +81,7 @@ class MessageChannel {
   bool on_send_completion(const verbs::Completion& c) noexcept;
 
   [[nodiscard]] std::size_t queued_sends() const noexcept;   // sealed + open non-empty
+  [[nodiscard]] std::size_t open_messages() const noexcept { return open_messages_; }  // in the open buffer
   [[nodiscard]] std::size_t sends_in_flight() const noexcept { return in_flight_; }
   [[nodiscard]] std::size_t max_message() const noexcept;    // largest SEND allowed
 
@@ -101,6 +102,7 @@ class MessageChannel {
   std::deque<Sealed> sealed_;
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
+  std::size_t open_messages_ = 0;
   std::size_t in_flight_ = 0;
 };
 

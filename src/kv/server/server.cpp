@@ -232,6 +232,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.label = peer;
     scfg.stats = [this] { return stats_rows(); };
     scfg.token = tok;
+    scfg.reply_batch = options_.reply_batch;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
                                            std::move(scfg), arena_.get(), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept

@@ -88,6 +88,8 @@ struct ServerOptions {
   // CQs and sleeps. 0: pure completion events; reactor::kSpinForever: busy
   // polling (never sleeps; a core at 100 % even when idle).
   std::chrono::microseconds poll{reactor::kDefaultSpin};
+  // Replies per SEND before it is posted early, mid-batch (ServerConnConfig::reply_batch); 0: one SEND per pass.
+  std::uint32_t reply_batch = 8;
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };

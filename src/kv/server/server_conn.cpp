@@ -249,6 +249,10 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     // No reply yet (a transfer answers on completion; RELEASE has none): the
     // credit rides on the next reply.
     if (out == Outcome::reply && !append_reply(reply, m->opcode())) return Progress::failed;
+    if (config_.reply_batch != 0 && channel_.open_messages() >= config_.reply_batch &&
+        flush() != Verdict::keep) {
+      return Progress::failed;
+    }
     if (last) return Progress::finished;
   }
 }

@@ -144,6 +144,10 @@ struct ServerConnConfig {
   // The rows of the STATS reply (Server::stats_rows()); empty: the counter table and the Store's rows.
   std::function<store::StatRows()> stats;
   std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
+  // Post a SEND as soon as it holds this many replies, instead of at the end
+  // of the pass (0: at the end only). The client starts on the first replies
+  // while the rest are executed: its work and ours overlap.
+  std::uint32_t reply_batch = 0;
 };
 
 class ServerConn {
