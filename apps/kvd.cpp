@@ -46,6 +46,11 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--max-value", opt.max_value, "largest value accepted, bytes")
       ->check(CLI::Range(1u, 0xFFFFFFFFu))
       ->capture_default_str();
+  app.add_option("--reply-batch", opt.reply_batch,
+                 "post a SEND of replies as soon as it holds this many, so the client starts on them while the "
+                 "rest of a batch runs (0: one SEND per batch of requests)")
+      ->check(CLI::Range(0u, 4096u))
+      ->capture_default_str();
   PollFlags poll;
   add_poll_flags(app, poll, reactor::kDefaultSpin);
   app.add_option("--index-buckets", opt.index_buckets,

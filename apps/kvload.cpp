@@ -50,6 +50,7 @@ std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Fla
     kv::client::ClientOptions copt;
     copt.poll = f.poll.budget();
     copt.get_mode = f.get_mode;
+    copt.request_batch = f.request_batch;
     return kv::client::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
@@ -165,6 +166,11 @@ int kvload_main(int argc, char** argv) {
                  "--file: close the connection (failing what is pending) when requests are in flight and "
                  "none completed for this many ms")
       ->check(CLI::Range(100u, 3'600'000u))
+      ->capture_default_str();
+  app.add_option("--request-batch", f.request_batch,
+                 "--file: post requests as soon as this many are queued, so kvd starts on them while the rest "
+                 "are submitted (0: one SEND per loop turn)")
+      ->check(CLI::Range(0u, 4096u))
       ->capture_default_str();
   std::string get_mode = "rpc";
   app.add_option("--get-mode", get_mode,

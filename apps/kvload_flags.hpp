@@ -22,6 +22,7 @@ struct KvloadFlags {
   unsigned stall_timeout_ms = 30'000;
   PollFlags poll;  // --poll-us, --busy-poll
   kv::client::GetMode get_mode = kv::client::GetMode::rpc;
+  std::uint32_t request_batch = kv::client::ClientOptions{}.request_batch;
   std::string ack_log;
 };
 

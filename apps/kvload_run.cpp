@@ -61,6 +61,7 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
   copt.poll = f.poll.budget();
   copt.get_mode = f.get_mode;
+  copt.request_batch = f.request_batch;
   std::unique_ptr<kv::client::Client> client;
   try {
     client = kv::client::Client::connect(reactor, f.server, f.port, copt);

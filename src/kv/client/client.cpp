@@ -296,21 +296,27 @@ void Client::on_cq_readable() noexcept {
     after_cq(rc, "completion channel");
     return;
   }
-  after_cq(ep_->cq().poll(kPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); }),
-           "completion queue");
+  after_cq(poll_cq(), "completion queue");
 }
 
 bool Client::on_cq_poll() noexcept {
   if (!ep_ || !conn_ || ep_->cq().armed()) return false;  // armed: its event wakes us
-  return after_cq(ep_->cq().poll(kPollBatch, [this](const verbs::Completion& c) noexcept { conn_->on_completion(c); }),
-                  "completion queue");
+  return after_cq(poll_cq(), "completion queue");
 }
 
 bool Client::on_cq_arm() noexcept {
   if (!ep_ || !conn_) return false;
-  const verbs::DrainStats st =
-      ep_->cq().arm_and_poll([this](const verbs::Completion& c) noexcept { conn_->on_completion(c); });
+  in_cq_pass_ = true;
+  const verbs::DrainStats st = ep_->cq().arm_and_poll(feed_);
+  in_cq_pass_ = false;
   return after_cq(st.error != 0 ? -st.error : static_cast<int>(st.completions()), "completion queue");
+}
+
+int Client::poll_cq() noexcept {
+  in_cq_pass_ = true;
+  const int n = ep_->cq().poll(kPollBatch, feed_);
+  in_cq_pass_ = false;
+  return n;
 }
 
 bool Client::after_cq(int n, const char* what) noexcept {
@@ -327,6 +333,12 @@ bool Client::after_cq(int n, const char* what) noexcept {
 // out together at the end of the turn: the flush poller runs after the fd
 // callbacks, and wake() keeps the next epoll_wait from sleeping first.
 void Client::schedule_flush() {
+  // A full batch goes now (not from inside a CQ pass: its callbacks run in
+  // the middle of ClientConn, and the pass flushes when it ends).
+  if (options_.request_batch != 0 && !in_cq_pass_ && conn_ && conn_->queued() >= options_.request_batch) {
+    do_flush();
+    return;
+  }
   if (flush_scheduled_) return;
   flush_scheduled_ = true;
   flush_poller_.wake();

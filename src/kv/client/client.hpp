@@ -59,6 +59,10 @@ struct ClientOptions {
   // before it arms it and sleeps. 0: pure completion events;
   // reactor::kSpinForever: busy polling (a core at 100 % while the client lives).
   std::chrono::microseconds poll{reactor::kDefaultSpin};
+  // Post requests as soon as this many are queued, instead of at the end of
+  // the loop turn (0: at the end of the turn only), so the server works on
+  // the first ones while the rest are submitted.
+  std::uint32_t request_batch = 8;
   // GetMode::read: GETs by RDMA READ of the server's index (no message; a
   // message GET only as the documented fallback). Against a server without
   // an index GETs stay messages (logged once at connect).
@@ -165,6 +169,7 @@ class Client {
   void on_cq_readable() noexcept;  // take the event, poll
   bool on_cq_poll() noexcept;      // while unarmed: poll; true if completions were handled
   bool on_cq_arm() noexcept;       // before the loop sleeps: arm, poll; true if completions were handled
+  int poll_cq() noexcept;          // up to kPollBatch completions into ClientConn, or a negative errno
   // Completions handled (n >= 0) or a CQ error (negative errno): the flush or the failure.
   bool after_cq(int n, const char* what) noexcept;
   void schedule_flush();
@@ -189,6 +194,13 @@ class Client {
   bool disconnected_ = false;   // DISCONNECTED seen
   bool closed_ = false;
   bool flush_scheduled_ = false;
+  bool in_cq_pass_ = false;     // completions are being handled: submits wait for the pass's flush
+  // Feeds one completion to ClientConn (noexcept, as CompletionQueue requires).
+  struct Feed {
+    Client* self;
+    void operator()(const verbs::Completion& c) const noexcept { self->conn_->on_completion(c); }
+  };
+  Feed feed_{this};
   std::string cm_error_;        // a CM event channel failure, for the connect path
   std::deque<verbs::CmEvent> cm_events_;  // connect path: events not yet consumed
   ClientCounters counters_;     // copy kept after close()
