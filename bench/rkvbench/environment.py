@@ -97,3 +97,13 @@ def git_state():
         return head + (" (working tree has uncommitted changes)" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def active_mtu(dev):
+    """The device's active path MTU (ibv_devinfo), e.g. "4096"; "" if unknown."""
+    try:
+        out = subprocess.run(["ibv_devinfo", "-d", dev], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"active_mtu:\s*(\d+)", out)
+    return m.group(1) if m else ""

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from .common import BENCH, HEADERS, MIB, Proc, default_build, die, log, proc_cpu_seconds, run_timed
-from .environment import build_info, cpu_model, gid_index, git_state, rdma_device
+from .environment import active_mtu, build_info, cpu_model, gid_index, git_state, rdma_device
 from .fabric import FabricExperiments
 from .lab import LabExperiments
 from .load import LoadExperiments
@@ -79,6 +79,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
                 "native": "native RDMA device"}.get(self.mode, self.mode)
         e = {
             "device": self.dev,
+            "mtu": active_mtu(self.dev),
             "mode": f"{self.mode} ({mode})",
             "kernel": platform.release(),
             "cpu": f"{cpu_model()} x {os.cpu_count()}",
@@ -96,7 +97,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
         e = self.env
         host = (f"; host CPU {e['host_cpu']}, host kernel {e['host_kernel']}, host load average at start "
                 f"{e['host_load']}" if e["host_cpu"] else "")
-        return (f"device {e['device']}, {e['mode']}, kernel {e['kernel']}, CPU {e['cpu']}{host}, "
+        return (f"device {e['device']} (path MTU {e['mtu'] or '?'}, for perftest and the store alike), {e['mode']}, kernel {e['kernel']}, CPU {e['cpu']}{host}, "
                 f"{e['date']}, build {e['build']}, commit {e['commit']}")
 
     def port_pair(self):
