@@ -22,6 +22,7 @@ struct KvloadFlags {
   bool busy_poll = false;  // poll the CQ in a spinning loop instead of waiting for completion events
   kv::client::GetMode get_mode = kv::client::GetMode::rpc;
   std::string ack_log;
+  std::string expect;  // --expect FILE: values the server holds before the run (checked like --verify)
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

@@ -1,6 +1,7 @@
 // kvload_e2e: the kvload binary against a kvd child process. A malformed
 // workload reports FILE:LINE for every bad line and exits nonzero without
-// connecting; a good one runs and --json has the summary keys; interactive
+// connecting; a good one runs and --json has the summary keys; --expect
+// checks GETs against another file's SETs; interactive
 // mode answers SET/GET; bad flags exit 2.
 #include <gtest/gtest.h>
 
@@ -83,7 +84,20 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
   r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "-q"}, {}, 300s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "7 ops")) << r.out;
-  std::remove(file.c_str());
+  // --expect: GETs of what another run SET are checked against that file's
+  // last values (alpha = "second", beta = @3000:7); a wrong one is a mismatch.
+  const std::string gets = write_file("gets.txt", "GET alpha\nGET beta\nGET never-set\n");
+  const std::string wrong = write_file("wrong.txt", "SET alpha second\nSET beta @3000:8\n");
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", gets, "--expect", file, "--json",
+                   "--get-mode", "read"}, {}, 300s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "\"mismatches\":0")) << r.out;
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", gets, "--expect", wrong, "--json"},
+                  {}, 300s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.out, "\"mismatches\":1")) << r.out;
+  EXPECT_TRUE(contains(r.err, gets + ":2: get beta")) << r.err;
+  for (const auto& f : {file, gets, wrong}) std::remove(f.c_str());
 }
 
 // --busy-poll on both sides: the same workload (eager and rendezvous values)
