@@ -55,7 +55,8 @@ class LabExperiments:
         ops = self.durability_ops  # fsync over 9p costs ~10s of ms each
         log(f"durability: --fsync never|batch|always, {ops} SETs per point, data on {data_root}")
         rc, out, err, _ = run_timed([os.path.join(BENCH, "durability"), "--build", self.build, "--ops", str(ops),
-                                     "--out", path, "--data-root", data_root], 3600)
+                                     "--depths", self.durability_depths, "--out", path, "--data-root", data_root],
+                                    3600)
         shutil.rmtree(data_root, ignore_errors=True)
         fs_line = [l for l in out.splitlines() if l.startswith("# data directory on:")]
         if fs_line:

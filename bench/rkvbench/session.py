@@ -50,14 +50,19 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
         # these attributes; a mode is nothing but its numbers.
         #   full   1 B .. 1 MiB, 1,000 + 6,000 ops per point: the figures to quote
         #   fast   3 sizes, 50 + 400: figures for a quick look, in minutes
-        #   smoke  the fewest ops with which every experiment runs every code path
-        #          (eager and rendezvous, each depth, mode, client count) and writes
-        #          well-formed output: a check, not figures (the bench_smoke test)
+        #   smoke  the fewest ops with which every experiment runs each kind of
+        #          measurement it makes (eager and rendezvous, event and busy-poll, each
+        #          client count and fsync mode) and writes well-formed output: a check,
+        #          not figures (the bench_smoke test)
+        self.depths = [1, 32]         # experiments 1, 3 and 5
         self.max_keys = 1000          # distinct keys per sweep / busy-poll point
         self.tcp_sizes = (32, 4096)   # experiment 5
         self.scaling_keys = 200       # experiment 4: keys per client (its warm-up SETs them)
+        self.durability_depths = "1 32"
         if self.smoke:
-            self.sizes = [32, 65536]
+            # Depth 32 runs in experiments 4 (scaling) and 7 (group commit), so 1, 3 and 5
+            # run at depth 1 only (the latency experiment reads the depth-1 sweep points).
+            self.sizes, self.depths, self.durability_depths = [32, 65536], [1], "32"
             self.warm, self.measured = 2, 10
             self.byte_budget = 1 * MIB
             self.max_keys = 10
@@ -76,7 +81,6 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.warm, self.measured = 1000, 6000
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 20000, self.measured, self.measured
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 100_000, 2000, 6000, 6
-        self.depths = [1, 32]
         self.next_port = 17400 + (os.getpid() % 500) * 4
         self.kvd_proc = None
         self.kvd_port = None
