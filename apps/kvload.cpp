@@ -182,6 +182,10 @@ int kvload_main(int argc, char** argv) {
                  "--file: append one line per acknowledged SET to this file, written (unbuffered) as each reply "
                  "arrives: `LINE KEY SIZE FNV1A64` (workload line, key, value bytes, 16 hex digits of the value's "
                  "FNV-1a checksum)");
+  app.add_option("--expect", f.expect,
+                 "--file: a workload file whose SET lines are not sent but say what the server already holds: "
+                 "every GET of such a key (until this run SETs it) is checked against the last value given "
+                 "there, as --verify checks its own SETs (implies --verify; its GET lines are ignored)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember

@@ -24,6 +24,7 @@ struct KvloadFlags {
   kv::client::GetMode get_mode = kv::client::GetMode::rpc;
   std::uint32_t request_batch = kv::client::ClientOptions{}.request_batch;
   std::string ack_log;
+  std::string expect;  // --expect FILE: values the server holds before the run (checked like --verify)
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

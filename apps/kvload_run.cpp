@@ -36,24 +36,36 @@ void print_progress(const kv::load::LoadRun& run) {
   std::fflush(stderr);
 }
 
+// Parses a whole workload file; prints its errors and returns nullopt if it has any.
+std::optional<kv::load::ParseResult> parse_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "kvload: %s: cannot open\n", path.c_str());
+    return std::nullopt;
+  }
+  kv::load::ParseResult parsed = kv::load::parse_workload(in);
+  if (!parsed.ok()) {
+    for (const auto& e : parsed.errors) std::fprintf(stderr, "%s:%u: %s\n", path.c_str(), e.line, e.message.c_str());
+    if (parsed.errors_omitted > 0) {
+      std::fprintf(stderr, "%s: %zu more errors not shown\n", path.c_str(), parsed.errors_omitted);
+    }
+    std::fprintf(stderr, "kvload: %s: %zu errors, nothing sent\n", path.c_str(),
+                 parsed.errors.size() + parsed.errors_omitted);
+    return std::nullopt;
+  }
+  return parsed;
+}
+
 }  // namespace
 
 int kvload_run_file(const KvloadFlags& f) {
-  std::ifstream in(f.file, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "kvload: %s: cannot open\n", f.file.c_str());
-    return 1;
-  }
   // Parse everything first: a bad file sends nothing.
-  const kv::load::ParseResult parsed = kv::load::parse_workload(in);
-  if (!parsed.ok()) {
-    for (const auto& e : parsed.errors) std::fprintf(stderr, "%s:%u: %s\n", f.file.c_str(), e.line, e.message.c_str());
-    if (parsed.errors_omitted > 0) {
-      std::fprintf(stderr, "%s: %zu more errors not shown\n", f.file.c_str(), parsed.errors_omitted);
-    }
-    std::fprintf(stderr, "kvload: %s: %zu errors, nothing sent\n", f.file.c_str(),
-                 parsed.errors.size() + parsed.errors_omitted);
-    return 1;
+  const std::optional<kv::load::ParseResult> parsed = parse_file(f.file);
+  if (!parsed) return 1;
+  std::optional<kv::load::ParseResult> expect;
+  if (!f.expect.empty()) {
+    expect = parse_file(f.expect);
+    if (!expect) return 1;
   }
 
   reactor::Reactor reactor;
@@ -92,7 +104,8 @@ int kvload_run_file(const KvloadFlags& f) {
     };
   }
   lopt.depth = f.depth;
-  lopt.verify = f.verify;
+  lopt.verify = f.verify || expect.has_value();
+  if (expect) lopt.expect = std::move(expect->ops);
   lopt.name = f.file;
   lopt.stall_timeout = std::chrono::milliseconds(f.stall_timeout_ms);
   const bool show_progress = !f.quiet && ::isatty(STDERR_FILENO) == 1;
@@ -106,7 +119,7 @@ int kvload_run_file(const KvloadFlags& f) {
   std::size_t max_in_flight = 0;
   {
     kv::load::Scheduler scheduler;
-    kv::load::LoadRun run(scheduler, *client, parsed.ops, lopt);
+    kv::load::LoadRun run(scheduler, *client, parsed->ops, lopt);
     run.start();
     reactor::Timer progress;
     if (show_progress) progress = reactor.every(500ms, [&run] { print_progress(run); });

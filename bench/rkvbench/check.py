@@ -1,4 +1,4 @@
-"""--check: are the outputs well formed? Never looks at a speed."""
+"""--check: are the outputs well formed, and did every KV measurement run? Never looks at a speed."""
 
 import csv
 import os
@@ -8,6 +8,19 @@ from .common import HEADERS, PLOTS, SUMMARY_TABLE_HEADER
 
 
 # ------------------------------------------------------------------ --check
+def is_kv_row(name, row):
+    """True for rows that measure kvd/kvload (or bench/onesided, bench/durability), not a reference tool."""
+    if name in ("sweep.csv", "scaling.csv", "onesided.csv", "durability.csv"):
+        return True
+    if name == "busypoll.csv":
+        return row.get("op") != "pingpong"  # every polling mode and the idle rows; not ibv_rc_pingpong
+    if name == "latency.csv":
+        return row.get("op") in ("get", "set")
+    if name == "tcp.csv":
+        return row.get("system") == "rdmakv"
+    return False
+
+
 def check_outputs(d):
     """Problems with the outputs in d (empty list: well formed). Never looks at a speed."""
     problems = []
@@ -30,6 +43,12 @@ def check_outputs(d):
                 problems.append(f"{name}:{i}: empty status")
         if name == "sweep.csv" and len(rows) > 1 and not any(r[-1] == "ok" for r in rows[1:]):
             problems.append("sweep.csv: no point measured successfully (kvd/kvload broken?)")
+        # A KV measurement (not a reference tool's) that failed: the store did not do what
+        # the experiment asked. "n/a: not supported by this build" is not a failure.
+        for i, r in enumerate(rows[1:], 2):
+            row = dict(zip(header, r))
+            if row.get("status", "").startswith("failed") and is_kv_row(name, row):
+                problems.append(f"{name}:{i}: a KV measurement failed: {row['status'][:200]}")
     sp = os.path.join(d, "summary.md")
     if not os.path.isfile(sp):
         problems.append("summary.md: missing")

@@ -91,8 +91,7 @@ class FabricExperiments:
         tools = ["ib_send_bw", "ib_write_bw", "ib_read_bw"]
         log(f"perftest: {', '.join(tools)} at the same sizes (rdma_cm, {self.dev})")
         for size in self.sizes:
-            iters = self.ops_for(size, 20000 if not self.fast else 1000)
-            iters = max(iters, 50)
+            iters = max(self.ops_for(size, self.perftest_iters), 50)
             for tool in tools:
                 if self.fast and tool != self.ref_tool_for(size, None) and not (
                         size + 5 >= 4096 and tool in ("ib_read_bw", "ib_write_bw")):
@@ -190,9 +189,9 @@ class FabricExperiments:
         log("latency: ibv_rc_pingpong (busy-poll and -e events) at 32 B and 64 KiB")
         pp = {}
         for size in (32, 65536):
-            iters = self.ops_for(size, self.measured) if not self.fast else 300
+            iters = self.pingpong_iters if self.fast else self.ops_for(size, self.pingpong_iters)
             for events in (False, True):
-                pp[(size, events)] = self._pingpong(size, max(iters, 50), events)
+                pp[(size, events)] = self._pingpong(size, max(iters, 20), events)
         self.pingpong = pp
         sweep = {(r["op"], r["size"], r["depth"]): r for r in self.rows["sweep.csv"]}
         for size in (32, 65536):

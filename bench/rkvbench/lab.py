@@ -16,9 +16,9 @@ class LabExperiments:
         """SETs, GETs by message and GETs by RDMA READ at depth 1 (bench/onesided), 32 B and 64 KiB.
 
         The lab asks for 100,000 of each; the full mode runs that many for 32 B and
-        what the byte budget allows for 64 KiB; the fast mode a few hundred."""
+        what the byte budget allows for 64 KiB; the fast mode a few hundred, the smoke run ten."""
         exe = os.path.join(self.build, "bench", "onesided")
-        wanted = 300 if self.fast else 100_000
+        wanted = self.onesided_ops
         for size in (32, 64 * 1024):
             ops = self.ops_for(size, wanted)
             base = {"size": size, "ops": ops, "seconds": "", "ops_per_s": "", "mean_us": "", "messages_sent": ""}
@@ -52,10 +52,11 @@ class LabExperiments:
         self.stop_kvd()  # its own kvd per point
         data_root = os.path.join(self.out, "durability-data")
         path = os.path.join(self.tmp, "durability.csv")
-        ops = 40 if self.fast else 2000  # fast: a smoke run (fsync over 9p costs ~10s of ms each)
+        ops = self.durability_ops  # fsync over 9p costs ~10s of ms each
         log(f"durability: --fsync never|batch|always, {ops} SETs per point, data on {data_root}")
         rc, out, err, _ = run_timed([os.path.join(BENCH, "durability"), "--build", self.build, "--ops", str(ops),
-                                     "--out", path, "--data-root", data_root], 3600)
+                                     "--depths", self.durability_depths, "--out", path, "--data-root", data_root],
+                                    3600)
         shutil.rmtree(data_root, ignore_errors=True)
         fs_line = [l for l in out.splitlines() if l.startswith("# data directory on:")]
         if fs_line:

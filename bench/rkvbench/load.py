@@ -125,7 +125,7 @@ class LoadExperiments:
     # -------------------------------------------------------------- experiment 4
     def scaling(self):
         size, depth = 32, 32
-        per_client = self.measured if not self.fast else 200
+        per_client = self.scaling_ops
         log(f"scaling: 1, 2, 4, 8 concurrent kvload clients, {size} B, depth {depth}, {per_client} ops each "
             "(alternating SET and GET)")
         base = None
@@ -133,13 +133,13 @@ class LoadExperiments:
         for n in (1, 2, 4, 8):
             paths = []
             for c in range(n):
-                keys = [f"c{c}k{i:03d}" for i in range(200)]
+                keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]
                 wl = [self._line("set", k, size, 1) for k in keys]
                 ml = [self._line("set" if i % 2 == 0 else "get", keys[i % len(keys)], size, i)
                       for i in range(per_client)]
                 paths.append((self.write_workload(f"sc-w-{n}-{c}.txt", wl), self.write_workload(f"sc-m-{n}-{c}.txt", ml)))
             # warm-up (concurrently), then the measured runs start together
-            self._concurrent([p[0] for p in paths], depth, 200)
+            self._concurrent([p[0] for p in paths], depth, self.scaling_keys)
             results = self._concurrent([p[1] for p in paths], depth, per_client)
             row = {"clients": n, "depth": depth, "depth_effective": "", "size": size, "ops_total": "", "errors": "",
                    "max_seconds": "", "aggregate_ops_per_s": "", "sum_client_ops_per_s": "", "speedup_vs_1": "",

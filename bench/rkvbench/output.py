@@ -121,7 +121,7 @@ plot 'scaling.dat' using 1:2 with linespoints lw 2 pt 7 title 'kvd (one thread)'
         tc = self.rows["tcp.csv"]
         with open(os.path.join(d, "tcp.dat"), "w") as f:
             f.write("label rdmakv redis memcached\n")
-            for size in (32, 4096):
+            for size in self.tcp_sizes:
                 for depth in self.depths:
                     for op in ("set", "get"):
                         vals = []
@@ -166,7 +166,10 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         e = self.env
         L.append("# rdmakv benchmark summary\n")
         L.append(f"**Environment:** {self.env_line()}.\n")
-        L.append(f"Mode: {'fast (few sizes, few ops: a smoke run, not for quoting)' if self.fast else 'full'}; "
+        mode = ("smoke (the fewest ops that run every experiment: a check of the outputs, not figures)"
+                if self.smoke else "fast (few sizes, few ops: a quick look, noisier than the full run)"
+                if self.fast else "full")
+        L.append(f"Mode: {mode}; "
                  f"{self.warm} warm-up + {self.measured} measured ops per point"
                  + (f", at most {self.byte_budget // MIB} MiB of values per point (fewer ops for large values; "
                     "the `ops` column says how many)" if self.byte_budget else "") + ".\n")

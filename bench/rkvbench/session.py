@@ -24,7 +24,8 @@ from .output import Outputs
 class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, Outputs):
     def __init__(self, args):
         self.args = args
-        self.fast = args.fast
+        self.smoke = args.smoke
+        self.fast = args.fast or args.smoke  # the smoke run is a smaller fast run
         self.addr = os.environ["SOFTROCE_ADDR"]
         self.mode = os.environ.get("SOFTROCE_MODE", "native")
         self.build = os.path.realpath(args.build or default_build())
@@ -45,14 +46,41 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.byte_budget = 256 * MIB if self.mode == "guest" else 0
         else:
             self.byte_budget = int(args.byte_budget * MIB)
-        if self.fast:
+        # Each mode's sizes and operation counts, in one place. The experiments read
+        # these attributes; a mode is nothing but its numbers.
+        #   full   1 B .. 1 MiB, 1,000 + 6,000 ops per point: the figures to quote
+        #   fast   3 sizes, 50 + 400: figures for a quick look, in minutes
+        #   smoke  the fewest ops with which every experiment runs each kind of
+        #          measurement it makes (eager and rendezvous, event and busy-poll, each
+        #          client count and fsync mode) and writes well-formed output: a check,
+        #          not figures (the bench_smoke test)
+        self.depths = [1, 32]         # experiments 1, 3 and 5
+        self.max_keys = 1000          # distinct keys per sweep / busy-poll point
+        self.tcp_sizes = (32, 4096)   # experiment 5
+        self.scaling_keys = 200       # experiment 4: keys per client (its warm-up SETs them)
+        self.durability_depths = "1 32"
+        if self.smoke:
+            # Depth 32 runs in experiments 4 (scaling) and 7 (group commit), so 1, 3 and 5
+            # run at depth 1 only (the latency experiment reads the depth-1 sweep points).
+            self.sizes, self.depths, self.durability_depths = [32, 65536], [1], "32"
+            self.warm, self.measured = 2, 10
+            self.byte_budget = 1 * MIB
+            self.max_keys = 10
+            self.tcp_sizes = (32,)
+            self.scaling_keys = 10
+            self.perftest_iters, self.pingpong_iters, self.scaling_ops = 50, 20, 10
+            self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 10, 4, 10, 2
+        elif self.fast:
             self.sizes = [32, 4096, 65536]
             self.warm, self.measured = 50, 400
             self.byte_budget = min(self.byte_budget or 16 * MIB, 16 * MIB)
+            self.perftest_iters, self.pingpong_iters, self.scaling_ops = 1000, 300, 200
+            self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 300, 40, 1000, 2
         else:
             self.sizes = [1 << i for i in range(21)]
             self.warm, self.measured = 1000, 6000
-        self.depths = [1, 32]
+            self.perftest_iters, self.pingpong_iters, self.scaling_ops = 20000, self.measured, self.measured
+            self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 100_000, 2000, 6000, 6
         self.next_port = 17400 + (os.getpid() % 500) * 4
         self.kvd_proc = None
         self.kvd_port = None
@@ -90,6 +118,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             "build": f"{self.build} ({self.binfo.get('buildtype')}, sanitizers: {self.binfo.get('sanitize')})",
             "commit": git_state(),
             "fast": "yes" if self.fast else "no",
+            "smoke": "yes" if self.smoke else "no",
         }
         return e
 
@@ -191,7 +220,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
 
     def keys_for(self, size):
         cap = 64 * MIB  # what the store holds per size point
-        n = max(1, min(1000, cap // max(size, 1)))
+        n = max(1, min(self.max_keys, cap // max(size, 1)))
         # 5-byte keys, distinct per size: a GET never finds a value of another size
         letter = chr(ord("a") + size.bit_length() % 26)
         return [f"{letter}{i:04d}" for i in range(n)]

@@ -15,8 +15,8 @@ class TcpExperiments:
 
     # -------------------------------------------------------------- experiment 5
     def tcp(self):
-        sizes = (32, 4096)
-        n = self.measured if not self.fast else 1000
+        sizes = self.tcp_sizes
+        n = self.tcp_ops
         log(f"tcp: redis-benchmark and memcaslap on 127.0.0.1, {sizes} B, depth {self.depths}")
         sweep = {(r["op"], r["size"], r["depth"]): r for r in self.rows["sweep.csv"]}
         for size in sizes:
@@ -101,7 +101,7 @@ class TcpExperiments:
                    if os.getuid() == 0 else
                    ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-m", "1024"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        secs = 2 if self.fast else 6
+        secs = self.memcaslap_secs  # at least 2: the first statistics period is dropped
         try:
             ok = self._wait_tcp(port)
             for size in sizes:

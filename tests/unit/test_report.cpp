@@ -258,9 +258,15 @@ TEST(Report, JsonParsesAndHasTheKeys) {
   Json j;
   ASSERT_TRUE(parse_json(text, j)) << text;
   ASSERT_EQ(j.type, Json::Type::object);
-  for (const char* k : {"name", "ops", "errors", "seconds", "ops_per_s", "mismatches", "classes"}) {
+  for (const char* k : {"name", "ops", "errors", "seconds", "ops_per_s", "mismatches", "latency_ns", "classes"}) {
     EXPECT_TRUE(j.fields.count(k)) << k;
   }
+  // The run's latency over every successful operation: 1000 GETs of 10001..11000 ns
+  // and 10 SETs of 2 ms: the median is a GET's, the p99 at least the slowest GET's.
+  EXPECT_EQ(j["latency_ns"]["min"].number, 10001.0);
+  EXPECT_EQ(j["latency_ns"]["max"].number, 2000000.0);
+  EXPECT_NEAR(j["latency_ns"]["p50"].number, 10500.0, 10500.0 * 0.01);
+  EXPECT_GE(j["latency_ns"]["p99"].number, 11000.0 * 0.99);  // buckets are 1/256 of an octave
   EXPECT_EQ(j["ops"].number, 1013.0);
   EXPECT_EQ(j["errors"].number, 3.0);
   EXPECT_EQ(j["seconds"].number, 2.0);

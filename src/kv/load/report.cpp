@@ -168,10 +168,14 @@ std::string to_text(const Report& r) {
 }
 
 std::string to_json(const Report& r) {
+  Histogram all;  // every successful operation of the run, whatever its class
+  for (const ClassStats& s : r.classes) all.merge(s.latency);
   std::string out = fmt::format(
-      R"({{"name":"{}","ops":{},"errors":{},"seconds":{:.6f},"ops_per_s":{:.3f},"mismatches":{},"classes":[)",
+      R"({{"name":"{}","ops":{},"errors":{},"seconds":{:.6f},"ops_per_s":{:.3f},"mismatches":{},)"
+      R"("latency_ns":{{"min":{},"mean":{:.1f},"p50":{},"p99":{},"p99_9":{},"max":{}}},"classes":[)",
       json_escape(r.name), r.ops(), r.errors(), finite_or_zero(r.seconds), r.ops_per_s(),
-      r.mismatches);
+      r.mismatches, all.min(), all.mean(), all.percentile(50), all.percentile(99), all.percentile(99.9),
+      all.max());
   bool first = true;
   for (Op::Kind k : kKinds) {
     for (SizeClass c : kSizes) {

@@ -65,11 +65,13 @@ struct Report {
 
 // One JSON object (no trailing newline):
 // {"name":..., "ops":N, "errors":N, "seconds":S, "ops_per_s":R, "mismatches":N,
+//  "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N},
 //  "classes":[{"op":"get"|"set", "size_class":"eager"|"rendezvous", "count":N,
 //    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,
-//    "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N}}, ...]}
-// All four classes are always present, in index() order; a class without
-// successful operations has all latency fields 0.
+//    "latency_ns":{...the same six fields...}}, ...]}
+// The top-level latency_ns covers every successful operation of the run (all
+// classes together). All four classes are always present, in index() order;
+// a class (or a run) without successful operations has all latency fields 0.
 [[nodiscard]] std::string to_json(const Report& r);
 
 // JSON string contents for `s` (no quotes). Invalid UTF-8 becomes U+FFFD so

@@ -26,6 +26,11 @@ LoadRun::LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& op
     : scheduler_(&scheduler), client_(&client), ops_(&ops), options_(std::move(options)), gate_(scheduler) {
   options_.depth = std::clamp(options_.depth, 1u, kMaxDepth);
   report_.name = options_.name;
+  if (options_.verify) {
+    for (const Op& op : options_.expect) {
+      if (op.kind == Op::Kind::set) expected_.insert_or_assign(op.key, op.value);
+    }
+  }
 }
 
 void LoadRun::start() {

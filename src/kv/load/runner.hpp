@@ -61,6 +61,10 @@ struct LoadOptions {
   // Called for every SET the server acknowledged (status ok), with its bytes
   // (kvload --ack-log). Null: nothing.
   std::function<void(const Op&, std::span<const std::byte> value)> on_set_ok;
+  // With verify: what the server holds before the run (kvload --expect). The
+  // SETs among these ops are not sent; a GET of their key is checked against
+  // the last of them, as if this run had SET it. Other ops are ignored.
+  std::vector<Op> expect;
 };
 
 enum class RunState : std::uint8_t {
