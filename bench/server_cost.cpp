@@ -15,7 +15,9 @@
 // each batch size (requests per SEND: 32 is what a client at depth 32
 // coalesces, 1 is depth 1), it runs --warmup ops, then --reps timed
 // repetitions of --ops ops (steady_clock around each), and prints the median
-// (and min, max) nanoseconds per op. The figures include the bench's own
+// (and min, max) nanoseconds per op, and beside it the median of the thread's
+// CPU time per op (CLOCK_THREAD_CPUTIME_ID: on a shared machine, a ns/op far
+// above it means the bench was descheduled, not that the code got slower). The figures include the bench's own
 // share (copying requests in, checking replies); bench/cpu runs the same
 // binary under callgrind and splits instructions per op into the server's
 // (ServerConn::on_completion + flush, inclusive) and the total.
@@ -32,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -311,7 +314,19 @@ struct Row {
   unsigned batch;
   std::uint64_t ops;
   double median_ns, min_ns, max_ns;
+  double cpu_median_ns;  // the thread's CPU time (CLOCK_THREAD_CPUTIME_ID)
 };
+
+double thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
 
 }  // namespace
 
@@ -349,8 +364,8 @@ int main(int argc, char** argv) {
               "median of %u x %llu ops after %llu warm-up; credits %u, send buffers %u x %u B\n",
               o.value_size, kKeyLen, o.keys, o.reps, static_cast<unsigned long long>(o.ops),
               static_cast<unsigned long long>(o.warmup), o.credits, o.send_buffers, o.buf_size);
-  std::printf("%-5s %-3s %5s %10s %10s %10s %10s %8s\n", "index", "op", "batch", "ops", "ns/op", "min", "max",
-              "Mops/s");
+  std::printf("%-5s %-3s %5s %10s %10s %10s %10s %8s %10s\n", "index", "op", "batch", "ops", "ns/op", "min", "max",
+              "Mops/s", "cpu ns/op");
   std::vector<Row> rows;
   std::uint64_t mismatches = 0, replies = 0;
   for (const auto& mode : o.index_modes) {
@@ -361,18 +376,23 @@ int main(int argc, char** argv) {
       for (const unsigned batch : o.batches) {
         const std::uint64_t msgs = (o.ops + batch - 1) / batch;
         warm_up(h, op, batch, (o.warmup + batch - 1) / batch);
-        std::vector<double> ns;
+        const auto n = static_cast<double>(msgs * batch);
+        std::vector<double> ns, cpu;
         for (unsigned r = 0; r < o.reps; ++r) {
+          const double c0 = thread_cpu_ns();
           const auto t0 = std::chrono::steady_clock::now();
           measured_ops(h, op, batch, msgs);
           const auto t1 = std::chrono::steady_clock::now();
-          ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(msgs * batch));
+          const double c1 = thread_cpu_ns();
+          ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / n);
+          cpu.push_back((c1 - c0) / n);
         }
-        std::sort(ns.begin(), ns.end());
-        const double med = ns.size() % 2 == 1 ? ns[ns.size() / 2] : (ns[ns.size() / 2 - 1] + ns[ns.size() / 2]) / 2;
-        rows.push_back({mode, name, batch, msgs * batch, med, ns.front(), ns.back()});
-        std::printf("%-5s %-3s %5u %10llu %10.1f %10.1f %10.1f %8.2f\n", mode.c_str(), name.c_str(), batch,
-                    static_cast<unsigned long long>(msgs * batch), med, ns.front(), ns.back(), 1e3 / med);
+        const double med = median(ns);
+        const double cpu_med = median(cpu);
+        const auto [lo, hi] = std::minmax_element(ns.begin(), ns.end());
+        rows.push_back({mode, name, batch, msgs * batch, med, *lo, *hi, cpu_med});
+        std::printf("%-5s %-3s %5u %10llu %10.1f %10.1f %10.1f %8.2f %10.1f\n", mode.c_str(), name.c_str(), batch,
+                    static_cast<unsigned long long>(msgs * batch), med, *lo, *hi, 1e3 / med, cpu_med);
         std::fflush(stdout);
       }
     }
@@ -392,10 +412,11 @@ int main(int argc, char** argv) {
       std::perror(o.csv.c_str());
       return 2;
     }
-    std::fprintf(f, "index,op,batch,value_size,ops,ns_per_op_median,ns_per_op_min,ns_per_op_max,reps\n");
+    std::fprintf(f, "index,op,batch,value_size,ops,ns_per_op_median,ns_per_op_min,ns_per_op_max,reps,cpu_ns_per_op_median\n");
     for (const auto& r : rows) {
-      std::fprintf(f, "%s,%s,%u,%zu,%llu,%.1f,%.1f,%.1f,%u\n", r.index.c_str(), r.op.c_str(), r.batch, o.value_size,
-                   static_cast<unsigned long long>(r.ops), r.median_ns, r.min_ns, r.max_ns, o.reps);
+      std::fprintf(f, "%s,%s,%u,%zu,%llu,%.1f,%.1f,%.1f,%u,%.1f\n", r.index.c_str(), r.op.c_str(), r.batch,
+                   o.value_size, static_cast<unsigned long long>(r.ops), r.median_ns, r.min_ns, r.max_ns, o.reps,
+                   r.cpu_median_ns);
     }
     std::fclose(f);
   }
