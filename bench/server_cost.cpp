@@ -1,26 +1,31 @@
 // bench/server_cost: what one small request costs kvd's CPU, natively
 // (docs/performance.md, "Server CPU per operation"). No verbs, no guest: the
 // server's protocol path -- ServerConn (kv/server) and the Store (kv/store),
-// as kvd builds them -- is fed receive completions through the Link seam
-// (bench/host_seams.hpp), exactly as Server::service feeds it from a CQ
-// drain: per client SEND one recv completion, one flush(), then the SEND
-// completion of the reply. The bench plays the client and the HCA: it copies
-// pre-encoded requests into the posted receive buffer and checks every reply.
+// built with kvd's defaults (ServerOptions: credits, buffers, --reply-batch,
+// the index and its arenas) -- is fed receive completions through the Link
+// seam (bench/host_seams.hpp), as Server::service feeds it from a CQ drain:
+// per client SEND one recv completion (the replies' SENDs that fill up on the
+// way, every --reply-batch replies, are posted from inside it), one flush(),
+// then the completions of those SENDs. The bench plays the client and the
+// HCA: it copies pre-encoded requests into the posted receive buffer and
+// checks every reply.
 //
 //   server_cost [--ops N] [--reps R] [--warmup N] [--keys K] [--value-size B]
-//               [--op set,get] [--batch 32,1] [--index off,on] [--csv FILE]
+//               [--op set,get] [--batch 32,1] [--index off,on] [--reply-batch N]
+//               [--csv FILE]
 //
 // For each index mode (off: a Store of std::strings; on: kvd's default, the
 // one-sided GET index attached, small values in arena blocks), each op and
 // each batch size (requests per SEND: 32 is what a client at depth 32
 // coalesces, 1 is depth 1), it runs --warmup ops, then --reps timed
 // repetitions of --ops ops (steady_clock around each), and prints the median
-// (and min, max) nanoseconds per op, and beside it the median of the thread's
-// CPU time per op (CLOCK_THREAD_CPUTIME_ID: on a shared machine, a ns/op far
-// above it means the bench was descheduled, not that the code got slower). The figures include the bench's own
-// share (copying requests in, checking replies); bench/cpu runs the same
-// binary under callgrind and splits instructions per op into the server's
-// (ServerConn::on_completion + flush, inclusive) and the total.
+// (and min, max) nanoseconds per op, and beside it the median of the
+// thread's CPU time per op (CLOCK_THREAD_CPUTIME_ID: on a shared machine, a
+// ns/op far above it means the bench was descheduled, not that the code got
+// slower). The figures include the bench's own share (copying requests in,
+// checking replies); bench/cpu runs the same binary under callgrind and
+// splits instructions per op into the server's (ServerConn::on_completion +
+// flush, inclusive) and the total.
 //
 // Checks, all of them, every run: every reply is decoded, in order, with
 // the request's req_id, opcode and status ok; every SET's acknowledged
@@ -45,6 +50,7 @@
 #include "kv/server/arena.hpp"
 #include "kv/server/counters.hpp"
 #include "kv/server/index_region.hpp"
+#include "kv/server/server.hpp"
 #include "kv/server/server_conn.hpp"
 #include "kv/store/store.hpp"
 #include "proto/encode.hpp"
@@ -56,11 +62,11 @@ using rkv::bench::BenchLink;
 using rkv::bench::HostRegistrar;
 using rkv::kv::conn::BufferPool;
 using rkv::kv::server::Arena;
-using rkv::kv::server::ArenaConfig;
 using rkv::kv::server::IndexRegion;
 using rkv::kv::server::ServerConn;
 using rkv::kv::server::ServerConnConfig;
 using rkv::kv::server::ServerCounters;
+using rkv::kv::server::ServerOptions;
 using rkv::kv::server::Verdict;
 using rkv::kv::store::Store;
 namespace proto = rkv::proto;
@@ -77,10 +83,12 @@ struct Options {
   std::vector<unsigned> batches{32, 1};
   std::vector<std::string> index_modes{"off", "on"};
   std::string csv;
-  // kvd's defaults (ServerOptions) for a client announcing 32 credits (depth 32).
-  std::uint16_t credits = 16;
-  std::uint32_t send_buffers = 32;
-  std::uint32_t buf_size = 8192;
+  // kvd's defaults (ServerOptions), for a client announcing 32 credits (depth 32).
+  ServerOptions kvd{};
+  std::uint32_t reply_batch = kvd.reply_batch;
+  std::uint16_t credits = kvd.credits;
+  std::uint32_t send_buffers = std::min<std::uint32_t>(32, kvd.max_send_buffers);
+  std::uint32_t buf_size = kvd.buf_size;
 };
 
 constexpr std::size_t kKeyLen = 10;  // "key" + 7 digits
@@ -97,14 +105,14 @@ class Harness {
  public:
   Harness(const Options& o, bool index)
       : o_(o),
-        link_(o.credits + 1, 4),
+        link_(o.credits + 1, 64),
         recv_(o.credits, o.buf_size),
         send_(o.send_buffers, o.buf_size),
-        arena_(registrar_, ArenaConfig{}),
+        arena_(registrar_, o.kvd.arena),
         version_(o.keys, 0) {
     if (index) {  // kvd's defaults: ServerOptions::index_buckets, small_arena
-      small_ = std::make_unique<Arena>(registrar_, ArenaConfig{64, std::size_t{4} << 20, std::size_t{1} << 30});
-      index_ = std::make_unique<IndexRegion>(registrar_, 1u << 18);
+      small_ = std::make_unique<Arena>(registrar_, o.kvd.small_arena);
+      index_ = std::make_unique<IndexRegion>(registrar_, o.kvd.index_buckets);
       store_.attach_index(index_->index(), [a = small_.get()](std::size_t n) { return a->allocate(n); });
     }
     ServerConnConfig cfg;  // as Server::on_connect_request fills it
@@ -112,8 +120,10 @@ class Harness {
     cfg.generation = 1;
     cfg.peer_recv_size = o.buf_size;
     cfg.limits.max_value = std::numeric_limits<std::uint64_t>::max();
-    cfg.max_transfers = o.send_buffers;
-    cfg.max_pins = o.send_buffers;
+    cfg.max_value = o.kvd.max_value;
+    cfg.max_transfers = std::min<std::uint32_t>(32, o.kvd.max_transfers);
+    cfg.max_pins = 32;
+    cfg.reply_batch = o.reply_batch;
     cfg.label = "bench";
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, std::move(cfg), &arena_, nullptr);
     if (conn_->start() != Verdict::keep) throw std::runtime_error("ServerConn::start failed");
@@ -341,6 +351,8 @@ int main(int argc, char** argv) {
   app.add_option("--op", o.op_names, "operations to measure: set, get")->delimiter(',')->capture_default_str();
   app.add_option("--batch", o.batches, "requests per SEND (1 .. 64)")->delimiter(',')->capture_default_str();
   app.add_option("--index", o.index_modes, "one-sided index: off, on (kvd's default)")->delimiter(',')->capture_default_str();
+  app.add_option("--reply-batch", o.reply_batch, "replies per SEND before it is posted mid-batch (kvd's --reply-batch; 0: one SEND per pass)")
+      ->capture_default_str();
   app.add_option("--csv", o.csv, "also write the rows as CSV");
   CLI11_PARSE(app, argc, argv);
   if (o.keys == 0 || o.keys > 9999999 || o.value_size < 16 || o.value_size > 1000 || o.reps == 0) {
@@ -361,9 +373,9 @@ int main(int argc, char** argv) {
   }
 
   std::printf("# server_cost: ServerConn + Store through the Link seam (no verbs), %zu B values, %zu B keys, %u keys; "
-              "median of %u x %llu ops after %llu warm-up; credits %u, send buffers %u x %u B\n",
+              "median of %u x %llu ops after %llu warm-up; credits %u, send buffers %u x %u B, reply batch %u\n",
               o.value_size, kKeyLen, o.keys, o.reps, static_cast<unsigned long long>(o.ops),
-              static_cast<unsigned long long>(o.warmup), o.credits, o.send_buffers, o.buf_size);
+              static_cast<unsigned long long>(o.warmup), o.credits, o.send_buffers, o.buf_size, o.reply_batch);
   std::printf("%-5s %-3s %5s %10s %10s %10s %10s %8s %10s\n", "index", "op", "batch", "ops", "ns/op", "min", "max",
               "Mops/s", "cpu ns/op");
   std::vector<Row> rows;
