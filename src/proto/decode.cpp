@@ -52,4 +52,25 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
   return m;
 }
 
+MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) noexcept {
+  const RawHeader raw = read_raw_header(buf.subspan(offset).first<kHeaderSize>());
+  MessageView m;
+  m.header = to_header(raw);
+  m.offset = offset;
+  std::size_t p = offset + kHeaderSize;
+  if (raw.key_len != 0) m.key = as_string_view(buf.subspan(p, raw.key_len));
+  p += raw.key_len;
+  if (m.header.rdv()) {
+    const auto desc = buf.subspan(p, kRdvDescSize);
+    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey)};
+    p += kRdvDescSize;
+  } else {
+    const auto len = static_cast<std::size_t>(raw.value_len);
+    if (len != 0) m.value = buf.subspan(p, len);
+    p += len;
+  }
+  m.size = p - offset;
+  return m;
+}
+
 }  // namespace rkv::proto

@@ -64,4 +64,13 @@ class Decoder {
   std::optional<DecodeError> error_;
 };
 
+// The message at `offset` of `buf`, read without checking it again: for a
+// receiver's second walk over a buffer it has already validated (ServerConn
+// validates a whole SEND before executing any of it, then executes it).
+// Precondition: a Decoder over these same bytes returned a MessageView at
+// `offset` (any limits), and the bytes have not changed since. Equal to that
+// view, field by field (tests/unit/test_proto.cpp checks it on every message
+// the fuzz tests decode).
+[[nodiscard]] MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) noexcept;
+
 }  // namespace rkv::proto

@@ -766,6 +766,18 @@ struct FuzzStats {
   std::set<Reason> reasons;
 };
 
+// view_validated (the unchecked second walk) must give exactly what the Decoder gave.
+void expect_same_view(const MessageView& got, const MessageView& want) {
+  ASSERT_EQ(got.header, want.header);
+  ASSERT_EQ(got.key.data(), want.key.data());
+  ASSERT_EQ(got.key.size(), want.key.size());
+  ASSERT_EQ(got.value.data(), want.value.data());
+  ASSERT_EQ(got.value.size(), want.value.size());
+  ASSERT_EQ(got.rdv, want.rdv);
+  ASSERT_EQ(got.offset, want.offset);
+  ASSERT_EQ(got.size, want.size);
+}
+
 // Decodes to the end, checking every view and that errors are sticky.
 void fuzz_one(std::span<const std::byte> buf, FuzzStats& stats, const Limits& limits = {}) {
   Decoder dec(buf, limits);
@@ -774,6 +786,7 @@ void fuzz_one(std::span<const std::byte> buf, FuzzStats& stats, const Limits& li
     const DecodeResult r = dec.next();
     if (const auto* m = std::get_if<MessageView>(&r)) {
       check_view(buf, *m);
+      expect_same_view(view_validated(buf, m->offset), *m);
       ASSERT_EQ(m->offset, last_end);
       last_end = m->offset + m->size;
       ++stats.messages;

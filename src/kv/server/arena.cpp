@@ -111,26 +111,39 @@ std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
   }
   auto& k = s.classes[c];
   if (k.free.empty() && !s.grow(c, *registrar_)) return nullptr;
+  // One allocation per block handed out: the LargeValue and what gives the
+  // block back when the last reference goes (shared_ptr's control block
+  // included: make_shared), instead of a LargeValue plus a control block
+  // holding a deleter.
+  struct Handed {
+    LargeValue value;
+    std::shared_ptr<State> state;
+    std::size_t cls;
+    Block block;
+    Handed(const LargeValue& v, std::shared_ptr<State> st, std::size_t c, const Block& b) noexcept
+        : value(v), state(std::move(st)), cls(c), block(b) {}
+    Handed(const Handed&) = delete;
+    Handed& operator=(const Handed&) = delete;
+    ~Handed() {
+      auto& k = state->classes[cls];
+      k.free.push_back(block);  // capacity reserved in grow(): never allocates
+      state->stats.used_bytes -= k.block;
+      --state->stats.blocks_in_use;
+    }
+  };
   const Block b = k.free.back();
-  auto* value = new (std::nothrow) LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block};
-  if (value == nullptr) return nullptr;
-  k.free.pop_back();
+  std::shared_ptr<Handed> h;
+  try {
+    h = std::make_shared<Handed>(LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block}, state_, c, b);
+  } catch (const std::bad_alloc&) {
+    return nullptr;  // nothing taken yet
+  }
+  k.free.pop_back();  // from here on ~Handed gives it back
   s.stats.used_bytes += k.block;
   ++s.stats.blocks_in_use;
-  try {
-    // On bad_alloc the shared_ptr constructor runs the deleter: the block goes back.
-    auto v = std::shared_ptr<LargeValue>(value, [st = state_, c, b](LargeValue* p) noexcept {
-      delete p;
-      auto& cls = st->classes[c];
-      cls.free.push_back(b);  // capacity reserved in grow(): never allocates
-      st->stats.used_bytes -= cls.block;
-      --st->stats.blocks_in_use;
-    });
-    if (k.free.empty()) k.dry = true;
-    return v;
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
+  if (k.free.empty()) k.dry = true;
+  LargeValue* v = &h->value;
+  return {std::move(h), v};  // aliasing: the block's LargeValue, owned by its Handed
 }
 
 void Arena::top_up() noexcept {

@@ -224,23 +224,24 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     return Progress::finished;
   }
   const auto bytes = std::span<const std::byte>(recv_->buffer(h.slot)).first(h.len);
-  proto::Decoder dec(bytes.subspan(h.offset), config_.limits);
   for (;;) {
-    const auto r = dec.next();
-    const auto* m = std::get_if<proto::MessageView>(&r);
-    if (m == nullptr) {  // validated on arrival: cannot happen
+    // on_recv validated the whole buffer and nothing writes it until it is
+    // re-posted (below, after its last request): read each message again
+    // without re-checking it.
+    const proto::MessageView m = proto::view_validated(bytes, h.offset);
+    if (m.size == 0 || m.size > h.len - h.offset) {  // cannot happen; never loop or overrun
       fail(CloseCause::internal, "held buffer no longer decodes");
       return Progress::failed;
     }
-    proto::MessageSpec reply = plan_reply(*m);
+    proto::MessageSpec reply = plan_reply(m);
     const std::size_t need = proto::encoded_size(reply);
     if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
-    if (m->opcode() == Opcode::set && m->rdv && arena_ != nullptr && transfers_full()) {
+    if (m.opcode() == Opcode::set && m.rdv && arena_ != nullptr && transfers_full()) {
       return Progress::paused;  // resumes when a READ/WRITE completes
     }
-    const Outcome out = execute(*m, reply);
+    const Outcome out = execute(m, reply);
     if (out == Outcome::failed) return Progress::failed;
-    h.offset += m->size;
+    h.offset += m.size;
     const bool last = h.offset == h.len;
     if (last) {  // every request of the buffer is executed: give it back now
       if (!repost(h.slot)) return Progress::failed;
@@ -248,7 +249,7 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     }
     // No reply yet (a transfer answers on completion; RELEASE has none): the
     // credit rides on the next reply.
-    if (out == Outcome::reply && !append_reply(reply, m->opcode())) return Progress::failed;
+    if (out == Outcome::reply && !append_reply(reply, m.opcode())) return Progress::failed;
     if (config_.reply_batch != 0 && channel_.open_messages() >= config_.reply_batch &&
         flush() != Verdict::keep) {
       return Progress::failed;
