@@ -198,32 +198,26 @@ std::size_t Reactor::run_timers() noexcept {
 
 std::size_t Reactor::run_pollers() noexcept {
   wake_requested_ = false;  // every poller runs now; a wake() from one of them counts for the next turn
-  std::size_t worked = 0;
-  // Index-based: pollers may be added or removed by the ones we run.
-  const std::uint32_t count = pollers_.slot_count();
-  for (std::uint32_t i = 0; i < count; ++i) {
-    const auto key = pollers_.key_at(i);
-    if (!key) continue;
-    PollerEntry* p = pollers_.begin_call(*key);
-    if (p == nullptr) continue;
-    if (p->fn()) ++worked;
-    pollers_.end_call(i);
-  }
-  return worked;
+  return call_pollers([](PollerEntry& p) noexcept { return p.fn(); });
 }
 
 std::size_t Reactor::run_before_sleep() noexcept {
-  std::size_t found = 0;
+  return call_pollers([](PollerEntry& p) noexcept { return p.options.before_sleep && p.options.before_sleep(); });
+}
+
+// Index-based: pollers may be added or removed by the ones we run.
+std::size_t Reactor::call_pollers(bool (*call)(PollerEntry&) noexcept) noexcept {
+  std::size_t worked = 0;
   const std::uint32_t count = pollers_.slot_count();
   for (std::uint32_t i = 0; i < count; ++i) {
     const auto key = pollers_.key_at(i);
     if (!key) continue;
     PollerEntry* p = pollers_.begin_call(*key);
     if (p == nullptr) continue;
-    if (p->options.before_sleep && p->options.before_sleep()) ++found;
+    if (call(*p)) ++worked;
     pollers_.end_call(i);
   }
-  return found;
+  return worked;
 }
 
 void Reactor::update_spin_budget() noexcept {

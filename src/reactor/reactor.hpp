@@ -211,6 +211,7 @@ class Reactor {
   std::size_t run_timers() noexcept;
   std::size_t run_pollers() noexcept;
   std::size_t run_before_sleep() noexcept;  // the hooks; count of those that found work
+  std::size_t call_pollers(bool (*call)(PollerEntry&) noexcept) noexcept;  // count of calls that returned true
   void note_turn(std::size_t ran) noexcept;  // opens, keeps or closes the spin window
   void update_spin_budget() noexcept;
   void arm_timerfd() noexcept;
