@@ -55,5 +55,15 @@ TEST(KvdCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--fsync-interval-ms", "0"}, {}, 60s).exit_code, 2);
 }
 
+TEST(RkvStatsCli, BadFlagsExitTwo) {
+  const std::string kvd = RKV_KVD_PATH;
+  const std::string rkv = kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
+  EXPECT_EQ(run_command({rkv, "stats"}, {}, 60s).exit_code, 2);  // --server missing
+  EXPECT_EQ(run_command({rkv, "stats", "--server", "x", "--port", "70000"}, {}, 60s).exit_code, 2);
+  const auto help = run_command({rkv, "stats", "--help"}, {}, 60s);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(contains(help.out, "--json")) << help.out;
+}
+
 }  // namespace
 }  // namespace rkv::test

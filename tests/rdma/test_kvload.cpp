@@ -5,7 +5,10 @@
 // mode answers SET/GET. (Bad flags and `kvload gen` need no device: test_cli.cpp.)
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -36,6 +39,40 @@ std::string write_file(const std::string& name, const std::string& text) {
 }
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// The rkv executable (kvd and kvload are links to it).
+std::string rkv_path() {
+  const std::string kvd = RKV_KVD_PATH;
+  return kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
+}
+
+// A flat JSON object of unsigned integers, {"name": 1, "b": 2}, strictly;
+// nullopt for anything else.
+std::optional<std::map<std::string, std::uint64_t>> parse_flat_json(const std::string& text) {
+  std::map<std::string, std::uint64_t> out;
+  std::size_t i = 0;
+  const auto ws = [&] { while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i; };
+  const auto eat = [&](char c) { ws(); if (i < text.size() && text[i] == c) { ++i; return true; } return false; };
+  if (!eat('{')) return std::nullopt;
+  if (eat('}')) return out;
+  do {
+    if (!eat('"')) return std::nullopt;
+    const auto end = text.find('"', i);
+    if (end == std::string::npos) return std::nullopt;
+    std::string name = text.substr(i, end - i);
+    i = end + 1;
+    if (!eat(':')) return std::nullopt;
+    ws();
+    std::uint64_t v = 0;
+    const std::size_t digits = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) v = v * 10 + static_cast<std::uint64_t>(text[i++] - '0');
+    if (i == digits || !out.emplace(std::move(name), v).second) return std::nullopt;
+  } while (eat(','));
+  if (!eat('}')) return std::nullopt;
+  ws();
+  if (i != text.size()) return std::nullopt;
+  return out;
+}
 
 TEST(KvloadE2E, MalformedFileReportsEveryLineAndSendsNothing) {
   const std::string addr = verbs::test::softroce_addr();
@@ -98,6 +135,47 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
   EXPECT_TRUE(contains(r.out, "\"mismatches\":1")) << r.out;
   EXPECT_TRUE(contains(r.err, gets + ":2: get beta")) << r.err;
   for (const auto& f : {file, gets, wrong}) std::remove(f.c_str());
+}
+
+// rkv stats: the kvd's table over the wire, as JSON that parses, whose
+// counters move by exactly the operations a kvload run sent; the text form
+// has the same names. A malformed address exits 1 with a message.
+TEST(KvloadE2E, RkvStatsJsonParsesAndCountersMove) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const auto port = std::to_string(kvd.port());
+  const auto stats = [&] {
+    const auto r = run_command({rkv_path(), "stats", "--server", addr, "--port", port, "--json"}, {}, 120s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto parsed = parse_flat_json(r.out);
+    EXPECT_TRUE(parsed.has_value()) << "not a flat JSON object: " << r.out;
+    return parsed.value_or(std::map<std::string, std::uint64_t>{});
+  };
+  auto before = stats();
+  for (const char* name : {"uptime_s", "rss_bytes", "connections", "sets", "gets", "stats", "get_hits",
+                           "large_sets", "keys"}) {
+    EXPECT_EQ(before.count(name), 1u) << "no " << name;
+  }
+  EXPECT_GT(before["rss_bytes"], 0u);
+  const std::string file = write_file("stats.txt",
+                                      "SET a 1\nSET b @5000:1\nGET a\nGET b\nGET missing\nSET a 2\n");
+  const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "-q"}, {}, 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto after = stats();
+  EXPECT_EQ(after["sets"] - before["sets"], 3u);
+  EXPECT_EQ(after["large_sets"] - before["large_sets"], 1u);
+  EXPECT_EQ(after["gets"] - before["gets"], 3u);
+  EXPECT_EQ(after["get_hits"] - before["get_hits"], 2u);
+  EXPECT_EQ(after["stats"] - before["stats"], 1u);  // the first `rkv stats`
+  EXPECT_EQ(after["keys"], 2u);
+  EXPECT_EQ(after["accepted"] - before["accepted"], 2u);  // kvload and the second rkv stats
+  const auto text = run_command({rkv_path(), "stats", "--server", addr, "--port", port}, {}, 120s);
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "\nsets ")) << text.out;
+  const auto refused = run_command({rkv_path(), "stats", "--server", addr, "--port", "1"}, {}, 120s);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(contains(refused.err, "rkv stats:")) << refused.err;
+  std::remove(file.c_str());
 }
 
 // The three ways to find completions (reactor.hpp "Spin, then block"), on

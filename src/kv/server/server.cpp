@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
+#include <unistd.h>
+
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -130,9 +133,27 @@ ServerStats Server::stats() const noexcept {
   return {counters_, store_->size(), store_->bytes()};
 }
 
+namespace {
+// Resident set size of this process (/proc/self/statm), 0 if unreadable.
+std::uint64_t resident_bytes() noexcept {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return n == 2 && page > 0 ? resident * static_cast<std::uint64_t>(page) : 0;
+}
+}  // namespace
+
 store::StatRows Server::stats_rows() const {
   reactor_->assert_owner_thread();
-  store::StatRows rows = counter_rows(counters_);
+  store::StatRows rows;
+  const auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
+  rows.push_back({"uptime_s", static_cast<std::uint64_t>(up.count()), "seconds since kvd started serving"});
+  rows.push_back({"rss_bytes", resident_bytes(), "resident memory of the kvd process"});
+  const store::StatRows counted = counter_rows(counters_);
+  rows.insert(rows.end(), counted.begin(), counted.end());
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
   const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
   const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};

@@ -189,6 +189,7 @@ class Server {
   Store* store_;
   ServerOptions options_;
   ServerCounters counters_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_s
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;
   std::shared_ptr<const verbs::ProtectionDomain> pd_;

@@ -1,0 +1,123 @@
+// rkv stats: asks a kvd for its statistics over the wire (a STATS request,
+// docs/protocol.md) and prints them: "name  value" lines, or with --json one
+// JSON object {"name": value, ...} (the same shape as kvd --stats-json). The
+// rows are kvd's one table (kv/server/counters.hpp + the gauges of
+// Server::stats_rows), so SIGUSR1, the STATS reply and this tool never differ.
+//
+// Exit status: 0 printed, 1 connection failed or a malformed reply, 2 bad flags.
+#include "rkv_stats.hpp"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli.hpp"
+#include "kv/client/client.hpp"
+#include "kv/store/stats.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::apps {
+namespace {
+
+struct Row {
+  std::string name;
+  std::uint64_t value = 0;
+};
+
+bool valid_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (const char ch : n) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+  }
+  return true;
+}
+
+// "name value\n" lines; false (and `bad` set to the line) on anything else.
+bool parse_rows(std::string_view text, std::vector<Row>& out, std::string& bad) {
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    if (nl == std::string_view::npos) {
+      bad.assign(text);
+      return false;  // every line ends with a newline
+    }
+    const std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    const auto sp = line.find(' ');
+    Row row;
+    const std::string_view name = line.substr(0, sp);
+    const std::string_view num = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
+    const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), row.value);
+    if (!valid_name(name) || num.empty() || ec != std::errc{} || ptr != num.data() + num.size()) {
+      bad.assign(line);
+      return false;
+    }
+    row.name.assign(name);
+    out.push_back(std::move(row));
+  }
+  return true;
+}
+
+}  // namespace
+
+int stats_main(int argc, char** argv) {
+  std::string server;
+  std::uint16_t port = kv::client::kDefaultPort;
+  bool json = false;
+  CLI::App app{"rkv stats: a kvd's counters and gauges (uptime, connections, operations by kind, bytes, memory, "
+               "durability), from its STATS reply"};
+  app.name("rkv stats");
+  app.add_option("--server", server, "kvd's address")->required();
+  app.add_option("--port", port, "kvd's port")->capture_default_str();
+  app.add_flag("--json", json, "one JSON object {\"name\": value, ...} instead of name/value lines");
+  if (const auto rc = parse_cli(app, argc, argv)) return *rc;
+
+  std::string text;
+  try {
+    reactor::Reactor reactor;
+    kv::client::ClientOptions copt;
+    copt.max_in_flight = 1;
+    copt.send_count = 1;
+    auto client = kv::client::Client::connect(reactor, server, port, copt);
+    const kv::client::Status st = client->stats_sync(text);
+    if (st != kv::client::Status::ok) {
+      std::fprintf(stderr, "rkv stats: STATS to %s:%u failed: %s%s%s\n", server.c_str(), unsigned{port},
+                   std::string(kv::client::to_string(st)).c_str(), client->failure().empty() ? "" : ": ",
+                   client->failure().c_str());
+      return 1;
+    }
+    client->close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rkv stats: %s\n", e.what());
+    return 1;
+  }
+
+  std::vector<Row> rows;
+  std::string bad;
+  if (!parse_rows(text, rows, bad)) {
+    std::fprintf(stderr, "rkv stats: malformed STATS reply from %s:%u: line \"%s\"\n", server.c_str(),
+                 unsigned{port}, bad.c_str());
+    return 1;
+  }
+  kv::store::StatRows view;
+  view.reserve(rows.size());
+  std::size_t width = 0;
+  for (const Row& r : rows) {
+    view.push_back({r.name, r.value, {}});
+    width = std::max(width, r.name.size());
+  }
+  if (json) {
+    std::printf("%s\n", kv::store::format_stats_json(view).c_str());
+  } else {
+    for (const Row& r : rows) {
+      std::printf("%-*s %llu\n", static_cast<int>(width), r.name.c_str(), static_cast<unsigned long long>(r.value));
+    }
+  }
+  return 0;
+}
+
+}  // namespace rkv::apps
