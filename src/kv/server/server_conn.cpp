@@ -160,8 +160,12 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   const auto slot = c.wr_id.slot();
   const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
 
-  // Validate the whole buffer before executing any of it.
+  // Validate the whole buffer before executing any of it. A buffer of several
+  // requests also gets their keys' memory prefetched (Store::prefetch): the
+  // first one's when the second is seen (a lone request runs at once anyway).
   proto::Decoder check(bytes, config_.limits);
+  std::string_view first_key;
+  std::size_t requests = 0;
   for (;;) {
     const auto r = check.next();
     if (const auto* err = std::get_if<proto::DecodeError>(&r)) {
@@ -175,6 +179,14 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
                                                           to_string(m.opcode()), m.offset));
     }
     if (m.opcode() != Opcode::release) ++outstanding_;  // RELEASE gets no reply
+    if (!m.key.empty()) {
+      if (++requests == 1) {
+        first_key = m.key;
+      } else {
+        if (requests == 2) store_->prefetch(first_key);
+        store_->prefetch(m.key);
+      }
+    }
   }
   counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
   held_.push_back({slot, bytes.size(), 0});

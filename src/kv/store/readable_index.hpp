@@ -57,6 +57,10 @@ class ReadableIndex {
   // The key in `bucket` went away (Store::erase): the bucket is empty again
   // (its overflow flag stays), so readers get NOT FOUND.
   void release(std::uint32_t bucket) noexcept;
+  // The entry of `bucket` is about to be published or withdrawn (Store::prefetch).
+  void prefetch(std::uint32_t bucket) const noexcept {
+    __builtin_prefetch(region_.data() + std::size_t{bucket} * proto::kBucketSize, 1);
+  }
   // A key that got kNoBucket from claim() went away (Store::erase).
   void forget_overflow_key() noexcept {
     if (stats_.overflow_keys > 0) --stats_.overflow_keys;

@@ -98,6 +98,13 @@ Store::Lookup Store::get(std::string_view key) const {
   return {true, it->second.view(), it->second.large()};
 }
 
+void Store::prefetch(std::string_view key) const noexcept {
+  const auto it = map_.find(key);
+  if (it == map_.end()) return;
+  if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) index_->prefetch(it->second.bucket);
+  __builtin_prefetch(it->second.view().data());
+}
+
 bool Store::erase(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return false;

@@ -73,6 +73,12 @@ class Store {
   [[nodiscard]] Lookup get(std::string_view key) const;
   // True if the key existed.
   bool erase(std::string_view key);
+  // A batch is about to run set()/get() of `key`: start loading the memory
+  // they will touch (the key's node is found now; its index entry, for
+  // writing, and its value), so the cache misses of a batch's requests
+  // overlap instead of being paid one request after another. No effect on
+  // the contents.
+  void prefetch(std::string_view key) const noexcept;
 
   // From now on every set publishes into `index`; small values go into
   // blocks from `small_blocks`. Both are used until detach_index(). Keys
