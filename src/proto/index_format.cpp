@@ -49,13 +49,7 @@ std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept {
   return out;
 }
 
-std::optional<IndexEntry> decode_entry(std::span<const std::byte> b) noexcept {
-  b = b.first(kBucketSize);
-  if (std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; })) return IndexEntry{};
-  if (load_le<std::uint32_t>(b, kEntryCrcOffset) != crc32c(b.data(), kEntryCrcOffset)) return std::nullopt;
-  for (std::size_t i = kEntryCrcOffset + 4; i < kBucketSize; ++i) {
-    if (b[i] != std::byte{0}) return std::nullopt;
-  }
+IndexEntry decode_own_entry(std::span<const std::byte> b) noexcept {
   IndexEntry e;
   e.version = load_le<std::uint64_t>(b, off::version);
   e.key_hash = load_le<std::uint64_t>(b, off::key_hash);
@@ -66,6 +60,16 @@ std::optional<IndexEntry> decode_entry(std::span<const std::byte> b) noexcept {
   e.data_crc = load_le<std::uint32_t>(b, off::data_crc);
   e.flags = load_le<std::uint32_t>(b, off::flags);
   return e;
+}
+
+std::optional<IndexEntry> decode_entry(std::span<const std::byte> b) noexcept {
+  b = b.first(kBucketSize);
+  if (std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; })) return IndexEntry{};
+  if (load_le<std::uint32_t>(b, kEntryCrcOffset) != crc32c(b.data(), kEntryCrcOffset)) return std::nullopt;
+  for (std::size_t i = kEntryCrcOffset + 4; i < kBucketSize; ++i) {
+    if (b[i] != std::byte{0}) return std::nullopt;
+  }
+  return decode_own_entry(b);
 }
 
 std::string_view to_string(ProbeResult r) noexcept {

@@ -69,6 +69,10 @@ struct IndexEntry {
 // nullopt: torn (entry_crc mismatch or a non-zero tail). An all-zero bucket
 // decodes as an empty entry (flags 0). Precondition: bucket.size() >= kBucketSize.
 [[nodiscard]] std::optional<IndexEntry> decode_entry(std::span<const std::byte> bucket) noexcept;
+// The fields of a bucket its one writer wrote itself (the server reading its
+// own entries back): no checks, an all-zero bucket is an empty entry. Never
+// for bytes that came over the network.
+[[nodiscard]] IndexEntry decode_own_entry(std::span<const std::byte> bucket) noexcept;
 
 // Home bucket of a hash in an index of `buckets` (a power of two).
 [[nodiscard]] constexpr std::uint64_t home_bucket(std::uint64_t hash, std::uint32_t buckets) noexcept {

@@ -2,6 +2,7 @@
 #include "kv/store/readable_index.hpp"
 
 #include <atomic>
+#include <cassert>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -26,8 +27,9 @@ ReadableIndex::ReadableIndex(std::span<std::byte> region, std::uint32_t buckets)
 }
 
 proto::IndexEntry ReadableIndex::read(std::uint64_t bucket) const noexcept {
-  // Only this (the one writer) reads its own entries here: never torn.
-  return proto::decode_entry(region_.subspan(bucket * kBucketSize, kBucketSize)).value_or(proto::IndexEntry{});
+  // Only this (the one writer) reads its own entries here: never torn, no
+  // check needed (an all-zero bucket reads as an empty entry).
+  return proto::decode_own_entry(region_.subspan(bucket * kBucketSize, kBucketSize));
 }
 
 void ReadableIndex::write(std::uint64_t bucket, const proto::IndexEntry& e) noexcept {
@@ -82,7 +84,9 @@ std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key,
   proto::IndexEntry e = read(bucket);
   if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
   e.version = ++version_;
-  e.key_hash = proto::hash64(key);
+  // claim() wrote this key's hash and length into the bucket, and only
+  // release() clears them (and the Store then forgets the bucket).
+  assert(e.used() && e.key_hash == proto::hash64(key) && e.key_len == key.size());
   e.addr = addr;
   e.rkey = rkey;
   e.key_len = static_cast<std::uint32_t>(key.size());
@@ -94,12 +98,11 @@ std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key,
   return e.version;
 }
 
-void ReadableIndex::withdraw(std::uint32_t bucket, std::string_view key) noexcept {
+void ReadableIndex::withdraw(std::uint32_t bucket, [[maybe_unused]] std::string_view key) noexcept {
   proto::IndexEntry e = read(bucket);
   if (!e.rpc_only()) ++stats_.rpc_only;
   e.version = ++version_;
-  e.key_hash = proto::hash64(key);
-  e.key_len = static_cast<std::uint32_t>(key.size());
+  assert(e.used() && e.key_hash == proto::hash64(key) && e.key_len == key.size());  // as publish()
   e.addr = 0;
   e.rkey = 0;
   e.value_len = 0;
