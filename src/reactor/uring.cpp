@@ -80,6 +80,16 @@ struct Uring::State {
     return s;
   }
 
+  // A failed submit leaves prepared SQEs in the ring (liburing published
+  // the tail before io_uring_enter failed; the kernel reads them at the next
+  // enter), so an op may not be erased while its SQE still points at its
+  // iovecs and paths: turn the SQE into a no-op with key 0 (never a live
+  // slot) first. It completes later and is dropped as stale.
+  static void neutralize(io_uring_sqe* s) noexcept {
+    io_uring_prep_nop(s);
+    io_uring_sqe_set_data64(s, 0);
+  }
+
   int submit() noexcept {
     for (;;) {
       const int rc = io_uring_submit(&ring);
@@ -104,6 +114,7 @@ struct Uring::State {
     prep(s, *ops.find(key));
     io_uring_sqe_set_data64(s, key.pack());
     if (const int rc = submit(); rc < 0) {
+      neutralize(s);
       ops.erase(key);
       return rc;
     }
@@ -192,6 +203,8 @@ int Uring::writev_then_sync(int fd, std::span<const iovec> iov, std::uint64_t of
   io_uring_prep_fsync(f, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
   io_uring_sqe_set_data64(f, fk.pack());
   if (const int rc = s.submit(); rc < 0) {
+    State::neutralize(w);
+    State::neutralize(f);
     s.ops.erase(wk);
     s.ops.erase(fk);
     return rc;
