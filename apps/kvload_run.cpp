@@ -143,6 +143,17 @@ int kvload_run_file(const KvloadFlags& f) {
                  static_cast<unsigned long long>(counters.messages_sent),
                  static_cast<unsigned long long>(counters.sends_posted), counters.messages_per_send(), max_in_flight,
                  f.depth);
+    if (counters.sets_large > 0) {
+      const auto lookups = counters.reg_cache_hits + counters.reg_cache_misses;
+      std::fprintf(stderr,
+                   "kvload: large SETs %llu: source registrations cached %.1f %% (hits %llu, misses %llu); "
+                   "registrations in all %llu\n",
+                   static_cast<unsigned long long>(counters.sets_large),
+                   lookups == 0 ? 0.0 : 100.0 * static_cast<double>(counters.reg_cache_hits) / static_cast<double>(lookups),
+                   static_cast<unsigned long long>(counters.reg_cache_hits),
+                   static_cast<unsigned long long>(counters.reg_cache_misses),
+                   static_cast<unsigned long long>(counters.registrations));
+    }
     if (f.get_mode == kv::client::GetMode::read) {
       std::fprintf(stderr, "kvload: one-sided GETs %llu (hits %llu, misses %llu, retries %llu, fallbacks %llu)\n",
                    static_cast<unsigned long long>(counters.onesided_gets),

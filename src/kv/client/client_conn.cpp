@@ -134,6 +134,9 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
       st = Status::no_memory;
     }
     counters_.registrations = registrar_->registrations();
+    const RegCacheStats cs = cache_->stats();
+    counters_.reg_cache_hits = cs.hits;
+    counters_.reg_cache_misses = cs.misses;
   }
   if (st != Status::ok) {
     ++counters_.refused;
