@@ -1,6 +1,7 @@
 #pragma once
 // Command-line parsing shared by the rkv roles: one place decides the exit
-// codes (0 after --help, 2 for bad flags, with CLI11's message).
+// codes (0 after --help or --version, 2 for bad flags, with CLI11's message)
+// and gives every tool its --version.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "reactor/handle.hpp"
+#include "version.h"  // generated: RKV_VERSION, RKV_GIT_DESCRIBE
 
 namespace rkv::apps {
 
@@ -34,10 +36,20 @@ inline void add_poll_flags(CLI::App& app, PollFlags& f, std::chrono::microsecond
       ->excludes(poll);
 }
 
-// Parses argv into `app`. nullopt: go on; otherwise the status to exit with.
+// What --version prints: `NAME (rkv) VERSION, git DESCRIBE` (one line, the
+// form help2man reads for the man pages' footer).
+inline std::string version_line(const std::string& name) {
+  return name + " (rkv) " RKV_VERSION ", git " RKV_GIT_DESCRIBE;
+}
+
+// Parses argv into `app` (named: its name is what --help and --version print),
+// adding --version. nullopt: go on; otherwise the status to exit with.
 inline std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
+  app.set_version_flag("--version", version_line(app.get_name()), "print the version and git describe of this build");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -31,7 +31,7 @@ int kvd_main(int argc, char** argv) {
   kv::server::ServerOptions opt;
   opt.port = 7471;
   std::string log_level = "info";
-  CLI::App app{"kvd: RDMA key-value server"};
+  CLI::App app{"kvd: RDMA key-value server", "kvd"};
   app.add_option("--port", opt.port, "port to listen on (0: pick a free one; printed)")->capture_default_str();
   app.add_option("--bind", opt.bind_address,
                  "numeric address to bind (0.0.0.0: every RDMA device; use the device's address, e.g. "

@@ -145,7 +145,7 @@ int run_interactive(const Flags& f) {
 int kvload_main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "gen") return kvload_gen_main(argc - 1, argv + 1);
   Flags f;
-  CLI::App app{"kvload: RDMA key-value client (workload runner and interactive shell)"};
+  CLI::App app{"kvload: RDMA key-value client (workload runner and interactive shell)", "kvload"};
   app.add_option("--server", f.server, "server address (numeric or a name)")->required();
   app.add_option("--port", f.port, "server port")->capture_default_str();
   app.add_option("--file", f.file,

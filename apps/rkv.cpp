@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "cli.hpp"  // version_line
 #include "kvd.hpp"
 #include "kvload.hpp"
 #include "rkv_stats.hpp"
@@ -20,7 +21,8 @@ int usage() {
   std::fputs("usage: kvd [OPTIONS]            (server; or: rkv server [OPTIONS])\n"
              "       kvload [OPTIONS]         (client; or: rkv load [OPTIONS])\n"
              "       rkv stats --server ADDR [--port P] [--json]   (a kvd's counters)\n"
-             "       run any of them with --help for its options\n",
+             "       rkv --version\n"
+             "       run any of them with --help for its options (each also takes --version)\n",
              stderr);
   return 2;
 }
@@ -32,6 +34,10 @@ int main(int argc, char** argv) {
   if (name == "kvload") return rkv::apps::kvload_main(argc, argv);
   if (argc < 2) return usage();
   const std::string_view role(argv[1]);
+  if (role == "--version") {
+    std::printf("%s\n", rkv::apps::version_line("rkv").c_str());
+    return 0;
+  }
   if (role == "server" || role == "kvd") return rkv::apps::kvd_main(argc - 1, argv + 1);
   if (role == "load" || role == "client" || role == "kvload") return rkv::apps::kvload_main(argc - 1, argv + 1);
   if (role == "stats") return rkv::apps::stats_main(argc - 1, argv + 1);

@@ -9,6 +9,7 @@
 
 #include "verbs/detail/addr.hpp"
 #include "verbs/detail/handles.hpp"
+#include "verbs/error.hpp"
 
 namespace rkv::verbs {
 
@@ -49,7 +50,12 @@ struct AckGuard {
 
 EventChannel::EventChannel() {
   rdma_event_channel* ch = rdma_create_event_channel();
-  if (ch == nullptr) detail::throw_error("rdma_create_event_channel", errno);
+  if (ch == nullptr) {
+    // The first verbs call of every server and client: ENODEV here means
+    // librdmacm found no RDMA device at all (see verbs::NoDevice).
+    if (errno == ENODEV) throw NoDevice("rdma_create_event_channel");
+    detail::throw_error("rdma_create_event_channel", errno);
+  }
   try {
     handle_ = std::make_shared<detail::EventChannelHandle>(ch);
   } catch (...) {

@@ -87,7 +87,9 @@ struct CmEvent {
 
 class EventChannel {
  public:
-  EventChannel();  // rdma_create_event_channel + O_NONBLOCK; throws verbs::Error
+  // rdma_create_event_channel + O_NONBLOCK; throws verbs::Error (verbs::NoDevice:
+  // no RDMA device at all, error.hpp)
+  EventChannel();
 
   EventChannel(EventChannel&&) noexcept = default;
   EventChannel& operator=(EventChannel&&) noexcept = default;

@@ -1,11 +1,16 @@
 // cli: what kvd and kvload do with their command lines before any RDMA: bad
-// flags exit 2, and `kvload gen` writes a workload the parser accepts. No
-// device is needed, so these run natively (unit suite) instead of in the
-// Soft-RoCE guest, where every start of an ASan kvd or kvload costs seconds.
+// flags exit 2, --version, `kvload gen` writes a workload the parser accepts,
+// and without an RDMA device every tool and the C API say so. No device is
+// needed, so these run natively (unit suite) instead of in the Soft-RoCE
+// guest, where every start of an ASan kvd or kvload costs seconds.
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <filesystem>
+#include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kv/load/workload.hpp"
 #include "kvd_process.hpp"  // run_command()
@@ -16,11 +21,22 @@
 #ifndef RKV_KVLOAD_PATH
 #error "RKV_KVLOAD_PATH must name the kvload binary"
 #endif
+#ifndef RKV_OPEN_HELPER_PATH
+#error "RKV_OPEN_HELPER_PATH must name the open_helper binary"
+#endif
+#ifndef RKV_VERSION
+#error "RKV_VERSION must be the project version"
+#endif
 
 namespace rkv::test {
 namespace {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::string rkv_path() {
+  const std::string kvd = RKV_KVD_PATH;
+  return kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
+}
 
 TEST(KvloadCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH}, {}, 60s).exit_code, 2);  // --server missing
@@ -56,13 +72,90 @@ TEST(KvdCli, BadFlagsExitTwo) {
 }
 
 TEST(RkvStatsCli, BadFlagsExitTwo) {
-  const std::string kvd = RKV_KVD_PATH;
-  const std::string rkv = kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
+  const std::string rkv = rkv_path();
   EXPECT_EQ(run_command({rkv, "stats"}, {}, 60s).exit_code, 2);  // --server missing
   EXPECT_EQ(run_command({rkv, "stats", "--server", "x", "--port", "70000"}, {}, 60s).exit_code, 2);
   const auto help = run_command({rkv, "stats", "--help"}, {}, 60s);
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(contains(help.out, "--json")) << help.out;
+}
+
+TEST(Version, EveryToolPrintsVersionAndGitDescribe) {
+  const std::vector<std::vector<std::string>> tools = {
+      {RKV_KVD_PATH, "--version"},   {RKV_KVLOAD_PATH, "--version"},         {rkv_path(), "--version"},
+      {rkv_path(), "stats", "--version"}, {RKV_KVLOAD_PATH, "gen", "--version"},
+  };
+  for (const auto& argv : tools) {
+    const auto r = run_command(argv, {}, 60s);
+    EXPECT_EQ(r.exit_code, 0) << argv[0] << " " << argv[1] << ": " << r.err;
+    // `NAME (rkv) VERSION, git DESCRIBE`: a describe (a hash at least) or "unknown", never empty.
+    EXPECT_TRUE(contains(r.out, std::string(" (rkv) ") + RKV_VERSION + ", git ")) << r.out;
+    const auto git = r.out.substr(r.out.find(", git ") + 6);
+    EXPECT_GT(git.size(), 1u) << r.out;
+  }
+  // --version beats a missing required flag (kvload needs --server otherwise).
+  EXPECT_TRUE(contains(run_command({RKV_KVLOAD_PATH, "--version"}, {}, 60s).out, "kvload (rkv) "));
+}
+
+// Runs argv where there is no RDMA device. On a host without one (this CI
+// host: no /dev/infiniband, `ibv_devices` lists nothing) that is just running
+// it. On a host with a device the program is run without it: in a private
+// mount namespace (unshare --user --map-root-user --mount: no root needed
+// where user namespaces are allowed) with an empty tmpfs over
+// /dev/infiniband, so libibverbs and librdmacm find no device node, which is
+// what they see on a host without RDMA. Checked in the Soft-RoCE guest (rxe0
+// present): there `ibv_devices` then lists nothing and
+// rdma_create_event_channel fails with ENODEV, the same call and errno as on
+// a host without RDMA. If the namespace cannot be made, the test fails with
+// unshare's message: it never passes without having seen the condition.
+CommandResult run_without_rdma_device(std::vector<std::string> argv) {
+  if (!std::filesystem::exists("/dev/infiniband")) {
+    std::cout << "no /dev/infiniband on this host: running " << argv[0] << " as it is\n";
+    return run_command(std::move(argv), {}, 120s);
+  }
+  std::cout << "/dev/infiniband exists: running " << argv[0] << " with an empty /dev/infiniband (unshare)\n";
+  std::vector<std::string> wrapped = {
+      "/bin/sh", "-c",
+      "exec unshare --user --map-root-user --mount sh -c 'mount -t tmpfs none /dev/infiniband && exec \"$@\"' sh "
+      "\"$@\"",
+      "sh"};
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return run_command(std::move(wrapped), {}, 120s);
+}
+
+// The message the user gets: it names the condition and the way out.
+void expect_no_device_message(const std::string& text) {
+  EXPECT_TRUE(contains(text, "no RDMA device found")) << text;
+  EXPECT_TRUE(contains(text, "scripts/softroce run")) << text;
+  EXPECT_FALSE(contains(text, "ERROR: AddressSanitizer")) << text;
+}
+
+TEST(NoRdmaDevice, KvdSaysSoAndExitsOne) {
+  const auto r = run_without_rdma_device({RKV_KVD_PATH, "--port", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "kvd: no RDMA device found")) << r.err;
+  expect_no_device_message(r.err);
+  EXPECT_FALSE(contains(r.out, "listening")) << r.out;
+}
+
+TEST(NoRdmaDevice, KvloadAndRkvStatsSaySoAndExitOne) {
+  const auto load = run_without_rdma_device({RKV_KVLOAD_PATH, "--server", "127.0.0.1", "--port", "7471"});
+  EXPECT_EQ(load.exit_code, 1) << load.out << load.err;
+  EXPECT_TRUE(contains(load.err, "kvload: connect to 127.0.0.1:7471: no RDMA device found")) << load.err;
+  expect_no_device_message(load.err);
+  const auto stats = run_without_rdma_device({rkv_path(), "stats", "--server", "127.0.0.1"});
+  EXPECT_EQ(stats.exit_code, 1) << stats.out << stats.err;
+  expect_no_device_message(stats.err);
+}
+
+TEST(NoRdmaDevice, CApiReturnsEnodevWithTheMessage) {
+  const auto r = run_without_rdma_device({RKV_OPEN_HELPER_PATH, "127.0.0.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "rc=" + std::to_string(ENODEV) + "\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "strerror=no RDMA device\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "last_error=connect to 127.0.0.1:7471: no RDMA device found")) << r.out;
+  expect_no_device_message(r.out);
+  EXPECT_EQ(r.err, "");  // the library itself prints nothing: the message is the caller's to show
 }
 
 }  // namespace

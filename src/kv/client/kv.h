@@ -23,6 +23,17 @@
 #ifndef RKV_KV_H
 #define RKV_KV_H
 
+/* KV_API marks the functions librkv.so exports. The library is built with
+ * hidden visibility (and a version script that keeps only kv_* names), so
+ * only what carries KV_API is visible to programs: declare every new
+ * function of this API with it. The install test (tests/install) fails
+ * when a kv_* function declared here is not exported, or anything else is. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KV_API __attribute__((visibility("default")))
+#else
+#define KV_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,26 +50,26 @@ extern "C" {
  * RKV_POLL_US=N (default 200): after each completion or request the handle
  * keeps polling for N microseconds before it sleeps until a completion event
  * (0: events only; "busy": never sleeps). Anything else: EINVAL. */
-int kv_open(char *servername, void **kv_handle);
+KV_API int kv_open(char *servername, void **kv_handle);
 /* Values of any size up to the server's limit. A large value (4 KiB and
  * more) is sent zero-copy: the server RDMA READs it from `value` (registered
  * for the call only). */
-int kv_set(void *kv_handle, const char *key, const char *value);
+KV_API int kv_set(void *kv_handle, const char *key, const char *value);
 /* *value: the NUL-terminated value ("" for a missing key); free it with
  * kv_release. A large value is returned in the memory it was RDMA-written
  * or read into (no copy); small ones in a malloc'd buffer. */
-int kv_get(void *kv_handle, const char *key, char **value);
-void kv_release(char *value);
+KV_API int kv_get(void *kv_handle, const char *key, char **value);
+KV_API void kv_release(char *value);
 /* Closes the connection and frees the handle (also after an error). */
-int kv_close(void *kv_handle);
+KV_API int kv_close(void *kv_handle);
 
 /* Static text for a code returned above (never NULL). */
-const char *kv_strerror(int code);
+KV_API const char *kv_strerror(int code);
 /* The last failure's message on this handle; with NULL, the calling
  * thread's last failure without a handle (e.g. a failed kv_open). Never
  * NULL; "" when there was none. Valid until the next call on that handle
  * (or thread). */
-const char *kv_last_error(void *kv_handle);
+KV_API const char *kv_last_error(void *kv_handle);
 
 #ifdef __cplusplus
 }
