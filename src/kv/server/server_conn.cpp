@@ -333,9 +333,11 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       }
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
+    case Opcode::del:  // not served yet
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply:  // refused on arrival
+    case Opcode::stats_reply:
+    case Opcode::del_reply:  // refused on arrival
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       break;
   }
@@ -376,9 +378,11 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       return Outcome::reply;
     case Opcode::release: return execute_release(m);
     case Opcode::stats: ++counters_->stats; return Outcome::reply;
+    case Opcode::del:
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply: return Outcome::reply;
+    case Opcode::stats_reply:
+    case Opcode::del_reply: return Outcome::reply;
   }
   return Outcome::reply;
 }
