@@ -6,7 +6,7 @@
 // With --data-dir, the store is durable (docs/durability.md): before
 // listening kvd replays DIR (printing `kvd: recovered N records (B bytes) in
 // T ms`, or refusing to start with exit status 1 on corruption in the middle
-// of a file unless --repair), then logs every SET through io_uring.
+// of a file unless --repair), then logs every SET and DEL through io_uring.
 #include "cli.hpp"
 #include "kvd.hpp"
 
@@ -76,7 +76,7 @@ int kvd_main(int argc, char** argv) {
                                  "it the store is memory only");
   std::string fsync = "batch";
   app.add_option("--fsync", fsync,
-                 "always: acknowledge a SET once its record is on disk (group commit); batch: acknowledge at once, "
+                 "always: acknowledge a SET or DEL once its record is on disk (group commit); batch: acknowledge at once, "
                  "fdatasync every --fsync-interval-ms; never: leave write-back to the OS")
       ->check(CLI::IsMember({"always", "batch", "never"}))
       ->needs(dir_opt)

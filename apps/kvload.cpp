@@ -110,24 +110,40 @@ int run_interactive(const Flags& f) {
       }
       continue;
     }
-    if (op->kind == kv::load::Op::Kind::set) {
-      const kv::client::Status st = client->set_sync(op->key, value_bytes(op->value));
-      if (st == kv::client::Status::ok) {
-        std::printf("OK\n");
-      } else {
-        std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
-        errors = true;
+    switch (op->kind) {
+      case kv::load::Op::Kind::set: {
+        const kv::client::Status st = client->set_sync(op->key, value_bytes(op->value));
+        if (st == kv::client::Status::ok) {
+          std::printf("OK\n");
+        } else {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        }
+        break;
       }
-    } else {
-      bool found = false;
-      const kv::client::Status st = client->get_sync(op->key, got, found);
-      if (st != kv::client::Status::ok) {
-        std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
-        errors = true;
-      } else if (found) {
-        std::printf("%s\n", quote_value(got).c_str());
-      } else {
-        std::printf("(not found)\n");
+      case kv::load::Op::Kind::get: {
+        bool found = false;
+        const kv::client::Status st = client->get_sync(op->key, got, found);
+        if (st != kv::client::Status::ok) {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        } else if (found) {
+          std::printf("%s\n", quote_value(got).c_str());
+        } else {
+          std::printf("(not found)\n");
+        }
+        break;
+      }
+      case kv::load::Op::Kind::del: {
+        bool found = false;
+        const kv::client::Status st = client->del_sync(op->key, found);
+        if (st != kv::client::Status::ok) {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        } else {
+          std::printf(found ? "(deleted)\n" : "(not found)\n");
+        }
+        break;
       }
     }
     std::fflush(stdout);
@@ -149,7 +165,7 @@ int kvload_main(int argc, char** argv) {
   app.add_option("--server", f.server, "server address (numeric or a name)")->required();
   app.add_option("--port", f.port, "server port")->capture_default_str();
   app.add_option("--file", f.file,
-                 "workload file: one `SET key value`, `SET key @size[:seed]` or `GET key` per line; "
+                 "workload file: one `SET key value`, `SET key @size[:seed]`, `GET key` or `DEL key` per line; "
                  "parsed completely before anything is sent. Without it: commands from stdin");
   app.add_flag("--json", f.json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", f.quiet, "no prompt, no per-operation error lines, warnings only in the log");
@@ -160,8 +176,9 @@ int kvload_main(int argc, char** argv) {
       ->capture_default_str();
   add_poll_flags(app, f.poll, reactor::kDefaultSpin);
   app.add_flag("--verify", f.verify,
-               "--file: check every GET of a key this run SET against the value it last SET (the keys it "
-               "writes must be its own); mismatches count as errors");
+               "--file: check every GET of a key this run SET or DELeted against what it last did (the value, "
+               "or nothing), and that a DEL finds the key iff it holds a value (the keys it writes must be its "
+               "own); mismatches count as errors");
   app.add_option("--stall-timeout", f.stall_timeout_ms,
                  "--file: close the connection (failing what is pending) when requests are in flight and "
                  "none completed for this many ms")
@@ -179,13 +196,14 @@ int kvload_main(int argc, char** argv) {
       ->check(CLI::IsMember({"rpc", "read"}))
       ->capture_default_str();
   app.add_option("--ack-log", f.ack_log,
-                 "--file: append one line per acknowledged SET to this file, written (unbuffered) as each reply "
-                 "arrives: `LINE KEY SIZE FNV1A64` (workload line, key, value bytes, 16 hex digits of the value's "
-                 "FNV-1a checksum)");
+                 "--file: append one line per acknowledged SET or DEL to this file, written (unbuffered) as each "
+                 "reply arrives: `LINE KEY SIZE FNV1A64` for a SET (workload line, key, value bytes, 16 hex digits "
+                 "of the value's FNV-1a checksum), `LINE KEY DEL` for a DEL");
   app.add_option("--expect", f.expect,
-                 "--file: a workload file whose SET lines are not sent but say what the server already holds: "
-                 "every GET of such a key (until this run SETs it) is checked against the last value given "
-                 "there, as --verify checks its own SETs (implies --verify; its GET lines are ignored)");
+                 "--file: a workload file whose SET and DEL lines are not sent but say what the server already "
+                 "holds: every GET of such a key (until this run writes it) is checked against the last value "
+                 "given there (nothing after a DEL), as --verify checks its own SETs and DELs (implies --verify; "
+                 "its GET lines are ignored)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember

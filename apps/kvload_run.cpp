@@ -103,6 +103,15 @@ int kvload_run_file(const KvloadFlags& f) {
       }
     };
   }
+  if (ack_fd) {
+    lopt.on_del_ok = [fd = ack_fd.get()](const kv::load::Op& op, bool) {
+      char line[1100];
+      const int n = std::snprintf(line, sizeof line, "%u %s DEL\n", op.line, op.key.c_str());
+      if (n > 0 && ::write(fd, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1))) < 0) {
+        std::fprintf(stderr, "kvload: --ack-log write: %s\n", std::strerror(errno));
+      }
+    };
+  }
   lopt.depth = f.depth;
   lopt.verify = f.verify || expect.has_value();
   if (expect) lopt.expect = std::move(expect->ops);

@@ -50,16 +50,29 @@ void Log::Batch::add(std::string_view key, std::string_view value, const kv::sto
   ++records;
 }
 
+void Log::Batch::add_piece(std::size_t off, std::size_t len) {
+  if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
+    pieces.back().len += len;
+  } else {
+    pieces.push_back({off, len, nullptr});
+  }
+  size += len;
+}
+
+void Log::Batch::add_del(std::string_view key, std::uint64_t seq) {
+  const std::size_t off = buf.size();
+  buf.resize(off + kHeaderSize + key.size());
+  encode_header(std::span(buf).subspan(off), del_header(as_bytes(key), seq));
+  std::memcpy(buf.data() + off + kHeaderSize, key.data(), key.size());
+  add_piece(off, kHeaderSize + key.size());
+  ++records;
+}
+
 void Log::Batch::add_end(std::uint64_t count, std::uint64_t seq) {
   const auto rec = snapshot_end_record(count, seq);
   const std::size_t off = buf.size();
   buf.insert(buf.end(), rec.begin(), rec.end());
-  if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
-    pieces.back().len += rec.size();
-  } else {
-    pieces.push_back({off, rec.size(), nullptr});
-  }
-  size += rec.size();
+  add_piece(off, rec.size());
 }
 
 std::vector<iovec> Log::Batch::iovecs() const {
@@ -99,6 +112,15 @@ Log::~Log() { close_sync(); }
 
 kv::store::DurableAck Log::record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                                std::uint64_t conn_token, std::uint32_t req_id) noexcept {
+  return record(key, value, large, false, conn_token, req_id);
+}
+
+kv::store::DurableAck Log::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t req_id) noexcept {
+  return record(key, {}, {}, true, conn_token, req_id);
+}
+
+kv::store::DurableAck Log::record(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
+                                  bool del, std::uint64_t conn_token, std::uint32_t req_id) noexcept {
   if (closed_) return kv::store::DurableAck::failed;
   try {
     if (queue_.empty() || queue_.back().size >= options_.batch_bytes ||
@@ -108,7 +130,12 @@ kv::store::DurableAck Log::record_set(std::string_view key, std::string_view val
     Batch& b = queue_.back();
     const bool wait = options_.mode == FsyncMode::always || failing_;
     if (wait) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
-    b.add(key, value, large, next_seq_++);
+    if (del) {
+      b.add_del(key, next_seq_++);
+      ++stats_.deletes;
+    } else {
+      b.add(key, value, large, next_seq_++);
+    }
     ++stats_.records;
     if (!wait) return kv::store::DurableAck::now;
     b.waiters.push_back({conn_token, req_id});
@@ -226,12 +253,13 @@ LogStats Log::stats() const noexcept {
 void Log::append_stats(kv::store::StatRows& rows) const {
   const LogStats s = stats();
   rows.insert(rows.end(), {
-      {"log_records", s.records, "SET records queued for the log"},
+      {"log_records", s.records, "SET and DEL records queued for the log"},
+      {"log_deletes", s.deletes, "DEL records (tombstones) queued for the log"},
       {"log_bytes_written", s.bytes_written, "record bytes written successfully (all logs)"},
       {"log_writes", s.writes, "log writes completed"},
       {"log_fsyncs", s.fsyncs, "fdatasyncs completed"},
       {"log_io_errors", s.io_errors, "failed writes and syncs"},
-      {"log_failed_sets", s.failed_sets, "SETs answered io_error by the log"},
+      {"log_failed_sets", s.failed_sets, "SETs and DELs answered io_error by the log"},
       {"log_failing", s.failing ? 1u : 0u, "1 while the log is in its disk-error state"},
       {"compactions", s.compactions, "compactions completed"},
       {"compaction_failures", s.compaction_failures, "compactions abandoned after an error"},

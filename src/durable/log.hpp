@@ -1,7 +1,8 @@
 #pragma once
 // Log: the durability log writer behind kv::store::Durability (docs/durability.md).
 //
-// Every SET becomes a record (record.hpp) appended to DIR/log-<gen>. Records
+// Every SET becomes a record (record.hpp) appended to DIR/log-<gen>, every
+// DEL a tombstone record (key only). Records
 // queue in batches; one batch is written at a time (one writev through
 // io_uring at an explicit offset) and everything queued meanwhile goes in the
 // next one: group commit. Large values are not copied: the batch's iovec
@@ -9,7 +10,8 @@
 //
 // Acknowledgement (FsyncMode):
 //   always  the write is linked to an fdatasync in the same submission; the
-//           SETs of the batch are acknowledged (sink) when the sync completed.
+//           SETs and DELs of the batch are acknowledged (sink) when the sync
+//           completed.
 //   batch   SETs are acknowledged at once; an fdatasync runs at most every
 //           `interval` when something was written since the last one.
 //   never   SETs are acknowledged at once; the OS writes back when it likes.
@@ -64,12 +66,13 @@ struct LogOptions {
 };
 
 struct LogStats {
-  std::uint64_t records = 0;        // SET records queued
+  std::uint64_t records = 0;        // SET and DEL records queued
+  std::uint64_t deletes = 0;        // of which DEL records (tombstones)
   std::uint64_t bytes_written = 0;  // record bytes written successfully (all logs)
   std::uint64_t writes = 0;         // log writes completed
   std::uint64_t fsyncs = 0;         // log syncs completed
   std::uint64_t io_errors = 0;      // failed writes/syncs
-  std::uint64_t failed_sets = 0;    // SETs answered io_error
+  std::uint64_t failed_sets = 0;    // SETs and DELs answered io_error
   std::uint64_t compactions = 0;
   std::uint64_t compaction_failures = 0;
   std::uint64_t log_bytes = 0;      // current log's length
@@ -77,7 +80,7 @@ struct LogStats {
   bool failing = false;
 };
 
-// (conn_token, req_id, ok) for a SET that was answered DurableAck::later.
+// (conn_token, req_id, ok) for a SET or DEL that was answered DurableAck::later.
 using DurableSink = std::function<void(std::uint64_t conn_token, std::uint32_t req_id, bool ok)>;
 
 class Log final : public kv::store::Durability {
@@ -91,6 +94,8 @@ class Log final : public kv::store::Durability {
 
   [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                                           std::uint64_t conn_token, std::uint32_t req_id) noexcept override;
+  [[nodiscard]] kv::store::DurableAck record_del(std::string_view key, std::uint64_t conn_token,
+                                                 std::uint32_t req_id) noexcept override;
   void flush() noexcept override;
   void append_stats(kv::store::StatRows& rows) const override;
 
@@ -121,6 +126,8 @@ class Log final : public kv::store::Durability {
     std::uint64_t size = 0;
     std::uint64_t records = 0;
     void add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq);
+    void add_del(std::string_view key, std::uint64_t seq);
+    void add_piece(std::size_t off, std::size_t len);  // buf[off, off + len) joins the write
     void add_end(std::uint64_t count, std::uint64_t seq);
     [[nodiscard]] std::vector<iovec> iovecs() const;
   };
@@ -140,6 +147,10 @@ class Log final : public kv::store::Durability {
   };
   static std::string_view to_string(CompactStep s) noexcept;
 
+  // record_set/record_del: `del` = a tombstone (value and large unused).
+  [[nodiscard]] kv::store::DurableAck record(std::string_view key, std::string_view value,
+                                             const kv::store::LargeRef& large, bool del, std::uint64_t conn_token,
+                                             std::uint32_t req_id) noexcept;
   void submit_next() noexcept;
   void finish_batch(int write_res, int sync_res) noexcept;
   void on_tick() noexcept;

@@ -47,6 +47,16 @@ RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byt
   return h;
 }
 
+RecordHeader del_header(std::span<const std::byte> key, std::uint64_t seq) noexcept {
+  RecordHeader h;
+  h.type = RecordType::del;
+  h.key_len = static_cast<std::uint16_t>(key.size());
+  h.seq = seq;
+  h.value_len = 0;
+  h.body_crc = body_crc(key, {});
+  return h;
+}
+
 std::variant<RecordHeader, HeaderError> decode_header(std::span<const std::byte> in, std::uint64_t max_value) noexcept {
   if (in.size() < kHeaderSize) return HeaderError::short_header;
   if (load_le<std::uint32_t>(in, 0) != kRecordMagic) return HeaderError::bad_magic;
@@ -61,6 +71,9 @@ std::variant<RecordHeader, HeaderError> decode_header(std::span<const std::byte>
   if (type == static_cast<std::uint8_t>(RecordType::set)) {
     h.type = RecordType::set;
     if (h.key_len == 0 || h.key_len > kMaxKeyLen || h.value_len > max_value) return HeaderError::bad_field;
+  } else if (type == static_cast<std::uint8_t>(RecordType::del)) {
+    h.type = RecordType::del;
+    if (h.key_len == 0 || h.key_len > kMaxKeyLen || h.value_len != 0) return HeaderError::bad_field;
   } else if (type == static_cast<std::uint8_t>(RecordType::snapshot_end)) {
     h.type = RecordType::snapshot_end;
     if (h.key_len != 0 || h.value_len != 8) return HeaderError::bad_field;

@@ -4,12 +4,13 @@
 // A record is a 32-byte header, then key_len key bytes, then value_len value
 // bytes; all integers little endian:
 //   0  u32 magic        0x314C4B52 ("RKL1")
-//   4  u8  type         1 = SET, 2 = SNAPSHOT_END (last record of a snapshot)
+//   4  u8  type         1 = SET, 2 = SNAPSHOT_END (last record of a snapshot),
+//                       3 = DEL (a tombstone: the key was deleted; logs only)
 //   5  u8  reserved     0
-//   6  u16 key_len      SET: 1..1024; SNAPSHOT_END: 0
-//   8  u64 seq          SET in a log: strictly increasing; in a snapshot: 0;
+//   6  u16 key_len      SET, DEL: 1..1024; SNAPSHOT_END: 0
+//   8  u64 seq          SET/DEL in a log: strictly increasing; SET in a snapshot: 0;
 //                       SNAPSHOT_END: the last sequence number the snapshot covers
-//  16  u64 value_len    SNAPSHOT_END: 8 (the value is the u64 count of SET records)
+//  16  u64 value_len    DEL: 0; SNAPSHOT_END: 8 (the value is the u64 count of SET records)
 //  24  u32 body_crc     CRC32C of key + value
 //  28  u32 header_crc   CRC32C of bytes 0..27
 // The separate header CRC lets recovery tell a damaged length field (corruption)
@@ -28,12 +29,14 @@ inline constexpr std::uint32_t kRecordMagic = 0x314C4B52;
 inline constexpr std::size_t kHeaderSize = 32;
 inline constexpr std::size_t kMaxKeyLen = 1024;
 
-enum class RecordType : std::uint8_t { set = 1, snapshot_end = 2 };
+// Type 3 came with DEL; logs written before hold only 1 and 2 and read as ever.
+enum class RecordType : std::uint8_t { set = 1, snapshot_end = 2, del = 3 };
 
 [[nodiscard]] constexpr std::string_view to_string(RecordType t) noexcept {
   switch (t) {
     case RecordType::set: return "set";
     case RecordType::snapshot_end: return "snapshot_end";
+    case RecordType::del: return "del";
   }
   return "invalid";
 }
@@ -66,6 +69,8 @@ void encode_header(std::span<std::byte> out, const RecordHeader& h) noexcept;
 // Header of a SET record for key/value (computes body_crc).
 [[nodiscard]] RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value,
                                       std::uint64_t seq) noexcept;
+// Header of a DEL record (tombstone) for key: no value, body_crc = CRC32C of the key.
+[[nodiscard]] RecordHeader del_header(std::span<const std::byte> key, std::uint64_t seq) noexcept;
 // A whole SNAPSHOT_END record (header + the u64 count) ending a snapshot of
 // `count` SET records that covers sequence numbers up to `seq`.
 inline constexpr std::size_t kSnapshotEndSize = kHeaderSize + 8;

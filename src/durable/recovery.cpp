@@ -115,6 +115,7 @@ std::optional<std::uint64_t> next_valid(std::span<const std::byte> b, std::uint6
 struct FileScan {
   std::uint64_t good_end = 0;   // end of the last good record (truncate here if torn)
   std::uint64_t records = 0;
+  std::uint64_t deletes = 0;  // of which DEL records
   std::uint64_t bytes = 0;
   std::uint64_t dropped = 0;
   std::uint64_t max_seq = 0;
@@ -123,7 +124,7 @@ struct FileScan {
   bool repaired = false;  // --repair skipped something
 };
 
-// Scans one file, applying SET records to the store.
+// Scans one file, applying SET and DEL records to the store.
 FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions& opts, kv::store::Store& store) {
   Mapped m(path);
   const auto b = m.bytes();
@@ -132,7 +133,7 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
   std::uint64_t snapshot_sets = 0;
   while (pos < b.size()) {
     Parsed p = parse_at(b, pos, opts.max_value);
-    if (p.kind == Parsed::Kind::ok && !snapshot && p.h.type == RecordType::set && p.h.seq <= s.max_seq) {
+    if (p.kind == Parsed::Kind::ok && !snapshot && p.h.type != RecordType::snapshot_end && p.h.seq <= s.max_seq) {
       p.kind = Parsed::Kind::bad;
       p.why = fmt::format("sequence number {} after {}", p.h.seq, s.max_seq);
       p.resume = pos + p.h.record_size();
@@ -140,6 +141,11 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
     if (p.kind == Parsed::Kind::ok && p.h.type == RecordType::snapshot_end && !snapshot) {
       p.kind = Parsed::Kind::bad;
       p.why = "snapshot end record in a log";
+      p.resume = pos + p.h.record_size();
+    }
+    if (p.kind == Parsed::Kind::ok && p.h.type == RecordType::del && snapshot) {
+      p.kind = Parsed::Kind::bad;  // a snapshot holds live keys only (docs/durability.md, "Compaction")
+      p.why = "delete record in a snapshot";
       p.resume = pos + p.h.record_size();
     }
     if (p.kind == Parsed::Kind::ok) {
@@ -167,9 +173,14 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
         }
         break;
       }
-      store.set(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
-                std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
-      ++snapshot_sets;
+      const std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
+      if (p.h.type == RecordType::del) {
+        store.erase(k);  // a tombstone: the key was deleted (absent already is fine)
+        ++s.deletes;
+      } else {
+        store.set(k, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
+        ++snapshot_sets;
+      }
       ++s.records;
       s.bytes += p.h.record_size();
       if (!snapshot) s.max_seq = p.h.seq;
@@ -251,6 +262,7 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::store::Store& store) {
   bool repaired = false;
   const auto count = [&r, &repaired](const FileScan& s) {  // one file's share of the totals
     r.records += s.records;
+    r.deletes += s.deletes;
     r.bytes += s.bytes;
     r.dropped_bytes += s.dropped;
     repaired = repaired || s.repaired;

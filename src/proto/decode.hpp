@@ -18,7 +18,7 @@ namespace rkv::proto {
 // One decoded message; its views borrow the decoder's buffer.
 struct MessageView {
   Header header;
-  std::string_view key;              // empty unless SET/GET
+  std::string_view key;              // empty unless SET/GET/DEL
   std::span<const std::byte> value;  // eager value bytes; empty with RDV
   std::optional<RdvDesc> rdv;        // set iff RDV; its length is header.value_len
   std::size_t offset = 0;            // where the message starts in the buffer

@@ -48,6 +48,14 @@ MessageSpec stats_request(std::uint32_t req_id) noexcept {
   return m;
 }
 
+MessageSpec del_request(std::uint32_t req_id, std::string_view key) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::del;
+  m.req_id = req_id;
+  m.key = key;
+  return m;
+}
+
 MessageSpec release(std::uint32_t req_id) noexcept {
   MessageSpec m;
   m.opcode = Opcode::release;
@@ -103,6 +111,12 @@ MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
                         std::string_view text) noexcept {
   MessageSpec m = reply(Opcode::stats_reply, req_id, credits);
   m.value = as_bytes(text);
+  return m;
+}
+
+MessageSpec del_reply(std::uint32_t req_id, std::uint16_t credits, bool found) noexcept {
+  MessageSpec m = reply(Opcode::del_reply, req_id, credits);
+  m.found = found;
   return m;
 }
 
@@ -167,7 +181,7 @@ std::size_t encoded_size(const MessageSpec& m) noexcept {
 std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
   // Guards against the u16 truncation in raw_header_of.
   if (m.key.size() > std::numeric_limits<std::uint16_t>::max()) {
-    const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get;
+    const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get || m.opcode == Opcode::del;
     return keyed ? Reason::bad_key_len : Reason::key_not_allowed;
   }
   // Both an eager value and a descriptor would be ambiguous.

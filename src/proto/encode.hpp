@@ -20,9 +20,9 @@ struct MessageSpec {
   std::uint32_t req_id = 0;
   Status status = Status::ok;
   std::uint16_t credits = 0;
-  bool found = false;                 // GET_REPLY hit
+  bool found = false;                 // GET_REPLY hit; DEL_REPLY: the key was removed
   bool pull = false;                  // GET_REPLY: rdv names server memory to READ, then RELEASE
-  std::string_view key;               // SET/GET only
+  std::string_view key;               // SET/GET/DEL only
   std::span<const std::byte> value;   // eager value bytes (empty with rdv)
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
   std::uint64_t rdv_len = 0;          // value_len sent with rdv
@@ -41,6 +41,8 @@ MessageSpec get_request(std::uint32_t req_id, std::string_view key) noexcept;
 MessageSpec get_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc buf,
                             std::uint64_t buf_len) noexcept;
 MessageSpec stats_request(std::uint32_t req_id) noexcept;
+// Removes `key` (header + key, nothing else).
+MessageSpec del_request(std::uint32_t req_id, std::string_view key) noexcept;
 // The client finished READing the value the reply to GET `req_id` pinned.
 MessageSpec release(std::uint32_t req_id) noexcept;
 
@@ -60,7 +62,9 @@ MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc 
 MessageSpec get_reply_missing(std::uint32_t req_id, std::uint16_t credits) noexcept;
 MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
                         std::string_view text) noexcept;
-// Bare non-ok reply answering `request` (SET/GET/STATS or its reply opcode).
+// found: the key existed and was removed (FOUND flag); false: no such key.
+MessageSpec del_reply(std::uint32_t req_id, std::uint16_t credits, bool found) noexcept;
+// Bare non-ok reply answering `request` (SET/GET/STATS/DEL or its reply opcode).
 MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
                         Status status) noexcept;
 }  // namespace msg

@@ -15,7 +15,7 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::credits_in_request: return "nonzero credits in a request";
     case Reason::unknown_status: return "unknown reply status";
     case Reason::payload_on_error: return "error reply carries flags or a value";
-    case Reason::found_not_allowed: return "FOUND flag on a message other than GET_REPLY";
+    case Reason::found_not_allowed: return "FOUND flag on a message other than GET_REPLY or DEL_REPLY";
     case Reason::rdv_not_allowed: return "RDV flag not allowed on this message";
     case Reason::bad_key_len: return "key length zero or above the limit";
     case Reason::key_not_allowed: return "key on a message that takes none";
@@ -33,7 +33,7 @@ namespace {
 
 // What each opcode may carry.
 struct OpRules {
-  bool key;    // SET/GET need 1..max_key key bytes; others none
+  bool key;    // SET/GET/DEL need 1..max_key key bytes; others none
   bool value;  // eager value bytes allowed
   bool rdv;    // RDV descriptor allowed
   bool found;  // FOUND flag allowed
@@ -43,12 +43,14 @@ constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
     case Opcode::set: return {true, true, true, false};
     case Opcode::get: return {true, false, true, false};  // RDV = offered buffer
+    case Opcode::del: return {true, false, false, false};  // the key only
     case Opcode::stats:    // header only
     case Opcode::release:  // header only; req_id names the pinned GET
     case Opcode::set_reply: return {false, false, false, false};
     // A miss carries nothing; a hit carries the value eagerly or by descriptor.
     case Opcode::get_reply: return {false, found, found, true};
     case Opcode::stats_reply: return {false, true, false, false};
+    case Opcode::del_reply: return {false, false, false, true};  // FOUND: the key was removed
   }
   return {false, false, false, false};
 }

@@ -28,9 +28,9 @@ enum class Reason : std::uint8_t {
   credits_in_request,    // request with nonzero credits
   unknown_status,        // reply status not in Status
   payload_on_error,      // non-ok reply carrying flags or a value
-  found_not_allowed,     // FOUND on anything but GET_REPLY
+  found_not_allowed,     // FOUND on anything but GET_REPLY and DEL_REPLY
   rdv_not_allowed,       // RDV on an opcode (or not-found GET_REPLY) that forbids it
-  bad_key_len,           // SET/GET key_len 0 or above the limit
+  bad_key_len,           // SET/GET/DEL key_len 0 or above the limit
   key_not_allowed,       // nonzero key_len on STATS or a reply
   value_not_allowed,     // eager value on a message that carries none
   value_too_large,       // value_len above Limits::max_value

@@ -10,9 +10,11 @@ std::string_view to_string(Opcode op) noexcept {
     case Opcode::get: return "GET";
     case Opcode::stats: return "STATS";
     case Opcode::release: return "RELEASE";
+    case Opcode::del: return "DEL";
     case Opcode::set_reply: return "SET_REPLY";
     case Opcode::get_reply: return "GET_REPLY";
     case Opcode::stats_reply: return "STATS_REPLY";
+    case Opcode::del_reply: return "DEL_REPLY";
   }
   return "UNKNOWN_OPCODE";  // only reachable for values forged by a cast
 }
@@ -38,9 +40,11 @@ std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept {
     case Opcode::get:
     case Opcode::stats:
     case Opcode::release:
+    case Opcode::del:
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply: return op;
+    case Opcode::stats_reply:
+    case Opcode::del_reply: return op;
   }
   return std::nullopt;
 }

@@ -54,12 +54,17 @@ enum class Opcode : std::uint8_t {
   // Rendezvous: the client is done RDMA READing the value a GET_REPLY with
   // kFlagPull pinned for it; req_id names that GET. Header only, no reply.
   release = 0x04,
+  // Removes the key: header + key, no value, no flags.
+  del = 0x05,
   set_reply = 0x81,
   get_reply = 0x82,
   stats_reply = 0x83,
+  // kFlagFound: the key existed and was removed; clear: there was no such key.
+  del_reply = 0x85,
 };
 
-// GET_REPLY only: the key existed.
+// GET_REPLY: the key existed (the value follows). DEL_REPLY: the key existed
+// and was removed.
 inline constexpr std::uint16_t kFlagFound = 1u << 0;
 // Payload after the key is a rendezvous descriptor instead of value bytes.
 inline constexpr std::uint16_t kFlagRdv = 1u << 1;
@@ -77,7 +82,7 @@ enum class Status : std::uint16_t {
   no_memory = 3,      // store is full
   internal = 4,       // server-side bug or unexpected failure
   remote_access = 5,  // server's RDMA READ/WRITE on the client's descriptor failed
-  io_error = 6,       // SET: the server could not make it durable (disk error); not acknowledged
+  io_error = 6,       // SET/DEL: the server could not make it durable (disk error); not acknowledged
 };
 
 [[nodiscard]] std::string_view to_string(Opcode op) noexcept;

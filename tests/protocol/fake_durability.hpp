@@ -1,6 +1,7 @@
 #pragma once
 // FakeDurability: the protocol suite's stand-in for the durability log
-// (kv::store::Durability). Records every record_set() and answers what the test sets.
+// (kv::store::Durability). Records every record_set() and record_del() and
+// answers what the test sets.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ class FakeDurability final : public kv::store::Durability {
     kv::store::LargeRef large;     // the pin the log would hold until written
     std::uint64_t token;
     std::uint32_t req_id;
+    bool del = false;  // a record_del(): a tombstone, no value
   };
   kv::store::DurableAck answer = kv::store::DurableAck::later;
   std::vector<Record> records;
@@ -26,6 +28,10 @@ class FakeDurability final : public kv::store::Durability {
   kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
                             std::uint64_t token, std::uint32_t req_id) noexcept override {
     records.push_back({std::string(key), std::string(value), value.data(), large, token, req_id});
+    return answer;
+  }
+  kv::store::DurableAck record_del(std::string_view key, std::uint64_t token, std::uint32_t req_id) noexcept override {
+    records.push_back({std::string(key), std::string(), nullptr, {}, token, req_id, true});
     return answer;
   }
   void flush() noexcept override { ++flushes; }

@@ -252,6 +252,68 @@ TEST_F(ClientConnTest, WrongReplyOpcodeFailsTheConnection) {
   EXPECT_EQ(results_[0].status, Status::connection_failed);
 }
 
+TEST_F(ClientConnTest, DelGoesInOrderAsHeaderAndKeyAndReportsFound) {
+  start(16, 4, 8);
+  ASSERT_EQ(conn_->submit_set("k", bytes_of("v"), record(0)), Status::ok);
+  ASSERT_EQ(conn_->submit_del("k", record(1)), Status::ok);
+  ASSERT_EQ(conn_->submit_get("k", record(2)), Status::ok);
+  ASSERT_EQ(conn_->submit_del("nope", record(3)), Status::ok);
+  EXPECT_EQ(conn_->flush(), 1u);
+  std::vector<proto::MessageView> msgs;
+  proto::Decoder dec(link_.sends.at(0).bytes);
+  for (auto r = dec.next(); std::holds_alternative<proto::MessageView>(r); r = dec.next()) {
+    msgs.push_back(std::get<proto::MessageView>(r));
+  }
+  ASSERT_EQ(msgs.size(), 4u);
+  EXPECT_EQ(msgs[0].opcode(), proto::Opcode::set);
+  EXPECT_EQ(msgs[1].opcode(), proto::Opcode::del);
+  EXPECT_EQ(msgs[1].key, "k");
+  EXPECT_EQ(msgs[1].header.value_len, 0u);
+  EXPECT_EQ(msgs[1].header.flags, 0u);
+  EXPECT_EQ(msgs[1].size, proto::kHeaderSize + 1);
+  EXPECT_EQ(msgs[2].opcode(), proto::Opcode::get);
+  EXPECT_EQ(msgs[3].opcode(), proto::Opcode::del);
+  EXPECT_EQ(msgs[3].key, "nope");
+  reply({proto::msg::set_reply(msgs[0].header.req_id, 0), proto::msg::del_reply(msgs[1].header.req_id, 0, true),
+         proto::msg::get_reply_missing(msgs[2].header.req_id, 0),
+         proto::msg::del_reply(msgs[3].header.req_id, 1, false)});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(calls_[i], 1);
+  EXPECT_EQ(results_[1].status, Status::ok);
+  EXPECT_TRUE(results_[1].found) << "the key existed";
+  EXPECT_TRUE(results_[1].value.empty());
+  EXPECT_FALSE(results_[2].found);
+  EXPECT_EQ(results_[3].status, Status::ok);
+  EXPECT_FALSE(results_[3].found) << "no such key";
+  EXPECT_EQ(conn_->in_flight(), 0u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ClientConnTest, DelErrorsAndLimits) {
+  start(16, 4, 8);
+  EXPECT_EQ(conn_->submit_del("", record(0)), Status::bad_key);
+  EXPECT_EQ(conn_->submit_del(std::string(1025, 'k'), record(0)), Status::bad_key);
+  EXPECT_EQ(calls_[0], 0);
+  ASSERT_EQ(conn_->submit_del(std::string(1024, 'k'), record(1)), Status::ok);
+  conn_->flush();
+  reply(proto::msg::error_reply(proto::Opcode::del, sent(0)[0].req_id, 1, proto::Status::io_error));
+  EXPECT_EQ(results_[1].status, Status::io_error);
+  EXPECT_FALSE(results_[1].found);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+TEST_F(ClientConnTest, AReplyOfTheWrongKindToADelFailsTheConnection) {
+  start(16, 4, 8);
+  ASSERT_EQ(conn_->submit_del("a", record(0)), Status::ok);
+  ASSERT_EQ(conn_->submit_get("b", record(1)), Status::ok);
+  conn_->flush();
+  const auto m = sent(0);
+  reply(proto::msg::del_reply(m[1].req_id, 1, true));  // a DEL_REPLY to the GET
+  EXPECT_EQ(conn_->state(), ConnState::failed);
+  EXPECT_NE(conn_->failure().find("DEL_REPLY"), std::string::npos) << conn_->failure();
+  EXPECT_EQ(results_[0].status, Status::connection_failed);
+  EXPECT_EQ(results_[1].status, Status::connection_failed);
+}
+
 TEST_F(ClientConnTest, MalformedReplyFailsTheConnection) {
   start(16, 4, 8);
   ASSERT_EQ(conn_->submit_get("a", record(0)), Status::ok);

@@ -95,6 +95,25 @@ TEST_F(ClientRdv, GetOffersALandingBufferTheServerWrites) {
   EXPECT_EQ(reg_.registrations(), 1u) << "the lent buffer counts as a spare and comes back: no registration";
 }
 
+TEST_F(ClientRdv, DelOffersNoLandingBufferAndTheNextGetStillGetsOne) {
+  bool found = false;
+  ASSERT_EQ(cc_->submit_del("k", [&](Status s, bool f, std::span<const std::byte>) {
+    EXPECT_EQ(s, Status::ok);
+    found = f;
+  }),
+            Status::ok);
+  ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].opcode(), Opcode::del);
+  EXPECT_FALSE(m[0].rdv) << "no value comes back: nothing to offer";
+  EXPECT_TRUE(m[1].rdv) << "the one spare went to the GET";
+  reply({proto::msg::del_reply(m[0].header.req_id, 1, true)});
+  EXPECT_TRUE(found);
+  EXPECT_EQ(reg_.registrations(), 1u);
+}
+
 TEST_F(ClientRdv, PulledGetIsReadThenReleased) {
   std::string seen;
   std::unique_ptr<LandingBuffer> kept;

@@ -191,6 +191,40 @@ TEST_F(ServerRdv, DisconnectMidTransferFreesAtDestruction) {
   EXPECT_EQ(store_.get("v").large.use_count(), 2) << "only the Store (and this lookup) hold it";
 }
 
+// DEL of a large value a transfer still reads: the key is gone at once, the
+// block stays whole (not back in the arena) until the WRITE completes / the
+// client's RELEASE arrives, as on an overwrite.
+TEST_F(ServerRdv, DelOfAValueInTransferFreesItOnlyWhenTheTransferEnds) {
+  put_large(arena_, store_, "w", 'w', 10000);
+  put_large(arena_, store_, "p", 'p', 50000);
+  ASSERT_EQ(request(pack({proto::msg::get_request_rdv(1, "w", {0x5000, 55}, 16384),  // pushed by a WRITE
+                          proto::msg::get_request(2, "p"),                           // pulled by the client
+                          proto::msg::del_request(3, "w"), proto::msg::del_request(4, "p")})),
+            Verdict::keep);
+  auto r = last_send();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[2].opcode(), Opcode::del_reply);
+  EXPECT_TRUE(r[2].found());
+  EXPECT_TRUE(r[3].found());
+  EXPECT_FALSE(store_.get("w").found);
+  EXPECT_FALSE(store_.get("p").found);
+  EXPECT_EQ(counters_.pinned, 2u);
+  EXPECT_EQ(arena_.stats().blocks_in_use, 2u) << "neither block may be reused while a transfer reads it";
+  EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'w'));
+  const auto* pulled = reinterpret_cast<const char*>(r[1].rdv->addr);
+  EXPECT_EQ(std::string(pulled, 50000), std::string(50000, 'p'));
+  // A new value allocated meanwhile gets other memory.
+  put_large(arena_, store_, "x", 'x', 10000);
+  EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'w'));
+  EXPECT_EQ(std::string(pulled, 50000), std::string(50000, 'p'));
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[0], CompletionOpcode::rdma_write)), Verdict::keep);
+  EXPECT_EQ(arena_.stats().blocks_in_use, 2u) << "the WRITE's block went back; the pulled one and x remain";
+  ASSERT_EQ(request(pack({proto::msg::release(2)})), Verdict::keep);
+  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(arena_.stats().blocks_in_use, 1u) << "only x";
+  EXPECT_EQ(counters_.dels, 2u);
+  EXPECT_EQ(counters_.del_hits, 2u);
+}
 
 }  // namespace
 }  // namespace rkv::kv::server

@@ -311,8 +311,89 @@ TEST_F(ServerConnTest, MalformedBufferDisconnectsAndStoresNothing) {
   }
 }
 
+TEST_F(ServerConnTest, DelFoundThenNotFound) {
+  const std::string value = "v";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(value)), proto::msg::set_request(2, "other", bytes_of(value))})),
+            Verdict::keep);
+  ASSERT_EQ(flush_replies().size(), 2u);
+  ASSERT_EQ(deliver(pack({proto::msg::del_request(3, "k")})), Verdict::keep);
+  auto r = flush_replies();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::del_reply);
+  EXPECT_EQ(r[0].header.req_id, 3u);
+  EXPECT_EQ(r[0].header.status, Status::ok);
+  EXPECT_TRUE(r[0].header.found()) << "the key existed and was removed";
+  EXPECT_EQ(r[0].header.value_len, 0u);
+  EXPECT_EQ(r[0].header.credits, 1u);
+  EXPECT_FALSE(store_.get("k").found);
+  EXPECT_TRUE(store_.get("other").found);
+  ASSERT_EQ(deliver(pack({proto::msg::del_request(4, "k"), proto::msg::get_request(5, "k"),
+                          proto::msg::stats_request(6)})),
+            Verdict::keep);
+  r = flush_replies();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::del_reply);
+  EXPECT_EQ(r[0].header.status, Status::ok);
+  EXPECT_FALSE(r[0].header.found()) << "no such key";
+  EXPECT_FALSE(r[1].header.found());
+  EXPECT_NE(r[2].value.find("\ndels 2\n"), std::string::npos) << r[2].value;
+  EXPECT_NE(r[2].value.find("\ndel_hits 1\n"), std::string::npos) << r[2].value;
+  EXPECT_NE(r[2].value.find("keys 1\n"), std::string::npos) << r[2].value;
+  EXPECT_EQ(counters_.dels, 2u);
+  EXPECT_EQ(counters_.del_hits, 1u);
+  EXPECT_EQ(counters_.error_replies, 0u);
+}
+
+TEST_F(ServerConnTest, DelIsOrderedWithTheSetsAndGetsOfItsBuffer) {
+  const std::string v = "first", w = "second";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(v)), proto::msg::get_request(2, "k"),
+                          proto::msg::del_request(3, "k"), proto::msg::get_request(4, "k"),
+                          proto::msg::set_request(5, "k", bytes_of(w)), proto::msg::get_request(6, "k"),
+                          proto::msg::del_request(7, "k"), proto::msg::del_request(8, "k")})),
+            Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 8u);
+  for (std::uint32_t i = 0; i < 8; ++i) EXPECT_EQ(r[i].header.req_id, i + 1);
+  EXPECT_EQ(r[1].value, "first");
+  EXPECT_TRUE(r[2].header.found());
+  EXPECT_FALSE(r[3].header.found());
+  EXPECT_EQ(r[5].value, "second");
+  EXPECT_TRUE(r[6].header.found());
+  EXPECT_FALSE(r[7].header.found());
+  EXPECT_EQ(store_.size(), 0u);
+  EXPECT_EQ(store_.bytes(), 0u);
+}
+
+// A DEL with a value (or flags) is malformed: the whole buffer is refused,
+// so the valid DEL before it deletes nothing.
+TEST_F(ServerConnTest, MalformedDelDisconnectsAndDeletesNothing) {
+  const std::string value = "v";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(value))})), Verdict::keep);
+  ASSERT_EQ(flush_replies().size(), 1u);
+  auto bytes = pack({proto::msg::del_request(2, "k")});
+  proto::RawHeader h;
+  h.opcode = static_cast<std::uint8_t>(Opcode::del);
+  h.key_len = 1;
+  h.value_len = 1;
+  const auto bad = raw_header(h);
+  bytes.insert(bytes.end(), bad.begin(), bad.end());
+  bytes.push_back(std::byte{'k'});
+  bytes.push_back(std::byte{'v'});
+  ASSERT_EQ(deliver(bytes), Verdict::disconnect);
+  EXPECT_EQ(conn_->close_cause(), CloseCause::protocol_error);
+  EXPECT_NE(conn_->disconnect_reason().find(to_string(proto::Reason::value_not_allowed)), std::string::npos)
+      << conn_->disconnect_reason();
+  EXPECT_TRUE(store_.get("k").found);
+  EXPECT_EQ(counters_.dels, 0u);
+}
+
 TEST_F(ServerConnTest, ReplyOpcodeFromClientDisconnects) {
   ASSERT_EQ(deliver(pack({proto::msg::set_reply(1, 0)})), Verdict::disconnect);
+  EXPECT_EQ(conn_->close_cause(), CloseCause::protocol_error);
+}
+
+TEST_F(ServerConnTest, DelReplyFromClientDisconnects) {
+  ASSERT_EQ(deliver(pack({proto::msg::del_reply(1, 0, true)})), Verdict::disconnect);
   EXPECT_EQ(conn_->close_cause(), CloseCause::protocol_error);
 }
 

@@ -1,5 +1,5 @@
 // protocol suite: ServerConn with a Durability (FakeDurability): deferred SET
-// replies and their credits, io_error replies, the rendezvous SET logged
+// and DEL replies and their credits, io_error replies, the rendezvous SET logged
 // straight from its arena block, a connection that goes away while SETs wait.
 #include <gtest/gtest.h>
 
@@ -175,6 +175,84 @@ TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
   EXPECT_TRUE(link_.sends.empty());
   sc_.reset();
   EXPECT_EQ(counters_.durable_waits, 0u);
+}
+
+// DEL: erased at once, recorded as a tombstone (found or not), and with
+// `later` its reply waits for the record exactly like a SET's: DEL_REPLY
+// with FOUND as the erase found it, or io_error.
+TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
+  dur_.answer = DurableAck::now;
+  ASSERT_EQ(request(pack({proto::msg::set_request(1, "a", b("1")), proto::msg::set_request(2, "b", b("2"))})),
+            Verdict::keep);
+  dur_.answer = DurableAck::later;
+  const std::size_t before = link_.sends.size();
+  ASSERT_EQ(request(pack({proto::msg::del_request(3, "a"), proto::msg::del_request(4, "missing"),
+                          proto::msg::del_request(5, "b")})),
+            Verdict::keep);
+  EXPECT_EQ(link_.sends.size(), before) << "no DEL_REPLY before its tombstone is durable";
+  ASSERT_EQ(dur_.records.size(), 5u);
+  for (std::size_t i = 2; i < 5; ++i) {
+    EXPECT_TRUE(dur_.records[i].del);
+    EXPECT_EQ(dur_.records[i].token, kToken);
+    EXPECT_EQ(dur_.records[i].req_id, i + 1);
+    EXPECT_TRUE(dur_.records[i].value.empty());
+  }
+  EXPECT_EQ(dur_.records[2].key, "a");
+  EXPECT_EQ(dur_.records[3].key, "missing") << "a DEL of a missing key is logged too";
+  EXPECT_FALSE(store_.get("a").found) << "applied at once";
+  EXPECT_FALSE(store_.get("b").found);
+  EXPECT_EQ(counters_.durable_waits, 3u);
+  ASSERT_EQ(sc_->on_durable(4, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(3, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(5, false), Verdict::keep);  // the disk failed under this one
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  const auto r = replies_since(before);
+  ASSERT_EQ(r.size(), 3u);
+  for (const auto& m : r) EXPECT_EQ(m.opcode(), Opcode::del_reply);
+  EXPECT_EQ(r[0].header.req_id, 4u);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_FALSE(r[0].found());
+  EXPECT_EQ(r[0].header.credits, 1u) << "the DEL buffer's credit rides on the first reply out";
+  EXPECT_EQ(r[1].header.req_id, 3u);
+  EXPECT_TRUE(r[1].found());
+  EXPECT_EQ(r[2].header.req_id, 5u);
+  EXPECT_EQ(r[2].header.status, proto::Status::io_error);
+  EXPECT_FALSE(r[2].found()) << "an error reply is bare";
+  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(counters_.io_errors, 1u);
+  EXPECT_EQ(counters_.dels, 3u);
+  EXPECT_EQ(counters_.del_hits, 2u);
+  // A SET deferred after those is still answered with a SET_REPLY.
+  ASSERT_EQ(request(pack({proto::msg::set_request(3, "a", b("again"))})), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(3, true), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  EXPECT_EQ(replies_since(before + 1).back().opcode(), Opcode::set_reply);
+}
+
+TEST_F(ServerDurable, DelNowAndFailed) {
+  store_.set("k", "v");
+  dur_.answer = DurableAck::now;
+  ASSERT_EQ(request(pack({proto::msg::del_request(1, "k")})), Verdict::keep);
+  dur_.answer = DurableAck::failed;
+  store_.set("k", "v");
+  ASSERT_EQ(request(pack({proto::msg::del_request(2, "k")})), Verdict::keep);
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].opcode(), Opcode::del_reply);
+  EXPECT_EQ(r[0].header.status, proto::Status::ok);
+  EXPECT_TRUE(r[0].found());
+  EXPECT_EQ(r[1].opcode(), Opcode::del_reply);
+  EXPECT_EQ(r[1].header.status, proto::Status::io_error);
+  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(counters_.io_errors, 1u);
+  EXPECT_EQ(sc_->on_durable(1, true), Verdict::keep) << "nothing waits: ignored";
+  EXPECT_EQ(counters_.stale_completions, 1u);
+}
+
+TEST_F(ServerDurable, ADelReusingAWaitingDelsReqIdIsAProtocolError) {
+  ASSERT_EQ(request(pack({proto::msg::del_request(7, "a")})), Verdict::keep);
+  EXPECT_EQ(request(pack({proto::msg::del_request(7, "b")})), Verdict::disconnect);
+  EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
 }
 
 }  // namespace

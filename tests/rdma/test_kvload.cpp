@@ -1,8 +1,8 @@
 // kvload_e2e: the kvload binary against a kvd child process. A malformed
 // workload reports FILE:LINE for every bad line and exits nonzero without
 // connecting; a good one runs and --json has the summary keys; --expect
-// checks GETs against another file's SETs; interactive
-// mode answers SET/GET. (Bad flags and `kvload gen` need no device: test_cli.cpp.)
+// checks GETs against another file's SETs (and DELs); DEL lines run in
+// order and --verify checks them; interactive mode answers SET/GET/DEL. (Bad flags and `kvload gen` need no device: test_cli.cpp.)
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -137,6 +137,56 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
   for (const auto& f : {file, gets, wrong}) std::remove(f.c_str());
 }
 
+// DEL lines: run in file order with the SETs and GETs of their key,
+// --verify expects nothing after a DEL (and checks what each DEL finds), the
+// report counts them; --expect honours DEL lines, and a key that should be
+// gone but is there is a mismatch.
+TEST(KvloadE2E, DelLinesRunInOrderAndVerify) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const std::string file = write_file("del.txt",
+                                      "SET a first\n"
+                                      "SET big @70000:3\n"
+                                      "SET c x\n"
+                                      "DEL a\n"
+                                      "GET a\n"
+                                      "DEL a\n"
+                                      "SET a again\n"
+                                      "GET a\n"
+                                      "DEL big\n"
+                                      "GET big\n"
+                                      "DEL never-set\n"
+                                      "GET c\n");
+  const auto port = std::to_string(kvd.port());
+  for (const char* mode : {"rpc", "read"}) {
+    SCOPED_TRACE(mode);
+    const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--json",
+                                "--verify", "--depth", "8", "--get-mode", mode},
+                               {}, 300s);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    for (const char* key : {"\"ops\":12", "\"errors\":0", "\"mismatches\":0",
+                            "{\"op\":\"del\",\"size_class\":\"eager\",\"count\":4,\"errors\":0",
+                            "{\"op\":\"del\",\"size_class\":\"rendezvous\",\"count\":0"}) {
+      EXPECT_TRUE(contains(r.out, key)) << "missing " << key << " in " << r.out;
+    }
+  }
+  // What the server holds now: a = "again", big deleted, c = "x".
+  const std::string gets = write_file("del_gets.txt", "GET a\nGET big\nGET c\n");
+  auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", gets, "--expect", file,
+                        "--json", "--get-mode", "read"},
+                       {}, 300s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "\"mismatches\":0")) << r.out;
+  const std::string wrong = write_file("del_wrong.txt", "SET a again\nSET c x\nDEL c\n");  // c is not gone
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", gets, "--expect", wrong, "--json"},
+                  {}, 300s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.out, "\"mismatches\":1")) << r.out;
+  EXPECT_TRUE(contains(r.err, gets + ":3: get c: returned 1 bytes, expected nothing")) << r.err;
+  for (const auto& f : {file, gets, wrong}) std::remove(f.c_str());
+}
+
 // rkv stats: the kvd's table over the wire, as JSON that parses, whose
 // counters move by exactly the operations a kvload run sent; the text form
 // has the same names. A malformed address exits 1 with a message.
@@ -248,11 +298,11 @@ TEST(KvloadE2E, InteractiveMode) {
   const std::string addr = verbs::test::softroce_addr();
   KvdProcess kvd(RKV_KVD_PATH, addr);
   const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port())},
-                             "SET k hello there\nget k\nGET nope\nquit\nGET k\n", 300s);
+                             "SET k hello there\nget k\nGET nope\ndel k\nDEL k\nGET k\nquit\nGET k\n", 300s);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // No prompt: stdin is not a terminal. Nothing after quit.
-  EXPECT_EQ(r.out, "OK\n\"hello there\"\n(not found)\n") << r.err;
+  EXPECT_EQ(r.out, "OK\n\"hello there\"\n(not found)\n(deleted)\n(not found)\n(not found)\n") << r.err;
 }
 
 }  // namespace

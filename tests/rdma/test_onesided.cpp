@@ -2,8 +2,9 @@
 // kvd child process over Soft-RoCE: values read by RDMA READ are byte-exact
 // (small and large), misses are answered by the index alone, keys the index
 // could not place are served by the message fallback, a batch of one-sided
-// GETs leaves the server's request counters unchanged, and a reader racing a
-// writer on the same keys only ever sees values that were written whole.
+// GETs leaves the server's request counters unchanged, a reader racing a
+// writer on the same keys only ever sees values that were written whole, and
+// after a DEL both GET modes answer not found (racing DELs included).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -319,6 +320,128 @@ TEST_F(OneSided, RecoveredValuesAreReadOneSided) {
   reader->close();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// DEL then GET, in both GET modes: not found, never the old value (the
+// one-sided index entry is withdrawn before the DEL_REPLY); the key can be
+// SET again and is then read one-sided again.
+TEST_F(OneSided, DelThenGetIsNotFoundInBothModes) {
+  start();
+  auto writer = open(reactor_, GetMode::rpc);
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  const std::size_t sizes[] = {1, 3000, 5000, 64u << 10, 1u << 20};
+  for (std::size_t n : sizes) ASSERT_EQ(writer->set_sync("d-" + std::to_string(n), pattern(n, n)), Status::ok);
+  const auto before = kvd_stats();
+  for (std::size_t n : sizes) {
+    SCOPED_TRACE("value of " + std::to_string(n) + " bytes");
+    const std::string key = "d-" + std::to_string(n);
+    std::string v;
+    bool found = false;
+    ASSERT_EQ(reader->get_sync(key, v, found), Status::ok);
+    ASSERT_TRUE(found && v == pattern(n, n)) << "read one-sided before the DEL";
+    ASSERT_EQ(writer->del_sync(key, found), Status::ok);
+    EXPECT_TRUE(found) << "the key existed";
+    found = true;
+    ASSERT_EQ(reader->get_sync(key, v, found), Status::ok);
+    EXPECT_FALSE(found) << "a one-sided GET after the DEL returned " << v.size() << " bytes";
+    found = true;
+    ASSERT_EQ(writer->get_sync(key, v, found), Status::ok);
+    EXPECT_FALSE(found) << "a GET by message after the DEL";
+    ASSERT_EQ(writer->del_sync(key, found), Status::ok);
+    EXPECT_FALSE(found) << "no such key any more";
+  }
+  const ClientCounters& c = reader->counters();
+  EXPECT_EQ(c.onesided_misses, std::size(sizes)) << "answered not found by the index alone";
+  EXPECT_EQ(c.onesided_fallbacks, 0u);
+  EXPECT_EQ(c.messages_sent, 0u);
+  const auto after = kvd_stats();
+  EXPECT_EQ(after.at("dels") - before.at("dels"), 2 * std::size(sizes));
+  EXPECT_EQ(after.at("del_hits") - before.at("del_hits"), std::size(sizes));
+  EXPECT_EQ(after.at("keys"), 0u);
+  EXPECT_EQ(after.at("index_used"), 0u) << "the buckets are free again";
+  EXPECT_EQ(after.at("arena_used"), 0u) << "the large values' blocks went back";
+  EXPECT_EQ(after.at("small_arena_used"), 0u) << "and the small ones'";
+  // SET after DEL: found again, one-sided.
+  ASSERT_EQ(writer->set_sync("d-5000", pattern(77, 1)), Status::ok);
+  std::string v;
+  bool found = false;
+  ASSERT_EQ(reader->get_sync("d-5000", v, found), Status::ok);
+  EXPECT_TRUE(found && v == pattern(77, 1));
+  EXPECT_EQ(c.onesided_hits, std::size(sizes) + 1);
+}
+
+// A writer SETs and DELs a few keys in turn while a one-sided reader reads
+// them: every answer is a value written whole or not found, never a torn
+// value, and never older than one the reader saw before.
+TEST_F(OneSided, ConcurrentDeletesNeverYieldATornOrOlderValue) {
+  start();
+  const std::vector<std::size_t> sizes = {64, 3000, 20000};
+  std::atomic<std::uint64_t> cycles{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> writer_ok{true};
+  std::thread writer([&] {
+    try {
+      reactor::Reactor r;
+      auto w = open(r, GetMode::rpc);
+      for (std::uint64_t version = 1; !stop.load(); ++version) {
+        for (std::uint32_t k = 0; k < sizes.size(); ++k) {
+          const std::string key = "hot" + std::to_string(k);
+          bool found = false;
+          if (w->set_sync(key, tagged(k, version, sizes[k])) != Status::ok ||
+              w->del_sync(key, found) != Status::ok || !found) {
+            writer_ok = false;
+            return;
+          }
+        }
+        ++cycles;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "writer: %s\n", e.what());
+      writer_ok = false;
+    }
+  });
+  auto reader = open(reactor_, GetMode::read);
+  ASSERT_TRUE(reader->onesided());
+  std::uint64_t reads = 0, hits = 0, bad = 0;
+  std::vector<std::uint64_t> last(sizes.size(), 0);
+  // At least 2 s, and on until enough happened (a loaded host runs the guest
+  // slowly), but never more than 60 s.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto enough = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    return now - t0 >= 60s || (now - t0 >= 2s && reads > 50 && cycles.load() > 10);
+  };
+  while (!enough() && writer_ok) {
+    for (std::uint32_t k = 0; k < sizes.size(); ++k) {
+      Value got;
+      bool found = false;
+      ASSERT_EQ(reader->get_sync("hot" + std::to_string(k), got, found), Status::ok);
+      ++reads;
+      if (!found) continue;
+      ++hits;
+      const auto version = verify_tagged(got.view(), k, sizes[k]);
+      if (!version) {
+        ++bad;
+        continue;
+      }
+      EXPECT_GE(*version, last[k]) << "a one-sided GET went back in time";
+      last[k] = *version;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_TRUE(writer_ok.load());
+  const ClientCounters& c = reader->counters();
+  std::printf("delete race: %llu one-sided reads (%llu found), %llu SET+DEL cycles, retries %llu, fallbacks %llu, "
+              "torn values returned %llu\n",
+              static_cast<unsigned long long>(reads), static_cast<unsigned long long>(hits),
+              static_cast<unsigned long long>(cycles.load()), static_cast<unsigned long long>(c.onesided_retries),
+              static_cast<unsigned long long>(c.onesided_fallbacks), static_cast<unsigned long long>(bad));
+  EXPECT_EQ(bad, 0u) << "a one-sided GET returned a value that was not written whole";
+  EXPECT_GT(reads, 50u);
+  EXPECT_GT(cycles.load(), 10u) << "the writer must really race the reader";
+  EXPECT_LT(hits, reads) << "the reader must see the keys deleted";
 }
 
 }  // namespace

@@ -267,5 +267,83 @@ TEST_F(StoreIndexTest, LargeValuesCarryTheKeyAfterTheValue) {
   EXPECT_EQ(probe("big", e), ProbeResult::ask_rpc);
 }
 
+// DEL (Store::erase): the entry goes, readers get NOT FOUND, the bucket can
+// be claimed again, and a reader racing the removal sees a torn entry (and
+// reads again), never a half-cleared one.
+TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
+  std::weak_ptr<const kv::store::LargeValue> block;
+  kv::store::Store s;
+  s.attach_index(index_, [this, &block](std::size_t n) {
+    auto b = blocks_(n);
+    block = b;
+    return b;
+  });
+  s.set("gone", "value");
+  IndexEntry e;
+  ASSERT_EQ(probe("gone", e), ProbeResult::found);
+  const std::uint64_t bucket = proto::home_bucket(proto::hash64("gone"), kBuckets);  // the first free one
+  ASSERT_FALSE(block.expired());
+  EXPECT_EQ(index_.stats().used, 1u);
+  EXPECT_TRUE(s.erase("gone"));
+  EXPECT_EQ(probe("gone", e), ProbeResult::not_found) << "a one-sided GET after the DEL finds nothing";
+  EXPECT_TRUE(block.expired()) << "the block went back to its arena (nothing pins a small value)";
+  EXPECT_EQ(index_.stats().used, 0u);
+  EXPECT_EQ(index_.stats().rpc_only, 0u);
+  // The bucket holds no key, no address, nothing a reader could use.
+  const auto raw = proto::decode_entry(std::span<const std::byte>(region_).subspan(bucket * 64, 64));
+  ASSERT_TRUE(raw.has_value());
+  EXPECT_FALSE(raw->used());
+  EXPECT_EQ(raw->addr, 0u);
+  EXPECT_EQ(raw->key_hash, 0u);
+  EXPECT_FALSE(s.erase("gone"));
+  // SET after DEL: claimed and published again.
+  s.set("gone", "again");
+  ASSERT_EQ(probe("gone", e), ProbeResult::found);
+  EXPECT_EQ(e.value_len, 5u);
+  EXPECT_EQ(index_.stats().used, 1u);
+  s.detach_index();
+}
+
+TEST_F(StoreIndexTest, AReaderRacingTheEraseSeesATornEntry) {
+  store_.set("racer", "value");
+  IndexEntry e;
+  ASSERT_EQ(probe("racer", e), ProbeResult::found);
+  const std::uint64_t bucket = proto::home_bucket(proto::hash64("racer"), kBuckets);  // the only key
+  const auto old_bytes = std::vector<std::byte>(region_.begin() + bucket * 64, region_.begin() + bucket * 64 + 64);
+  EXPECT_TRUE(store_.erase("racer"));
+  // Every mix of the old entry and the cleared one a READ could see: either
+  // whole (old: the value as before the DEL; new: not found) or torn.
+  const auto new_bytes = std::vector<std::byte>(region_.begin() + bucket * 64, region_.begin() + bucket * 64 + 64);
+  for (std::size_t split = 1; split < 64; ++split) {
+    std::vector<std::byte> mix(new_bytes.begin(), new_bytes.begin() + split);
+    mix.insert(mix.end(), old_bytes.begin() + split, old_bytes.end());
+    std::memcpy(region_.data() + bucket * 64, mix.data(), 64);
+    const ProbeResult r = probe("racer", e);
+    if (mix == old_bytes) {
+      EXPECT_EQ(r, ProbeResult::found);
+    } else if (mix == new_bytes) {
+      EXPECT_EQ(r, ProbeResult::not_found);
+    } else {
+      EXPECT_EQ(r, ProbeResult::torn) << "split " << split;
+    }
+  }
+}
+
+TEST_F(StoreIndexTest, EraseOfAnOverflowKeyForgetsIt) {
+  const auto keys = keys_homed_at(5, kBuckets, 9);
+  for (const auto& k : keys) store_.set(k, "v");
+  EXPECT_EQ(index_.stats().overflow_keys, 1u);
+  EXPECT_TRUE(store_.erase(keys[8]));  // the one that found no bucket
+  EXPECT_EQ(index_.stats().overflow_keys, 0u);
+  EXPECT_EQ(index_.stats().used, 8u);
+  EXPECT_TRUE(store_.erase(keys[0]));
+  EXPECT_EQ(index_.stats().used, 7u);
+  IndexEntry e;
+  EXPECT_EQ(probe(keys[0], e), ProbeResult::ask_rpc) << "the home bucket's overflow flag is sticky";
+  store_.set(keys[8], "back");  // takes the freed bucket now
+  EXPECT_EQ(index_.stats().used, 8u);
+  EXPECT_EQ(index_.stats().overflow_keys, 0u);
+}
+
 }  // namespace
 }  // namespace rkv

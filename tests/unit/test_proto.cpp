@@ -180,7 +180,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
       EXPECT_TRUE(seen.insert(to_string(*op)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 7u);
+  EXPECT_EQ(seen.size(), 9u);  // SET GET STATS RELEASE DEL and four replies
   seen.clear();
   for (unsigned v = 0; v < 0x10000; ++v) {
     if (auto s = status_from_wire(static_cast<std::uint16_t>(v))) {
@@ -1044,6 +1044,94 @@ TEST(ProtoRdv, PullOnlyOnRdvFoundGetReply) {
   MessageSpec bad = msg::get_reply_found(1, 0, {});
   bad.pull = true;  // the encoder refuses what the decoder would
   EXPECT_EQ(check_message(bad), Reason::pull_not_allowed);
+}
+
+// --- DEL -------------------------------------------------------------------
+
+TEST(ProtoDel, GoldenRequestBytes) {
+  const Bytes buf = encode_one(msg::del_request(0x01020304, "k"));
+  const Bytes want = {
+      std::byte{0x56}, std::byte{0x4B}, std::byte{0x01},
+      std::byte{0x05},                                         // DEL
+      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},  // flags, status
+      std::byte{0}, std::byte{0},                              // credits
+      std::byte{1}, std::byte{0},                              // key_len
+      std::byte{4}, std::byte{3}, std::byte{2}, std::byte{1},  // req_id
+      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},  // value_len 0
+      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},
+      std::byte{'k'}};
+  EXPECT_EQ(buf, want);
+  EXPECT_EQ(static_cast<unsigned>(reply_opcode(Opcode::del)), 0x85u);
+  EXPECT_EQ(to_string(Opcode::del), "DEL");
+  EXPECT_EQ(to_string(Opcode::del_reply), "DEL_REPLY");
+  EXPECT_TRUE(is_request(Opcode::del));
+  EXPECT_TRUE(is_reply(Opcode::del_reply));
+}
+
+TEST(ProtoDel, RoundTrips) {
+  const std::string key(kMaxKey, 'x');
+  Decoded d = roundtrip(msg::del_request(9, key));
+  EXPECT_EQ(d.m.opcode(), Opcode::del);
+  EXPECT_EQ(d.m.key, key);
+  EXPECT_TRUE(d.m.value.empty());
+  EXPECT_FALSE(d.m.rdv.has_value());
+  EXPECT_EQ(d.m.size, kHeaderSize + kMaxKey);
+
+  d = roundtrip(msg::del_reply(9, 3, true));
+  EXPECT_EQ(d.m.opcode(), Opcode::del_reply);
+  EXPECT_TRUE(d.m.found());
+  EXPECT_EQ(d.m.header.credits, 3);
+  EXPECT_EQ(d.m.header.status, Status::ok);
+  EXPECT_EQ(d.m.size, kHeaderSize);
+  d = roundtrip(msg::del_reply(10, 0, false));
+  EXPECT_FALSE(d.m.found());
+  EXPECT_EQ(d.m.header.flags, 0);
+
+  d = roundtrip(msg::error_reply(Opcode::del, 11, 1, Status::io_error));
+  EXPECT_EQ(d.m.opcode(), Opcode::del_reply);
+  EXPECT_EQ(d.m.header.status, Status::io_error);
+  EXPECT_FALSE(d.m.found());
+}
+
+TEST(ProtoDel, MalformedDelsAreRejected) {
+  const auto del = msg::del_request(1, "key");
+  // A value, flags of any kind, request-only fields, and key lengths out of range.
+  expect_reason(patched(del, [](RawHeader& h) { h.value_len = 1; }), Reason::value_not_allowed);
+  Bytes with_value = forge(raw_of(Opcode::del, 3, 1), to_bytes("keyv"));
+  expect_reason(with_value, Reason::value_not_allowed);
+  expect_reason(forge(raw_of(Opcode::del, 3, 16, kFlagRdv), to_bytes("key0123456789abcdef")), Reason::rdv_not_allowed);
+  expect_reason(patched(del, [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
+  expect_reason(patched(del, [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
+  expect_reason(patched(del, [](RawHeader& h) { h.flags = 1u << 5; }), Reason::reserved_flags);
+  expect_reason(patched(del, [](RawHeader& h) { h.status = 1; }), Reason::status_in_request);
+  expect_reason(patched(del, [](RawHeader& h) { h.credits = 1; }), Reason::credits_in_request);
+  expect_reason(forge(raw_of(Opcode::del, 0)), Reason::bad_key_len);
+  expect_reason(forge(raw_of(Opcode::del, kMaxKey + 1), Bytes(kMaxKey + 1, std::byte{'k'})), Reason::bad_key_len);
+  expect_reason(patched(del, [](RawHeader& h) { h.key_len = 4; }), Reason::truncated_payload);
+  // The encoder refuses what the decoder would.
+  MessageSpec bad = del;
+  const Bytes v = to_bytes("v");
+  bad.value = v;
+  EXPECT_EQ(check_message(bad), Reason::value_not_allowed);
+  bad = del;
+  bad.found = true;
+  EXPECT_EQ(check_message(bad), Reason::found_not_allowed);
+  bad = msg::del_request(1, "");
+  EXPECT_EQ(check_message(bad), Reason::bad_key_len);
+  EXPECT_FALSE(check_message(del).has_value());
+}
+
+TEST(ProtoDel, MalformedDelRepliesAreRejected) {
+  const auto ok = msg::del_reply(1, 0, true);
+  expect_reason(patched(ok, [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
+  expect_reason(forge(raw_of(Opcode::del_reply, 0, 1, kFlagFound), to_bytes("v")), Reason::value_not_allowed);
+  expect_reason(patched(ok, [](RawHeader& h) { h.flags |= kFlagRdv; }), Reason::rdv_not_allowed);
+  expect_reason(patched(ok, [](RawHeader& h) { h.flags |= kFlagPull; }), Reason::pull_not_allowed);
+  // An error reply is bare: FOUND with io_error is refused.
+  expect_reason(patched(ok, [](RawHeader& h) { h.status = static_cast<std::uint16_t>(Status::io_error); }),
+                Reason::payload_on_error);
+  // FOUND on a SET_REPLY is still refused (DEL_REPLY and GET_REPLY only).
+  expect_reason(patched(msg::set_reply(1, 0), [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -204,7 +205,7 @@ TEST(Report, SizeClassBoundary) {
 
 TEST(Report, IndexIsABijection) {
   std::vector<bool> seen(Report::kClasses, false);
-  for (Op::Kind k : {Op::Kind::get, Op::Kind::set}) {
+  for (Op::Kind k : {Op::Kind::get, Op::Kind::set, Op::Kind::del}) {
     for (SizeClass c : {SizeClass::eager, SizeClass::rendezvous}) {
       const std::size_t i = Report::index(k, c);
       ASSERT_LT(i, Report::kClasses);
@@ -212,6 +213,7 @@ TEST(Report, IndexIsABijection) {
       seen[i] = true;
     }
   }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 6);
 }
 
 Report sample() {
@@ -224,6 +226,8 @@ Report sample() {
   for (int i = 0; i < 10; ++i) r.record(Op::Kind::set, SizeClass::rendezvous, 1 << 20, 2000000, true);
   r.record(Op::Kind::set, SizeClass::rendezvous, 0, 0, false);
   r.record(Op::Kind::set, SizeClass::rendezvous, 0, 0, false);
+  for (int i = 0; i < 4; ++i) r.record(Op::Kind::del, SizeClass::eager, 3, 5000, true);
+  r.record(Op::Kind::del, SizeClass::eager, 0, 0, false);
   return r;
 }
 
@@ -234,10 +238,15 @@ TEST(Report, Accounting) {
   EXPECT_EQ(g.errors, 1u);
   EXPECT_EQ(g.bytes, 100000u);
   EXPECT_EQ(g.latency.count(), 1000u);  // failures carry no latency
-  EXPECT_EQ(r.ops(), 1001u + 12u);
-  EXPECT_EQ(r.errors(), 3u);
-  EXPECT_DOUBLE_EQ(r.ops_per_s(), 1013.0 / 2.0);
+  EXPECT_EQ(r.ops(), 1001u + 12u + 5u);
+  EXPECT_EQ(r.errors(), 4u);
+  EXPECT_DOUBLE_EQ(r.ops_per_s(), 1018.0 / 2.0);
   EXPECT_EQ(r.at(Op::Kind::set, SizeClass::eager).count, 0u);
+  const ClassStats& d = r.at(Op::Kind::del, SizeClass::eager);
+  EXPECT_EQ(d.count, 5u);
+  EXPECT_EQ(d.errors, 1u);
+  EXPECT_EQ(d.bytes, 12u);
+  EXPECT_EQ(r.at(Op::Kind::del, SizeClass::rendezvous).count, 0u);
 }
 
 TEST(Report, Merge) {
@@ -245,8 +254,9 @@ TEST(Report, Merge) {
   Report b = sample();
   b.seconds = 5.0;
   a.merge(b);
-  EXPECT_EQ(a.ops(), 2u * 1013u);
-  EXPECT_EQ(a.errors(), 6u);
+  EXPECT_EQ(a.ops(), 2u * 1018u);
+  EXPECT_EQ(a.errors(), 8u);
+  EXPECT_EQ(a.at(Op::Kind::del, SizeClass::eager).count, 10u);
   EXPECT_EQ(a.mismatches, 6u);
   EXPECT_EQ(a.seconds, 5.0);
   EXPECT_EQ(a.at(Op::Kind::set, SizeClass::rendezvous).latency.count(), 20u);
@@ -261,23 +271,23 @@ TEST(Report, JsonParsesAndHasTheKeys) {
   for (const char* k : {"name", "ops", "errors", "seconds", "ops_per_s", "mismatches", "latency_ns", "classes"}) {
     EXPECT_TRUE(j.fields.count(k)) << k;
   }
-  // The run's latency over every successful operation: 1000 GETs of 10001..11000 ns
-  // and 10 SETs of 2 ms: the median is a GET's, the p99 at least the slowest GET's.
-  EXPECT_EQ(j["latency_ns"]["min"].number, 10001.0);
+  // The run's latency over every successful operation: 1000 GETs of 10001..11000 ns,
+  // 10 SETs of 2 ms and 4 DELs of 5 us: the median is a GET's, the p99 at least the slowest GET's.
+  EXPECT_EQ(j["latency_ns"]["min"].number, 5000.0);
   EXPECT_EQ(j["latency_ns"]["max"].number, 2000000.0);
   EXPECT_NEAR(j["latency_ns"]["p50"].number, 10500.0, 10500.0 * 0.01);
   EXPECT_GE(j["latency_ns"]["p99"].number, 11000.0 * 0.99);  // buckets are 1/256 of an octave
-  EXPECT_EQ(j["ops"].number, 1013.0);
-  EXPECT_EQ(j["errors"].number, 3.0);
+  EXPECT_EQ(j["ops"].number, 1018.0);
+  EXPECT_EQ(j["errors"].number, 4.0);
   EXPECT_EQ(j["seconds"].number, 2.0);
-  EXPECT_NEAR(j["ops_per_s"].number, 506.5, 1e-3);
+  EXPECT_NEAR(j["ops_per_s"].number, 509.0, 1e-3);
   EXPECT_EQ(j["mismatches"].number, 3.0);
   // The name survives escaping; the invalid byte became U+FFFD.
   EXPECT_EQ(j["name"].str, "bench \"A\"\\path\n\ttab \x01 caf\xc3\xa9 bad\xef\xbf\xbd");
 
   const Json& classes = j["classes"];
   ASSERT_EQ(classes.type, Json::Type::array);
-  ASSERT_EQ(classes.items.size(), 4u);
+  ASSERT_EQ(classes.items.size(), 6u);
   std::map<std::string, const Json*> by_name;
   for (const Json& c : classes.items) {
     for (const char* k : {"op", "size_class", "count", "errors", "bytes", "ops_per_s", "mb_per_s",
@@ -289,7 +299,7 @@ TEST(Report, JsonParsesAndHasTheKeys) {
     }
     by_name[c["op"].str + "/" + c["size_class"].str] = &c;
   }
-  ASSERT_EQ(by_name.size(), 4u);
+  ASSERT_EQ(by_name.size(), 6u);
   const Json& g = *by_name.at("get/eager");
   EXPECT_EQ(g["count"].number, 1001.0);
   EXPECT_EQ(g["errors"].number, 1.0);
@@ -304,6 +314,11 @@ TEST(Report, JsonParsesAndHasTheKeys) {
   EXPECT_NEAR(s["mb_per_s"].number, 10.0 * (1 << 20) / 1e6 / 2.0, 1e-3);
   EXPECT_EQ(s["latency_ns"]["p99"].number, 2000000.0);
   EXPECT_EQ(by_name.at("set/eager")->fields.at("count").number, 0.0);
+  const Json& d = *by_name.at("del/eager");
+  EXPECT_EQ(d["count"].number, 5.0);
+  EXPECT_EQ(d["errors"].number, 1.0);
+  EXPECT_EQ(d["latency_ns"]["max"].number, 5000.0);
+  EXPECT_EQ(by_name.at("del/rendezvous")->fields.at("count").number, 0.0);
 }
 
 TEST(Report, JsonOfEmptyAndZeroTimeReport) {
@@ -342,7 +357,9 @@ TEST(Report, TextTable) {
   EXPECT_NE(t.find("GET  eager"), std::string::npos) << t;
   EXPECT_NE(t.find("SET  rendezvous"), std::string::npos) << t;
   EXPECT_EQ(t.find("SET  eager"), std::string::npos) << t;  // no ops, no row
-  EXPECT_NE(t.find("total: 1013 ops, 3 errors, 2.000 s, 506.5 ops/s, 3 mismatches"),
+  EXPECT_NE(t.find("DEL  eager"), std::string::npos) << t;
+  EXPECT_EQ(t.find("DEL  rendezvous"), std::string::npos) << t;
+  EXPECT_NE(t.find("total: 1018 ops, 4 errors, 2.000 s, 509.0 ops/s, 3 mismatches"),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("2.00ms"), std::string::npos) << t;  // SET latency, human units

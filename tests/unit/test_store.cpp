@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <new>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -140,6 +142,59 @@ TEST(Store, OverwriteDoesNotCopyKey) {
   g_counting = false;
   EXPECT_EQ(g_allocs.load(), 0);
   EXPECT_EQ(s.get(long_key).value, "short");
+}
+
+// A large value whose block reports when its last reference went (the
+// server's Arena gives the block back then, and may hand it out again).
+struct TrackedBlock {
+  std::vector<std::byte> mem;
+  bool freed = false;
+  LargeRef make(char fill, std::size_t n) {
+    mem.assign(n, std::byte(fill));
+    auto v = std::shared_ptr<LargeValue>(new LargeValue{}, [this](LargeValue* p) {
+      freed = true;
+      delete p;
+    });
+    v->bytes = mem;
+    v->capacity = n;
+    return v;
+  }
+};
+
+TEST(Store, EraseFreesALargeValueAtOnceWhenNothingPinsIt) {
+  Store s;
+  TrackedBlock b;
+  s.set_large("big", b.make('L', 8192));
+  EXPECT_EQ(s.bytes(), 3u + 8192u);
+  EXPECT_TRUE(s.erase("big"));
+  EXPECT_TRUE(b.freed) << "the Store held the only reference";
+  EXPECT_FALSE(s.get("big").found);
+  EXPECT_EQ(s.bytes(), 0u);
+  EXPECT_EQ(s.size(), 0u);
+}
+
+TEST(Store, EraseOfAPinnedLargeValueKeepsItsBytesUntilTheTransferLetsGo) {
+  Store s;
+  TrackedBlock b;
+  s.set_large("big", b.make('L', 8192));
+  LargeRef pin = s.get("big").large;  // what a rendezvous GET (WRITE or pull) holds
+  ASSERT_TRUE(pin);
+  EXPECT_TRUE(s.erase("big"));
+  EXPECT_FALSE(b.freed) << "a transfer still reads it: the block must not be reused yet";
+  EXPECT_FALSE(s.get("big").found);
+  EXPECT_EQ(pin->view(), std::string(8192, 'L'));
+  pin.reset();  // the WRITE completed / the client's RELEASE arrived
+  EXPECT_TRUE(b.freed);
+}
+
+TEST(Store, SetAfterEraseIsANewKey) {
+  Store s;
+  s.set("k", "old");
+  EXPECT_TRUE(s.erase("k"));
+  s.set("k", "new");
+  EXPECT_EQ(s.get("k").value, "new");
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.bytes(), 4u);
 }
 
 }  // namespace

@@ -77,6 +77,28 @@ TEST(WorkloadParse, SetAndGet) {
   EXPECT_EQ(to_string(Op::Kind::get), "get");
 }
 
+TEST(WorkloadParse, Del) {
+  const ParseResult r = parse("SET k v\nDEL k\n  del\tk2  \t\r\nDel " + std::string(1024, 'x') + "\nGET k\n");
+  ASSERT_TRUE(r.ok()) << r.errors.front().message;
+  ASSERT_EQ(r.ops.size(), 5u);
+  EXPECT_EQ(r.ops[1].kind, Op::Kind::del);
+  EXPECT_EQ(r.ops[1].key, "k");
+  EXPECT_EQ(r.ops[1].line, 2u);
+  EXPECT_EQ(literal(r.ops[1]), "") << "no value";
+  EXPECT_EQ(r.ops[2].kind, Op::Kind::del);
+  EXPECT_EQ(r.ops[2].key, "k2");
+  EXPECT_EQ(r.ops[3].key.size(), 1024u);
+  EXPECT_EQ(r.ops[4].kind, Op::Kind::get);
+  EXPECT_EQ(to_string(Op::Kind::del), "del");
+  EXPECT_EQ(one_error("DEL").message, "DEL: missing key");
+  EXPECT_NE(one_error("DEL k v").message.find("DEL: unexpected text after the key: 'v'"), std::string::npos);
+  EXPECT_NE(one_error("DEL " + std::string(1025, 'k')).message.find("over the limit of 1024"), std::string::npos);
+  const ParseResult bad = parse("SET a 1\nDEL a extra\n");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_TRUE(bad.ops.empty()) << "a bad file sends nothing";
+  EXPECT_EQ(bad.errors.front().line, 2u);
+}
+
 TEST(WorkloadParse, ValueVerbatimBlanksAndCase) {
   EXPECT_EQ(literal(one_op("SET k  two leading")), " two leading");  // 1 separator only
   EXPECT_EQ(literal(one_op("SET k v # not a comment ")), "v # not a comment ");
@@ -271,6 +293,11 @@ TEST(ParseCommand, OneLine) {
   op = parse_command("SET big @1m:3", err);
   ASSERT_TRUE(op.has_value());
   EXPECT_EQ(generated(*op), (GeneratedValue{1 << 20, 3}));
+
+  op = parse_command("del greeting\n", err);
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(op->kind, Op::Kind::del);
+  EXPECT_EQ(op->key, "greeting");
 }
 
 TEST(ParseCommand, BlankAndErrors) {
@@ -279,8 +306,11 @@ TEST(ParseCommand, BlankAndErrors) {
   EXPECT_TRUE(err.empty());
   EXPECT_FALSE(parse_command("  # note\n", err).has_value());
   EXPECT_TRUE(err.empty());
-  EXPECT_FALSE(parse_command("DEL k", err).has_value());
-  EXPECT_NE(err.find("unknown operation 'DEL'"), std::string::npos);
+  EXPECT_FALSE(parse_command("PUT k", err).has_value());
+  EXPECT_NE(err.find("unknown operation 'PUT'"), std::string::npos);
+  EXPECT_NE(err.find("expected SET, GET or DEL"), std::string::npos) << err;
+  EXPECT_FALSE(parse_command("del k v", err).has_value());
+  EXPECT_NE(err.find("DEL: unexpected text after the key: 'v'"), std::string::npos) << err;
   EXPECT_FALSE(parse_command("GET k v", err).has_value());
   EXPECT_NE(err.find("unexpected text"), std::string::npos);
   ParseLimits lim;

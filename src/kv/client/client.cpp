@@ -371,6 +371,14 @@ Status Client::get(std::string_view key, Callback cb) {
   return st;
 }
 
+Status Client::del(std::string_view key, Callback cb) {
+  assert_owner();
+  if (!conn_ || closed_) return Status::not_connected;
+  const Status st = conn_->submit_del(key, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
 bool Client::run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto deadline = reactor::Reactor::now() + timeout;
   while (!done()) {
@@ -444,6 +452,20 @@ Status Client::get_sync_with(std::string_view key, bool& found,
   });
   if (st != Status::ok) return st;
   if (Status w = await_reply(result->status, "a GET"); w != Status::ok) return w;
+  if (*result->status == Status::ok) found = result->found;
+  return *result->status;
+}
+
+Status Client::del_sync(std::string_view key, bool& found) {
+  assert_owner();
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  Status st = del(key, [result](Status s, bool f, std::span<const std::byte>) {
+    result->found = f;
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a DEL"); w != Status::ok) return w;
   if (*result->status == Status::ok) found = result->found;
   return *result->status;
 }

@@ -8,7 +8,7 @@
 //
 // Thread: everything runs on the reactor's thread; every public member
 // function (connect() included) asserts it in debug builds
-// (Reactor::assert_owner_thread). Async set()/get() queue
+// (Reactor::assert_owner_thread). Async set()/get()/del() queue
 // the request and schedule one flush on the reactor (requests submitted
 // together coalesce); completions arrive from Reactor::run()/run_once(). The
 // sync helpers run the reactor themselves until their op completes; they must
@@ -105,6 +105,9 @@ class Client {
     return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
   }
   [[nodiscard]] Status get(std::string_view key, Callback cb);
+  // Removes the key; the callback's `found` says whether it existed. Queued
+  // behind earlier requests like set()/get() (no value moves).
+  [[nodiscard]] Status del(std::string_view key, Callback cb);
 
   // Sync: run the reactor until the op completes or options.op_timeout passes
   // (then the connection is failed and Status::timeout returned).
@@ -113,6 +116,8 @@ class Client {
   // Zero-copy: a large value stays in the registered buffer it landed in,
   // now owned by `out`. found = false (and `out` empty) for a missing key.
   [[nodiscard]] Status get_sync(std::string_view key, Value& out, bool& found);
+  // found = the key existed (and was removed); set only when ok.
+  [[nodiscard]] Status del_sync(std::string_view key, bool& found);
   // The server's STATS text ("name value" lines: counters, pinned, connections...).
   [[nodiscard]] Status stats_sync(std::string& out);
   // Drop cached registrations of a buffer given to set() (before freeing it).

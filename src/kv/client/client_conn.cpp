@@ -109,6 +109,10 @@ Status ClientConn::submit_get(std::string_view key, Callback cb) {
   return submit(proto::Opcode::get, key, {}, std::move(cb));
 }
 
+Status ClientConn::submit_del(std::string_view key, Callback cb) {
+  return submit(proto::Opcode::del, key, {}, std::move(cb));
+}
+
 Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
 
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
@@ -321,7 +325,8 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     }
     const auto& m = std::get<proto::MessageView>(res);
     const proto::Opcode op = m.opcode();
-    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply) {
+    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply &&
+        op != proto::Opcode::del_reply) {
       fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
       return false;
     }
@@ -356,11 +361,11 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     Callback cb = std::move(s.cb);
     free_slot(key);  // recycles a landing buffer offered but not used (eager value, miss, error)
     const Status st = from_wire(m.header.status);
-    const bool found = op == proto::Opcode::get_reply && m.found();
+    const bool found = (op == proto::Opcode::get_reply || op == proto::Opcode::del_reply) && m.found();
     SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
                  to_string(st), found, m.value.size(), m.header.credits);
     const bool text = op == proto::Opcode::stats_reply;
-    finish(st, found, found || text ? m.value : std::span<const std::byte>{}, cb);
+    finish(st, found, (found && op == proto::Opcode::get_reply) || text ? m.value : std::span<const std::byte>{}, cb);
     // A callback that closed or failed the connection already completed the rest.
     if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
   }

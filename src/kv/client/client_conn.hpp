@@ -13,7 +13,7 @@
 // request's slot key (index + generation), so a READ completion is routed by
 // find() and one for a slot freed since is dropped as stale.
 //
-// Flow: submit_set()/submit_get() check the limits and queue the request;
+// Flow: submit_set()/submit_get()/submit_del() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
 // in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
 // receive buffers) and a send buffer are available. A reply frees its slot,
@@ -65,7 +65,7 @@ enum class Status : std::uint8_t {
   bad_request,        // the server refused the request
   no_memory,          // the server's store is full
   server_error,       // the server failed (internal error, remote access)
-  io_error,           // SET: the server could not make it durable (disk error); not applied for sure
+  io_error,           // SET/DEL: the server could not make it durable (disk error); not applied for sure
   not_connected,      // submitted while the connection is not usable
   connection_failed,  // the connection failed while the request was pending
   closed,             // the connection was closed locally while it was pending
@@ -87,6 +87,7 @@ enum class ConnState : std::uint8_t {
 [[nodiscard]] std::string_view to_string(ConnState s) noexcept;
 
 // Completion of one request; `value` (GET hits only) is valid only during the call.
+// `found`: GET, the key has a value; DEL, the key existed and was removed.
 using Callback = std::function<void(Status, bool found, std::span<const std::byte> value)>;
 
 struct ClientCounters {
@@ -177,6 +178,8 @@ class ClientConn {
   // then never called).
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+  // DEL: the callback's `found` says whether the key existed (and was removed).
+  [[nodiscard]] Status submit_del(std::string_view key, Callback cb);
   // Read mode: from now on GETs go by RDMA READ of the server's index
   // (client_onesided.cpp). Registers one buffer with a small area per
   // request slot (local_write). False (logged) if the index is unusable or

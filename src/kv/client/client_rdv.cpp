@@ -20,6 +20,7 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
                                        r.value.size());
   }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
+  if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);
   if (spares_.empty()) return proto::msg::get_request(id, r.key);
   // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
   s.landing = std::move(spares_.back());

@@ -1,4 +1,4 @@
-// await_set/await_get: see await.hpp.
+// await_set/await_get/await_del: see await.hpp.
 #include "kv/load/await.hpp"
 
 #include <memory>
@@ -58,6 +58,13 @@ OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<cons
 OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
   const Status st = c.get(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  if (st != Status::ok) return OpResult{st, false, 0, {}};
+  return wait_for(s, p);
+}
+
+OpResult await_del(Scheduler& s, Client& c, std::string_view key) {
+  auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
+  const Status st = c.del(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }

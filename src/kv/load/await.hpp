@@ -29,7 +29,7 @@ using client::Status;
 
 struct OpResult {
   Status status = Status::ok;    // no_memory also if a GET's bytes could not be copied here
-  bool found = false;            // GET
+  bool found = false;            // GET: a value came back; DEL: the key existed
   std::uint64_t size = 0;        // GET: value bytes received
   std::vector<std::byte> value;  // GET with keep_value: the bytes
 };
@@ -38,5 +38,6 @@ struct OpResult {
 // `value` must stay alive and unchanged until this returns.
 [[nodiscard]] OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value);
 [[nodiscard]] OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value);
+[[nodiscard]] OpResult await_del(Scheduler& s, Client& c, std::string_view key);
 
 }  // namespace rkv::kv::load

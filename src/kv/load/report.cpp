@@ -9,7 +9,7 @@
 namespace rkv::kv::load {
 namespace {
 
-constexpr std::array<Op::Kind, 2> kKinds = {Op::Kind::get, Op::Kind::set};
+constexpr std::array<Op::Kind, 3> kKinds = {Op::Kind::get, Op::Kind::set, Op::Kind::del};
 constexpr std::array<SizeClass, 2> kSizes = {SizeClass::eager, SizeClass::rendezvous};
 
 double finite_or_zero(double v) noexcept { return std::isfinite(v) ? v : 0.0; }
@@ -67,6 +67,7 @@ std::string_view upper(Op::Kind k) noexcept {
   switch (k) {
     case Op::Kind::get: return "GET";
     case Op::Kind::set: return "SET";
+    case Op::Kind::del: return "DEL";
   }
   return "?";
 }
@@ -93,6 +94,7 @@ std::size_t Report::index(Op::Kind k, SizeClass c) noexcept {
   switch (k) {
     case Op::Kind::get: i = 0; break;
     case Op::Kind::set: i = 2; break;
+    case Op::Kind::del: i = 4; break;
   }
   switch (c) {
     case SizeClass::eager: break;

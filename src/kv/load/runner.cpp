@@ -28,7 +28,11 @@ LoadRun::LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& op
   report_.name = options_.name;
   if (options_.verify) {
     for (const Op& op : options_.expect) {
-      if (op.kind == Op::Kind::set) expected_.insert_or_assign(op.key, op.value);
+      switch (op.kind) {
+        case Op::Kind::set: expected_.insert_or_assign(op.key, Expected{Expected::State::value, op.value}); break;
+        case Op::Kind::del: expected_.insert_or_assign(op.key, Expected{Expected::State::missing, {}}); break;
+        case Op::Kind::get: break;
+      }
     }
   }
 }
@@ -86,6 +90,7 @@ void LoadRun::worker() {
         break;
       }
       case Op::Kind::get: run_get(op); break;
+      case Op::Kind::del: run_del(op); break;
     }
     ++done_;
   }
@@ -113,41 +118,70 @@ void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
   report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
                  static_cast<std::uint64_t>(ns), ok);
   if (options_.verify) {
-    if (ok) {
-      expected_.insert_or_assign(op.key, op.value);
-    } else {
-      expected_.insert_or_assign(op.key, std::nullopt);
-    }
+    expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::value, op.value} : Expected{});
   }
   if (ok && options_.on_set_ok) options_.on_set_ok(op, value);
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 
 void LoadRun::run_get(const Op& op) {
-  const ValueSpec* want = nullptr;  // --verify: the value this run last SET (null: unchecked)
+  const Expected* want = nullptr;  // --verify: what this run last did to the key (null: unchecked)
   if (options_.verify) {
-    if (const auto it = expected_.find(op.key); it != expected_.end() && it->second) want = &*it->second;
+    if (const auto it = expected_.find(op.key); it != expected_.end() && it->second.state != Expected::State::unknown) {
+      want = &it->second;
+    }
   }
+  const ValueSpec* want_value = want != nullptr && want->state == Expected::State::value ? &want->value : nullptr;
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_get(*scheduler_, *client_, op.key, want != nullptr);
+  const OpResult r = await_get(*scheduler_, *client_, op.key, want_value != nullptr);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
-  const std::uint64_t size = ok ? r.size : (want != nullptr ? value_size(*want) : 0);
+  const std::uint64_t size = ok ? r.size : (want_value != nullptr ? value_size(*want_value) : 0);
   report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,
                  static_cast<std::uint64_t>(ns), ok);
   if (!ok) {
     error_line(op, std::string(to_string(r.status)));
     return;
   }
-  if (want != nullptr && (!r.found || !matches(*want, r.value))) {
+  if (want_value != nullptr && (!r.found || !matches(*want_value, r.value))) {
     ++report_.mismatches;
     error_line(op, r.found ? "returned other bytes than were SET (" + std::to_string(r.size) + " bytes, expected " +
-                                 std::to_string(value_size(*want)) + ")"
+                                 std::to_string(value_size(*want_value)) + ")"
                            : "found nothing, expected the value SET before");
+  } else if (want != nullptr && want->state == Expected::State::missing && r.found) {
+    ++report_.mismatches;
+    error_line(op, "returned " + std::to_string(r.size) + " bytes, expected nothing (DELeted before)");
   }
+}
+
+void LoadRun::run_del(const Op& op) {
+  Expected::State before = Expected::State::unknown;  // --verify: what the key should hold now
+  if (options_.verify) {
+    if (const auto it = expected_.find(op.key); it != expected_.end()) before = it->second.state;
+  }
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_del(*scheduler_, *client_, op.key);
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const bool ok = r.status == Status::ok;
+  report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  if (options_.verify) {
+    if (ok && before == Expected::State::value && !r.found) {
+      ++report_.mismatches;
+      error_line(op, "found nothing to delete, expected the value SET before");
+    } else if (ok && before == Expected::State::missing && r.found) {
+      ++report_.mismatches;
+      error_line(op, "deleted a value, expected none (DELeted before)");
+    }
+    expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::missing, {}} : Expected{});
+  }
+  if (ok && options_.on_del_ok) options_.on_del_ok(op, r.found);
+  if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 
 void LoadRun::error_line(const Op& op, const std::string& what) {

@@ -14,10 +14,12 @@
 // Recording (kv::load::Report): latency is submit -> reply (time spent waiting for
 // the key is not included); count/errors per (kind x size class). A GET's
 // size class is that of the value it returned (of the value expected, if it
-// failed). With `verify`, the keys this run SETs are its own: a GET of such a
-// key must return exactly the value last SET (mismatches counted); a SET that
-// failed makes the key's value unknown (its GETs are not checked until the
-// next successful SET); GETs of keys never SET are not checked.
+// failed; a DEL is recorded as eager). With `verify`, the keys this run SETs
+// or DELs are its own: a GET of such a key must return exactly the value last
+// SET, or nothing after a DEL, and a DEL must find the key iff it holds a
+// value (mismatches counted); a SET or DEL that failed makes the key's state
+// unknown (not checked until the next successful SET or DEL); keys this run
+// never wrote are not checked.
 //
 // Errors never hang a run: a refused submit (too_large, not_connected after a
 // connection failure) completes the op at once with that status; a connection
@@ -61,9 +63,12 @@ struct LoadOptions {
   // Called for every SET the server acknowledged (status ok), with its bytes
   // (kvload --ack-log). Null: nothing.
   std::function<void(const Op&, std::span<const std::byte> value)> on_set_ok;
+  // Called for every DEL the server acknowledged (status ok); found = the key existed.
+  std::function<void(const Op&, bool found)> on_del_ok;
   // With verify: what the server holds before the run (kvload --expect). The
-  // SETs among these ops are not sent; a GET of their key is checked against
-  // the last of them, as if this run had SET it. Other ops are ignored.
+  // SETs and DELs among these ops are not sent; a GET of their key is checked
+  // against the last of them (its value, or nothing after a DEL), as if this
+  // run had done it. GETs are ignored.
   std::vector<Op> expect;
 };
 
@@ -111,6 +116,7 @@ class LoadRun {
   void worker();
   void run_set(const Op& op, std::span<std::byte> value);
   void run_get(const Op& op);
+  void run_del(const Op& op);
   void error_line(const Op& op, const std::string& what);
   void begin_op();
   void end_op(Clock::time_point now);
@@ -131,8 +137,17 @@ class LoadRun {
   bool stalled_ = false;
   Clock::time_point start_{};
   Clock::time_point last_progress_{};
-  // --verify: the value last SET per key; nullopt = unknown (that SET failed).
-  std::unordered_map<std::string, std::optional<ValueSpec>> expected_;
+  // --verify: what this run last did to a key.
+  struct Expected {
+    enum class State : std::uint8_t {
+      unknown,  // the last SET or DEL failed: the key may hold anything
+      value,    // SET: holds `value`
+      missing,  // DEL: holds nothing
+    };
+    State state = State::unknown;
+    ValueSpec value;
+  };
+  std::unordered_map<std::string, Expected> expected_;
 };
 
 }  // namespace rkv::kv::load

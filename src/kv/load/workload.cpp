@@ -145,11 +145,13 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
     op.kind = Op::Kind::set;
   } else if (iequals(opcode, "GET")) {
     op.kind = Op::Kind::get;
+  } else if (iequals(opcode, "DEL")) {
+    op.kind = Op::Kind::del;
   } else {
-    err = "unknown operation " + quote(opcode) + " (expected SET or GET)";
+    err = "unknown operation " + quote(opcode) + " (expected SET, GET or DEL)";
     return LineKind::error;
   }
-  const std::string name(op.kind == Op::Kind::set ? "SET" : "GET");
+  const std::string name(op.kind == Op::Kind::set ? "SET" : op.kind == Op::Kind::get ? "GET" : "DEL");
 
   pos = skip_blanks(line, end);
   if (pos == line.size()) {
@@ -165,10 +167,11 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
   }
 
   switch (op.kind) {
-    case Op::Kind::get: {
+    case Op::Kind::get:
+    case Op::Kind::del: {
       const std::size_t rest = skip_blanks(line, end);
       if (rest != line.size()) {
-        err = "GET: unexpected text after the key: " + quote(line.substr(rest));
+        err = name + ": unexpected text after the key: " + quote(line.substr(rest));
         return LineKind::error;
       }
       op.value = std::string();
@@ -210,6 +213,7 @@ std::string_view to_string(Op::Kind k) noexcept {
   switch (k) {
     case Op::Kind::set: return "set";
     case Op::Kind::get: return "get";
+    case Op::Kind::del: return "del";
   }
   return "?";
 }

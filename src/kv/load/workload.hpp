@@ -14,6 +14,8 @@
 //                              ignored.
 //   SET <key> @@<text>         literal value "@<text>" (the first '@' escapes).
 //   GET <key>                  trailing blanks allowed, anything else an error.
+//   DEL <key>                  delete the key; trailing blanks allowed, anything
+//                              else an error.
 // - Opcodes are case-insensitive (SET, set, Set): interactive users type lowercase.
 // - Leading blanks are skipped; opcode and key are separated by one or more
 //   blanks (space, tab, \v, \f). Keys are 1..1024 bytes without blanks.
@@ -54,10 +56,10 @@ void write_value(const ValueSpec& v, std::span<std::byte> out) noexcept;
 [[nodiscard]] bool matches(const ValueSpec& v, std::span<const std::byte> bytes) noexcept;
 
 struct Op {
-  enum class Kind { set, get };
+  enum class Kind { set, get, del };
   Kind kind = Kind::get;
   std::string key;
-  ValueSpec value;    // SET only; an empty literal for GET
+  ValueSpec value;    // SET only; an empty literal for GET and DEL
   unsigned line = 0;  // 1-based line in the file; 0 from parse_command
 };
 

@@ -33,6 +33,8 @@ struct ServerCounters {
   std::uint64_t sets = 0;
   std::uint64_t gets = 0;
   std::uint64_t get_hits = 0;
+  std::uint64_t dels = 0;
+  std::uint64_t del_hits = 0;
   std::uint64_t stats = 0;
   std::uint64_t rdv_refused = 0;
   std::uint64_t error_replies = 0;
@@ -80,6 +82,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"sets", &ServerCounters::sets, "SET requests"},
     CounterInfo{"gets", &ServerCounters::gets, "GET requests by message"},
     CounterInfo{"get_hits", &ServerCounters::get_hits, "GET requests that found their key"},
+    CounterInfo{"dels", &ServerCounters::dels, "DEL requests"},
+    CounterInfo{"del_hits", &ServerCounters::del_hits, "DEL requests that found (and removed) their key"},
     CounterInfo{"stats", &ServerCounters::stats, "STATS requests"},
     CounterInfo{"rdv_refused", &ServerCounters::rdv_refused, "rendezvous requests refused with bad_request (no registered memory)"},
     CounterInfo{"error_replies", &ServerCounters::error_replies, "replies with a non-ok status"},
@@ -103,8 +107,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "completion events taken (a CQ armed before the loop slept)"},
     CounterInfo{"cq_polls", &ServerCounters::cq_polls, "poll passes over the poll list (CQs with traffic, while the loop spins)"},
     CounterInfo{"cq_arms", &ServerCounters::cq_arms, "CQs armed before the loop slept"},
-    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET replies waiting for the log"},
-    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs answered io_error"},
+    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET and DEL replies waiting for the log"},
+    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs and DELs answered io_error"},
 };
 
 namespace detail {

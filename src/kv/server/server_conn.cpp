@@ -103,6 +103,7 @@ void ServerConn::fail(CloseCause cause, std::string reason) noexcept {
   reason_ = std::move(reason);
   held_.clear();  // their buffers are not re-posted: nothing more is executed
   ready_.clear();
+  durable_dels_.clear();  // their replies are dropped with the connection
   pulls_.clear();  // unpinned: the client can no longer READ (its QP goes to error)
 }
 
@@ -333,9 +334,11 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       }
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
+    case Opcode::del: reply = proto::msg::del_reply(id, 0, false); break;  // execute() says whether it was found
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply:  // refused on arrival
+    case Opcode::stats_reply:
+    case Opcode::del_reply:  // refused on arrival
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       break;
   }
@@ -376,17 +379,57 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       return Outcome::reply;
     case Opcode::release: return execute_release(m);
     case Opcode::stats: ++counters_->stats; return Outcome::reply;
+    case Opcode::del: return execute_del(m, reply);
     case Opcode::set_reply:
     case Opcode::get_reply:
-    case Opcode::stats_reply: return Outcome::reply;
+    case Opcode::stats_reply:
+    case Opcode::del_reply: return Outcome::reply;
   }
   return Outcome::reply;
+}
+
+// DEL: erased from the Store (its index entry cleared, its value freed when
+// no transfer pins it: Store::erase), then recorded as a tombstone exactly
+// as a SET is recorded, so the reply waits for the same durability.
+ServerConn::Outcome ServerConn::execute_del(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  ++counters_->dels;
+  const std::uint32_t id = m.header.req_id;
+  if (durability_ != nullptr) {
+    // Where a deferred reply finds its FOUND flag: taken before anything is
+    // changed, so running out of memory here refuses the DEL whole.
+    try {
+      if (!durable_dels_.try_emplace(id, false).second) {
+        fail(CloseCause::protocol_error, fmt::format("DEL req {} reuses the req_id of a DEL still waiting for the log", id));
+        return Outcome::failed;
+      }
+    } catch (const std::bad_alloc&) {
+      reply = proto::msg::error_reply(Opcode::del, id, 0, Status::no_memory);
+      return Outcome::reply;
+    }
+  }
+  const bool found = store_->erase(m.key);
+  if (found) ++counters_->del_hits;
+  reply = proto::msg::del_reply(id, 0, found);
+  if (durability_ == nullptr) return Outcome::reply;
+  const Outcome out = durable_outcome(durability_->record_del(m.key, config_.token, id), Opcode::del, id, reply);
+  if (out == Outcome::no_reply) {
+    durable_dels_[id] = found;  // the entry exists: no allocation
+  } else {
+    durable_dels_.erase(id);
+  }
+  return out;
 }
 
 ServerConn::Outcome ServerConn::record_durable(std::string_view key, std::string_view value, const LargeRef& large,
                                                std::uint32_t req_id, proto::MessageSpec& reply) noexcept {
   if (durability_ == nullptr) return Outcome::reply;
-  switch (durability_->record_set(key, value, large, config_.token, req_id)) {
+  return durable_outcome(durability_->record_set(key, value, large, config_.token, req_id), Opcode::set, req_id,
+                         reply);
+}
+
+ServerConn::Outcome ServerConn::durable_outcome(DurableAck ack, Opcode op, std::uint32_t req_id,
+                                                proto::MessageSpec& reply) noexcept {
+  switch (ack) {
     case DurableAck::now: return Outcome::reply;
     case DurableAck::later:
       ++durable_waits_;
@@ -395,7 +438,7 @@ ServerConn::Outcome ServerConn::record_durable(std::string_view key, std::string
     case DurableAck::failed: break;
   }
   ++counters_->io_errors;
-  reply = proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error);
+  reply = proto::msg::error_reply(op, req_id, 0, Status::io_error);
   return Outcome::reply;
 }
 
@@ -407,9 +450,17 @@ Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
   --durable_waits_;
   --counters_->durable_waits;
   if (!ok) ++counters_->io_errors;
-  if (emit(ok ? proto::msg::set_reply(req_id, 0) : proto::msg::error_reply(Opcode::set, req_id, 0, Status::io_error))) {
-    process_held();
+  Opcode op = Opcode::set;
+  bool found = false;
+  if (const auto it = durable_dels_.find(req_id); it != durable_dels_.end()) {  // a DEL's tombstone
+    op = Opcode::del;
+    found = it->second;
+    durable_dels_.erase(it);
   }
+  const proto::MessageSpec reply = !ok                   ? proto::msg::error_reply(op, req_id, 0, Status::io_error)
+                                   : op == Opcode::del ? proto::msg::del_reply(req_id, 0, found)
+                                                       : proto::msg::set_reply(req_id, 0);
+  if (emit(reply)) process_held();
   return decided_if(true);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // ServerConn: the server's per-connection protocol state machine (eager
-// SET/GET/STATS, credits, back-pressure). It posts work only through a Link
+// SET/GET/DEL/STATS, credits, back-pressure). It posts work only through a Link
 // and is fed verbs::Completion values, so the `protocol` suite drives it with
 // a FakeLink. It never touches verbs objects or cm_ids.
 //
@@ -26,11 +26,12 @@
 // that were posted (counted at flush time, i.e. when the client could first
 // see them); a SEND arriving when received > granted is an overrun.
 //
-// Durability (optional, kv/durability.hpp): a SET is applied to the Store
-// at once, then recorded; when the Durability answers `later` its reply is
-// deferred like a rendezvous SET's (the buffer's credit rides on the next
-// reply that goes out) until the owner calls on_durable(req_id, ok), which
-// emits SET_REPLY ok or io_error. A connection that goes away before that is
+// Durability (optional, kv/durability.hpp): a SET or DEL is applied to the
+// Store at once, then recorded (a DEL as a tombstone); when the Durability
+// answers `later` its reply is deferred like a rendezvous SET's (the
+// buffer's credit rides on the next reply that goes out) until the owner
+// calls on_durable(req_id, ok), which emits SET_REPLY / DEL_REPLY (FOUND as
+// the erase found it) ok, or io_error. A connection that goes away before that is
 // simply gone: the owner routes on_durable by slot + generation and drops it.
 //
 // Thread: the reactor thread that owns the connection; not thread-safe.
@@ -170,8 +171,9 @@ class ServerConn {
   void on_established() noexcept;
   // Every completion of this connection's CQ, successful or not.
   [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
-  // The record of SET req_id (answered DurableAck::later) is durable (ok) or
-  // failed: its reply goes out (with the next flush). Unknown/late calls are ignored.
+  // The record of SET or DEL req_id (answered DurableAck::later) is durable
+  // (ok) or failed: its reply goes out (with the next flush). Unknown/late
+  // calls are ignored.
   [[nodiscard]] Verdict on_durable(std::uint32_t req_id, bool ok) noexcept;
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
@@ -267,9 +269,14 @@ class ServerConn {
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
+  // DEL: erase, then record the tombstone (the reply may be deferred or fail).
+  Outcome execute_del(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   // Records an applied SET with the Durability (if any); may defer or fail the reply.
   Outcome record_durable(std::string_view key, std::string_view value, const LargeRef& large, std::uint32_t req_id,
                          proto::MessageSpec& reply) noexcept;
+  // What the Durability's answer means for the reply to `op` req_id.
+  Outcome durable_outcome(store::DurableAck ack, proto::Opcode op, std::uint32_t req_id,
+                          proto::MessageSpec& reply) noexcept;
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
   std::uint32_t take_transfer() noexcept;
   void free_transfer(std::uint32_t slot) noexcept;
@@ -310,7 +317,8 @@ class ServerConn {
   std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
   std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
   Durability* durability_ = nullptr;
-  std::size_t durable_waits_ = 0;                 // SETs answered `later`, reply not emitted yet
+  std::size_t durable_waits_ = 0;                 // SETs and DELs answered `later`, reply not emitted yet
+  std::unordered_map<std::uint32_t, bool> durable_dels_;  // DELs among them: req_id -> FOUND
 };
 
 }  // namespace rkv::kv::server

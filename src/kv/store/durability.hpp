@@ -1,10 +1,10 @@
 #pragma once
-// Durability: the seam between the server's SET path (ServerConn) and the
-// durability log (src/durable/log.hpp), so the protocol suite can drive
-// ServerConn with a fake. Header only.
+// Durability: the seam between the server's SET and DEL paths (ServerConn)
+// and the durability log (src/durable/log.hpp), so the protocol suite can
+// drive ServerConn with a fake. Header only.
 //
-// ServerConn applies a SET to the Store first, then calls record_set(). The
-// answer says when the client may be told "ok":
+// ServerConn applies a SET (DEL) to the Store first, then calls record_set()
+// (record_del()). The answer says when the client may be told "ok":
 //   now     acknowledge at once (fsync batch/never while the disk is healthy)
 //   later   the reply waits: the implementation calls the sink given to the
 //           owner (Server::on_durable, wired by kvd) with (conn_token, req_id,
@@ -49,6 +49,11 @@ class Durability {
   // `large` is set iff the value lives in the arena (value == large->view()).
   [[nodiscard]] virtual DurableAck record_set(std::string_view key, std::string_view value, const LargeRef& large,
                                               std::uint64_t conn_token, std::uint32_t req_id) noexcept = 0;
+  // A DEL of `key` (a tombstone), whether or not the key existed: its
+  // acknowledgement means "absent, durably", which a tombstone written behind
+  // every earlier record of the key guarantees. Answered as record_set.
+  [[nodiscard]] virtual DurableAck record_del(std::string_view key, std::uint64_t conn_token,
+                                              std::uint32_t req_id) noexcept = 0;
   // End of one batch of request processing (the server calls it after each
   // CQ drain): queued records may be submitted now, together.
   virtual void flush() noexcept = 0;

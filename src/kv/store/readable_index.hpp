@@ -5,13 +5,18 @@
 // It writes entries into a region of plain memory it is given: in kvd that
 // region is registered remote_read only (kv::server::Server), in the unit suite it is
 // a vector. The Store is its only writer (Store::attach_index): it claims one
-// bucket per new key and publishes/withdraws that key's entry on every SET.
+// bucket per new key, publishes/withdraws that key's entry on every SET and
+// releases it on a DEL.
 //
 // A new key takes the first empty bucket of its neighborhood (home .. home+7).
 // If there is none, or a bucket there already holds another key with the same
 // hash and length, the key is not indexed and the home bucket gets the sticky
-// overflow flag ("a key homed here may be missing: ask by message"). There is
-// no delete in the protocol, so a bucket, once claimed, stays its key's.
+// overflow flag ("a key homed here may be missing: ask by message"). A
+// bucket stays its key's until the key is deleted (DEL: Store::erase ->
+// release()); it is then empty again (the overflow flag stays) and a new key
+// may claim it. The value block goes back to its arena when its last
+// reference goes, as after an overwrite: readers holding the old entry fail
+// the data_crc check if it was reused (docs/protocol.md).
 //
 // Every write rewrites the entry in place: bytes 0..43 first, entry_crc last,
 // so a reader that sees a mix fails the entry_crc check and re-reads.

@@ -71,7 +71,11 @@ class Store {
   void set_large(std::string_view key, LargeRef value);
   // Never allocates (heterogeneous lookup: the view is hashed directly).
   [[nodiscard]] Lookup get(std::string_view key) const;
-  // True if the key existed.
+  // Removes the key (DEL). True if it existed. With an index its entry is
+  // cleared (readers get NOT FOUND) and its bucket freed. The value goes
+  // as on an overwrite: only the Store's reference is dropped, so a large
+  // value pinned by a transfer (an RDMA WRITE or a pulled GET) stays whole
+  // until its last pin goes.
   bool erase(std::string_view key);
   // A batch is about to run set()/get() of `key`: start loading the memory
   // they will touch (the key's node is found now; its index entry, for
