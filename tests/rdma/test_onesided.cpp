@@ -246,8 +246,16 @@ TEST_F(OneSided, ConcurrentWriterNeverYieldsATornValue) {
   std::uint64_t reads = 0, bad = 0;
   std::vector<std::uint64_t> last(sizes.size(), 0), changes(sizes.size(), 0);
   const std::uint64_t written_at_start = written.load();
-  const auto deadline = std::chrono::steady_clock::now() + 4s;
-  while (std::chrono::steady_clock::now() < deadline && writer_ok) {
+  // Until the race was really run (enough reads, SETs and changes seen; at
+  // least 2 s), not for a fixed time a loaded host may not fill; 60 s at most.
+  const auto begin = std::chrono::steady_clock::now();
+  const auto raced_enough = [&] {
+    std::uint64_t seen = 0;
+    for (auto ch : changes) seen += ch;
+    return reads > 50 && written.load() - written_at_start > 50 && seen > 10 &&
+           std::chrono::steady_clock::now() - begin >= 2s;
+  };
+  while (std::chrono::steady_clock::now() - begin < 60s && writer_ok && !raced_enough()) {
     for (std::uint32_t k = 0; k < sizes.size(); ++k) {
       Value got;
       bool found = false;
