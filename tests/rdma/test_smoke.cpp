@@ -2,6 +2,7 @@
 // least-privilege MR flags are honoured by the HCA.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -122,8 +123,12 @@ TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
     remote_mr.emplace(*s.pd, std::span<std::byte>(remote), Access::remote_read);
     return encode(*remote_mr);
   };
-  Loopback lb(addr, opt);  // initiator depth / responder resources: negotiated (the device's maximum)
+  Loopback lb(addr, opt);  // initiator depth / responder resources: kNegotiate, as kvd and the client use
   const RemoteRegion rr = decode(lb.client_saw_private);
+  std::printf("negotiated: client initiator depth %u, server responder resources %u\n",
+              unsigned{lb.server_saw_initiator_depth}, unsigned{lb.client_saw_responder_resources});
+  EXPECT_GT(lb.server_saw_initiator_depth, 1u) << "several READs in flight per QP";
+  EXPECT_GT(lb.client_saw_responder_resources, 1u) << "the server serves several READs at once";
   constexpr std::size_t kReads = 16, kPiece = kRegion / kReads;
   std::vector<ReadWr> chain(kReads);
   for (std::size_t i = 0; i < kReads; ++i) {
