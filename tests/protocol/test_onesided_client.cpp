@@ -387,6 +387,33 @@ TEST_F(OneSidedClient, ATornEntryInAChainIsReadAgainWithTheOthersValueReads) {
   EXPECT_TRUE(link_.sends.empty());
 }
 
+TEST_F(OneSidedClient, AKeyTornForGoodInAChainFallsBackToAMessageWhileTheOthersHit) {
+  constexpr std::size_t kDepth = 3;
+  connect(kDepth);
+  const auto keys = set_keys(store_, kDepth, "g");
+  std::vector<Result> res(kDepth);
+  for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(get(keys[i], res[i]), Status::ok);
+  cc_->flush();
+  region_[bucket_of(keys[1]) * 64 + 8] ^= std::byte{1};  // torn for good
+  // Serve whatever is posted, in order, until nothing new comes.
+  for (std::size_t served = 0; served < link_.reads.size();) serve(served++);
+  EXPECT_EQ(res[0].value, "value of " + keys[0]);
+  EXPECT_EQ(res[2].value, "value of " + keys[2]);
+  EXPECT_FALSE(res[1].done);
+  const auto& c = cc_->counters();
+  EXPECT_EQ(c.onesided_retries, proto::kOneSidedAttempts - 1);
+  EXPECT_EQ(c.onesided_fallbacks, 1u);
+  EXPECT_EQ(c.rdma_reads, 2 * 2 + proto::kOneSidedAttempts);
+  ASSERT_EQ(link_.sends.size(), 1u) << "the torn key's GET by message";
+  const auto m = test::decode(link_.sends[0].bytes);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].key, keys[1]);
+  cc_->on_completion(FakeLink::deliver(link_.recvs[0], test::pack({proto::msg::get_reply_found(
+                                                          m[0].header.req_id, 1, proto::as_bytes(std::string_view("v1")))})));
+  ASSERT_TRUE(res[1].done);
+  EXPECT_EQ(res[1].value, "v1");
+}
+
 TEST_F(OneSidedClient, AFailedUnsignaledReadInAChainFailsTheConnectionAndTrustsNoReadBeforeIt) {
   constexpr std::size_t kDepth = 5;
   connect(kDepth);
