@@ -62,8 +62,9 @@ class BenchLink final : public kv::conn::Link {
     ++unexpected_;
     return EINVAL;
   }
-  int post_read_sg(verbs::WrId, std::span<const verbs::ReadSge>, std::uint64_t, std::uint32_t) noexcept override {
+  int post_reads(std::span<const verbs::ReadWr>, std::size_t* posted) noexcept override {
     ++unexpected_;
+    if (posted != nullptr) *posted = 0;
     return EINVAL;
   }
 

@@ -106,8 +106,8 @@ namespace {
 // Scatter/gather elements (Sge or ReadSge: bytes + lkey) into `out`, skipping
 // empty ones (a zero-length element adds nothing). The count, or -1 if an
 // element is longer than a verbs length (u32). in.size() <= out.size().
-template <class S>
-int fill_sges(std::span<const S> in, std::array<ibv_sge, kMaxSendSge>& out) noexcept {
+template <class S, std::size_t N>
+int fill_sges(std::span<const S> in, std::array<ibv_sge, N>& out) noexcept {
   int num = 0;
   for (const S& s : in) {
     if (!fits_u32(s.bytes.size())) return -1;
@@ -123,19 +123,18 @@ struct Remote {
   std::uint32_t rkey = 0;
 };
 
-// THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE) and
-// posts it: opcode, wr_id, the gather/scatter list (empty elements skipped),
-// remote address/rkey, signaled flag. EINVAL for more than kMaxSendSge
-// elements or one longer than u32; otherwise ibv_post_send's errno value
-// (ENOMEM = send queue full).
-template <class S>
-int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const S> sges, Remote remote,
-                 bool signaled) noexcept {
-  if (sges.size() > kMaxSendSge) return EINVAL;
-  std::array<ibv_sge, kMaxSendSge> list;
+// THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE):
+// opcode, wr_id, the gather/scatter list (empty elements skipped, written to
+// `list`, which must outlive the post), remote address/rkey, signaled flag,
+// no successor. EINVAL for more elements than `list` holds or one longer
+// than u32, else 0.
+template <class S, std::size_t N>
+int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode opcode, WrId wr_id,
+                 std::span<const S> sges, Remote remote, bool signaled) noexcept {
+  if (sges.size() > N) return EINVAL;
   const int num = fill_sges(sges, list);
   if (num < 0) return EINVAL;
-  ibv_send_wr wr{};
+  wr = ibv_send_wr{};
   wr.wr_id = wr_id.encode();
   wr.sg_list = list.data();
   wr.num_sge = num;
@@ -143,8 +142,18 @@ int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const S
   wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
   wr.wr.rdma.remote_addr = remote.addr;
   wr.wr.rdma.rkey = remote.rkey;
+  return 0;
+}
+
+// One WR, one post. ibv_post_send's errno value (ENOMEM = send queue full).
+template <class S>
+int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const S> sges, Remote remote,
+                 bool signaled) noexcept {
+  std::array<ibv_sge, kMaxSendSge> list;
+  ibv_send_wr wr;
+  if (const int rc = fill_send_wr(wr, list, opcode, wr_id, sges, remote, signaled); rc != 0) return rc;
   SPDLOG_TRACE("verbs: post opcode={} qp={} slot={} sge={}", static_cast<int>(opcode), qp->qp_num, wr_id.slot(),
-               num);
+               wr.num_sge);
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(qp, &wr, &bad);
 }
@@ -167,10 +176,32 @@ int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint3
                       Remote{remote_addr, rkey}, signaled);
 }
 
-int QueuePair::post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr,
-                              std::uint32_t rkey, bool signaled) noexcept {
-  if (local.size() > caps_.max_send_sge) return EINVAL;
-  return post_send_wr(handle_->qp, IBV_WR_RDMA_READ, wr_id, local, Remote{remote_addr, rkey}, signaled);
+int QueuePair::post_rdma_reads(std::span<const ReadWr> reads, std::size_t* posted) noexcept {
+  if (posted != nullptr) *posted = 0;
+  if (reads.size() > kMaxChain) return EINVAL;
+  if (reads.empty()) return 0;
+  std::array<std::array<ibv_sge, ReadWr::kMaxLocal>, kMaxChain> lists;
+  std::array<ibv_send_wr, kMaxChain> wrs;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    const ReadWr& r = reads[i];
+    if (r.num_local > r.local.size() || r.num_local > caps_.max_send_sge) return EINVAL;
+    const auto local = std::span<const ReadSge>(r.local).first(r.num_local);
+    if (const int rc = fill_send_wr(wrs[i], lists[i], IBV_WR_RDMA_READ, r.wr_id, local,
+                                    Remote{r.remote_addr, r.rkey}, r.signaled);
+        rc != 0) {
+      return rc;
+    }
+    if (i > 0) wrs[i - 1].next = &wrs[i];
+  }
+  SPDLOG_TRACE("verbs: post {} chained READs qp={} first slot={}", reads.size(), handle_->qp->qp_num,
+               reads.front().wr_id.slot());
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(handle_->qp, wrs.data(), &bad);
+  if (posted != nullptr) {
+    // On failure the WRs before `bad` were posted (a provider that leaves it unset posted none).
+    *posted = rc == 0 ? reads.size() : (bad != nullptr ? static_cast<std::size_t>(bad - wrs.data()) : 0);
+  }
+  return rc;
 }
 
 int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,

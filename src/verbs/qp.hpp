@@ -28,6 +28,7 @@
 //
 // Not thread-safe: one thread (the reactor) owns a QP and its CQs.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,22 @@ struct Sge {
 struct ReadSge {
   std::span<std::byte> bytes;
   std::uint32_t lkey = 0;
+};
+
+// One RDMA READ of a post_rdma_reads chain: remote [remote_addr, + total
+// length) scattered over local[0 .. num_local) in order (empty elements are
+// skipped). Unsignaled (signaled = false) it makes no completion when it
+// succeeds; an error completion always comes. A completion of a later WR of
+// the same send queue means it has completed (RC send queues complete in
+// order), so a chain whose last WR is signaled is known done when that one is.
+struct ReadWr {
+  static constexpr std::size_t kMaxLocal = 2;
+  WrId wr_id;
+  std::array<ReadSge, kMaxLocal> local{};
+  std::uint32_t num_local = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  bool signaled = true;
 };
 
 // One receive of a post_recv_batch chain.
@@ -98,11 +115,14 @@ class QueuePair {
   // local_write; the remote MR needs remote_read).
   int post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
                      std::uint32_t rkey, bool signaled = true) noexcept;
-  // Reads remote [remote_addr, + total length) scattered over `local` in
-  // order (at most max_send_sge elements as granted, which is at least what
-  // QpCaps asked for; empty elements are skipped).
-  int post_rdma_read(WrId wr_id, std::span<const ReadSge> local, std::uint64_t remote_addr, std::uint32_t rkey,
-                     bool signaled = true) noexcept;
+  // Posts `reads` (at most kMaxChain) as ONE chain: one ibv_post_send. Each
+  // WR's scatter list has at most max_send_sge elements as granted (at least
+  // what QpCaps asked for). *posted (if given) says how many WRs at the front
+  // were posted: all on success; on ibv_post_send's failure those before the
+  // bad one (they complete or flush as usual). EINVAL, nothing posted, for
+  // more than kMaxChain WRs or a bad element; ENOMEM: the send queue is full.
+  static constexpr std::size_t kMaxChain = 64;
+  int post_rdma_reads(std::span<const ReadWr> reads, std::size_t* posted = nullptr) noexcept;
   // Writes `local` to remote_addr (the remote MR needs remote_write).
   int post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                       std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept;

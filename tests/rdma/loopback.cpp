@@ -66,6 +66,7 @@ Loopback::Loopback(const std::string& addr, LoopbackOptions options) : options_(
           case CmEventType::connect_request: {
             if (ev.token != kListenerToken) throw std::runtime_error("connect_request with a foreign token");
             server_saw_private.assign(ev.private_data().begin(), ev.private_data().end());
+            server_saw_initiator_depth = ev.peer_initiator_depth;
             server.id = std::move(ev.new_id);
             server.id->set_token(kServerToken);
             server.create_resources(options_.caps, options_.cq_entries);
@@ -78,6 +79,7 @@ Loopback::Loopback(const std::string& addr, LoopbackOptions options) : options_(
           case CmEventType::established:
             if (ev.token == kClientToken) {
               client_saw_private.assign(ev.private_data().begin(), ev.private_data().end());
+              client_saw_responder_resources = ev.peer_responder_resources;
               client_up = true;
             } else if (ev.token == kServerToken) {
               server_up = true;

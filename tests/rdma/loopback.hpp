@@ -80,6 +80,8 @@ class Loopback {
   Endpoint client;
   std::vector<std::byte> server_saw_private;  // from connect_request
   std::vector<std::byte> client_saw_private;  // from established
+  std::uint8_t server_saw_initiator_depth = 0;      // the client's, from connect_request
+  std::uint8_t client_saw_responder_resources = 0;  // the server's, from established
 
  private:
   // Polls both event channels until done() or timeout (throws on timeout).

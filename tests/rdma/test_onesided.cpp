@@ -2,9 +2,11 @@
 // kvd child process over Soft-RoCE: values read by RDMA READ are byte-exact
 // (small and large), misses are answered by the index alone, keys the index
 // could not place are served by the message fallback, a batch of one-sided
-// GETs leaves the server's request counters unchanged, a reader racing a
-// writer on the same keys only ever sees values that were written whole, and
-// after a DEL both GET modes answer not found (racing DELs included).
+// GETs leaves the server's request counters unchanged, GETs at depth post
+// their READs chained (mostly unsignaled) and still return every byte, a
+// reader racing a writer on the same keys only ever sees values that were
+// written whole, and after a DEL both GET modes answer not found (racing
+// DELs included).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -156,6 +158,58 @@ TEST_F(OneSided, OneSidedGetsMakeNoRequestToTheServer) {
   EXPECT_EQ(c1.onesided_hits - c0.onesided_hits, std::uint64_t{kBatch});
   EXPECT_EQ(c1.sends_posted, c0.sends_posted);
   EXPECT_EQ(c1.rdma_reads - c0.rdma_reads, std::uint64_t{2 * kBatch}) << "one READ of the index, one of the value";
+}
+
+// Many GETs in flight at once (the async API, one flush): their READs go out
+// as chains of several per post, most unsignaled, and every value is exact.
+TEST_F(OneSided, GetsAtDepthChainTheirReadsAndReturnEveryByte) {
+  start();
+  auto writer = open(reactor_, GetMode::rpc);
+  ClientOptions o;
+  o.get_mode = GetMode::read;
+  o.max_in_flight = 64;
+  auto reader = Client::connect(reactor_, addr_, kvd_->port(), o);
+  ASSERT_TRUE(reader->onesided());
+  constexpr int kKeys = 64;
+  auto size_of = [](int i) { return i % 16 == 15 ? std::size_t{20000} + i : std::size_t{32} + i; };
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_EQ(writer->set_sync("d" + std::to_string(i), pattern(size_of(i), i)), Status::ok);
+  }
+  const auto before = kvd_stats();
+  const ClientCounters c0 = reader->counters();
+  constexpr int kRounds = 3;
+  int ok = 0, bad = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < kKeys; ++i) {
+      ASSERT_EQ(reader->get("d" + std::to_string(i),
+                            [&, i](Status st, bool found, std::span<const std::byte> v) {
+                              const std::string_view got(reinterpret_cast<const char*>(v.data()), v.size());
+                              if (st == Status::ok && found && got == pattern(size_of(i), i)) {
+                                ++ok;
+                              } else {
+                                ++bad;
+                              }
+                            }),
+                Status::ok);
+    }
+    ASSERT_TRUE(reader->wait_idle(60s));
+  }
+  EXPECT_EQ(ok, kRounds * kKeys);
+  EXPECT_EQ(bad, 0);
+  const ClientCounters& c1 = reader->counters();
+  const std::uint64_t reads = c1.rdma_reads - c0.rdma_reads;
+  const std::uint64_t posts = c1.read_posts - c0.read_posts;
+  const std::uint64_t unsignaled = c1.reads_unsignaled - c0.reads_unsignaled;
+  std::printf("depth %d: %llu READs in %llu posts, %llu unsignaled\n", kKeys, static_cast<unsigned long long>(reads),
+              static_cast<unsigned long long>(posts), static_cast<unsigned long long>(unsignaled));
+  EXPECT_EQ(reads, std::uint64_t{2 * kRounds * kKeys}) << "one READ of the index, one of the value";
+  EXPECT_EQ(c1.onesided_hits - c0.onesided_hits, std::uint64_t{kRounds * kKeys});
+  EXPECT_LE(posts * 4, reads) << "READs go out chained, not one post each";
+  EXPECT_GE(unsignaled * 2, reads) << "most READs make no completion of their own";
+  EXPECT_EQ(c1.sends_posted, c0.sends_posted);
+  const auto after = kvd_stats();
+  EXPECT_EQ(after.at("gets"), before.at("gets")) << "no GET reached the server";
+  EXPECT_EQ(reader->state(), ConnState::established);
 }
 
 TEST_F(OneSided, KeysTheIndexCouldNotPlaceAreServedByMessage) {

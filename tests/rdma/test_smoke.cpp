@@ -2,6 +2,7 @@
 // least-privilege MR flags are honoured by the HCA.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -102,6 +103,115 @@ TEST(VerbsSmoke, RdmaReadFromRemoteReadOnlyRegion) {
   EXPECT_EQ(local[len], std::byte{0});  // nothing beyond the requested length
 
   lb.disconnect();
+}
+
+// A chain of READs posted at once (QueuePair::post_rdma_reads) with only its
+// last signaled: one completion, and by then every READ of the chain landed.
+TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
+  const std::string addr = softroce_addr();
+  std::vector<std::byte> remote = pattern(kRegion, 3);
+  std::vector<std::byte> local(kRegion, std::byte{0});
+  std::optional<MemoryRegion> remote_mr;
+  std::optional<MemoryRegion> local_mr;
+  LoopbackOptions opt;
+  opt.caps.max_send_sge = 2;
+  opt.before_connect = [&](Endpoint& c) {
+    local_mr.emplace(*c.pd, std::span<std::byte>(local), Access::local_write);
+    return std::vector<std::byte>{};
+  };
+  opt.before_accept = [&](Endpoint& s) {
+    remote_mr.emplace(*s.pd, std::span<std::byte>(remote), Access::remote_read);
+    return encode(*remote_mr);
+  };
+  Loopback lb(addr, opt);  // initiator depth / responder resources: kNegotiate, as kvd and the client use
+  const RemoteRegion rr = decode(lb.client_saw_private);
+  std::printf("negotiated: client initiator depth %u, server responder resources %u\n",
+              unsigned{lb.server_saw_initiator_depth}, unsigned{lb.client_saw_responder_resources});
+  EXPECT_GT(lb.server_saw_initiator_depth, 1u) << "several READs in flight per QP";
+  EXPECT_GT(lb.client_saw_responder_resources, 1u) << "the server serves several READs at once";
+  constexpr std::size_t kReads = 16, kPiece = kRegion / kReads;
+  std::vector<ReadWr> chain(kReads);
+  for (std::size_t i = 0; i < kReads; ++i) {
+    ReadWr& w = chain[i];
+    w.wr_id = WrId(static_cast<std::uint32_t>(i), 1, WrKind::rdma_read);
+    const auto dst = std::span<std::byte>(local).subspan(i * kPiece, kPiece);
+    if (i == 5) {  // one scattered over two elements
+      w.local[0] = {dst.first(100), local_mr->lkey()};
+      w.local[1] = {dst.subspan(100), local_mr->lkey()};
+      w.num_local = 2;
+    } else {
+      w.local[0] = {dst, local_mr->lkey()};
+      w.num_local = 1;
+    }
+    w.remote_addr = rr.addr + i * kPiece;
+    w.rkey = rr.rkey;
+    w.signaled = i + 1 == kReads;
+  }
+  std::size_t posted = 0;
+  ASSERT_EQ(lb.client.qp->post_rdma_reads(chain, &posted), 0);
+  EXPECT_EQ(posted, kReads);
+  std::vector<Completion> got;
+  auto cb = [&](const Completion& c) noexcept { got.push_back(c); };
+  ASSERT_TRUE(lb.client.drain_until(60s, cb, [&] { return !got.empty(); }));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, CompletionStatus::success) << got[0].status_detail();
+  EXPECT_EQ(got[0].wr_id, chain.back().wr_id);
+  EXPECT_EQ(local, remote) << "every READ before the signaled one has landed";
+  // No completion for the unsignaled ones, ever.
+  EXPECT_FALSE(lb.client.drain_until(300ms, cb, [&] { return got.size() > 1; }));
+  EXPECT_EQ(got.size(), 1u);
+  // More than a chain holds is refused whole.
+  std::vector<ReadWr> too_many(QueuePair::kMaxChain + 1, chain[0]);
+  EXPECT_EQ(lb.client.qp->post_rdma_reads(too_many, &posted), EINVAL);
+  EXPECT_EQ(posted, 0u);
+  lb.disconnect();
+}
+
+// An unsignaled READ that fails still completes (with an error and its own
+// wr_id); the READs after it flush, each with a completion.
+TEST(VerbsSmoke, AFailingUnsignaledReadInAChainReportsItselfAndTheRestFlush) {
+  const std::string addr = softroce_addr();
+  std::vector<std::byte> remote = pattern(kRegion, 4);
+  std::vector<std::byte> local(kRegion, std::byte{0});
+  std::optional<MemoryRegion> remote_mr;
+  std::optional<MemoryRegion> local_mr;
+  LoopbackOptions opt;
+  opt.before_connect = [&](Endpoint& c) {
+    local_mr.emplace(*c.pd, std::span<std::byte>(local), Access::local_write);
+    return std::vector<std::byte>{};
+  };
+  opt.before_accept = [&](Endpoint& s) {
+    remote_mr.emplace(*s.pd, std::span<std::byte>(remote), Access::remote_read);
+    return encode(*remote_mr);
+  };
+  Loopback lb(addr, opt);
+  const RemoteRegion rr = decode(lb.client_saw_private);
+  constexpr std::size_t kReads = 4, kPiece = 256;
+  std::vector<ReadWr> chain(kReads);
+  for (std::size_t i = 0; i < kReads; ++i) {
+    ReadWr& w = chain[i];
+    w.wr_id = WrId(static_cast<std::uint32_t>(i), 7, WrKind::rdma_read);
+    w.local[0] = {std::span<std::byte>(local).subspan(i * kPiece, kPiece), local_mr->lkey()};
+    w.num_local = 1;
+    w.remote_addr = rr.addr + i * kPiece;
+    w.rkey = rr.rkey;
+    w.signaled = i + 1 == kReads;
+  }
+  chain[1].remote_addr = rr.addr + kRegion;  // past the end of the remote MR
+  ASSERT_EQ(lb.client.qp->post_rdma_reads(chain), 0);
+  std::vector<Completion> got;
+  auto cb = [&](const Completion& c) noexcept { got.push_back(c); };
+  ASSERT_TRUE(lb.client.drain_until(60s, cb, [&] {
+    return !got.empty() && got.back().wr_id == chain.back().wr_id;
+  }));
+  ASSERT_EQ(got.size(), 3u) << "READ 0 succeeded unsignaled: no completion; 1, 2 and 3 each have one";
+  EXPECT_EQ(got[0].wr_id, chain[1].wr_id);
+  EXPECT_EQ(got[0].status, CompletionStatus::remote_access_error) << to_string(got[0].status);
+  EXPECT_EQ(got[1].wr_id, chain[2].wr_id);
+  EXPECT_EQ(got[1].status, CompletionStatus::flushed) << to_string(got[1].status);
+  EXPECT_EQ(got[2].wr_id, chain[3].wr_id);
+  EXPECT_EQ(got[2].status, CompletionStatus::flushed) << to_string(got[2].status);
+  EXPECT_EQ(0, std::memcmp(local.data(), remote.data(), kPiece)) << "READ 0 landed";
 }
 
 TEST(VerbsSmoke, RdmaWriteWithoutRemoteWriteIsRejected) {

@@ -211,8 +211,10 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
       (void)conn_->enable_onesided({theirs.index_addr, theirs.index_rkey, theirs.index_buckets});
     }
   }
-  spdlog::debug("client: connected to {} ({} credits, server recv size {})", peer_, server_credits_,
-                server_recv_size_);
+  // READs in flight at once: our initiator depth (kNegotiate: the device's
+  // maximum) capped by the responder resources the server accepted with.
+  spdlog::debug("client: connected to {} ({} credits, server recv size {}, server serves {} READs at once)", peer_,
+                server_credits_, server_recv_size_, ev.peer_responder_resources);
   // Events that raced the connect (e.g. an immediate DISCONNECTED).
   while (!cm_events_.empty()) {
     const verbs::CmEvent next = std::move(cm_events_.front());

@@ -71,6 +71,7 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       recv_(&recv),
       channel_(link, recv, send, generation),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
+      reads_posted_(slots_.max_slots()),
       scratch_(recv.buffer_size()) {}
 
 ClientConn::~ClientConn() = default;
@@ -154,7 +155,11 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
 }
 
 std::size_t ClientConn::flush() noexcept {
-  if (state_ != ConnState::established || (queue_.empty() && releases_.empty())) return 0;
+  if (state_ != ConnState::established) return 0;
+  if (queue_.empty() && releases_.empty()) {
+    post_pending_reads();  // READs decided in the CQ pass that ends with this flush
+    return 0;
+  }
   // The channel holds nothing unposted between flushes (each flush posts all
   // it appended), so its buffer filling is mirrored here exactly: a message
   // opens a new SEND when it does not fit the open one; each SEND is a credit.
@@ -194,11 +199,10 @@ std::size_t ClientConn::flush() noexcept {
     if (!taken_key) break;  // out of memory: the request stays queued
     const SlotKey key = *taken_key;
     Request& r = queue_.front();
-    if (r.onesided) {  // RDMA READs only: no credit, no send buffer
+    if (r.onesided) {  // RDMA READs only: no credit, no send buffer; posted below, chained
       Request taken = std::move(r);
       queue_.pop_front();
       start_onesided(key, taken);
-      if (state_ != ConnState::established) return 0;  // the READ post failed the connection
       continue;
     }
     Slot& s = live_slot(key);
@@ -245,6 +249,8 @@ std::size_t ClientConn::flush() noexcept {
     queue_.pop_front();
   }
   if (credit_limited) ++counters_.credit_stalls;
+  post_pending_reads();  // the READs first: they need no server wake-up
+  if (state_ != ConnState::established) return 0;  // the READ post failed the connection
   if (new_sends == 0) return 0;
   int err = 0;
   const std::size_t posted = channel_.flush(new_sends, &err);
@@ -407,6 +413,7 @@ void ClientConn::complete_all(Status st) noexcept {
   }
   std::deque<Request> queued = std::move(queue_);
   queue_.clear();
+  reads_pending_.clear();  // never posted; their slots are gone (posted ones still flush)
   releases_.clear();  // the server drops its pins with the connection
   for (auto& cb : cbs) finish(st, false, {}, cb);
   for (auto& r : queued) finish(st, false, {}, r.cb);

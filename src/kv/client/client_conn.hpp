@@ -13,6 +13,15 @@
 // request's slot key (index + generation), so a READ completion is routed by
 // find() and one for a slot freed since is dropped as stale.
 //
+// READs: a one-sided GET's READs are built where they are decided (at submit,
+// after its index READ, on a retry) and posted by the next flush(), all of
+// them as one chain; only every kReadSignalInterval-th and the last READ of a
+// chain is signaled. The READs posted and not yet known complete are kept in
+// post order (reads_posted_): the send queue completes in order, so a READ's
+// completion also completes every READ posted before it; an error completion
+// (which always comes, signaled or not) fails the connection and no READ
+// before it is trusted.
+//
 // Flow: submit_set()/submit_get()/submit_del() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
 // in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
@@ -106,6 +115,8 @@ struct ClientCounters {
   std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
   std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
   std::uint64_t rdma_reads = 0;       // RDMA READs posted
+  std::uint64_t read_posts = 0;       // posts that carried them (one-sided GETs chain theirs: several per post)
+  std::uint64_t reads_unsignaled = 0; // of rdma_reads: posted without a completion of their own
   std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
   std::uint64_t stale_reads = 0;      // RDMA READ completions for a request slot freed since (dropped)
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
@@ -221,8 +232,12 @@ class ClientConn {
   [[nodiscard]] std::size_t pending() const noexcept { return slots_.live() + queue_.size(); }
   // WRs posted and not yet completed (receives, sends, RDMA READs): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
-    return recvs_posted_ + channel_.sends_in_flight() + reads_in_flight_;
+    return recvs_posted_ + channel_.sends_in_flight() + reads_posted_.size();
   }
+  // READs built and not yet posted (the next flush() posts them).
+  [[nodiscard]] std::size_t reads_pending() const noexcept { return reads_pending_.size(); }
+  // In a chain of READs, every this-many-th is signaled (and always the last).
+  static constexpr std::size_t kReadSignalInterval = 16;
   [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
 
   // The most request slots a req_id can name (SlotKey::pack32 keeps 16 bits of index).
@@ -281,6 +296,8 @@ class ClientConn {
   bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
   // An RDMA READ completion: routed by its slot key to the stage that posted it.
   void on_read(const verbs::Completion& c) noexcept;
+  // One READ known complete (its own completion, or a later one's): to its stage.
+  void read_done(const verbs::Completion& c) noexcept;
   void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the value in its landing buffer.
   void deliver_landing(SlotKey key, std::size_t len) noexcept;
@@ -289,10 +306,12 @@ class ClientConn {
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
   void free_slot(SlotKey key) noexcept;
   // --- one-sided GET (client_onesided.cpp) ---
-  // r into the new slot `key`; posts the neighborhood READ. A failed post
-  // fails the connection (as in on_hood), so these return nothing.
+  // r into the new slot `key`; queues the neighborhood READ (flush posts it).
   void start_onesided(SlotKey key, Request& r) noexcept;
-  void post_hood_read(SlotKey key) noexcept;
+  void queue_hood_read(SlotKey key) noexcept;
+  void queue_read(const verbs::ReadWr& wr) noexcept;
+  // Posts reads_pending_ in chains of up to kMaxChain; a failed post fails the connection.
+  void post_pending_reads() noexcept;
   void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
   void on_hood(SlotKey key) noexcept;
   void on_block(SlotKey key) noexcept;
@@ -310,13 +329,40 @@ class ClientConn {
   std::vector<std::unique_ptr<Registration>> retired_;  // of adopted buffers: deregistered after a SEND
   std::unique_ptr<LandingBuffer> delivering_;           // during a large GET's callback
   std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND
-  std::size_t reads_in_flight_ = 0;
+  // READs posted and not yet known complete, in post order (= send queue
+  // order): a ring of at most max_in_flight() (one READ per request at a time).
+  class ReadRing {
+   public:
+    explicit ReadRing(std::size_t capacity) : ids_(capacity) {}
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] bool full() const noexcept { return size_ == ids_.size(); }
+    void push(verbs::WrId id) noexcept { ids_[(head_ + size_++) % ids_.size()] = id; }
+    [[nodiscard]] verbs::WrId front() const noexcept { return ids_[head_]; }
+    void pop() noexcept {
+      head_ = (head_ + 1) % ids_.size();
+      --size_;
+    }
+    // Position of `id` from the front, or size() if it is not there.
+    [[nodiscard]] std::size_t find(verbs::WrId id) const noexcept {
+      for (std::size_t i = 0; i < size_; ++i) {
+        if (ids_[(head_ + i) % ids_.size()] == id) return i;
+      }
+      return size_;
+    }
+
+   private:
+    std::vector<verbs::WrId> ids_;
+    std::size_t head_ = 0;
+    std::size_t size_ = 0;
+  };
+  std::vector<verbs::ReadWr> reads_pending_;  // built this turn, posted by flush()
   BufferPool* recv_;
   MessageChannel channel_;
   ConnState state_ = ConnState::connecting;
   std::string failure_;
   std::uint32_t credits_ = 0;
   reactor::SlotTable<Slot> slots_;  // requests in flight, bounded by max_in_flight
+  ReadRing reads_posted_;           // after slots_: sized by it
   std::deque<Request> queue_;
   std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
   std::size_t recvs_posted_ = 0;

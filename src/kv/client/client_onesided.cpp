@@ -6,8 +6,18 @@
 // proto::kOneSidedAttempts times; then, or when the index cannot answer
 // (overflow, rpc-only entry, a hash collision), the GET goes as a message.
 // No message is sent to the server otherwise. Reactor thread only.
+//
+// Posting: the READs are queued where they are decided and flush() posts the
+// lot as chained WRs, one post per QueuePair::kMaxChain, only every
+// kReadSignalInterval-th and the last signaled: at depth, the index READs of
+// a turn's GETs go out in one post, and the value READs of every index READ
+// a CQ pass completed go out in one post at the end of that pass.
+// reads_posted_ keeps them in post order, so a completion also completes the
+// unsignaled READs before it (on_read, client_rdv.cpp).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -55,6 +65,7 @@ bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
   }
   try {
     os_mem_.assign(std::size_t{slots_.max_slots()} * kStride, std::byte{0});  // indices stay below the bound
+    reads_pending_.reserve(slots_.max_slots());  // at most one READ per slot
     os_reg_ = registrar_->register_memory(os_mem_, verbs::Access::local_write);  // READ target only
   } catch (const std::exception& e) {
     os_reg_.reset();
@@ -78,22 +89,60 @@ void ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
   s.key = std::move(r.key);
   s.attempts = 0;
   ++counters_.onesided_gets;
-  post_hood_read(key);
+  queue_hood_read(key);
 }
 
-void ClientConn::post_hood_read(SlotKey key) noexcept {
+void ClientConn::queue_hood_read(SlotKey key) noexcept {
   Slot& s = live_slot(key);
   const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
   s.stage = Stage::hood;
   ++s.attempts;
-  if (const int rc = link_->post_read(read_wr_id(key), os_area(key.index, kHoodOff, proto::kNeighborhoodBytes),
-                                      os_reg_->lkey(), index_.addr + home * proto::kBucketSize, index_.rkey);
-      rc != 0) {
-    fail(std::string("RDMA READ (index) post failed: ") + std::strerror(rc));
-    return;
+  verbs::ReadWr wr;
+  wr.wr_id = read_wr_id(key);
+  wr.local[0] = {os_area(key.index, kHoodOff, proto::kNeighborhoodBytes), os_reg_->lkey()};
+  wr.num_local = 1;
+  wr.remote_addr = index_.addr + home * proto::kBucketSize;
+  wr.rkey = index_.rkey;
+  queue_read(wr);
+}
+
+void ClientConn::queue_read(const verbs::ReadWr& wr) noexcept {
+  // At most one READ per request slot is pending or posted: the bound holds.
+  assert(reads_pending_.size() + reads_posted_.size() < slots_.max_slots());
+  try {
+    reads_pending_.push_back(wr);  // capacity reserved by enable_onesided: no allocation here
+  } catch (...) {
+    fail("out of memory queueing an RDMA READ");
   }
-  ++reads_in_flight_;
-  ++counters_.rdma_reads;
+}
+
+void ClientConn::post_pending_reads() noexcept {
+  std::size_t done = 0;
+  while (done < reads_pending_.size() && state_ == ConnState::established) {
+    const std::size_t n = std::min(verbs::QueuePair::kMaxChain, reads_pending_.size() - done);
+    const auto chain = std::span<verbs::ReadWr>(reads_pending_).subspan(done, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      chain[i].signaled = i + 1 == n || (i + 1) % kReadSignalInterval == 0;
+    }
+    if (reads_posted_.size() + n > slots_.max_slots()) {  // cannot happen: one READ per slot
+      fail("more RDMA READs than request slots");
+      break;
+    }
+    std::size_t posted = 0;
+    const int rc = link_->post_reads(chain, &posted);
+    ++counters_.read_posts;
+    for (std::size_t i = 0; i < posted; ++i) {  // these complete or flush whatever happens next
+      reads_posted_.push(chain[i].wr_id);
+      ++counters_.rdma_reads;
+      if (!chain[i].signaled) ++counters_.reads_unsignaled;
+    }
+    if (rc != 0) {
+      fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
+      break;
+    }
+    done += n;
+  }
+  reads_pending_.clear();
 }
 
 void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept {
@@ -165,16 +214,15 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     value_dst = s.landing->data().first(len);
     value_lkey = s.landing->lkey();
   }
-  const verbs::ReadSge sges[2] = {{value_dst, value_lkey},
-                                  {os_area(key.index, kKeyOff, s.entry.key_len), os_reg_->lkey()}};
+  verbs::ReadWr wr;
+  wr.wr_id = read_wr_id(key);
+  wr.local[0] = {value_dst, value_lkey};
+  wr.local[1] = {os_area(key.index, kKeyOff, s.entry.key_len), os_reg_->lkey()};
+  wr.num_local = 2;
+  wr.remote_addr = s.entry.addr;
+  wr.rkey = s.entry.rkey;
   s.stage = Stage::block;
-  if (const int rc = link_->post_read_sg(read_wr_id(key), sges, s.entry.addr, s.entry.rkey);
-      rc != 0) {
-    fail(std::string("RDMA READ (value) post failed: ") + std::strerror(rc));
-    return;
-  }
-  ++reads_in_flight_;
-  ++counters_.rdma_reads;
+  queue_read(wr);
 }
 
 void ClientConn::on_block(SlotKey key) noexcept {
@@ -209,7 +257,7 @@ void ClientConn::retry_or_fallback(SlotKey key) noexcept {
     return;
   }
   ++counters_.onesided_retries;
-  post_hood_read(key);
+  queue_hood_read(key);
 }
 
 void ClientConn::fallback(SlotKey key) noexcept {

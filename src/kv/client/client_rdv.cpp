@@ -106,26 +106,63 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     counters_.registrations = registrar_->registrations();
   }
   const auto target = s.landing->data().first(static_cast<std::size_t>(len));
+  if (reads_posted_.full()) {  // cannot happen: one READ per request slot
+    fail("more RDMA READs than request slots");
+    return false;
+  }
   if (const int rc = link_->post_read(read_wr_id(key), target, s.landing->lkey(), desc.addr, desc.rkey); rc != 0) {
     fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
     return false;
   }
   s.stage = Stage::pull;
   s.landing->set_size(static_cast<std::size_t>(len));
-  ++reads_in_flight_;
+  reads_posted_.push(read_wr_id(key));
+  ++counters_.read_posts;
   ++counters_.rdma_reads;
   return true;
 }
 
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
-  if (reads_in_flight_ > 0) --reads_in_flight_;
+  const std::size_t at = reads_posted_.find(c.wr_id);
+  if (at == reads_posted_.size()) {  // not a READ in flight: a repeated completion, or one never posted
+    if (state_ == ConnState::failed || state_ == ConnState::closed) return;
+    const SlotKey key = read_key(c.wr_id);
+    if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
+      ++counters_.stale_reads;
+      SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
+                   key.generation, verbs::to_string(c.status));
+      return;
+    }
+    fail("RDMA READ completion for a request that posted none");
+    return;
+  }
+  if (!c.ok()) {
+    // The connection fails; the READs posted before this one are not looked at.
+    for (std::size_t i = 0; i <= at; ++i) reads_posted_.pop();
+    read_done(c);
+    return;
+  }
+  // The send queue completes in order: the unsignaled READs posted before
+  // this one have completed, successfully (an error would have come first).
+  verbs::Completion earlier;
+  earlier.status = verbs::CompletionStatus::success;
+  earlier.opcode = verbs::CompletionOpcode::rdma_read;
+  earlier.qp_num = c.qp_num;
+  for (std::size_t i = 0; i < at; ++i) {
+    earlier.wr_id = reads_posted_.front();
+    reads_posted_.pop();
+    read_done(earlier);
+  }
+  reads_posted_.pop();
+  read_done(c);
+}
+
+void ClientConn::read_done(const verbs::Completion& c) noexcept {
   if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
   const SlotKey key = read_key(c.wr_id);
   const Slot* s = slots_.find(key);
-  if (s == nullptr) {  // its request is gone (the slot was freed, maybe reused)
-    ++counters_.stale_reads;
-    SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
-                 key.generation, verbs::to_string(c.status));
+  if (s == nullptr) {  // cannot happen while established: a posted READ's slot lives until it completes
+    fail("RDMA READ completion for a freed request");
     return;
   }
   switch (s->stage) {

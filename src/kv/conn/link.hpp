@@ -26,10 +26,11 @@ class Link {
                         std::uint64_t remote_addr, std::uint32_t rkey) noexcept = 0;
   virtual int post_write(verbs::WrId id, std::span<const std::byte> local, std::uint32_t lkey,
                          std::uint64_t remote_addr, std::uint32_t rkey) noexcept = 0;
-  // One RDMA READ scattered over up to 2 local elements (one-sided GET:
-  // value into its destination, key into scratch).
-  virtual int post_read_sg(verbs::WrId id, std::span<const verbs::ReadSge> local, std::uint64_t remote_addr,
-                           std::uint32_t rkey) noexcept = 0;
+  // Several RDMA READs (at most verbs::QueuePair::kMaxChain) in one post, in
+  // order, each scattered over up to 2 local elements and signaled as its
+  // ReadWr says (one-sided GETs: verbs::ReadWr). *posted: how many at the
+  // front were posted (all on success).
+  virtual int post_reads(std::span<const verbs::ReadWr> reads, std::size_t* posted) noexcept = 0;
 };
 
 // The production Link: a verbs::QueuePair.
@@ -50,9 +51,8 @@ class QpLink final : public Link {
                  std::uint64_t remote_addr, std::uint32_t rkey) noexcept override {
     return qp_->post_rdma_write(id, local, lkey, remote_addr, rkey, /*signaled=*/true);
   }
-  int post_read_sg(verbs::WrId id, std::span<const verbs::ReadSge> local, std::uint64_t remote_addr,
-                   std::uint32_t rkey) noexcept override {
-    return qp_->post_rdma_read(id, local, remote_addr, rkey, /*signaled=*/true);
+  int post_reads(std::span<const verbs::ReadWr> reads, std::size_t* posted) noexcept override {
+    return qp_->post_rdma_reads(reads, posted);
   }
 
  private:
