@@ -135,6 +135,20 @@ static int check_missing_bin(void *kv, const char *prefix) {
   return failures;
 }
 
+/* kv_del: the key is gone (kv_get_bin: ENOENT), a second kv_del is ENOENT. */
+static int check_del(void *kv, const char *prefix) {
+  int failures = 0;
+  char key[256];
+  key_of(key, sizeof key, prefix, "deleted");
+  CHECK(kv_set_bin(kv, key, strlen(key), "soon gone", 9) == 0);
+  CHECK(kv_del(kv, key, strlen(key)) == 0);
+  void *got = NULL;
+  size_t got_len = 0;
+  CHECK(kv_get_bin(kv, key, strlen(key), &got, &got_len) == ENOENT);
+  CHECK(kv_del(kv, key, strlen(key)) == ENOENT);
+  return failures;
+}
+
 /* 256 operations in flight on the handle, driven by this program's own
  * poll() on kv_fd: SETs then GETs of 128 keys (every 16th value 64 KiB, the
  * rest small), each completing once with its tag; a GET sees the SET
@@ -192,6 +206,7 @@ static const struct {
     {"errors have codes and messages", check_errors},
     {"binary values round-trip", check_binary},
     {"kv_get_bin: ENOENT, empty value", check_missing_bin},
+    {"kv_del, then kv_get_bin: ENOENT", check_del},
     {"256 async ops through kv_fd", check_async},
 };
 

@@ -13,6 +13,8 @@
  *  - operations on one key complete in submission order and each GET sees
  *    the SET before it (sizes alternating eager/rendezvous), also against a
  *    sync call on the same key;
+ *  - kv_del: then kv_get_bin is ENOENT (never the old value, also one-sided),
+ *    a second kv_del is ENOENT; async DELs in order with SETs and GETs;
  *  - EAGAIN once KV_MAX_PENDING operations are pending, progress after
  *    kv_poll; kv_poll with nothing in flight returns at once; kv_close with
  *    operations in flight.
@@ -322,6 +324,77 @@ static void test_order(void *h) {
   free(big);
 }
 
+/* ---- DELETE ---- */
+
+static void test_del(void *h, void *h2) {
+  static const size_t sizes[] = {5, 4096, 1u << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    char key[32];
+    const int klen = snprintf(key, sizeof key, "del%c%zu", '\0', sizes[i]);
+    unsigned char *v = make_value(sizes[i], 6000u + (unsigned)i);
+    CHECK_RC(kv_set_bin(h, key, (size_t)klen, v, sizes[i]), 0);
+    free(v);
+    void *got = NULL;
+    size_t got_len = 0;
+    CHECK_RC(kv_get_bin(h2, key, (size_t)klen, &got, &got_len), 0); /* h2 has read it (one-sided: its index entry) */
+    kv_release(got);
+    CHECK_RC(kv_del(h, key, (size_t)klen), 0);
+    got = (void *)0x1;
+    CHECK_RC(kv_get_bin(h, key, (size_t)klen, &got, &got_len), ENOENT);
+    CHECK_RC(kv_get_bin(h2, key, (size_t)klen, &got, &got_len), ENOENT); /* never the old value */
+    CHECK(got == (void *)0x1);
+    CHECK_RC(kv_del(h2, key, (size_t)klen), ENOENT); /* already gone */
+  }
+  char *s = NULL;
+  CHECK_RC(kv_set(h, "del-text", "x"), 0);
+  CHECK_RC(kv_del(h, "del-text", 8), 0);
+  CHECK_RC(kv_get(h2, "del-text", &s), 0); /* the spec's kv_get: "" */
+  CHECK(s != NULL && s[0] == '\0');
+  kv_release(s);
+
+  /* Arguments. */
+  char long_key[1025];
+  memset(long_key, 'k', sizeof long_key);
+  CHECK_RC(kv_del(NULL, "k", 1), EINVAL);
+  CHECK_RC(kv_del(h, NULL, 1), EINVAL);
+  CHECK_RC(kv_del(h, "k", 0), EINVAL);
+  CHECK_RC(kv_del(h, long_key, 1025), E2BIG);
+  CHECK_RC(kv_del_async(NULL, "k", 1, 1), EINVAL);
+  CHECK_RC(kv_del_async(h, NULL, 1, 1), EINVAL);
+  CHECK_RC(kv_del_async(h, "k", 0, 1), EINVAL);
+  CHECK_RC(kv_del_async(h, long_key, 1025, 1), E2BIG);
+
+  /* Async, all in flight on one key: SET, DEL, GET, DEL, SET (large), GET. */
+  unsigned char *v1 = make_value(100, 7001);
+  unsigned char *v2 = make_value(200000, 7002);
+  CHECK_RC(kv_set_async(h, "del-async", 9, v1, 100, 0), 0);
+  CHECK_RC(kv_del_async(h, "del-async", 9, 1), 0);
+  CHECK_RC(kv_get_async(h, "del-async", 9, 2), 0);
+  CHECK_RC(kv_del_async(h, "del-async", 9, 3), 0);
+  CHECK_RC(kv_set_async(h, "del-async", 9, v2, 200000, 4), 0);
+  CHECK_RC(kv_get_async(h, "del-async", 9, 5), 0);
+  static const int want[] = {0, 0, ENOENT, ENOENT, 0, 0};
+  uint64_t next = 0;
+  kv_completion out[8];
+  while (next < 6) {
+    const int n = wait_and_poll(h, out, 8);
+    if (n < 0) {
+      ++failures;
+      break;
+    }
+    for (int j = 0; j < n; ++j) {
+      CHECK(out[j].tag == next);
+      if (out[j].tag < 6) CHECK_RC(out[j].status, want[out[j].tag]);
+      if (out[j].tag == 5) CHECK(is_value(out[j].value, out[j].value_len, 200000, 7002));
+      if (out[j].tag != 5) CHECK(out[j].value == NULL);
+      kv_release(out[j].value);
+      next = out[j].tag + 1;
+    }
+  }
+  free(v1);
+  free(v2);
+}
+
 /* ---- EAGAIN, kv_poll's corners, close with operations in flight ---- */
 
 static void test_pipeline(void *h, const char *name) {
@@ -417,6 +490,7 @@ static void run_config(const char *server, const char *get_mode, const char *pol
   test_arguments(h);
   test_async_256(h);
   test_order(h);
+  test_del(h, h2);
   test_pipeline(h, server);
   CHECK_RC(kv_close(h), 0);
   CHECK_RC(kv_close(h2), 0);

@@ -239,6 +239,19 @@ int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, s
   }
 }
 
+int kv_del(void* kv_handle, const void* key, size_t key_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del"); rc != 0) return rc;
+  try {
+    OpResult r;
+    if (int rc = h->run(OpKind::del, key_of(key, key_len), {}, r, "kv_del"); rc != 0) return rc;
+    if (!r.found) return arg_error(h, ENOENT, "kv_del", "no such key");
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_del");
+  }
+}
+
 int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
                  uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
@@ -257,6 +270,16 @@ int kv_get_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag)
     return h->submit(OpKind::get, key_of(key, key_len), {}, tag, "kv_get_async");
   } catch (...) {
     return exception_error(h, "kv_get_async");
+  }
+}
+
+int kv_del_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del_async"); rc != 0) return rc;
+  try {
+    return h->submit(OpKind::del, key_of(key, key_len), {}, tag, "kv_del_async");
+  } catch (...) {
+    return exception_error(h, "kv_del_async");
   }
 }
 

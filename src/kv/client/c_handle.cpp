@@ -29,12 +29,23 @@ struct SmallHeader {
 
 constexpr bool has_next(SlotKey k) noexcept { return k.generation != 0; }
 
+// The C function that submitted an async op of this kind (for messages).
+const char* async_name(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::set: return "kv_set_async";
+    case OpKind::get: return "kv_get_async";
+    case OpKind::del: return "kv_del_async";
+  }
+  return "kv_*_async";
+}
+
 }  // namespace
 
 std::string_view to_string(OpKind k) noexcept {
   switch (k) {
     case OpKind::set: return "SET";
     case OpKind::get: return "GET";
+    case OpKind::del: return "DEL";
   }
   return "?";
 }
@@ -181,6 +192,7 @@ Status CHandle::send(SlotKey k) noexcept {
     switch (op.kind) {
       case OpKind::set: st = client_->set(op.key, op.value, std::move(cb)); break;
       case OpKind::get: st = client_->get(op.key, std::move(cb)); break;
+      case OpKind::del: st = client_->del(op.key, std::move(cb)); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -253,9 +265,8 @@ void CHandle::deliver(SlotKey k, OpResult r) noexcept {
   c.tag = op.tag;
   if (r.status != Status::ok) {
     c.status = to_errno(r.status);
-    const std::string what = "kv_" + std::string(op.kind == OpKind::set ? "set" : "get") + "_async";
-    status_error(r.status, what.c_str());
-  } else if (op.kind == OpKind::get && !r.found) {
+    status_error(r.status, async_name(op.kind));
+  } else if ((op.kind == OpKind::get || op.kind == OpKind::del) && !r.found) {
     c.status = ENOENT;
   }
   c.value = r.value;

@@ -52,13 +52,13 @@
 
 namespace rkv::kv::client {
 
-enum class OpKind : std::uint8_t { set, get };
+enum class OpKind : std::uint8_t { set, get, del };
 [[nodiscard]] std::string_view to_string(OpKind k) noexcept;
 
 // The outcome of a sync call.
 struct OpResult {
   Status status = Status::ok;
-  bool found = false;         // GET: the key existed
+  bool found = false;         // GET, DEL: the key existed
   void* value = nullptr;      // GET hit: the value handed to the caller (release_value); else null
   std::size_t value_len = 0;
 };

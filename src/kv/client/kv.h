@@ -17,7 +17,7 @@
  *   ENOTCONN      the handle's connection is closed or failed earlier
  *   EIO           the connection failed during the request, or a server error
  *   ENOMEM        out of memory (here or in the server's store)
- *   ENOENT        kv_get_bin, a GET completion: no such key
+ *   ENOENT        kv_get_bin, kv_del, a GET or DEL completion: no such key
  *   EAGAIN        kv_*_async: the pipeline is full (see below)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
@@ -90,6 +90,10 @@ KV_API int kv_set_bin(void *kv_handle, const void *key, size_t key_len, const vo
  * value is returned in the buffer it was RDMA-written or read into (no copy),
  * as with kv_get. */
 KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **value, size_t *value_len);
+/* Removes the key. ENOENT: there was no such key (nothing changed). After
+ * it, GETs of the key find nothing (kv_get: "", kv_get_bin: ENOENT), also
+ * one-sided ones (RKV_GET_MODE=read). */
+KV_API int kv_del(void *kv_handle, const void *key, size_t key_len);
 
 /* ---- Asynchronous calls --------------------------------------------------
  * kv_*_async queue an operation and return at once: 0 (its completion comes
@@ -103,7 +107,8 @@ KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **v
  *
  * Order: operations on one key complete in submission order, sync calls
  * included, and each sees the effect of the ones before it (a GET after a
- * SET of the same key returns that SET's value, also with RKV_GET_MODE=read).
+ * SET of the same key returns that SET's value, one after a DEL finds
+ * nothing, also with RKV_GET_MODE=read).
  * The handle gets this by running the operations on one key one at a time:
  * an operation waits in the handle until the one before it on its key
  * completed. Operations on different keys run concurrently and complete in
@@ -117,7 +122,7 @@ KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **v
 
 typedef struct kv_completion {
   uint64_t tag;     /* as submitted */
-  int status;       /* 0; ENOENT: GET of a missing key; else an errno as above
+  int status;       /* 0; ENOENT: GET or DEL of a missing key; else an errno as above
                        (EIO, ENOTCONN when the connection failed or was closed, ...) */
   void *value;      /* GET with status 0: the value, as kv_get_bin gives it (free
                        with kv_release); NULL otherwise */
@@ -127,6 +132,8 @@ typedef struct kv_completion {
 KV_API int kv_set_async(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
                  uint64_t tag);
 KV_API int kv_get_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
+/* Its completion: status 0 (the key existed and is gone) or ENOENT. */
+KV_API int kv_del_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
 
 /* Runs the handle's event loop and writes up to `max` completions to `out`.
  * timeout_ms: 0 never blocks; -1 waits until at least one completion is
