@@ -71,13 +71,17 @@ void Reactor::stop() noexcept {
   stop_requested_ = true;
 }
 
-std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
+void Reactor::begin_turn() {
   assert_owner_thread();
   if (state_ != ReactorState::kIdle) {
-    throw std::logic_error("Reactor::run_once called from a callback (state " +
+    throw std::logic_error("Reactor::run_once/settle_once called from a callback (state " +
                            std::string(to_string(state_)) + ")");
   }
   if (spin_budget_dirty_) update_spin_budget();  // here no poller is mid-call
+}
+
+std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
+  begin_turn();
   const bool forever = spin_budget_ == kSpinForever && pollers_.live() > 0;
   bool block = timeout.count() != 0 && !wake_requested_ && !spinning_ && !forever;
   std::size_t ran = 0;
@@ -89,12 +93,24 @@ std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
   // Spinning turns look at the fds (epoll_wait, a syscall: in a TCG guest a
   // costly one) only every kSpinFdEvery-th time; the pollers run every turn.
   const bool look = block || !(spinning_ || forever) || ++spin_turns_ % kSpinFdEvery == 0;
+  return end_turn(ran, look, block ? timeout : std::chrono::milliseconds(0));
+}
+
+std::size_t Reactor::settle_once() {
+  begin_turn();
+  state_ = ReactorState::kDispatching;
+  std::size_t ran = run_before_sleep();  // arm what the pollers poll, as before a sleep
+  ran = end_turn(ran, true, std::chrono::milliseconds(0));
+  return ran + (wake_requested_ ? 1 : 0);  // a poller asked to run again
+}
+
+std::size_t Reactor::end_turn(std::size_t ran, bool look, std::chrono::milliseconds timeout) {
   int n = 0;
   if (look) {
     arm_timerfd();
     state_ = ReactorState::kWaiting;
     try {
-      n = wait(block ? timeout : std::chrono::milliseconds(0));
+      n = wait(timeout);
     } catch (...) {
       state_ = ReactorState::kIdle;
       throw;

@@ -17,7 +17,7 @@
 //    for a source destroyed earlier in the same batch are dropped (epoll
 //    events carry a slot index + generation, never a pointer).
 //  * Callbacks must not throw; an escaping exception calls std::terminate.
-//  * Not reentrant: do not call run()/run_once() from a callback.
+//  * Not reentrant: do not call run()/run_once()/settle_once() from a callback.
 //
 // Spin, then block (the adaptive polling of high-performance RDMA and network
 // stacks, like Linux NAPI): a Poller may carry a spin budget. After a loop
@@ -94,6 +94,26 @@ class Reactor {
   // Returns the number of user callbacks that ran (pollers count only when
   // they report work). Throws std::system_error if epoll_wait fails.
   std::size_t run_once(std::chrono::milliseconds timeout);
+
+  // For a caller that waits on fd() itself (poll/epoll) instead of inside
+  // run_once(), e.g. the C API's kv_fd: one turn that never blocks and never
+  // skips the fds (not even while spinning). It runs the before_sleep hooks
+  // first (they arm what the pollers poll, as before a sleep), then
+  // epoll_wait(0), the ready fds, due timers and the pollers. Returns the
+  // number of callbacks that did work (hooks included), plus 1 if a poller
+  // asked to be woken (Poller::wake). Once it returns 0 nothing is left to
+  // do: every source reports through fd() (the timerfd is armed, the hooks
+  // armed theirs), so fd() turns readable when one has something.
+  // Throws like run_once().
+  std::size_t settle_once();
+
+  // The epoll fd: readable (poll/select/epoll) when one of the watched fds
+  // or the timer has something. For callers that sleep in their own poll()
+  // (see settle_once); never epoll_ctl/epoll_wait it.
+  [[nodiscard]] int fd() const noexcept {
+    assert_owner_thread();
+    return epoll_fd_.get();
+  }
 
   // Asks run() to return after the current iteration. Safe from callbacks.
   void stop() noexcept;
@@ -206,6 +226,10 @@ class Reactor {
     wake_requested_ = true;
   }
 
+  void begin_turn();  // owner thread, not from a callback; the spin budget up to date
+  // The rest of a turn after the hooks: epoll_wait (if `look`), fds, timers,
+  // pollers, the spin window. Returns `ran` plus the callbacks that worked.
+  std::size_t end_turn(std::size_t ran, bool look, std::chrono::milliseconds timeout);
   int wait(std::chrono::milliseconds timeout);
   std::size_t dispatch(int n) noexcept;
   std::size_t run_timers() noexcept;

@@ -2,7 +2,8 @@
 # Runs in the Soft-RoCE environment (scripts/softroce exec; tests/install/run.sh):
 #   guest.sh KVD LIBDIR OUT PROGRAM...
 # starts the installed KVD on $SOFTROCE_ADDR, runs each OUT/PROGRAM against it
-# (outside_shared, outside_static) with LD_LIBRARY_PATH=LIBDIR (the installed
+# (outside_shared, outside_static), once with RKV_GET_MODE=rpc and once with
+# read, with LD_LIBRARY_PATH=LIBDIR (the installed
 # librkv.so, nothing from the build tree), stops kvd with SIGTERM and checks
 # it exited 0. Outputs go to OUT (the guest's /tmp is its own).
 set -uo pipefail
@@ -25,11 +26,13 @@ if [ -z "$port" ]; then
 fi
 echo "guest.sh: installed kvd listening on $SOFTROCE_ADDR:$port"
 for prog in "$@"; do
-  if LD_LIBRARY_PATH=$LIBDIR timeout 300 "$OUT/$prog" "$SOFTROCE_ADDR:$port" "$prog"; then
-    echo "guest.sh: $prog: ok"
-  else
-    echo "guest.sh: $prog: FAILED (exit $?)" >&2; fails=$((fails + 1))
-  fi
+  for mode in rpc read; do   # GETs by message, and one-sided (RKV_GET_MODE)
+    if RKV_GET_MODE=$mode LD_LIBRARY_PATH=$LIBDIR timeout 300 "$OUT/$prog" "$SOFTROCE_ADDR:$port" "$prog-$mode"; then
+      echo "guest.sh: $prog (RKV_GET_MODE=$mode): ok"
+    else
+      echo "guest.sh: $prog (RKV_GET_MODE=$mode): FAILED (exit $?)" >&2; fails=$((fails + 1))
+    fi
+  done
 done
 kill -TERM "$kvd"
 wait "$kvd"; rc=$?

@@ -14,89 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "c_test.h"
 #include "kv/client/kv.h"
-
-#ifndef RKV_KVD_PATH
-#error "RKV_KVD_PATH must name the kvd binary"
-#endif
-
-static int failures = 0;
-
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                        \
-    }                                                                    \
-  } while (0)
-
-#define CHECK_RC(expr, want)                                                           \
-  do {                                                                                 \
-    int rc_ = (expr);                                                                  \
-    if (rc_ != (want)) {                                                               \
-      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d; last error: %s\n", __FILE__, \
-              __LINE__, #expr, rc_, kv_strerror(rc_), (want), kv_last_error(NULL));    \
-      ++failures;                                                                      \
-    }                                                                                  \
-  } while (0)
-
-static pid_t kvd_pid = -1;
-
-/* Starts kvd on addr with --port 0; returns its port (0 on failure). */
-static unsigned start_kvd(const char *addr) {
-  int fds[2];
-  if (pipe(fds) != 0) return 0;
-  kvd_pid = fork();
-  if (kvd_pid < 0) return 0;
-  if (kvd_pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execl(RKV_KVD_PATH, RKV_KVD_PATH, "--bind", addr, "--port", "0", (char *)NULL);
-    perror("exec kvd");
-    _exit(127);
-  }
-  close(fds[1]);
-  FILE *out = fdopen(fds[0], "r");
-  if (out == NULL) return 0;
-  char *line = NULL;
-  size_t cap = 0;
-  unsigned port = 0;
-  while (port == 0 && getline(&line, &cap, out) > 0) {
-    fprintf(stderr, "[kvd] %s", line);
-    if (strncmp(line, "kvd: listening on ", 18) == 0) {
-      const char *colon = strrchr(line, ':');
-      if (colon != NULL) port = (unsigned)strtoul(colon + 1, NULL, 10);
-    }
-  }
-  free(line);
-  /* Keep draining kvd's stdout so it never blocks on a full pipe. */
-  if (fork() == 0) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, out)) > 0) fwrite(buf, 1, n, stderr);
-    _exit(0);
-  }
-  fclose(out);
-  return port;
-}
-
-static void stop_kvd(void) {
-  if (kvd_pid <= 0) return;
-  kill(kvd_pid, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 500; ++i) {
-    if (waitpid(kvd_pid, &status, WNOHANG) == kvd_pid) {
-      kvd_pid = -1;
-      return;
-    }
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  kill(kvd_pid, SIGKILL);
-  waitpid(kvd_pid, &status, 0);
-  kvd_pid = -1;
-}
 
 static char *repeat(char c, size_t n) {
   char *s = malloc(n + 1);
@@ -130,7 +49,7 @@ int main(void) {
   CHECK(strcmp(kv_strerror(E2BIG), "key or value too large") == 0);
   CHECK(kv_strerror(12345) != NULL);
 
-  unsigned port = start_kvd(addr);
+  unsigned port = start_kvd(addr, NULL);
   if (port == 0) {
     fprintf(stderr, "FAIL: kvd did not start\n");
     stop_kvd();

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 
 #include <array>
@@ -649,6 +650,78 @@ TEST(Reactor, PollerWakeSkipsTheSleepOnce) {
 
   Poller empty;
   empty.wake();  // no-op on an empty handle
+}
+
+// settle_once: the turn of a caller that sleeps in its own poll() on fd().
+// It looks at the fds even inside a spin window (run_once skips them on most
+// spinning turns), runs the before_sleep hooks even while spinning, and
+// counts a pending wake() as work; once it returns 0, fd() is readable
+// exactly when a source has something.
+bool fd_readable(const Reactor& r, int timeout_ms) {
+  pollfd p{r.fd(), POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+TEST(Reactor, SettleOnceLooksAtFdsAndArmsWhileSpinning) {
+  Reactor r;
+  EventFd efd;
+  int fd_calls = 0;
+  auto reg = r.watch(efd.fd(), EPOLLIN, [&](std::uint32_t) {
+    ++fd_calls;
+    efd.consume();
+  });
+  int hooks = 0;
+  bool work = true;
+  PollerOptions o;
+  o.spin = 10s;  // the window stays open for the whole test
+  o.before_sleep = [&] {
+    ++hooks;
+    return false;
+  };
+  Poller p = r.add_poller([&] { return std::exchange(work, false); }, o);
+  EXPECT_EQ(r.run_once(0ms), 1u);
+  ASSERT_TRUE(r.spinning());
+  EXPECT_FALSE(fd_readable(r, 0));
+  for (int i = 0; i < 16; ++i) {  // every turn, not every 8th
+    efd.notify();
+    EXPECT_TRUE(fd_readable(r, 0));
+    EXPECT_EQ(r.settle_once(), 1u);  // the fd's callback
+    EXPECT_EQ(fd_calls, i + 1);
+    EXPECT_EQ(hooks, i + 1);  // the hook ran although the loop spins
+  }
+  EXPECT_EQ(r.settle_once(), 0u);
+  EXPECT_FALSE(fd_readable(r, 0));
+
+  // A timer reports through fd() after a settled turn: the timerfd is armed.
+  int fired = 0;
+  Timer t = r.after(20ms, [&] { ++fired; });
+  EXPECT_EQ(r.settle_once(), 0u);
+  EXPECT_TRUE(fd_readable(r, 5000));
+  EXPECT_EQ(r.settle_once(), 1u);
+  EXPECT_EQ(fired, 1);
+}
+
+TEST(Reactor, SettleOnceCountsHookWorkAndPendingWakes) {
+  Reactor r;
+  int found = 2;
+  PollerOptions o;
+  o.before_sleep = [&] { return found-- > 0; };
+  Poller p;
+  bool rewake = false;
+  p = r.add_poller(
+      [&] {
+        if (std::exchange(rewake, false)) p.wake();
+        return false;
+      },
+      o);
+  EXPECT_EQ(r.settle_once(), 1u);  // the hook found work
+  EXPECT_EQ(r.settle_once(), 1u);
+  EXPECT_EQ(r.settle_once(), 0u);
+  rewake = true;
+  EXPECT_EQ(r.settle_once(), 1u);  // the poller did no work but asked to run again
+  EXPECT_EQ(r.settle_once(), 0u);  // it ran, nothing left
+  p.wake();
+  EXPECT_EQ(r.settle_once(), 0u);  // a wake from outside: the pollers run in this very turn
 }
 
 // ---------------------------------------------------------------- lifetime

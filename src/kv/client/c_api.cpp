@@ -1,8 +1,8 @@
-// The C API (kv.h) over kv::client::Client. Each handle owns a Reactor and a Client.
-// kv_open creates the Reactor, so the handle is bound to the opening thread
-// (the Reactor records it as its owner); every kv_* call on a handle asserts
-// (debug builds) that it runs there, and runs the reactor on it. Nothing here
-// throws across the C boundary.
+// The C API (kv.h) over CHandle (c_handle.hpp: the handle's Reactor and
+// Client, the per-key lines, the completions, kv_fd). kv_open creates the
+// handle on the calling thread, which owns it from then on; every call with a
+// handle asserts (debug builds) that it runs there. Here: argument checks and
+// messages. Nothing here throws across the C boundary.
 #include "kv/client/kv.h"
 
 #include <spdlog/spdlog.h>
@@ -15,42 +15,62 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "kv/client/c_handle.hpp"
 #include "kv/client/client.hpp"
-#include "kv/client/landing.hpp"
-#include "proto/wire.hpp"
 #include "reactor/reactor.hpp"
 
 namespace {
 
-using rkv::kv::client::Client;
-using rkv::kv::client::Status;
-
-struct Handle {
-  // Declared first: destroyed after the client (its handles need the reactor).
-  // Created by kv_open on the opening thread, which owns it (and the handle).
-  std::unique_ptr<rkv::reactor::Reactor> reactor;
-  std::unique_ptr<Client> client;
-  std::string last_error;
-};
+using rkv::kv::client::CHandle;
+using rkv::kv::client::OpKind;
+using rkv::kv::client::OpResult;
 
 thread_local std::string t_last_error;
 
-// Debug builds: the caller is the thread that opened the handle.
-void assert_owner([[maybe_unused]] const Handle* h) noexcept {
-#ifndef NDEBUG
-  h->reactor->assert_owner_thread();
-#endif
+CHandle* handle_of(void* kv_handle) noexcept {
+  auto* h = static_cast<CHandle*>(kv_handle);
+  if (h != nullptr) h->assert_owner();
+  return h;
 }
 
-int set_error(Handle* h, int code, std::string_view msg) noexcept {
+// With no handle: the calling thread's last error.
+int set_error(CHandle* h, int code, std::string_view msg) noexcept {
+  if (h != nullptr) return h->set_error(code, msg);
   try {
-    (h != nullptr ? h->last_error : t_last_error).assign(msg);
+    t_last_error.assign(msg);
   } catch (...) {
   }
   return code;
+}
+
+// An exception that reached the boundary: ENOMEM or EIO with its message.
+int exception_error(CHandle* h, const char* what) noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return set_error(h, ENOMEM, std::string(what) + ": out of memory");
+  } catch (const std::exception& e) {
+    try {
+      return set_error(h, EIO, std::string(what) + ": " + e.what());
+    } catch (...) {
+      return set_error(h, EIO, what);
+    }
+  } catch (...) {
+    return set_error(h, EIO, what);
+  }
+}
+
+std::span<const std::byte> bytes_of(const void* p, std::size_t n) noexcept {
+  static const std::byte kNone{};
+  return {p != nullptr ? static_cast<const std::byte*>(p) : &kNone, p != nullptr ? n : 0};
+}
+
+std::string_view key_of(const void* key, std::size_t key_len) noexcept {
+  return {static_cast<const char*>(key), key_len};
 }
 
 // "host", "host:port", "[v6]:port" or a bare IPv6 address.
@@ -100,48 +120,22 @@ bool parse_server(std::string_view s, std::string& host, std::uint16_t& port) {
   return true;
 }
 
-int status_error(Handle* h, Status st, const char* what) noexcept {
+// "<what>: <msg>" as the last error.
+int arg_error(CHandle* h, int code, const char* what, const char* msg) noexcept {
   try {
-    std::string msg = std::string(what) + ": " + std::string(rkv::kv::client::to_string(st));
-    if (h->client && !h->client->failure().empty()) msg += " (" + h->client->failure() + ")";
-    return set_error(h, rkv::kv::client::to_errno(st), msg);
+    return set_error(h, code, std::string(what) + ": " + msg);
   } catch (...) {
-    return set_error(h, rkv::kv::client::to_errno(st), what);
+    return set_error(h, code, msg);
   }
 }
 
-// Key/value limits checked before anything is queued (clear messages).
-int check_sizes(Handle* h, const char* key, std::size_t value_len) noexcept {
-  const std::size_t klen = std::strlen(key);
-  if (klen == 0) return set_error(h, EINVAL, "empty key");
-  if (klen > rkv::proto::kMaxKey) return set_error(h, E2BIG, "key longer than 1024 bytes");
-  const std::uint64_t max = h->client ? h->client->server_max_value() : 0;
-  if (max != 0 && value_len > max) {
-    try {
-      return set_error(h, E2BIG, "value of " + std::to_string(value_len) + " bytes is over the server's limit of " +
-                                     std::to_string(max));
-    } catch (...) {
-      return set_error(h, E2BIG, "value over the server's limit");
-    }
-  }
-  return 0;
-}
-
-// Small values returned by kv_get: malloc'd with the same 64-byte header
-// position as a landing buffer, so kv_release can tell the two apart.
-struct SmallHeader {
-  std::uint64_t magic;
-};
-
-char* small_copy(std::string_view v) noexcept {
-  auto* base = static_cast<char*>(std::malloc(rkv::kv::client::kValueHeader + v.size() + 1));
-  if (base == nullptr) return nullptr;
-  const SmallHeader hdr{rkv::kv::client::kMallocMagic};
-  std::memcpy(base, &hdr, sizeof hdr);
-  char* p = base + rkv::kv::client::kValueHeader;
-  std::memcpy(p, v.data(), v.size());  // eager values only: under 4 KiB
-  p[v.size()] = '\0';
-  return p;
+// The argument checks every key/value call makes before anything is queued.
+int check_args(CHandle* h, const void* key, std::size_t key_len, bool has_value, const void* value,
+               std::size_t value_len, const char* what) noexcept {
+  if (h == nullptr) return arg_error(nullptr, EINVAL, what, "handle is NULL");
+  if (key == nullptr) return arg_error(h, EINVAL, what, "key is NULL");
+  if (has_value && value == nullptr && value_len != 0) return arg_error(h, EINVAL, what, "value is NULL");
+  return h->check(key_of(key, key_len), value_len, what);
 }
 
 }  // namespace
@@ -171,100 +165,150 @@ int kv_open(char* servername, void** kv_handle) {
                                               "' is not valid (expected microseconds 0..10000000, or 'busy')");
       }
     }
-    auto h = std::make_unique<Handle>();
-    h->reactor = std::make_unique<rkv::reactor::Reactor>();
-    h->client = Client::connect(*h->reactor, host, port, opt);
-    *kv_handle = h.release();
+    *kv_handle = CHandle::open(host, port, opt).release();
     t_last_error.clear();
     return 0;
   } catch (const rkv::kv::client::ConnectError& e) {
     return set_error(nullptr, e.code() > 0 ? e.code() : EIO, e.what());
-  } catch (const std::bad_alloc&) {
-    return set_error(nullptr, ENOMEM, "kv_open: out of memory");
-  } catch (const std::exception& e) {
-    return set_error(nullptr, EIO, std::string("kv_open: ") + e.what());
   } catch (...) {
-    return set_error(nullptr, EIO, "kv_open: unknown error");
+    return exception_error(nullptr, "kv_open");
   }
 }
 
 int kv_set(void* kv_handle, const char* key, const char* value) {
-  auto* h = static_cast<Handle*>(kv_handle);
-  if (h == nullptr) return set_error(nullptr, EINVAL, "kv_set: handle is NULL");
-  assert_owner(h);
-  if (key == nullptr) return set_error(h, EINVAL, "kv_set: key is NULL");
-  if (value == nullptr) return set_error(h, EINVAL, "kv_set: value is NULL");
-  if (!h->client) return set_error(h, ENOTCONN, "kv_set: handle is closed");
-  if (int rc = check_sizes(h, key, std::strlen(value)); rc != 0) return rc;
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && value == nullptr) return arg_error(h, EINVAL, "kv_set", "value is NULL");
+  const std::size_t value_len = value != nullptr ? std::strlen(value) : 0;
+  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, true, value, value_len, "kv_set"); rc != 0) {
+    return rc;
+  }
   try {
-    const std::string_view v(value);
-    const Status st = h->client->set_sync(key, v);
-    // A C caller may free this buffer right after: keep no registration of
-    // it (a cached one could outlive the memory, see reg_cache.hpp).
-    h->client->forget(std::as_bytes(std::span<const char>(v.data(), v.size())));
-    if (st != Status::ok) return status_error(h, st, "kv_set");
-    return 0;
-  } catch (const std::exception& e) {
-    return set_error(h, EIO, std::string("kv_set: ") + e.what());
+    OpResult r;
+    return h->run(OpKind::set, key, bytes_of(value, value_len), r, "kv_set");
   } catch (...) {
-    return set_error(h, EIO, "kv_set: unknown error");
+    return exception_error(h, "kv_set");
   }
 }
 
 int kv_get(void* kv_handle, const char* key, char** value) {
-  auto* h = static_cast<Handle*>(kv_handle);
-  if (h == nullptr) return set_error(nullptr, EINVAL, "kv_get: handle is NULL");
-  assert_owner(h);
-  if (key == nullptr) return set_error(h, EINVAL, "kv_get: key is NULL");
-  if (value == nullptr) return set_error(h, EINVAL, "kv_get: value pointer is NULL");
-  if (!h->client) return set_error(h, ENOTCONN, "kv_get: handle is closed");
-  if (int rc = check_sizes(h, key, 0); rc != 0) return rc;
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && value == nullptr) return arg_error(h, EINVAL, "kv_get", "value pointer is NULL");
+  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get"); rc != 0) {
+    return rc;
+  }
   try {
-    rkv::kv::client::Value out;
-    bool found = false;
-    const Status st = h->client->get_sync(key, out, found);
-    if (st != Status::ok) return status_error(h, st, "kv_get");
-    if (out.is_large()) {  // the registered buffer it landed in, NUL-terminated; no copy
-      *value = reinterpret_cast<char*>(out.release_large().release()->data().data());
-      return 0;
+    OpResult r;
+    if (int rc = h->run(OpKind::get, key, {}, r, "kv_get"); rc != 0) return rc;
+    if (r.value == nullptr) {  // a missing key: ""
+      r.value = rkv::kv::client::copy_value({});
+      if (r.value == nullptr) return arg_error(h, ENOMEM, "kv_get", "out of memory");
     }
-    char* copy = small_copy(out.view());
-    if (copy == nullptr) return set_error(h, ENOMEM, "kv_get: out of memory");
-    *value = copy;
+    *value = static_cast<char*>(r.value);
     return 0;
-  } catch (const std::exception& e) {
-    return set_error(h, EIO, std::string("kv_get: ") + e.what());
   } catch (...) {
-    return set_error(h, EIO, "kv_get: unknown error");
+    return exception_error(h, "kv_get");
   }
 }
 
-// Any thread: the value is no longer tied to its handle (a large one's
-// registration already ended, see ClientConn::adopt_landing).
-void kv_release(char* value) {
-  if (value == nullptr) return;
-  if (auto* lb = rkv::kv::client::LandingBuffer::from_data(value)) {
-    delete lb;  // unmaps (its registration ended when kv_get returned it)
-    return;
+int kv_set_bin(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_bin"); rc != 0) return rc;
+  try {
+    OpResult r;
+    return h->run(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), r, "kv_set_bin");
+  } catch (...) {
+    return exception_error(h, "kv_set_bin");
   }
-  char* base = value - rkv::kv::client::kValueHeader;
-  SmallHeader hdr{};
-  std::memcpy(&hdr, base, sizeof hdr);
-  if (hdr.magic != rkv::kv::client::kMallocMagic) {
-    spdlog::error("kv_release: {} was not returned by kv_get (ignored)", static_cast<void*>(value));
-    return;
-  }
-  hdr.magic = 0;  // a double release is caught, not a double free
-  std::memcpy(base, &hdr, sizeof hdr);
-  std::free(base);
 }
+
+int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, size_t* value_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && (value == nullptr || value_len == nullptr)) {
+    return arg_error(h, EINVAL, "kv_get_bin", value == nullptr ? "value pointer is NULL" : "value_len pointer is NULL");
+  }
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin"); rc != 0) return rc;
+  try {
+    OpResult r;
+    if (int rc = h->run(OpKind::get, key_of(key, key_len), {}, r, "kv_get_bin"); rc != 0) return rc;
+    if (!r.found) return arg_error(h, ENOENT, "kv_get_bin", "no such key");
+    *value = r.value;
+    *value_len = r.value_len;
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_get_bin");
+  }
+}
+
+int kv_del(void* kv_handle, const void* key, size_t key_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del"); rc != 0) return rc;
+  try {
+    OpResult r;
+    if (int rc = h->run(OpKind::del, key_of(key, key_len), {}, r, "kv_del"); rc != 0) return rc;
+    if (!r.found) return arg_error(h, ENOENT, "kv_del", "no such key");
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_del");
+  }
+}
+
+int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
+                 uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_async"); rc != 0) return rc;
+  try {
+    return h->submit(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_async");
+  } catch (...) {
+    return exception_error(h, "kv_set_async");
+  }
+}
+
+int kv_get_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async"); rc != 0) return rc;
+  try {
+    return h->submit(OpKind::get, key_of(key, key_len), {}, tag, "kv_get_async");
+  } catch (...) {
+    return exception_error(h, "kv_get_async");
+  }
+}
+
+int kv_del_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del_async"); rc != 0) return rc;
+  try {
+    return h->submit(OpKind::del, key_of(key, key_len), {}, tag, "kv_del_async");
+  } catch (...) {
+    return exception_error(h, "kv_del_async");
+  }
+}
+
+int kv_poll(void* kv_handle, kv_completion* out, int max, int timeout_ms) {
+  CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return -set_error(nullptr, EINVAL, "kv_poll: handle is NULL");
+  if (max < 0) return -arg_error(h, EINVAL, "kv_poll", "max is negative");
+  if (out == nullptr && max > 0) return -arg_error(h, EINVAL, "kv_poll", "out is NULL");
+  if (timeout_ms < -1) return -arg_error(h, EINVAL, "kv_poll", "timeout_ms is below -1");
+  try {
+    return h->poll(out, max, timeout_ms);
+  } catch (...) {
+    return -exception_error(h, "kv_poll");
+  }
+}
+
+int kv_fd(void* kv_handle) {
+  const CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return -set_error(nullptr, EINVAL, "kv_fd: handle is NULL");
+  return h->fd();
+}
+
+// Any thread: the value is no longer tied to its handle.
+void kv_release(char* value) { rkv::kv::client::release_value(value); }
 
 int kv_close(void* kv_handle) {
-  auto* h = static_cast<Handle*>(kv_handle);
+  CHandle* h = handle_of(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_close: handle is NULL");
-  assert_owner(h);
-  if (h->client) h->client->close();  // never throws
-  delete h;  // client before reactor (member order)
+  delete h;  // closes (never throws)
   return 0;
 }
 
@@ -282,15 +326,16 @@ const char* kv_strerror(int code) {
     case ENOMEM: return "out of memory";
     case EPROTO: return "protocol error";
     case ENODEV: return "no RDMA device";
+    case ENOENT: return "no such key";
+    case EAGAIN: return "pipeline full";
     default: return "unknown error";
   }
 }
 
 const char* kv_last_error(void* kv_handle) {
-  if (kv_handle == nullptr) return t_last_error.c_str();
-  const auto* h = static_cast<const Handle*>(kv_handle);
-  assert_owner(h);
-  return h->last_error.c_str();
+  const CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return t_last_error.c_str();
+  return h->last_error().c_str();
 }
 
 }  // extern "C"

@@ -403,12 +403,23 @@ struct SyncResult {
 // or the op timeout passes (then the connection is failed: a reply that never
 // comes means the connection is unusable). Returns the op's status, or timeout.
 Status Client::await_reply(const std::optional<Status>& status, std::string_view what) {
+  if (Status w = wait_for([&] { return status.has_value(); }, what); w != Status::ok) return w;
+  return *status;
+}
+
+Status Client::wait_for(const std::function<bool()>& done, std::string_view what) {
   do_flush();
-  if (!run_until([&] { return status.has_value(); }, options_.op_timeout)) {
+  if (!run_until(done, options_.op_timeout)) {
     if (conn_) conn_->fail(std::string(what) + " got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
     return Status::timeout;
   }
-  return *status;
+  return Status::ok;
+}
+
+Status Client::await(const std::function<bool()>& done, std::string_view what) {
+  assert_owner();
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  return wait_for(done, what);
 }
 
 Status Client::set_sync(std::string_view key, std::string_view value) {

@@ -135,6 +135,19 @@ class Client {
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);
 
+  // Inside a GET callback whose value is large (4 KiB and more): takes the
+  // registered buffer the value landed in (no copy; the server's access to
+  // it ends). Null for a small value, or outside such a callback.
+  [[nodiscard]] std::unique_ptr<LandingBuffer> adopt_landing() noexcept {
+    assert_owner();
+    return conn_ ? conn_->adopt_landing() : nullptr;
+  }
+  // For callers that track async ops themselves (the C API's sync calls):
+  // flush, then run the reactor until done() or options.op_timeout (then the
+  // connection is failed, so every pending op completes, and Status::timeout
+  // is returned). Status::invalid_use from a reactor callback.
+  [[nodiscard]] Status await(const std::function<bool()>& done, std::string_view what);
+
   // Disconnect, wait for DISCONNECTED (bounded), drain flushed completions,
   // release the verbs resources. Pending requests complete with Status::closed.
   // Idempotent; never throws.
@@ -181,6 +194,7 @@ class Client {
   bool on_flush_poll() noexcept;
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
+  Status wait_for(const std::function<bool()>& done, std::string_view what);  // flush, run until done() or the op timeout
   // Both get_sync forms: `take` runs inside the reply callback with the value
   // (only when the GET succeeded) and fills the caller's output.
   Status get_sync_with(std::string_view key, bool& found, std::function<void(std::span<const std::byte>)> take);

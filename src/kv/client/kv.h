@@ -1,11 +1,11 @@
 /* kv.h: the C API of the RDMA key-value store client (C and C++).
  *
  * A handle is one connection with its own event loop, created by kv_open on
- * the calling thread. A handle is used from the thread that opened it:
- * kv_set, kv_get, kv_close and kv_last_error(handle) must be called there
- * (debug builds assert it). Different handles, on the same or different
- * threads, are independent. kv_release and kv_strerror may be called from
- * any thread.
+ * the calling thread. A handle is used from the thread that opened it: every
+ * call that takes the handle (kv_set, kv_get, kv_poll, kv_fd, kv_close,
+ * kv_last_error(handle), ...) must be called there (debug builds assert it).
+ * Different handles, on the same or different threads, are independent.
+ * kv_release and kv_strerror may be called from any thread.
  *
  * Every int function returns 0 on success or a positive errno-style code:
  *   EINVAL        NULL or malformed argument (empty key, bad server name)
@@ -17,11 +17,16 @@
  *   ENOTCONN      the handle's connection is closed or failed earlier
  *   EIO           the connection failed during the request, or a server error
  *   ENOMEM        out of memory (here or in the server's store)
+ *   ENOENT        kv_get_bin, kv_del, a GET or DEL completion: no such key
+ *   EAGAIN        kv_*_async: the pipeline is full (see below)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
  */
 #ifndef RKV_KV_H
 #define RKV_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 /* KV_API marks the functions librkv.so exports. The library is built with
  * hidden visibility (and a version script that keeps only kv_* names), so
@@ -70,6 +75,85 @@ KV_API const char *kv_strerror(int code);
  * NULL; "" when there was none. Valid until the next call on that handle
  * (or thread). */
 KV_API const char *kv_last_error(void *kv_handle);
+
+/* ---- Binary-safe calls ----------------------------------------------
+ * Keys and values are byte ranges: any bytes, NULs included. A key is 1 to
+ * 1024 bytes (key_len 0: EINVAL, over 1024: E2BIG); `value` may be NULL
+ * when value_len is 0. These calls and the spec's five share the handle and
+ * its order (below): kv_set(h, "k", "v") and kv_set_bin(h, "k", 1, "v", 1)
+ * are the same operation. */
+KV_API int kv_set_bin(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len);
+/* ENOENT: no such key (outputs untouched). On success *value holds value_len
+ * bytes followed by a NUL that value_len does not count, never NULL (also
+ * for an empty value: found, value_len 0); free it with kv_release (from
+ * C++: kv_release(static_cast<char *>(value))). A large
+ * value is returned in the buffer it was RDMA-written or read into (no copy),
+ * as with kv_get. */
+KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **value, size_t *value_len);
+/* Removes the key. ENOENT: there was no such key (nothing changed). After
+ * it, GETs of the key find nothing (kv_get: "", kv_get_bin: ENOENT), also
+ * one-sided ones (RKV_GET_MODE=read). */
+KV_API int kv_del(void *kv_handle, const void *key, size_t key_len);
+
+/* ---- Asynchronous calls --------------------------------------------------
+ * kv_*_async queue an operation and return at once: 0 (its completion comes
+ * from kv_poll, carrying `tag`), or an error and no completion at all:
+ *   EAGAIN    the pipeline is full: KV_MAX_PENDING operations were submitted
+ *             and not yet returned by kv_poll. kv_poll, then submit again.
+ *   ENOTCONN  the connection failed or was closed
+ *   EINVAL, E2BIG, ENOMEM  as for the sync calls
+ * Up to 16 operations are on the wire at once (the connection's request
+ * slots); the rest wait in the handle, in submission order.
+ *
+ * Order: operations on one key complete in submission order, sync calls
+ * included, and each sees the effect of the ones before it (a GET after a
+ * SET of the same key returns that SET's value, one after a DEL finds
+ * nothing, also with RKV_GET_MODE=read).
+ * The handle gets this by running the operations on one key one at a time:
+ * an operation waits in the handle until the one before it on its key
+ * completed. Operations on different keys run concurrently and complete in
+ * any order.
+ *
+ * kv_set_async: the value's memory stays the caller's and must not change or
+ * be freed until the operation's completion is returned by kv_poll (a large
+ * value is read by the server straight from it; its registration ends with
+ * the completion). */
+#define KV_MAX_PENDING 1024
+
+typedef struct kv_completion {
+  uint64_t tag;     /* as submitted */
+  int status;       /* 0; ENOENT: GET or DEL of a missing key; else an errno as above
+                       (EIO, ENOTCONN when the connection failed or was closed, ...) */
+  void *value;      /* GET with status 0: the value, as kv_get_bin gives it (free
+                       with kv_release); NULL otherwise */
+  size_t value_len; /* GET with status 0: the value's length; 0 otherwise */
+} kv_completion;
+
+KV_API int kv_set_async(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
+                 uint64_t tag);
+KV_API int kv_get_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
+/* Its completion: status 0 (the key existed and is gone) or ENOENT. */
+KV_API int kv_del_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
+
+/* Runs the handle's event loop and writes up to `max` completions to `out`.
+ * timeout_ms: 0 never blocks; -1 waits until at least one completion is
+ * ready; N > 0 waits at most N ms. Returns the number written (0: none ready
+ * in time; also at once when nothing is in flight), or a negative errno:
+ * -EINVAL (NULL handle, max < 0, out NULL with max > 0, timeout_ms < -1),
+ * -EIO (the event loop failed). An error completion (status other than 0 and
+ * ENOENT) also leaves its message for kv_last_error(handle). Completions are
+ * returned in the order they happened. */
+KV_API int kv_poll(void *kv_handle, kv_completion *out, int max, int timeout_ms);
+
+/* A file descriptor for the caller's own poll()/select()/epoll (EPOLLIN,
+ * level-triggered; do not use EPOLLET). It is readable whenever kv_poll has
+ * something to return or work to do (e.g. right after a submission: kv_poll
+ * sends it). So a loop of
+ *     poll(kv_fd) until readable;  n = kv_poll(h, out, max, 0);
+ * never sleeps while a completion is pending. It may also be readable with
+ * nothing to return (kv_poll then returns 0). Only poll it: never read,
+ * write or close it. Valid until kv_close; -EINVAL for a NULL handle. */
+KV_API int kv_fd(void *kv_handle);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,398 @@
+// CHandle: see c_handle.hpp. The owner thread only, except release_value.
+#include "kv/client/c_handle.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "kv/client/landing.hpp"
+#include "proto/wire.hpp"
+
+namespace rkv::kv::client {
+
+using reactor::SlotKey;
+
+namespace {
+
+// Small values handed out: malloc'd with the same 64-byte header position as
+// a landing buffer, so release_value can tell the two apart.
+struct SmallHeader {
+  std::uint64_t magic;
+};
+
+constexpr bool has_next(SlotKey k) noexcept { return k.generation != 0; }
+
+// The C function that submitted an async op of this kind (for messages).
+const char* async_name(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::set: return "kv_set_async";
+    case OpKind::get: return "kv_get_async";
+    case OpKind::del: return "kv_del_async";
+  }
+  return "kv_*_async";
+}
+
+}  // namespace
+
+std::string_view to_string(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::set: return "SET";
+    case OpKind::get: return "GET";
+    case OpKind::del: return "DEL";
+  }
+  return "?";
+}
+
+void* copy_value(std::span<const std::byte> v) noexcept {
+  auto* base = static_cast<char*>(std::malloc(kValueHeader + v.size() + 1));
+  if (base == nullptr) return nullptr;
+  const SmallHeader hdr{kMallocMagic};
+  std::memcpy(base, &hdr, sizeof hdr);
+  char* p = base + kValueHeader;
+  if (!v.empty()) std::memcpy(p, v.data(), v.size());
+  p[v.size()] = '\0';
+  return p;
+}
+
+// Any thread: the value is no longer tied to its handle (a large one's
+// registration already ended, see ClientConn::adopt_landing).
+void release_value(void* value) noexcept {
+  if (value == nullptr) return;
+  if (auto* lb = LandingBuffer::from_data(value)) {
+    delete lb;  // unmaps (its registration ended when it was handed out)
+    return;
+  }
+  char* base = static_cast<char*>(value) - kValueHeader;
+  SmallHeader hdr{};
+  std::memcpy(&hdr, base, sizeof hdr);
+  if (hdr.magic != kMallocMagic) {
+    spdlog::error("kv_release: {} was not returned by kv_get, kv_get_bin or kv_poll (ignored)", value);
+    return;
+  }
+  hdr.magic = 0;  // a double release is caught, not a double free
+  std::memcpy(base, &hdr, sizeof hdr);
+  std::free(base);
+}
+
+CHandle::CHandle(std::unique_ptr<reactor::Reactor> reactor) : reactor_(std::move(reactor)), ready_(kMaxPending) {}
+
+std::unique_ptr<CHandle> CHandle::open(const std::string& host, std::uint16_t port, ClientOptions options) {
+  // Requests go out at the end of a turn only: a submission then never
+  // flushes, so no completion runs inside Client::set/get (the lines rely
+  // on it: send() is never re-entered by a callback).
+  options.request_batch = 0;
+  std::unique_ptr<CHandle> h(new CHandle(std::make_unique<reactor::Reactor>()));
+  // Never acted on inside a turn (enter() consumes it before every run): it
+  // is in the epoll set only to make kv_fd readable between calls.
+  h->wake_watch_ = h->reactor_->watch(h->wake_.fd(), EPOLLIN, [](std::uint32_t) {});
+  h->client_ = Client::connect(*h->reactor_, host, port, options);
+  return h;
+}
+
+CHandle::~CHandle() {
+  assert_owner();
+  if (client_) client_->close();  // ops in flight complete (ENOTCONN) into ready_
+  client_.reset();
+  while (ready_count_ > 0) {
+    kv_completion c{};
+    take(&c, 1);
+    release_value(c.value);
+  }
+}
+
+int CHandle::set_error(int code, std::string_view msg) noexcept {
+  try {
+    last_error_.assign(msg);
+  } catch (...) {
+    last_error_.clear();
+  }
+  return code;
+}
+
+int CHandle::status_error(Status st, const char* what) noexcept {
+  const int code = to_errno(st);
+  try {
+    std::string msg = std::string(what) + ": " + std::string(to_string(st));
+    if (!client_->failure().empty()) msg += " (" + client_->failure() + ")";
+    return set_error(code, msg);
+  } catch (...) {
+    return set_error(code, what);
+  }
+}
+
+int CHandle::check(std::string_view key, std::size_t value_len, const char* what) noexcept {
+  try {
+    if (key.empty()) return set_error(EINVAL, std::string(what) + ": empty key");
+    if (key.size() > proto::kMaxKey) {
+      return set_error(E2BIG, std::string(what) + ": key of " + std::to_string(key.size()) +
+                                  " bytes is longer than 1024 bytes");
+    }
+    const std::uint64_t max = client_->server_max_value();
+    if (max != 0 && value_len > max) {
+      return set_error(E2BIG, std::string(what) + ": value of " + std::to_string(value_len) +
+                                  " bytes is over the server's limit of " + std::to_string(max));
+    }
+    const ConnState cs = client_->state();
+    if (cs == ConnState::failed || cs == ConnState::closed) return status_error(Status::not_connected, what);
+    return 0;
+  } catch (...) {
+    return set_error(ENOMEM, what);
+  }
+}
+
+// ---- lines -------------------------------------------------------------
+
+Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
+                    bool sync, SlotKey& out) {
+  Op op;
+  op.kind = kind;
+  op.sync = sync;
+  op.key.assign(key);
+  op.value = value;
+  op.tag = tag;
+  auto it = lines_.find(key);
+  const bool fresh = it == lines_.end();
+  if (fresh) it = lines_.emplace(std::string(key), Line{}).first;
+  SlotKey k{};
+  try {
+    k = ops_.insert(std::move(op));
+  } catch (...) {
+    if (fresh) lines_.erase(it);
+    throw;
+  }
+  if (!fresh) {  // behind the ops already on this key
+    ops_.find(it->second.back)->next = k;
+    it->second.back = k;
+    out = k;
+    return Status::ok;
+  }
+  it->second = Line{k, k};
+  const Status st = send(k);
+  if (st != Status::ok) {  // refused at once: no op, no completion
+    ops_.erase(k);
+    lines_.erase(it);
+    return st;
+  }
+  out = k;
+  return Status::ok;
+}
+
+Status CHandle::send(SlotKey k) noexcept {
+  Op& op = *ops_.find(k);
+  Callback cb = [this, k](Status st, bool found, std::span<const std::byte> v) { on_reply(k, st, found, v); };
+  Status st = Status::ok;
+  try {
+    switch (op.kind) {
+      case OpKind::set: st = client_->set(op.key, op.value, std::move(cb)); break;
+      case OpKind::get: st = client_->get(op.key, std::move(cb)); break;
+      case OpKind::del: st = client_->del(op.key, std::move(cb)); break;
+    }
+  } catch (const std::bad_alloc&) {
+    st = Status::no_memory;
+  } catch (const std::exception& e) {
+    spdlog::error("kv: submitting a {}: {}", to_string(op.kind), e.what());
+    st = Status::no_memory;
+  }
+  if (st == Status::ok) op.state = OpState::sent;
+  return st;
+}
+
+void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::byte> v) noexcept {
+  Op* op = ops_.find(k);
+  assert(op != nullptr && op->state == OpState::sent && "kv: a reply for an op that is not in flight");
+  if (op == nullptr) return;
+  OpResult r;
+  r.status = st;
+  r.found = st == Status::ok && found;
+  if (op->kind == OpKind::get && r.found) {
+    if (auto lb = client_->adopt_landing()) {  // large: the buffer it landed in, NUL-terminated
+      r.value_len = lb->size();
+      r.value = lb.release()->data().data();
+    } else {
+      r.value = copy_value(v);
+      r.value_len = v.size();
+      if (r.value == nullptr) {
+        r.status = Status::no_memory;
+        r.found = false;
+        r.value_len = 0;
+      }
+    }
+  }
+  if (op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) {
+    // The caller may free this buffer once the completion is returned: keep
+    // no registration of it (a cached one could outlive the memory, see
+    // reg_cache.hpp). The op's own lease ended before this callback.
+    client_->forget(op->value);
+  }
+  complete(k, r);
+}
+
+void CHandle::complete(SlotKey k, OpResult r) noexcept {
+  const auto line = lines_.find(std::string_view(ops_.find(k)->key));
+  assert(line != lines_.end() && line->second.front == k && "kv: an op completed out of its line's order");
+  SlotKey next = ops_.find(k)->next;
+  deliver(k, r);
+  // The line moves on: the next ops go to the Client; one it refuses
+  // completes now with that status, and the one after it goes.
+  while (has_next(next)) {
+    line->second.front = next;
+    const Status st = send(next);
+    if (st == Status::ok) return;
+    const SlotKey refused = next;
+    next = ops_.find(refused)->next;
+    OpResult err;
+    err.status = st;
+    deliver(refused, err);
+  }
+  lines_.erase(line);
+}
+
+void CHandle::deliver(SlotKey k, OpResult r) noexcept {
+  Op& op = *ops_.find(k);
+  if (op.sync) {
+    op.result = r;
+    op.state = OpState::done;
+    return;
+  }
+  kv_completion c{};
+  c.tag = op.tag;
+  if (r.status != Status::ok) {
+    c.status = to_errno(r.status);
+    status_error(r.status, async_name(op.kind));
+  } else if ((op.kind == OpKind::get || op.kind == OpKind::del) && !r.found) {
+    c.status = ENOENT;
+  }
+  c.value = r.value;
+  c.value_len = r.value_len;
+  ops_.erase(k);
+  --async_in_flight_;
+  push_ready(c);
+}
+
+// ---- completions and the fd --------------------------------------------
+
+void CHandle::push_ready(const kv_completion& c) noexcept {
+  // Never full: submit() keeps in-flight + ready at most kMaxPending.
+  assert(ready_count_ < ready_.size());
+  ready_[(ready_head_ + ready_count_) % ready_.size()] = c;
+  ++ready_count_;
+}
+
+int CHandle::take(kv_completion* out, int max) noexcept {
+  int n = 0;
+  while (n < max && ready_count_ > 0) {
+    out[n++] = ready_[ready_head_];
+    ready_head_ = (ready_head_ + 1) % ready_.size();
+    --ready_count_;
+  }
+  return n;
+}
+
+void CHandle::enter() noexcept {
+  if (!signaled_) return;
+  wake_.consume();
+  signaled_ = false;
+}
+
+void CHandle::signal() noexcept {
+  if (signaled_) return;
+  try {
+    wake_.notify();  // false only when the counter is saturated: readable too
+    signaled_ = true;
+  } catch (const std::exception& e) {
+    spdlog::error("kv: eventfd notify failed: {}", e.what());
+  }
+}
+
+bool CHandle::settle() {
+  for (int i = 0; i < kSettleTurns; ++i) {
+    if (reactor_->settle_once() == 0) return true;
+    if (ready_count_ > 0) return false;
+  }
+  return false;
+}
+
+void CHandle::leave() {
+  bool settled = true;
+  if (async_in_flight_ > 0 && ready_count_ == 0) settled = settle();
+  if (ready_count_ > 0 || !settled) signal();
+}
+
+// ---- the calls ---------------------------------------------------------
+
+int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
+                    const char* what) {
+  if (async_in_flight_ + ready_count_ >= kMaxPending) {
+    return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
+                                 " operations submitted and not yet returned by kv_poll)");
+  }
+  SlotKey k{};
+  if (const Status st = add(kind, key, value, tag, false, k); st != Status::ok) return status_error(st, what);
+  ++async_in_flight_;
+  signal();  // kv_poll sends what is queued (requests go out together at the end of a turn)
+  return 0;
+}
+
+int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
+                 const char* what) {
+  enter();
+  SlotKey k{};
+  if (const Status st = add(kind, key, value, 0, true, k); st != Status::ok) {
+    leave();
+    return status_error(st, what);
+  }
+  const Status w = client_->await([this, k] { return ops_.find(k)->state == OpState::done; }, what);
+  Op& op = *ops_.find(k);
+  if (op.state != OpState::done) {
+    // Cannot happen: a timeout fails the connection, which completes every
+    // op, and a line's refused ops complete at once. Keep the op (its reply
+    // would find it) but say why.
+    leave();
+    return status_error(w != Status::ok ? w : Status::invalid_use, what);
+  }
+  const OpResult r = op.result;
+  ops_.erase(k);
+  leave();
+  if (w != Status::ok) {  // timed out: the op completed with the connection's failure
+    release_value(r.value);
+    return status_error(w, what);
+  }
+  if (r.status != Status::ok) return status_error(r.status, what);
+  out = r;
+  return 0;
+}
+
+int CHandle::poll(kv_completion* out, int max, int timeout_ms) {
+  enter();
+  if (ready_count_ == 0 && async_in_flight_ > 0 && timeout_ms != 0) {
+    using std::chrono::milliseconds;
+    const auto deadline = reactor::Reactor::now() + milliseconds(std::max(timeout_ms, 0));
+    while (ready_count_ == 0 && async_in_flight_ > 0) {
+      milliseconds left(-1);
+      if (timeout_ms > 0) {
+        left = std::chrono::ceil<milliseconds>(deadline - reactor::Reactor::now());
+        if (left.count() <= 0) break;
+      }
+      reactor_->run_once(left);
+    }
+  }
+  int n = take(out, max);
+  bool settled = true;
+  if (ready_count_ == 0) {
+    // Always at least one turn, also with nothing in flight: it takes what
+    // made kv_fd readable (e.g. an rdma_cm event), so the fd quiets down.
+    settled = settle();
+    n += take(out + n, max - n);
+  }
+  if (ready_count_ > 0 || !settled) signal();
+  return n;
+}
+
+}  // namespace rkv::kv::client

@@ -1,0 +1,186 @@
+#pragma once
+// CHandle: what one kv.h handle is; c_api.cpp is the C surface over it
+// (argument checks, messages, never an exception across the boundary).
+//
+// Owns: the handle's Reactor and Client (one connection); the operations
+// submitted through the C API (a SlotTable of Op: a Client callback names
+// its op by SlotKey, never by pointer); the per-key lines; the completions
+// ready for kv_poll (a ring of kMaxPending); the eventfd that makes kv_fd
+// readable while kv_poll has something to return.
+//
+// Order: operations on one key run one at a time, in submission order (the
+// key's line: each op waits in the handle until the one before it on its key
+// completed, then goes to the Client). The wire alone would not keep it:
+// replies on a connection are not ordered (a rendezvous SET answers after its
+// RDMA READ, a durable SET after its fsync, a pulled GET completes after its
+// READ), and a one-sided GET (RKV_GET_MODE=read) never meets a SET on the
+// wire at all. Operations on different keys do not wait for each other.
+//
+// No completion runs inside a submission: the handle's Client posts requests
+// at the end of a reactor turn only (ClientOptions::request_batch = 0), so
+// Client::set/get never flush and never call back from inside the line code.
+//
+// kv_fd: the reactor's epoll fd. It holds every source the handle sleeps on
+// (the CQ's completion channel, the rdma_cm channel, the timerfd) and the
+// eventfd `wake_`. Between two C API calls it is readable whenever kv_poll
+// has something to do: wake_ is signalled when a call returns with
+// completions ready but not yet returned, right after a submission (kv_poll
+// sends what was queued), and when settling did not finish; otherwise every
+// call that may leave ops in flight "settles" the reactor before returning
+// (Reactor::settle_once until a turn finds nothing: the CQ is armed, the
+// fds' events taken), so the next completion makes the fd readable.
+// Every call that runs the reactor consumes wake_ first, so the handle's own
+// waits never see it.
+//
+// Thread: the thread that opened the handle (the reactor's owner); every
+// entry point asserts it in debug builds.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/client/client.hpp"
+#include "kv/client/kv.h"
+#include "reactor/event_fd.hpp"
+#include "reactor/reactor.hpp"
+#include "reactor/slot_table.hpp"
+
+namespace rkv::kv::client {
+
+enum class OpKind : std::uint8_t { set, get, del };
+[[nodiscard]] std::string_view to_string(OpKind k) noexcept;
+
+// The outcome of a sync call.
+struct OpResult {
+  Status status = Status::ok;
+  bool found = false;         // GET, DEL: the key existed
+  void* value = nullptr;      // GET hit: the value handed to the caller (release_value); else null
+  std::size_t value_len = 0;
+};
+
+// A value handed to a C caller: `len` bytes and a NUL after them, freed by
+// release_value (kv_release). A large GET value stays in the landing buffer
+// it arrived in; small ones are copied into malloc'd memory with a header.
+[[nodiscard]] void* copy_value(std::span<const std::byte> v) noexcept;  // null when out of memory
+void release_value(void* value) noexcept;                                // any thread
+
+class CHandle {
+ public:
+  // Operations submitted async and not yet returned by kv_poll, at most.
+  static constexpr std::size_t kMaxPending = KV_MAX_PENDING;
+
+  // Connects (on the calling thread, which owns the handle from now on).
+  // Throws ConnectError, std::system_error or std::bad_alloc.
+  static std::unique_ptr<CHandle> open(const std::string& host, std::uint16_t port, ClientOptions options);
+
+  CHandle(const CHandle&) = delete;
+  CHandle& operator=(const CHandle&) = delete;
+  CHandle(CHandle&&) = delete;
+  CHandle& operator=(CHandle&&) = delete;
+  // Closes the connection (ops in flight complete with ENOTCONN and are
+  // dropped with the values nobody took). Never throws.
+  ~CHandle();
+
+  void assert_owner() const noexcept {
+#ifndef NDEBUG
+    reactor_->assert_owner_thread();
+#endif
+  }
+
+  // Limits and state checked before anything is queued: 0 or an errno, with
+  // the message in last_error. `what` names the C function.
+  [[nodiscard]] int check(std::string_view key, std::size_t value_len, const char* what) noexcept;
+
+  // Async: 0, or EAGAIN (kMaxPending reached) or why the Client refused it
+  // (the message in last_error); the value bytes stay the caller's until the
+  // op's completion. Throws std::bad_alloc.
+  [[nodiscard]] int submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
+                           const char* what);
+  // Sync: the op joins its key's line like an async one and the reactor runs
+  // until it completes (Client::await: the op timeout fails the
+  // connection). 0 or an errno (message in last_error); `out` on success.
+  // Throws std::bad_alloc or std::system_error (the reactor).
+  [[nodiscard]] int run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
+                        const char* what);
+  // kv_poll. Throws std::system_error (the reactor).
+  [[nodiscard]] int poll(kv_completion* out, int max, int timeout_ms);
+  [[nodiscard]] int fd() const noexcept { return reactor_->fd(); }
+
+  // Sets last_error to "<what>: <status> (<the connection's failure>)"; returns its errno.
+  int status_error(Status st, const char* what) noexcept;
+  int set_error(int code, std::string_view msg) noexcept;
+  [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
+  [[nodiscard]] std::uint64_t server_max_value() const noexcept { return client_->server_max_value(); }
+
+ private:
+  enum class OpState : std::uint8_t {
+    waiting,  // behind an earlier op on its key
+    sent,     // given to the Client: its callback is due
+    done,     // sync op completed: the result waits in `result` for run()
+  };
+  struct Op {
+    OpKind kind = OpKind::get;
+    OpState state = OpState::waiting;
+    bool sync = false;
+    std::string key;
+    std::span<const std::byte> value;  // SET: the caller's bytes
+    std::uint64_t tag = 0;
+    reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
+    OpResult result;          // sync ops, once done
+  };
+  // The ops on one key, oldest first (linked through Op::next).
+  struct Line {
+    reactor::SlotKey front{};
+    reactor::SlotKey back{};
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  using Lines = std::unordered_map<std::string, Line, KeyHash, std::equal_to<>>;
+
+  explicit CHandle(std::unique_ptr<reactor::Reactor> reactor);
+
+  // A new op at the back of its key's line; sent now if it is the front.
+  // Returns its key, or the Client's refusal (the op is gone then).
+  [[nodiscard]] Status add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
+                           bool sync, reactor::SlotKey& out);
+  [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
+  void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;
+  // The front op of its line is over: out of the line, delivered, and the
+  // next ones sent (those the Client refuses complete with its status).
+  void complete(reactor::SlotKey k, OpResult r) noexcept;
+  void deliver(reactor::SlotKey k, OpResult r) noexcept;
+  void push_ready(const kv_completion& c) noexcept;
+  int take(kv_completion* out, int max) noexcept;
+
+  void enter() noexcept;  // consume wake_: the handle's own waits must not see it
+  void signal() noexcept;  // make kv_fd readable until the next enter()
+  bool settle();           // settle_once until idle (true) or ready completions / the turn cap (false)
+  void leave();            // settle if ops are in flight and nothing is ready; signal if needed
+
+  static constexpr int kSettleTurns = 64;
+
+  // Destroyed in reverse: the Client (its close completes the ops in flight
+  // into the tables below), the tables, the eventfd's watch, then the
+  // eventfd, then the reactor.
+  std::unique_ptr<reactor::Reactor> reactor_;
+  reactor::EventFd wake_;
+  reactor::Registration wake_watch_;
+  bool signaled_ = false;
+  std::string last_error_;
+  reactor::SlotTable<Op> ops_;
+  Lines lines_;
+  std::size_t async_in_flight_ = 0;  // async ops not yet completed
+  std::vector<kv_completion> ready_;  // a ring of kMaxPending
+  std::size_t ready_head_ = 0;
+  std::size_t ready_count_ = 0;
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace rkv::kv::client
