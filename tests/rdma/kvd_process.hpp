@@ -242,6 +242,11 @@ struct CommandResult {
 };
 
 // Runs argv[0] (a path) with `input` on stdin; captures stdout and stderr.
+// The rkv executable beside a role link (kvd and kvload are links to it).
+inline std::string rkv_beside(const std::string& role_path) {
+  return role_path.substr(0, role_path.rfind('/') + 1) + "rkv";
+}
+
 inline CommandResult run_command(std::vector<std::string> args, const std::string& input = {},
                                  std::chrono::milliseconds timeout = 300s) {
   int in[2], out[2], err[2];

@@ -33,11 +33,6 @@ namespace {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
-std::string rkv_path() {
-  const std::string kvd = RKV_KVD_PATH;
-  return kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
-}
-
 TEST(KvloadCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH}, {}, 60s).exit_code, 2);  // --server missing
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--depth", "0"}, {}, 60s).exit_code, 2);
@@ -72,7 +67,7 @@ TEST(KvdCli, BadFlagsExitTwo) {
 }
 
 TEST(RkvStatsCli, BadFlagsExitTwo) {
-  const std::string rkv = rkv_path();
+  const std::string rkv = rkv_beside(RKV_KVD_PATH);
   EXPECT_EQ(run_command({rkv, "stats"}, {}, 60s).exit_code, 2);  // --server missing
   EXPECT_EQ(run_command({rkv, "stats", "--server", "x", "--port", "70000"}, {}, 60s).exit_code, 2);
   const auto help = run_command({rkv, "stats", "--help"}, {}, 60s);
@@ -82,8 +77,8 @@ TEST(RkvStatsCli, BadFlagsExitTwo) {
 
 TEST(Version, EveryToolPrintsVersionAndGitDescribe) {
   const std::vector<std::vector<std::string>> tools = {
-      {RKV_KVD_PATH, "--version"},   {RKV_KVLOAD_PATH, "--version"},         {rkv_path(), "--version"},
-      {rkv_path(), "stats", "--version"}, {RKV_KVLOAD_PATH, "gen", "--version"},
+      {RKV_KVD_PATH, "--version"},   {RKV_KVLOAD_PATH, "--version"},         {rkv_beside(RKV_KVD_PATH), "--version"},
+      {rkv_beside(RKV_KVD_PATH), "stats", "--version"}, {RKV_KVLOAD_PATH, "gen", "--version"},
   };
   for (const auto& argv : tools) {
     const auto r = run_command(argv, {}, 60s);
@@ -143,7 +138,7 @@ TEST(NoRdmaDevice, KvloadAndRkvStatsSaySoAndExitOne) {
   EXPECT_EQ(load.exit_code, 1) << load.out << load.err;
   EXPECT_TRUE(contains(load.err, "kvload: connect to 127.0.0.1:7471: no RDMA device found")) << load.err;
   expect_no_device_message(load.err);
-  const auto stats = run_without_rdma_device({rkv_path(), "stats", "--server", "127.0.0.1"});
+  const auto stats = run_without_rdma_device({rkv_beside(RKV_KVD_PATH), "stats", "--server", "127.0.0.1"});
   EXPECT_EQ(stats.exit_code, 1) << stats.out << stats.err;
   expect_no_device_message(stats.err);
 }

@@ -40,12 +40,6 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
-// The rkv executable (kvd and kvload are links to it).
-std::string rkv_path() {
-  const std::string kvd = RKV_KVD_PATH;
-  return kvd.substr(0, kvd.rfind('/') + 1) + "rkv";
-}
-
 // A flat JSON object of unsigned integers, {"name": 1, "b": 2}, strictly;
 // nullopt for anything else.
 std::optional<std::map<std::string, std::uint64_t>> parse_flat_json(const std::string& text) {
@@ -195,7 +189,7 @@ TEST(KvloadE2E, RkvStatsJsonParsesAndCountersMove) {
   KvdProcess kvd(RKV_KVD_PATH, addr);
   const auto port = std::to_string(kvd.port());
   const auto stats = [&] {
-    const auto r = run_command({rkv_path(), "stats", "--server", addr, "--port", port, "--json"}, {}, 120s);
+    const auto r = run_command({rkv_beside(RKV_KVD_PATH), "stats", "--server", addr, "--port", port, "--json"}, {}, 120s);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     auto parsed = parse_flat_json(r.out);
     EXPECT_TRUE(parsed.has_value()) << "not a flat JSON object: " << r.out;
@@ -219,10 +213,10 @@ TEST(KvloadE2E, RkvStatsJsonParsesAndCountersMove) {
   EXPECT_EQ(after["stats"] - before["stats"], 1u);  // the first `rkv stats`
   EXPECT_EQ(after["keys"], 2u);
   EXPECT_EQ(after["accepted"] - before["accepted"], 2u);  // kvload and the second rkv stats
-  const auto text = run_command({rkv_path(), "stats", "--server", addr, "--port", port}, {}, 120s);
+  const auto text = run_command({rkv_beside(RKV_KVD_PATH), "stats", "--server", addr, "--port", port}, {}, 120s);
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_TRUE(contains(text.out, "\nsets ")) << text.out;
-  const auto refused = run_command({rkv_path(), "stats", "--server", addr, "--port", "1"}, {}, 120s);
+  const auto refused = run_command({rkv_beside(RKV_KVD_PATH), "stats", "--server", addr, "--port", "1"}, {}, 120s);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(contains(refused.err, "rkv stats:")) << refused.err;
   std::remove(file.c_str());
