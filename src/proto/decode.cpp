@@ -34,10 +34,9 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
   if (m.header.rdv()) {
     if (avail < kRdvDescSize) return fail(Reason::truncated_payload);
     const auto desc = buf_.subspan(p, kRdvDescSize);
-    if (load_le<std::uint32_t>(desc, rdv_off::reserved) != 0)
-      return fail(Reason::rdv_reserved_nonzero);
-    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr),
-                    load_le<std::uint32_t>(desc, rdv_off::rkey)};
+    const auto crc = load_le<std::uint32_t>(desc, rdv_off::value_crc);
+    if (crc != 0 && m.header.opcode != Opcode::set) return fail(Reason::rdv_reserved_nonzero);
+    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey), crc};
     p += kRdvDescSize;
   } else {
     // value_len is an untrusted u64: compare before narrowing.
@@ -62,7 +61,8 @@ MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) n
   p += raw.key_len;
   if (m.header.rdv()) {
     const auto desc = buf.subspan(p, kRdvDescSize);
-    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey)};
+    m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey),
+                    load_le<std::uint32_t>(desc, rdv_off::value_crc)};
     p += kRdvDescSize;
   } else {
     const auto len = static_cast<std::size_t>(raw.value_len);

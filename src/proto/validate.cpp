@@ -23,7 +23,7 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::value_too_large: return "value length above the limit";
     case Reason::eager_too_large: return "eager key + value not below the eager limit";
     case Reason::truncated_payload: return "key, value or descriptor runs past the buffer";
-    case Reason::rdv_reserved_nonzero: return "rendezvous descriptor reserved field not zero";
+    case Reason::rdv_reserved_nonzero: return "rendezvous descriptor value_crc not zero outside a SET request";
     case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND";
   }
   return "unknown reason";

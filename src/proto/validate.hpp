@@ -36,7 +36,7 @@ enum class Reason : std::uint8_t {
   value_too_large,       // value_len above Limits::max_value
   eager_too_large,       // eager SET with key + value >= kEagerLimit
   truncated_payload,     // key, value or descriptor runs past the buffer
-  rdv_reserved_nonzero,  // descriptor reserved field != 0
+  rdv_reserved_nonzero,  // descriptor value_crc != 0 outside a SET request
   pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND
 };
 

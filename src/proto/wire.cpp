@@ -104,7 +104,7 @@ RawHeader to_raw(const Header& h) noexcept {
 void write_rdv_desc(std::span<std::byte, kRdvDescSize> out, const RdvDesc& d) noexcept {
   store_le(out, rdv_off::addr, d.addr);
   store_le(out, rdv_off::rkey, d.rkey);
-  store_le(out, rdv_off::reserved, std::uint32_t{0});
+  store_le(out, rdv_off::value_crc, d.value_crc);
 }
 
 }  // namespace rkv::proto

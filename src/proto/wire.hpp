@@ -44,7 +44,7 @@ inline constexpr std::size_t value_len = 16;
 namespace rdv_off {
 inline constexpr std::size_t addr = 0;
 inline constexpr std::size_t rkey = 8;
-inline constexpr std::size_t reserved = 12;
+inline constexpr std::size_t value_crc = 12;
 }  // namespace rdv_off
 
 enum class Opcode : std::uint8_t {
@@ -124,9 +124,14 @@ struct Header {
 };
 
 // Registered memory the peer may RDMA READ/WRITE; its length is Header::value_len.
+// value_crc: in a SET request, crc32c of the value bytes the descriptor names
+// (the writer's checksum: the server publishes it in the one-sided index
+// instead of reading the value through again, docs/protocol.md); 0 in every
+// other message.
 struct RdvDesc {
   std::uint64_t addr = 0;
   std::uint32_t rkey = 0;
+  std::uint32_t value_crc = 0;
   friend bool operator==(const RdvDesc&, const RdvDesc&) = default;
 };
 

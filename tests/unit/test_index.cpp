@@ -267,6 +267,26 @@ TEST_F(StoreIndexTest, LargeValuesCarryTheKeyAfterTheValue) {
   EXPECT_EQ(probe("big", e), ProbeResult::ask_rpc);
 }
 
+// A rendezvous SET's writer sends crc32c(value): the entry carries it extended
+// over the key (what readers check), not a checksum the server computed by
+// reading the value through; a wrong one is published as given (readers of
+// that key then fail the check and ask by message).
+TEST_F(StoreIndexTest, LargeValuesPublishTheWritersChecksumExtendedOverTheKey) {
+  auto big = blocks_(70000 + 3);
+  std::memset(big->bytes.data(), 'L', 70000);
+  big->bytes = big->bytes.first(70000);
+  store_.set_large("big", big, proto::crc32c(big->bytes.data(), 70000));
+  expect_block("big", std::string(70000, 'L'));  // equal to the checksum of value + key
+  auto lie = blocks_(70000 + 3);
+  std::memset(lie->bytes.data(), 'M', 70000);
+  lie->bytes = lie->bytes.first(70000);
+  store_.set_large("big", lie, 0x12345678u);
+  IndexEntry e;
+  ASSERT_EQ(probe("big", e), ProbeResult::found);
+  EXPECT_EQ(e.data_crc, proto::crc32c_extend(0x12345678u, "big", 3));
+  EXPECT_NE(e.data_crc, proto::crc32c(reinterpret_cast<const char*>(e.addr), 70003));
+}
+
 // DEL (Store::erase): the entry goes, readers get NOT FOUND, the bucket can
 // be claimed again, and a reader racing the removal sees a torn entry (and
 // reads again), never a half-cleared one.

@@ -231,7 +231,7 @@ TEST(ProtoWire, GoldenRdvDescriptorBytes) {
   EXPECT_EQ(d[7], std::byte{0x11});
   EXPECT_EQ(d[8], std::byte{0xD4});
   EXPECT_EQ(d[11], std::byte{0xA1});
-  EXPECT_EQ(load_le<std::uint32_t>(d, rdv_off::reserved), 0u);
+  EXPECT_EQ(load_le<std::uint32_t>(d, rdv_off::value_crc), 0u);
   EXPECT_EQ(buf[hdr_off::flags], std::byte{kFlagFound | kFlagRdv});
   EXPECT_EQ(buf[hdr_off::credits], std::byte{3});
 }
@@ -750,12 +750,21 @@ TEST(ProtoStrict, TruncatedHeaderAndPayload) {
   expect_reason(value_short, Reason::truncated_payload);
 }
 
-TEST(ProtoStrict, RdvReservedNonzero) {
+TEST(ProtoStrict, RdvValueCrcOnlyInSetRequests) {
   for (std::size_t at : {std::size_t{12}, std::size_t{15}}) {
-    Bytes buf = encode_one(msg::set_request_rdv(1, "k", kDesc, 10));
-    buf[kHeaderSize + 1 + at] = std::byte{1};
-    expect_reason(buf, Reason::rdv_reserved_nonzero);
+    Bytes get = encode_one(msg::get_request_rdv(1, "k", kDesc, 10));
+    get[kHeaderSize + 1 + at] = std::byte{1};
+    expect_reason(get, Reason::rdv_reserved_nonzero);
+    Bytes reply = encode_one(msg::get_reply_rdv(1, 1, kDesc, 10));
+    reply[kHeaderSize + at] = std::byte{1};
+    expect_reason(reply, Reason::rdv_reserved_nonzero);
   }
+  // A SET request carries the writer's crc32c of the value there, any value.
+  proto::RdvDesc d = kDesc;
+  d.value_crc = 0xDEADBEEF;
+  const MessageView m = decode_single(encode_one(msg::set_request_rdv(1, "k", d, 10)));
+  ASSERT_TRUE(m.rdv);
+  EXPECT_EQ(*m.rdv, d);
 }
 
 // ---------------------------------------------------------------- fuzzing

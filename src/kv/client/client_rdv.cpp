@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kv/client/client_conn.hpp"
+#include "proto/crc32c.hpp"
 #include "proto/encode.hpp"
 
 namespace rkv::kv::client {
@@ -16,8 +17,11 @@ namespace rkv::kv::client {
 proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
   if (r.op == proto::Opcode::set) {
     if (!r.lease) return proto::msg::set_request(id, r.key, r.value);
-    return proto::msg::set_request_rdv(id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey()},
-                                       r.value.size());
+    // The value's checksum rides in the descriptor: the server publishes it in
+    // the one-sided index without reading the value through (docs/protocol.md).
+    return proto::msg::set_request_rdv(
+        id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey(), proto::crc32c(r.value.data(), r.value.size())},
+        r.value.size());
   }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
   if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);

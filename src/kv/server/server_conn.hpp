@@ -249,6 +249,7 @@ class ServerConn {
     TransferKind kind = TransferKind::none;
     std::uint32_t req_id = 0;
     std::string key;  // SET: installed under it when the READ completes
+    std::uint32_t value_crc = 0;  // SET: the writer's crc32c of the value (its descriptor)
     Pin pin;
   };
 

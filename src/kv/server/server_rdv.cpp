@@ -64,6 +64,7 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   }
   t.kind = TransferKind::set_read;
   t.req_id = id;
+  t.value_crc = m.rdv->value_crc;
   const auto target = block->bytes;
   const auto lkey = block->lkey;
   t.pin = Pin(std::move(block), *counters_);
@@ -152,7 +153,10 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   proto::MessageSpec reply = proto::msg::set_reply(t.req_id, 0);
   Outcome out = Outcome::reply;
   try {
-    store_->set_large(t.key, t.pin.value());  // the old value goes when its last pin does
+    // The old value goes when its last pin does. The index entry carries the
+    // writer's checksum: a wrong one only sends one-sided readers of this key
+    // to the message path (docs/protocol.md, "Rendezvous path").
+    store_->set_large(t.key, t.pin.value(), t.value_crc);
     ++counters_->large_sets;
     // Logged straight from the arena block (the log pins it until written).
     out = record_durable(t.key, t.pin.value()->view(), t.pin.value(), t.req_id, reply);

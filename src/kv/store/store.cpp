@@ -42,7 +42,7 @@ LargeRef Store::small_block(std::string_view key, std::string_view value) const 
   return b;
 }
 
-void Store::reindex(Map::iterator it, bool is_new) noexcept {
+void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc) noexcept {
   const std::string_view key = it->first;
   Value& v = it->second;
   if (is_new) v.bucket = index_->claim(key);
@@ -55,7 +55,8 @@ void Store::reindex(Map::iterator it, bool is_new) noexcept {
   }
   // The block is new (no reader was given it yet): lay the key after the value.
   std::memcpy(b->bytes.data() + n, key.data(), key.size());
-  const std::uint32_t crc = proto::crc32c(b->bytes.data(), n + key.size());
+  const std::uint32_t crc = value_crc ? proto::crc32c_extend(*value_crc, key.data(), key.size())
+                                      : proto::crc32c(b->bytes.data(), n + key.size());
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
 }
 
@@ -78,18 +79,18 @@ void Store::set(std::string_view key, std::string_view value) {
   if (index_ != nullptr) reindex(it, inserted);
 }
 
-void Store::set_large(std::string_view key, LargeRef value) {
+void Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
   const std::size_t n = value->bytes.size();
   if (auto it = map_.find(key); it != map_.end()) {
     const std::size_t old = it->second.size();
     it->second.assign(std::move(value), true);  // the old value goes when its last pin does
     bytes_ = bytes_ - old + n;
-    if (index_ != nullptr) reindex(it, false);
+    if (index_ != nullptr) reindex(it, false, value_crc);
     return;
   }
   auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
   bytes_ += key.size() + n;
-  if (index_ != nullptr) reindex(it, inserted);
+  if (index_ != nullptr) reindex(it, inserted, value_crc);
 }
 
 Store::Lookup Store::get(std::string_view key) const {

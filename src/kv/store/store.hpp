@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,8 +68,11 @@ class Store {
 
   // Inserts or overwrites. Overwriting reuses the existing key (no key copy).
   void set(std::string_view key, std::string_view value);
-  // Inserts or overwrites with a large value (no copy: the Store takes a reference).
-  void set_large(std::string_view key, LargeRef value);
+  // Inserts or overwrites with a large value (no copy: the Store takes a
+  // reference). value_crc: crc32c of the value bytes when the caller has it
+  // (a rendezvous SET's writer sends it, docs/protocol.md); the index then
+  // extends it over the key instead of reading the value through again.
+  void set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc = std::nullopt);
   // Never allocates (heterogeneous lookup: the view is hashed directly).
   [[nodiscard]] Lookup get(std::string_view key) const;
   // Removes the key (DEL). True if it existed. With an index its entry is
@@ -156,7 +160,7 @@ class Store {
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
-  void reindex(Map::iterator it, bool is_new) noexcept;
+  void reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
 
   Map map_;
   std::size_t bytes_ = 0;
