@@ -16,6 +16,7 @@
 
 #include "kv/conn/endpoint.hpp"
 #include "proto/connect_params.hpp"
+#include "proto/wire.hpp"
 #include "verbs/error.hpp"
 #include "verbs/pd.hpp"
 
@@ -334,10 +335,13 @@ bool Client::after_cq(int n, const char* what) noexcept {
 // Submissions of one loop turn (or of the fibers run between two turns) go
 // out together at the end of the turn: the flush poller runs after the fd
 // callbacks, and wake() keeps the next epoll_wait from sleeping first.
-void Client::schedule_flush() {
-  // A full batch goes now (not from inside a CQ pass: its callbacks run in
-  // the middle of ClientConn, and the pass flushes when it ends).
-  if (options_.request_batch != 0 && !in_cq_pass_ && conn_ && conn_->queued() >= options_.request_batch) {
+void Client::schedule_flush(bool rendezvous) {
+  // A full batch goes now, and so does a rendezvous SET: its transfer, not
+  // its message, is what costs, so the server starts pulling it while the
+  // caller prepares the next (not from inside a CQ pass: its callbacks run
+  // in the middle of ClientConn, and the pass flushes when it ends).
+  if (options_.request_batch != 0 && !in_cq_pass_ && conn_ &&
+      (rendezvous || conn_->queued() >= options_.request_batch)) {
     do_flush();
     return;
   }
@@ -361,7 +365,7 @@ Status Client::set(std::string_view key, std::span<const std::byte> value, Callb
   assert_owner();
   if (!conn_ || closed_) return Status::not_connected;
   const Status st = conn_->submit_set(key, value, std::move(cb));
-  if (st == Status::ok) schedule_flush();
+  if (st == Status::ok) schedule_flush(!proto::eager_fits(key.size(), value.size()));
   return st;
 }
 

@@ -190,7 +190,7 @@ class Client {
   int poll_cq() noexcept;          // up to kPollBatch completions into ClientConn, or a negative errno
   // Completions handled (n >= 0) or a CQ error (negative errno): the flush or the failure.
   bool after_cq(int n, const char* what) noexcept;
-  void schedule_flush();
+  void schedule_flush(bool rendezvous = false);
   bool on_flush_poll() noexcept;
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
