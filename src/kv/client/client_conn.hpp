@@ -136,8 +136,13 @@ struct ClientCounters {
 
 struct RdvOptions {
   std::size_t landing_size = std::size_t{1} << 20;   // capacity of the landing buffers offered with GETs
-  std::uint32_t landing_spares = 2;                  // registered landing buffers kept ready
-  std::size_t keep_landing_max = std::size_t{64} << 20;  // larger ones (from pulls) are not kept
+  std::uint32_t landing_spares = 2;                  // registered landing buffers made ready up front
+  // Buffers that come back (a GET done, one created for a pull) are kept as
+  // spares up to this many and this many bytes in all: the pool grows to the
+  // large GETs a caller keeps in flight, so at depth they are WRITTEN into
+  // ready memory instead of each pulled into a fresh registration.
+  std::uint32_t max_landing_spares = 16;
+  std::size_t keep_landing_max = std::size_t{64} << 20;
   std::size_t reg_cache_bytes = std::size_t{256} << 20;  // pin-down cache budget (SET sources)
 };
 

@@ -4,6 +4,7 @@
 // Reactor thread only.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -35,7 +36,9 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
 
 void ClientConn::recycle(std::unique_ptr<LandingBuffer> lb) noexcept {
   if (!lb || !lb->registered()) return;
-  if (spares_.size() < rdv_.landing_spares && lb->capacity() <= rdv_.keep_landing_max) {
+  std::size_t kept = lb->capacity();
+  for (const auto& s : spares_) kept += s->capacity();
+  if (spares_.size() < std::max(rdv_.landing_spares, rdv_.max_landing_spares) && kept <= rdv_.keep_landing_max) {
     try {
       spares_.push_back(std::move(lb));  // biggest last: offered first
       for (std::size_t i = spares_.size() - 1; i > 0 && spares_[i - 1]->capacity() > spares_[i]->capacity(); --i) {
