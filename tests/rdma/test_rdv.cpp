@@ -121,11 +121,14 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
   start();
   auto c = open();
   const std::string v1m = pattern(1u << 20, 1);  // fits the 1 MiB landing buffer: WRITE path
-  const std::string v2m = pattern(2u << 20, 2);  // does not: pull path
-  // Warm-up: the arena grows its classes, the cache registers v1m/v2m.
+  const std::string v2m = pattern(2u << 20, 2);  // does not: pulled in the warm-up, then kept as a spare
+  const std::string v3m = pattern(3u << 20, 3);  // larger than every spare: pull path
+  // Warm-up: the arena grows its classes, the cache registers the sources,
+  // and the buffer "two" was pulled into is kept as a spare.
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(c->set_sync("one", v1m), Status::ok);
     ASSERT_EQ(c->set_sync("two", v2m), Status::ok);
+    ASSERT_EQ(c->set_sync("three", v3m), Status::ok);
     std::string out;
     bool found = false;
     ASSERT_EQ(c->get_sync("one", out, found), Status::ok);
@@ -188,12 +191,33 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
             EXPECT_EQ(d("rdma_writes"), 1u);
             EXPECT_EQ(d("large_gets_written"), 1u);
           });
+  measure("large GET of a size pulled before: its buffer was kept, so it is offered and WRITTEN",
+          [&] {
+            std::uint64_t sum = 0;
+            ASSERT_EQ(c->get("two",
+                             [&sum](Status s, bool found, std::span<const std::byte> v) {
+                               EXPECT_EQ(s, Status::ok);
+                               EXPECT_TRUE(found);
+                               sum = checksum({reinterpret_cast<const char*>(v.data()), v.size()});
+                             }),
+                      Status::ok);
+            ASSERT_TRUE(c->wait_idle(60s));
+            EXPECT_EQ(sum, checksum(v2m));
+          },
+          [&](const ClientCounters& a, const ClientCounters& b, auto d) {
+            EXPECT_EQ(b.messages_sent - a.messages_sent, 1u) << "no RELEASE";
+            EXPECT_EQ(b.gets_written - a.gets_written, 1u);
+            EXPECT_EQ(b.gets_pulled - a.gets_pulled, 0u);
+            EXPECT_EQ(b.registrations - a.registrations, 0u) << "the spare from the warm-up's pull";
+            EXPECT_EQ(d("large_gets_written"), 1u);
+            EXPECT_EQ(d("large_gets_pulled"), 0u);
+          });
   measure("large GET too big for the offer: GET + GET_REPLY{PULL} + RELEASE, one RDMA READ by the client",
           [&] {
             Value out;
             bool found = false;
-            ASSERT_EQ(c->get_sync("two", out, found), Status::ok);
-            EXPECT_EQ(checksum(out.view()), checksum(v2m));
+            ASSERT_EQ(c->get_sync("three", out, found), Status::ok);
+            EXPECT_EQ(checksum(out.view()), checksum(v3m));
           },
           [&](const ClientCounters& a, const ClientCounters& b, auto d) {
             EXPECT_EQ(b.messages_sent - a.messages_sent, 2u) << "GET and RELEASE";
