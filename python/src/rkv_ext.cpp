@@ -173,6 +173,9 @@ class Bytes {
 
 // ---- the client --------------------------------------------------------------
 
+// What an async operation's completion turns into (completion()). incr,
+// cas and call (issue 14) add a kind each, a sync method like del() and a
+// _submit_* like submit_del() once kv.h has kv_incr/kv_cas/kv_call.
 enum class AsyncKind : std::uint8_t { set, get, del, get_into };
 
 class Handle {
