@@ -146,6 +146,93 @@ TEST_F(ClientRdv, PulledGetIsReadThenReleased) {
   EXPECT_EQ(cc_->counters().messages_sent, 2u);
 }
 
+TEST_F(ClientRdv, GetIntoOffersTheCallersBufferRegisteredForTheRequestOnly) {
+  std::vector<std::byte> into(20000, std::byte{0});
+  const int live_before = reg_.live;
+  std::span<const std::byte> seen;
+  ASSERT_EQ(cc_->submit_get_into("k", into, [&](Status s, bool found, std::span<const std::byte> v) {
+    EXPECT_EQ(s, Status::ok);
+    EXPECT_TRUE(found);
+    seen = v;
+  }),
+            Status::ok);
+  EXPECT_EQ(reg_.live, live_before + 1) << "registered before the SEND: its rkey is in it";
+  EXPECT_EQ(reg_.last_access, verbs::Access::local_write | verbs::Access::remote_write);
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  ASSERT_TRUE(m[0].rdv);
+  EXPECT_EQ(m[0].rdv->addr, reinterpret_cast<std::uint64_t>(into.data())) << "the caller's memory, not a spare";
+  EXPECT_EQ(m[0].header.value_len, into.size()) << "all of it: no byte kept for a NUL";
+  std::memset(into.data(), 'w', into.size());  // the server's RDMA WRITE, filling it exactly
+  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, into.size())});
+  EXPECT_EQ(seen.data(), into.data()) << "delivered in place";
+  EXPECT_EQ(seen.size(), into.size());
+  EXPECT_EQ(reg_.live, live_before) << "deregistered with the request";
+  EXPECT_EQ(cc_->counters().gets_into_direct, 1u);
+  EXPECT_EQ(cc_->counters().bytes_copied, 0u);
+}
+
+TEST_F(ClientRdv, GetIntoPullsIntoTheBufferOrReleasesAValueThatDoesNotFit) {
+  std::vector<std::byte> into(60000, std::byte{0});
+  std::vector<std::byte> server(50000, std::byte{'p'});
+  std::span<const std::byte> seen;
+  ASSERT_EQ(cc_->submit_get_into("k", into, [&](Status s, bool, std::span<const std::byte> v) {
+    EXPECT_EQ(s, Status::ok);
+    seen = v;
+  }),
+            Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);
+  auto m = decode(link_.sends.back().bytes);
+  // The server could not WRITE (e.g. no transfer slot): a pull, READ into the caller's buffer.
+  reply({proto::msg::get_reply_pull(m[0].header.req_id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9},
+                                    server.size())});
+  ASSERT_EQ(link_.reads.size(), 1u);
+  EXPECT_EQ(link_.reads[0].target.data(), into.data());
+  EXPECT_EQ(link_.reads[0].target.size(), server.size());
+  std::memcpy(link_.reads[0].target.data(), server.data(), server.size());
+  cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 50000));
+  EXPECT_EQ(seen.data(), into.data());
+  EXPECT_EQ(seen.size(), 50000u);
+  // Too small: the value is not read, its pin is RELEASEd, too_large.
+  std::vector<std::byte> small(10000);
+  Status got = Status::ok;
+  bool found = false;
+  ASSERT_EQ(cc_->submit_get_into("k", small, [&](Status s, bool f, std::span<const std::byte>) {
+    got = s;
+    found = f;
+  }),
+            Status::ok);
+  ASSERT_EQ(cc_->flush(), 1u);  // with the first GET's RELEASE
+  m = decode(link_.sends.back().bytes);
+  const auto& get = m.back();
+  EXPECT_EQ(get.opcode(), Opcode::get);
+  reply({proto::msg::get_reply_pull(get.header.req_id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9},
+                                    server.size())});
+  EXPECT_EQ(got, Status::too_large);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(link_.reads.size(), 1u) << "no READ for a value that does not fit";
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto rel = decode(link_.sends.back().bytes);
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].opcode(), Opcode::release);
+  EXPECT_EQ(rel[0].header.req_id, get.header.req_id);
+  EXPECT_EQ(cc_->state(), ConnState::established);
+}
+
+TEST_F(ClientRdv, GetIntoASmallBufferOffersNothingAndGetsTheValueInTheReply) {
+  std::vector<std::byte> into(100);
+  std::string seen;
+  const auto regs = reg_.registrations();
+  ASSERT_EQ(cc_->submit_get_into("k", into, [&](Status, bool, std::span<const std::byte> v) { seen = text(v); }),
+            Status::ok);
+  EXPECT_EQ(reg_.registrations(), regs) << "no large value fits 100 bytes: nothing to register";
+  ASSERT_EQ(cc_->flush(), 1u);
+  const auto m = decode(link_.sends[0].bytes);
+  EXPECT_FALSE(m[0].rdv) << "not even a spare landing buffer";
+  reply({proto::msg::get_reply_found(m[0].header.req_id, 1, proto::as_bytes(std::string_view("small")))});
+  EXPECT_EQ(seen, "small") << "the caller copies it from the reply";
+}
+
 TEST_F(ClientRdv, ReleaseIsFoldedIntoTheNextRequest) {
   ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
   ASSERT_EQ(cc_->flush(), 1u);

@@ -18,6 +18,10 @@
  *  - EAGAIN once KV_MAX_PENDING operations are pending, progress after
  *    kv_poll; kv_poll with nothing in flight returns at once; kv_close with
  *    operations in flight.
+ *  - kv_get_into/kv_get_into_async: values of 1 B .. 1 MiB into exact-size
+ *    caller buffers byte-exactly (large ones by RDMA into the buffer:
+ *    kv_counters' gets_into_direct), E2BIG for a buffer too small, ENOENT;
+ *    kv_stats and kv_counters texts; kv_open_opts' own options.
  * Fails (never skips) without $SOFTROCE_ADDR. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -476,6 +480,85 @@ static void test_pipeline(void *h, const char *name) {
   for (int i = 0; i < 8; ++i) free(vals[i]);
 }
 
+/* ---- GETs into the caller's buffer, counters, kv_open_opts ---- */
+
+/* The value of counter `name` in kv_counters' text, or -1. */
+static long long counter(void *h, const char *name) {
+  char *text = NULL;
+  if (kv_counters(h, &text) != 0 || text == NULL) return -1;
+  long long v = -1;
+  const size_t n = strlen(name);
+  for (const char *line = text; *line != '\0';) {
+    if (strncmp(line, name, n) == 0 && line[n] == ' ') v = atoll(line + n + 1);
+    const char *nl = strchr(line, '\n');
+    if (nl == NULL) break;
+    line = nl + 1;
+  }
+  kv_release(text);
+  return v;
+}
+
+static void test_get_into(void *h) {
+  static const size_t sizes[] = {1, 4095, 4096, 1u << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    const size_t n = sizes[i];
+    char key[32];
+    const int klen = snprintf(key, sizeof key, "into-%zu", n);
+    unsigned char *v = make_value(n, (unsigned)(40 + i));
+    CHECK_RC(kv_set_bin(h, key, (size_t)klen, v, n), 0);
+    unsigned char *buf = malloc(n + 1);
+    if (buf == NULL) exit(1);
+    const long long direct = counter(h, "gets_into_direct");
+    size_t len = 0;
+    memset(buf, 0x55, n + 1);
+    CHECK_RC(kv_get_into(h, key, (size_t)klen, buf, n, &len), 0);
+    CHECK(len == n && memcmp(buf, v, n) == 0 && buf[n] == 0x55); /* nothing past the value */
+    if (n > 4096) CHECK(counter(h, "gets_into_direct") == direct + 1); /* landed by RDMA (not a one-sided small value) */
+    /* async: the completion carries the length, no value */
+    memset(buf, 0, n);
+    CHECK_RC(kv_get_into_async(h, key, (size_t)klen, buf, n, 77), 0);
+    kv_completion c;
+    int got = 0;
+    while (got == 0) {
+      got = wait_and_poll(h, &c, 1);
+      if (got < 0) break;
+    }
+    CHECK(got == 1 && c.tag == 77 && c.status == 0 && c.value == NULL && c.value_len == n);
+    CHECK(memcmp(buf, v, n) == 0);
+    /* a buffer one byte short: E2BIG, and the handle goes on */
+    if (n > 1) CHECK_RC(kv_get_into(h, key, (size_t)klen, buf, n - 1, &len), E2BIG);
+    free(buf);
+    free(v);
+  }
+  size_t len = 7;
+  unsigned char small[8];
+  CHECK_RC(kv_get_into(h, "into-missing", 12, small, sizeof small, &len), ENOENT);
+  CHECK(len == 7);
+  CHECK_RC(kv_get_into(h, "into-1", 6, NULL, 0, &len), E2BIG);
+  CHECK_RC(kv_get_into(h, "into-1", 6, NULL, 5, &len), EINVAL);
+  CHECK(counter(h, "gets_into") > 0 && counter(h, "requests") > 0);
+  char *text = NULL;
+  CHECK_RC(kv_stats(h, &text), 0);
+  CHECK(text != NULL && strstr(text, "connections") != NULL);
+  kv_release(text);
+}
+
+static void test_open_opts(const char *server) {
+  void *h = NULL;
+  CHECK_RC(kv_open_opts((char *)server, "sideways", NULL, &h), EINVAL);
+  CHECK(strstr(kv_last_error(NULL), "get_mode") != NULL);
+  CHECK_RC(kv_open_opts((char *)server, NULL, "-3", &h), EINVAL);
+  CHECK_RC(kv_open_opts((char *)server, "read", "0", &h), 0);
+  if (h == NULL) return;
+  CHECK_RC(kv_set_bin(h, "opts", 4, "v", 1), 0);
+  void *v = NULL;
+  size_t n = 0;
+  CHECK_RC(kv_get_bin(h, "opts", 4, &v, &n), 0);
+  CHECK(counter(h, "onesided_gets") == 1); /* read mode from the argument, not the environment */
+  kv_release(v);
+  CHECK_RC(kv_close(h), 0);
+}
+
 static void run_config(const char *server, const char *get_mode, const char *poll_us) {
   fprintf(stderr, "--- RKV_GET_MODE=%s RKV_POLL_US=%s\n", get_mode, poll_us);
   setenv("RKV_GET_MODE", get_mode, 1);
@@ -492,6 +575,7 @@ static void run_config(const char *server, const char *get_mode, const char *pol
   test_order(h);
   test_del(h, h2);
   test_pipeline(h, server);
+  test_get_into(h);
   CHECK_RC(kv_close(h), 0);
   CHECK_RC(kv_close(h2), 0);
   fprintf(stderr, "--- %s/%s: %d failed checks\n", get_mode, poll_us, failures - before);
@@ -514,6 +598,7 @@ int main(void) {
   }
   char server[160];
   snprintf(server, sizeof server, "%s:%u", addr, port);
+  test_open_opts(server);
   run_config(server, "rpc", "200");  /* GETs by message; spin, then block (the default) */
   run_config(server, "read", "200"); /* one-sided GETs */
   run_config(server, "rpc", "0");    /* completion events only */

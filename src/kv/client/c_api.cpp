@@ -142,7 +142,9 @@ int check_args(CHandle* h, const void* key, std::size_t key_len, bool has_value,
 
 extern "C" {
 
-int kv_open(char* servername, void** kv_handle) {
+int kv_open(char* servername, void** kv_handle) { return kv_open_opts(servername, nullptr, nullptr, kv_handle); }
+
+int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, void** kv_handle) {
   if (kv_handle == nullptr) return set_error(nullptr, EINVAL, "kv_open: kv_handle is NULL");
   if (servername == nullptr) return set_error(nullptr, EINVAL, "kv_open: servername is NULL");
   try {
@@ -153,16 +155,21 @@ int kv_open(char* servername, void** kv_handle) {
                                             "' (expected host or host:port)");
     }
     rkv::kv::client::ClientOptions opt;
-    if (const char* mode = std::getenv("RKV_GET_MODE"); mode != nullptr && *mode != '\0') {
+    // An option given here, else its environment variable.
+    const bool own_mode = get_mode != nullptr && *get_mode != '\0';
+    const char* mode = own_mode ? get_mode : std::getenv("RKV_GET_MODE");
+    if (mode != nullptr && *mode != '\0') {
       if (!rkv::kv::client::parse_get_mode(mode, opt.get_mode)) {
-        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_GET_MODE='") + mode +
-                                              "' is not valid (expected rpc or read)");
+        return set_error(nullptr, EINVAL, std::string(own_mode ? "kv_open: get_mode '" : "kv_open: RKV_GET_MODE='") +
+                                              mode + "' is not valid (expected rpc or read)");
       }
     }
-    if (const char* poll = std::getenv("RKV_POLL_US"); poll != nullptr && *poll != '\0') {
+    const bool own_poll = poll_us != nullptr && *poll_us != '\0';
+    const char* poll = own_poll ? poll_us : std::getenv("RKV_POLL_US");
+    if (poll != nullptr && *poll != '\0') {
       if (!parse_poll_budget(poll, opt.poll)) {
-        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_POLL_US='") + poll +
-                                              "' is not valid (expected microseconds 0..10000000, or 'busy')");
+        return set_error(nullptr, EINVAL, std::string(own_poll ? "kv_open: poll_us '" : "kv_open: RKV_POLL_US='") +
+                                              poll + "' is not valid (expected microseconds 0..10000000, or 'busy')");
       }
     }
     *kv_handle = CHandle::open(host, port, opt).release();
@@ -252,6 +259,60 @@ int kv_del(void* kv_handle, const void* key, size_t key_len) {
   }
 }
 
+int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, size_t* value_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && value_len == nullptr) return arg_error(h, EINVAL, "kv_get_into", "value_len pointer is NULL");
+  if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into", "buf is NULL");
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into"); rc != 0) return rc;
+  try {
+    OpResult r;
+    const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
+    if (int rc = h->run(OpKind::get_into, key_of(key, key_len), {}, r, "kv_get_into", into); rc != 0) {
+      if (rc == E2BIG) {
+        return arg_error(h, E2BIG, "kv_get_into",
+                         ("the value is longer than the buffer of " + std::to_string(buf_len) + " bytes").c_str());
+      }
+      return rc;
+    }
+    if (!r.found) return arg_error(h, ENOENT, "kv_get_into", "no such key");
+    *value_len = r.value_len;
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_get_into");
+  }
+}
+
+int kv_stats(void* kv_handle, char** text) {
+  CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return set_error(nullptr, EINVAL, "kv_stats: handle is NULL");
+  if (text == nullptr) return arg_error(h, EINVAL, "kv_stats", "text pointer is NULL");
+  try {
+    std::string out;
+    if (int rc = h->stats(out, "kv_stats"); rc != 0) return rc;
+    void* v = rkv::kv::client::copy_value(std::as_bytes(std::span<const char>(out.data(), out.size())));
+    if (v == nullptr) return arg_error(h, ENOMEM, "kv_stats", "out of memory");
+    *text = static_cast<char*>(v);
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_stats");
+  }
+}
+
+int kv_counters(void* kv_handle, char** text) {
+  CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return set_error(nullptr, EINVAL, "kv_counters: handle is NULL");
+  if (text == nullptr) return arg_error(h, EINVAL, "kv_counters", "text pointer is NULL");
+  try {
+    const std::string out = h->counters_text();
+    void* v = rkv::kv::client::copy_value(std::as_bytes(std::span<const char>(out.data(), out.size())));
+    if (v == nullptr) return arg_error(h, ENOMEM, "kv_counters", "out of memory");
+    *text = static_cast<char*>(v);
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_counters");
+  }
+}
+
 int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
                  uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
@@ -280,6 +341,18 @@ int kv_del_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag)
     return h->submit(OpKind::del, key_of(key, key_len), {}, tag, "kv_del_async");
   } catch (...) {
     return exception_error(h, "kv_del_async");
+  }
+}
+
+int kv_get_into_async(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into_async", "buf is NULL");
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async"); rc != 0) return rc;
+  try {
+    const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
+    return h->submit(OpKind::get_into, key_of(key, key_len), {}, tag, "kv_get_into_async", into);
+  } catch (...) {
+    return exception_error(h, "kv_get_into_async");
   }
 }
 

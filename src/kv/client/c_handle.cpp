@@ -35,6 +35,7 @@ const char* async_name(OpKind k) noexcept {
     case OpKind::set: return "kv_set_async";
     case OpKind::get: return "kv_get_async";
     case OpKind::del: return "kv_del_async";
+    case OpKind::get_into: return "kv_get_into_async";
   }
   return "kv_*_async";
 }
@@ -46,6 +47,7 @@ std::string_view to_string(OpKind k) noexcept {
     case OpKind::set: return "SET";
     case OpKind::get: return "GET";
     case OpKind::del: return "DEL";
+    case OpKind::get_into: return "GET";
   }
   return "?";
 }
@@ -150,12 +152,13 @@ int CHandle::check(std::string_view key, std::size_t value_len, const char* what
 // ---- lines -------------------------------------------------------------
 
 Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    bool sync, SlotKey& out) {
+                    bool sync, std::span<std::byte> into, SlotKey& out) {
   Op op;
   op.kind = kind;
   op.sync = sync;
   op.key.assign(key);
   op.value = value;
+  op.into = into;
   op.tag = tag;
   auto it = lines_.find(key);
   const bool fresh = it == lines_.end();
@@ -193,6 +196,7 @@ Status CHandle::send(SlotKey k) noexcept {
       case OpKind::set: st = client_->set(op.key, op.value, std::move(cb)); break;
       case OpKind::get: st = client_->get(op.key, std::move(cb)); break;
       case OpKind::del: st = client_->del(op.key, std::move(cb)); break;
+      case OpKind::get_into: st = client_->get_into(op.key, op.into, std::move(cb)); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -224,6 +228,17 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
         r.value_len = 0;
       }
     }
+  }
+  if (op->kind == OpKind::get_into && r.found) {
+    if (v.data() != op->into.data()) {  // a small value, in a message or the one-sided area: copied in
+      if (v.size() > op->into.size()) {
+        r.status = Status::too_large;
+        r.found = false;
+      } else if (!v.empty()) {
+        std::memcpy(op->into.data(), v.data(), v.size());
+      }
+    }
+    if (r.found) r.value_len = v.size();
   }
   if (op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) {
     // The caller may free this buffer once the completion is returned: keep
@@ -266,7 +281,7 @@ void CHandle::deliver(SlotKey k, OpResult r) noexcept {
   if (r.status != Status::ok) {
     c.status = to_errno(r.status);
     status_error(r.status, async_name(op.kind));
-  } else if ((op.kind == OpKind::get || op.kind == OpKind::del) && !r.found) {
+  } else if ((op.kind == OpKind::get || op.kind == OpKind::del || op.kind == OpKind::get_into) && !r.found) {
     c.status = ENOENT;
   }
   c.value = r.value;
@@ -328,23 +343,23 @@ void CHandle::leave() {
 // ---- the calls ---------------------------------------------------------
 
 int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    const char* what) {
+                    const char* what, std::span<std::byte> into) {
   if (async_in_flight_ + ready_count_ >= kMaxPending) {
     return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
                                  " operations submitted and not yet returned by kv_poll)");
   }
   SlotKey k{};
-  if (const Status st = add(kind, key, value, tag, false, k); st != Status::ok) return status_error(st, what);
+  if (const Status st = add(kind, key, value, tag, false, into, k); st != Status::ok) return status_error(st, what);
   ++async_in_flight_;
   signal();  // kv_poll sends what is queued (requests go out together at the end of a turn)
   return 0;
 }
 
 int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                 const char* what) {
+                 const char* what, std::span<std::byte> into) {
   enter();
   SlotKey k{};
-  if (const Status st = add(kind, key, value, 0, true, k); st != Status::ok) {
+  if (const Status st = add(kind, key, value, 0, true, into, k); st != Status::ok) {
     leave();
     return status_error(st, what);
   }
@@ -367,6 +382,26 @@ int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> v
   if (r.status != Status::ok) return status_error(r.status, what);
   out = r;
   return 0;
+}
+
+int CHandle::stats(std::string& out, const char* what) {
+  enter();
+  const Status st = client_->stats_sync(out);
+  leave();
+  if (st != Status::ok) return status_error(st, what);
+  return 0;
+}
+
+std::string CHandle::counters_text() const {
+  const ClientCounters& c = client_->counters();
+  std::string out;
+  for (const ClientCounterInfo& row : kClientCounterTable) {
+    out.append(row.name);
+    out += ' ';
+    out += std::to_string(c.*row.member);
+    out += '\n';
+  }
+  return out;
 }
 
 int CHandle::poll(kv_completion* out, int max, int timeout_ms) {

@@ -52,7 +52,7 @@
 
 namespace rkv::kv::client {
 
-enum class OpKind : std::uint8_t { set, get, del };
+enum class OpKind : std::uint8_t { set, get, del, get_into };
 [[nodiscard]] std::string_view to_string(OpKind k) noexcept;
 
 // The outcome of a sync call.
@@ -60,7 +60,7 @@ struct OpResult {
   Status status = Status::ok;
   bool found = false;         // GET, DEL: the key existed
   void* value = nullptr;      // GET hit: the value handed to the caller (release_value); else null
-  std::size_t value_len = 0;
+  std::size_t value_len = 0;  // GET hit: its length (get_into: the bytes written into the caller's buffer)
 };
 
 // A value handed to a C caller: `len` bytes and a NUL after them, freed by
@@ -99,14 +99,20 @@ class CHandle {
   // Async: 0, or EAGAIN (kMaxPending reached) or why the Client refused it
   // (the message in last_error); the value bytes stay the caller's until the
   // op's completion. Throws std::bad_alloc.
+  // get_into: `into` (the caller's memory) stays the caller's until the
+  // op's completion too.
   [[nodiscard]] int submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           const char* what);
+                           const char* what, std::span<std::byte> into = {});
   // Sync: the op joins its key's line like an async one and the reactor runs
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
   [[nodiscard]] int run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                        const char* what);
+                        const char* what, std::span<std::byte> into = {});
+  // kv_stats: the server's STATS text, the reactor run until it arrives.
+  [[nodiscard]] int stats(std::string& out, const char* what);
+  // kv_counters: this handle's client counters, "name value" lines (kClientCounterTable).
+  [[nodiscard]] std::string counters_text() const;
   // kv_poll. Throws std::system_error (the reactor).
   [[nodiscard]] int poll(kv_completion* out, int max, int timeout_ms);
   [[nodiscard]] int fd() const noexcept { return reactor_->fd(); }
@@ -129,6 +135,7 @@ class CHandle {
     bool sync = false;
     std::string key;
     std::span<const std::byte> value;  // SET: the caller's bytes
+    std::span<std::byte> into;         // get_into: the caller's memory
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
     OpResult result;          // sync ops, once done
@@ -149,7 +156,7 @@ class CHandle {
   // A new op at the back of its key's line; sent now if it is the front.
   // Returns its key, or the Client's refusal (the op is gone then).
   [[nodiscard]] Status add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           bool sync, reactor::SlotKey& out);
+                           bool sync, std::span<std::byte> into, reactor::SlotKey& out);
   [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
   void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;
   // The front op of its line is over: out of the line, delivered, and the

@@ -377,6 +377,14 @@ Status Client::get(std::string_view key, Callback cb) {
   return st;
 }
 
+Status Client::get_into(std::string_view key, std::span<std::byte> into, Callback cb) {
+  assert_owner();
+  if (!conn_ || closed_) return Status::not_connected;
+  const Status st = conn_->submit_get_into(key, into, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
 Status Client::del(std::string_view key, Callback cb) {
   assert_owner();
   if (!conn_ || closed_) return Status::not_connected;

@@ -105,6 +105,10 @@ class Client {
     return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
   }
   [[nodiscard]] Status get(std::string_view key, Callback cb);
+  // GET into the caller's memory (ClientConn::submit_get_into): `into` must
+  // stay valid until the callback; the callback's value lies in `into` when
+  // it landed there directly, else (a small value) the caller copies it.
+  [[nodiscard]] Status get_into(std::string_view key, std::span<std::byte> into, Callback cb);
   // Removes the key; the callback's `found` says whether it existed. Queued
   // behind earlier requests like set()/get() (no value moves).
   [[nodiscard]] Status del(std::string_view key, Callback cb);

@@ -110,6 +110,33 @@ Status ClientConn::submit_get(std::string_view key, Callback cb) {
   return submit(proto::Opcode::get, key, {}, std::move(cb));
 }
 
+Status ClientConn::submit_get_into(std::string_view key, std::span<std::byte> into, Callback cb) {
+  Into dst;
+  dst.on = true;
+  dst.bytes = into;
+  // A value that may not come in a message (key + value past the eager
+  // limit: stored large) is written or read into the buffer: register it for
+  // this request only. Kept cached, a remote_write registration of the
+  // caller's memory would outlive the request (reg_cache.hpp's caveat).
+  if (registrar_ != nullptr && !into.empty() && !proto::eager_fits(key.size(), into.size()) &&
+      state_ != ConnState::failed && state_ != ConnState::closed && !key.empty() && key.size() <= proto::kMaxKey) {
+    try {
+      dst.reg = registrar_->register_memory(into, verbs::Access::local_write | verbs::Access::remote_write);
+    } catch (const std::exception& e) {
+      spdlog::warn("client: registering a {}-byte GET destination failed: {}", into.size(), e.what());
+      counters_.registrations = registrar_->registrations();
+      ++counters_.refused;
+      return Status::no_memory;
+    }
+    counters_.registrations = registrar_->registrations();
+  }
+  const Status st = submit(proto::Opcode::get, key, {}, std::move(cb));
+  if (st != Status::ok) return st;  // the registration ends here
+  queue_.back().into = std::move(dst);  // submit queued it last (nothing flushes inside)
+  ++counters_.gets_into;
+  return Status::ok;
+}
+
 Status ClientConn::submit_del(std::string_view key, Callback cb) {
   return submit(proto::Opcode::del, key, {}, std::move(cb));
 }
@@ -238,6 +265,7 @@ std::size_t ClientConn::flush() noexcept {
     s.op = r.op;
     s.cb = std::move(r.cb);
     s.lease = std::move(r.lease);
+    s.into = std::move(r.into);
     if (r.op == proto::Opcode::set) {
       if (spec.rdv) {
         ++counters_.sets_large;

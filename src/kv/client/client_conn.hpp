@@ -37,6 +37,7 @@
 // Callbacks may submit (flush is the owner's job, once per CQ drain) and may
 // call close()/fail(); they must not destroy the ClientConn.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -129,10 +130,52 @@ struct ClientCounters {
   std::uint64_t onesided_misses = 0;     // answered not found by the index alone
   std::uint64_t onesided_retries = 0;    // re-reads after a torn entry or a value that failed its checks
   std::uint64_t onesided_fallbacks = 0;  // turned into a message GET (overflow, collision, retries used up)
+  std::uint64_t gets_into = 0;          // GETs into a caller's buffer (submit_get_into)
+  std::uint64_t gets_into_direct = 0;   // of those: the value was RDMA-written or -read into it (no copy)
   [[nodiscard]] double messages_per_send() const noexcept {
     return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
   }
 };
+
+// The client's counters by name, declared once (the C API's kv_counters and
+// the Python package print them from this table).
+struct ClientCounterInfo {
+  std::string_view name;
+  std::uint64_t ClientCounters::*member;
+};
+inline constexpr std::array kClientCounterTable{
+    ClientCounterInfo{"requests", &ClientCounters::requests},
+    ClientCounterInfo{"refused", &ClientCounters::refused},
+    ClientCounterInfo{"completed", &ClientCounters::completed},
+    ClientCounterInfo{"sends_posted", &ClientCounters::sends_posted},
+    ClientCounterInfo{"messages_sent", &ClientCounters::messages_sent},
+    ClientCounterInfo{"max_coalesced", &ClientCounters::max_coalesced},
+    ClientCounterInfo{"replies", &ClientCounters::replies},
+    ClientCounterInfo{"recv_completions", &ClientCounters::recv_completions},
+    ClientCounterInfo{"credit_stalls", &ClientCounters::credit_stalls},
+    ClientCounterInfo{"sets_large", &ClientCounters::sets_large},
+    ClientCounterInfo{"gets_written", &ClientCounters::gets_written},
+    ClientCounterInfo{"gets_pulled", &ClientCounters::gets_pulled},
+    ClientCounterInfo{"releases_sent", &ClientCounters::releases_sent},
+    ClientCounterInfo{"rdma_reads", &ClientCounters::rdma_reads},
+    ClientCounterInfo{"read_posts", &ClientCounters::read_posts},
+    ClientCounterInfo{"reads_unsignaled", &ClientCounters::reads_unsignaled},
+    ClientCounterInfo{"rdma_writes", &ClientCounters::rdma_writes},
+    ClientCounterInfo{"stale_reads", &ClientCounters::stale_reads},
+    ClientCounterInfo{"registrations", &ClientCounters::registrations},
+    ClientCounterInfo{"reg_cache_hits", &ClientCounters::reg_cache_hits},
+    ClientCounterInfo{"reg_cache_misses", &ClientCounters::reg_cache_misses},
+    ClientCounterInfo{"bytes_copied", &ClientCounters::bytes_copied},
+    ClientCounterInfo{"onesided_gets", &ClientCounters::onesided_gets},
+    ClientCounterInfo{"onesided_hits", &ClientCounters::onesided_hits},
+    ClientCounterInfo{"onesided_misses", &ClientCounters::onesided_misses},
+    ClientCounterInfo{"onesided_retries", &ClientCounters::onesided_retries},
+    ClientCounterInfo{"onesided_fallbacks", &ClientCounters::onesided_fallbacks},
+    ClientCounterInfo{"gets_into", &ClientCounters::gets_into},
+    ClientCounterInfo{"gets_into_direct", &ClientCounters::gets_into_direct},
+};
+static_assert(sizeof(ClientCounters) == kClientCounterTable.size() * sizeof(std::uint64_t),
+              "every ClientCounters member needs its row in kClientCounterTable");
 
 struct RdvOptions {
   std::size_t landing_size = std::size_t{1} << 20;   // capacity of the landing buffers offered with GETs
@@ -194,6 +237,15 @@ class ClientConn {
   // then never called).
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
+  // GET into the caller's memory `into` (it must stay valid until the
+  // callback): a large value is RDMA-written into it by the server (the
+  // buffer is offered with the GET, registered local_write|remote_write for
+  // this request only), pulled into it, or READ into it (read mode); a small
+  // one arrives in a message and the callback's view points there (the
+  // caller copies it). The callback's value is `into.first(len)` when it
+  // landed directly. Status::too_large (found) when the value is longer than
+  // `into`.
+  [[nodiscard]] Status submit_get_into(std::string_view key, std::span<std::byte> into, Callback cb);
   // DEL: the callback's `found` says whether the key existed (and was removed).
   [[nodiscard]] Status submit_del(std::string_view key, Callback cb);
   // Read mode: from now on GETs go by RDMA READ of the server's index
@@ -249,6 +301,15 @@ class ClientConn {
   static constexpr std::uint32_t kMaxSlots = 1u << 16;
 
  private:
+  // A GET's destination in the caller's memory (submit_get_into). `reg`:
+  // its registration for this request only (none when `bytes` is too small
+  // for a value that does not come in a message).
+  struct Into {
+    bool on = false;
+    std::span<std::byte> bytes;
+    std::unique_ptr<Registration> reg;
+    std::size_t len = 0;  // a pulled value's length (stage pull)
+  };
   struct Request {
     proto::Opcode op = proto::Opcode::get;
     std::string key;
@@ -256,6 +317,7 @@ class ClientConn {
     Callback cb;
     RegCache::Lease lease;  // large SET: the registration of `value`
     bool onesided = false;  // GET by RDMA READ (read mode)
+    Into into{};            // GET into the caller's memory
   };
   // What a request in flight waits for. At most one RDMA READ per request is
   // in flight, and only in the pull, hood and block stages.
@@ -272,6 +334,7 @@ class ClientConn {
     Callback cb;
     RegCache::Lease lease;                   // large SET in flight
     std::unique_ptr<LandingBuffer> landing;  // GET: offered buffer, or the pull's target
+    Into into;                               // GET into the caller's memory (instead of a landing buffer)
     // One-sided GET in progress (client_onesided.cpp).
     unsigned attempts = 0;
     std::string key;
@@ -306,6 +369,8 @@ class ClientConn {
   void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the value in its landing buffer.
   void deliver_landing(SlotKey key, std::size_t len) noexcept;
+  // The same for a GET into the caller's memory (the value is in it).
+  void deliver_into(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.

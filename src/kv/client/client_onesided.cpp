@@ -88,6 +88,7 @@ void ClientConn::start_onesided(SlotKey key, Request& r) noexcept {
   s.cb = std::move(r.cb);
   s.key = std::move(r.key);
   s.attempts = 0;
+  s.into = std::move(r.into);
   ++counters_.onesided_gets;
   queue_hood_read(key);
 }
@@ -192,8 +193,17 @@ void ClientConn::on_hood(SlotKey key) noexcept {
   }
   std::span<std::byte> value_dst;
   std::uint32_t value_lkey = os_reg_->lkey();
+  if (s.into.on && len > s.into.bytes.size()) {  // does not fit the caller's buffer
+    Callback cb = std::move(s.cb);
+    free_slot(key);
+    finish(Status::too_large, true, {}, cb);
+    return;
+  }
   if (len <= kSmallValue) {
     value_dst = os_area(key.index, kValueOff, len);
+  } else if (s.into.on) {  // straight into the caller's memory (registered: it is larger than kSmallValue)
+    value_dst = s.into.bytes.first(len);
+    value_lkey = s.into.reg->lkey();
   } else {
     if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {
       s.landing = std::move(spares_.back());
@@ -228,7 +238,9 @@ void ClientConn::on_hood(SlotKey key) noexcept {
 void ClientConn::on_block(SlotKey key) noexcept {
   Slot& s = live_slot(key);
   const std::size_t len = s.entry.value_len;
-  const auto value = len <= kSmallValue ? os_area(key.index, kValueOff, len) : s.landing->data().first(len);
+  const auto value = len <= kSmallValue ? os_area(key.index, kValueOff, len)
+                     : s.into.on        ? s.into.bytes.first(len)
+                                        : s.landing->data().first(len);
   const auto key_read = os_area(key.index, kKeyOff, s.entry.key_len);
   const std::uint32_t crc = proto::crc32c_extend(proto::crc32c(value), key_read.data(), key_read.size());
   if (crc != s.entry.data_crc) {  // reused or half-rewritten block: the entry is stale, read it again
@@ -241,6 +253,10 @@ void ClientConn::on_block(SlotKey key) noexcept {
   }
   ++counters_.onesided_hits;
   if (len > kSmallValue) {
+    if (s.into.on) {
+      deliver_into(key, len);
+      return;
+    }
     deliver_landing(key, len);
     return;
   }
@@ -267,6 +283,7 @@ void ClientConn::fallback(SlotKey key) noexcept {
   r.op = proto::Opcode::get;
   r.key = std::move(s.key);
   r.cb = std::move(s.cb);
+  r.into = std::move(s.into);
   free_slot(key);  // recycles a landing buffer
   try {
     queue_.push_front(std::move(r));  // goes out with the next flush, before later requests

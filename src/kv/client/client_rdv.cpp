@@ -26,6 +26,10 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
   }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
   if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);
+  if (r.into.on) {  // the caller's memory, registered for this request (flush() moves it to the slot)
+    if (!r.into.reg) return proto::msg::get_request(id, r.key);
+    return proto::msg::get_request_rdv(id, r.key, {r.into.reg->addr(), r.into.reg->rkey()}, r.into.bytes.size());
+  }
   if (spares_.empty()) return proto::msg::get_request(id, r.key);
   // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
   s.landing = std::move(spares_.back());
@@ -78,6 +82,16 @@ void ClientConn::free_slot(SlotKey key) noexcept {
 bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
   Slot& s = live_slot(key);
   const std::uint64_t len = h.value_len;
+  if (!h.pull() && s.into.on) {  // pushed into the caller's memory
+    if (!s.into.reg || desc.addr != s.into.reg->addr() || desc.rkey != s.into.reg->rkey() ||
+        len > s.into.bytes.size()) {
+      fail("GET reply names a buffer this client did not offer");
+      return false;
+    }
+    ++counters_.gets_written;
+    deliver_into(key, static_cast<std::size_t>(len));
+    return true;
+  }
   if (!h.pull()) {  // pushed: the WRITE landed before this reply (RC order)
     if (!s.landing || desc.addr != s.landing->addr() || desc.rkey != s.landing->rkey() ||
         len >= s.landing->capacity()) {
@@ -95,7 +109,20 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     fail("GET reply larger than the server's own limit");
     return false;
   }
-  if (!s.landing || s.landing->capacity() <= len) {
+  if (s.into.on) {
+    if (!s.into.reg || len > s.into.bytes.size()) {  // does not fit the caller's buffer
+      try {
+        releases_.push_back(id);
+      } catch (...) {
+        fail("out of memory queueing a RELEASE");
+        return false;
+      }
+      Callback cb = std::move(s.cb);
+      free_slot(key);
+      finish(Status::too_large, true, {}, cb);
+      return true;
+    }
+  } else if (!s.landing || s.landing->capacity() <= len) {
     recycle(std::move(s.landing));
     try {
       // Unavoidable here: the size was unknown until this reply. Registering
@@ -112,17 +139,23 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     }
     counters_.registrations = registrar_->registrations();
   }
-  const auto target = s.landing->data().first(static_cast<std::size_t>(len));
+  const auto target = s.into.on ? s.into.bytes.first(static_cast<std::size_t>(len))
+                                : s.landing->data().first(static_cast<std::size_t>(len));
+  const std::uint32_t lkey = s.into.on ? s.into.reg->lkey() : s.landing->lkey();
   if (reads_posted_.full()) {  // cannot happen: one READ per request slot
     fail("more RDMA READs than request slots");
     return false;
   }
-  if (const int rc = link_->post_read(read_wr_id(key), target, s.landing->lkey(), desc.addr, desc.rkey); rc != 0) {
+  if (const int rc = link_->post_read(read_wr_id(key), target, lkey, desc.addr, desc.rkey); rc != 0) {
     fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
     return false;
   }
   s.stage = Stage::pull;
-  s.landing->set_size(static_cast<std::size_t>(len));
+  if (s.into.on) {
+    s.into.len = static_cast<std::size_t>(len);
+  } else {
+    s.landing->set_size(static_cast<std::size_t>(len));
+  }
   reads_posted_.push(read_wr_id(key));
   ++counters_.read_posts;
   ++counters_.rdma_reads;
@@ -202,7 +235,20 @@ void ClientConn::on_pull_read(SlotKey key, const verbs::Completion& c) noexcept 
     fail("out of memory queueing a RELEASE");
     return;
   }
+  if (s.into.on) {
+    deliver_into(key, s.into.len);
+    return;
+  }
   deliver_landing(key, s.landing->size());
+}
+
+void ClientConn::deliver_into(SlotKey key, std::size_t len) noexcept {
+  Slot& s = live_slot(key);
+  Callback cb = std::move(s.cb);
+  const auto value = s.into.bytes.first(len);
+  ++counters_.gets_into_direct;
+  free_slot(key);  // the registration ends: the memory is the caller's alone again
+  finish(Status::ok, true, value, cb);
 }
 
 void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {

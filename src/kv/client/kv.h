@@ -56,6 +56,10 @@ extern "C" {
  * keeps polling for N microseconds before it sleeps until a completion event
  * (0: events only; "busy": never sleeps). Anything else: EINVAL. */
 KV_API int kv_open(char *servername, void **kv_handle);
+/* kv_open with the options given here instead of by the environment:
+ * get_mode "rpc" or "read", poll_us as RKV_POLL_US ("200", "0", "busy").
+ * NULL (or "") takes the environment variable, as kv_open does. */
+KV_API int kv_open_opts(char *servername, const char *get_mode, const char *poll_us, void **kv_handle);
 /* Values of any size up to the server's limit. A large value (4 KiB and
  * more) is sent zero-copy: the server RDMA READs it from `value` (registered
  * for the call only). */
@@ -94,6 +98,28 @@ KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **v
  * it, GETs of the key find nothing (kv_get: "", kv_get_bin: ENOENT), also
  * one-sided ones (RKV_GET_MODE=read). */
 KV_API int kv_del(void *kv_handle, const void *key, size_t key_len);
+
+/* GET into the caller's memory: the value's bytes are written into
+ * buf[0 .. *value_len) and nothing is allocated. A large value goes there by
+ * RDMA directly (the server WRITEs it into buf, or the client READs it into
+ * buf, also with RKV_GET_MODE=read): buf is registered with the device for
+ * this call only (local and remote write) and deregistered before the call
+ * returns, so it may be any memory the caller owns (no alignment needed). A
+ * small value (key + value under 4 KiB) arrives in a message and is copied
+ * in. ENOENT: no such key. E2BIG: the value is longer than buf_len (buf's
+ * contents are then unspecified; a GET without a buffer tells its size).
+ * buf may be NULL when buf_len is 0 (then only an empty value fits). */
+KV_API int kv_get_into(void *kv_handle, const void *key, size_t key_len, void *buf, size_t buf_len,
+                       size_t *value_len);
+
+/* The server's counters (its STATS reply): "name value" lines, NUL-terminated;
+ * free with kv_release. */
+KV_API int kv_stats(void *kv_handle, char **text);
+/* This handle's client counters as "name value" lines (requests, replies,
+ * registrations, bytes_copied: value bytes copied by the client, gets_into,
+ * gets_into_direct: GETs into a caller's buffer that landed there without a
+ * copy, ...); free with kv_release. */
+KV_API int kv_counters(void *kv_handle, char **text);
 
 /* ---- Asynchronous calls --------------------------------------------------
  * kv_*_async queue an operation and return at once: 0 (its completion comes
@@ -134,6 +160,12 @@ KV_API int kv_set_async(void *kv_handle, const void *key, size_t key_len, const 
 KV_API int kv_get_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
 /* Its completion: status 0 (the key existed and is gone) or ENOENT. */
 KV_API int kv_del_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
+
+/* kv_get_into's async form: the completion has value NULL and value_len the
+ * bytes written into buf; buf stays the caller's (do not touch or free it)
+ * until the completion is returned by kv_poll. */
+KV_API int kv_get_into_async(void *kv_handle, const void *key, size_t key_len, void *buf, size_t buf_len,
+                             uint64_t tag);
 
 /* Runs the handle's event loop and writes up to `max` completions to `out`.
  * timeout_ms: 0 never blocks; -1 waits until at least one completion is

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# python (rdma suite): the Python package's pytest suite (tests/python) in
+# the Soft-RoCE environment, against kvd children (conftest.py).
+#
+#   tests/python/run.sh PYTHON PKG_DIR KVD [PYTEST ARGS...]   (meson test `python`, via scripts/softroce exec)
+#
+# PYTHON: the interpreter the extension was built for; PKG_DIR: the
+# directory holding the assembled package (BUILD/python); KVD: the kvd to run.
+#
+# ASan: a sanitized build (b_sanitize, as scripts/test's build-test) makes an
+# instrumented extension, and ASan must be the first library of the process;
+# python3 is not instrumented, so the runtime is preloaded (LD_PRELOAD of the
+# compiler's libasan, plus libubsan) and leak detection is off (the
+# interpreter keeps its objects at exit). A build without sanitizers needs
+# none of it: `import rkv` works in any python3.
+set -uo pipefail
+[ $# -ge 3 ] || { echo "usage: $0 PYTHON PKG_DIR KVD [PYTEST ARGS...]" >&2; exit 2; }
+PY=$1 PKG=$2 KVD=$3
+shift 3
+HERE=$(cd "$(dirname "$0")" && pwd -P)
+ext=$(ls "$PKG"/rkv/_rkv*.so 2>/dev/null | head -n1)
+[ -n "$ext" ] || { echo "python: no extension in $PKG/rkv" >&2; exit 1; }
+if ldd "$ext" | grep -q libasan; then
+  preload=$(${CC:-cc} -print-file-name=libasan.so)
+  if ldd "$ext" | grep -q libubsan; then preload="$preload $(${CC:-cc} -print-file-name=libubsan.so)"; fi
+  export LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}"
+  export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+fi
+export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 RKV_KVD=$KVD
+exec "$PY" -m pytest -p no:cacheprovider -v -rA "$HERE" "$@"
