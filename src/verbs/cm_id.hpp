@@ -37,6 +37,10 @@ class EventChannel;
 // and the failure is logged and counted. A small nonzero value would only
 // hide a bug for longer. The rdma test no_rnr runs full-depth mixed
 // workloads and checks the device's own RNR counters stay unchanged.
+// Note: the count a side passes governs the PEER's QP (IB CM REQ/REP). A
+// client's 0 covers kvd's replies; kvd's accept passes 7 on purpose so a
+// client's SEND beyond its credits reaches kvd, which detects, counts and
+// drops the overrun (kv/server/server.cpp, docs/protocol.md).
 // min_rnr_timer (how long the peer backs off after our RNR NAK) is not an
 // rdma_cm parameter: the kernel CM programs it, and this project leaves it
 // at that value.
