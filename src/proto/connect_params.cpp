@@ -1,6 +1,9 @@
 #include "proto/connect_params.hpp"
 
+#include <bit>
+
 #include "proto/endian.hpp"
+#include "proto/index_format.hpp"
 
 namespace rkv::proto {
 
@@ -118,6 +121,14 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
   p.index_bucket_size = load_le<std::uint32_t>(data, off::index_bucket_size);
   if (auto e = check_connect_params(p)) return *e;
   return p;
+}
+
+std::optional<IndexGeometry> usable_index(const ConnectParams& server) noexcept {
+  if (server.role != Role::server || server.index_buckets == 0 || server.index_bucket_size != kBucketSize ||
+      !std::has_single_bit(server.index_buckets) || server.index_buckets > kMaxIndexBuckets) {
+    return std::nullopt;
+  }
+  return IndexGeometry{server.index_addr, server.index_rkey, server.index_buckets};
 }
 
 }  // namespace rkv::proto

@@ -84,4 +84,18 @@ using ConnectDecodeResult = std::variant<ConnectParams, ConnectError>;
 [[nodiscard]] ConnectDecodeResult decode_connect_params(std::span<const std::byte> data,
                                                         Role expected) noexcept;
 
+// The server's readable index as a client may use it for one-sided GETs.
+struct IndexGeometry {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t buckets = 0;  // a power of two, at most kMaxIndexBuckets
+  friend bool operator==(const IndexGeometry&, const IndexGeometry&) = default;
+};
+// From a server's decoded parameters: the index if it is announced and has a
+// shape this client can probe (buckets a nonzero power of two no larger than
+// kMaxIndexBuckets, bucket size kBucketSize); nullopt otherwise (GETs then go
+// by message). Pure: what a hostile server's accept data can make the client
+// do with the index goes through here (tests/fuzz/fuzz_connect_params.cpp).
+[[nodiscard]] std::optional<IndexGeometry> usable_index(const ConnectParams& server) noexcept;
+
 }  // namespace rkv::proto

@@ -2,9 +2,11 @@
 #include "proto/index_format.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "proto/crc32c.hpp"
 #include "proto/endian.hpp"
+#include "proto/wire.hpp"
 
 namespace rkv::proto {
 
@@ -104,6 +106,29 @@ ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t ke
   }
   if (torn) return ProbeResult::torn;
   return overflow ? ProbeResult::ask_rpc : ProbeResult::not_found;
+}
+
+bool block_readable(const IndexEntry& e, std::uint64_t max_value) noexcept {
+  const std::uint64_t limit = max_value != 0 ? max_value : kDefaultMaxValue;
+  return e.value_len <= limit;
+}
+
+std::string_view to_string(BlockCheck c) noexcept {
+  switch (c) {
+    case BlockCheck::ok: return "ok";
+    case BlockCheck::torn: return "torn";
+    case BlockCheck::other_key: return "other_key";
+  }
+  return "invalid";
+}
+
+BlockCheck check_block(const IndexEntry& e, std::span<const std::byte> value, std::span<const std::byte> key_read,
+                       std::string_view key) noexcept {
+  const std::uint32_t crc = crc32c_extend(crc32c(value), key_read.data(), key_read.size());
+  if (crc != e.data_crc) return BlockCheck::torn;
+  if (key_read.size() != key.size() || (!key.empty() && std::memcmp(key_read.data(), key.data(), key.size()) != 0))
+    return BlockCheck::other_key;
+  return BlockCheck::ok;
 }
 
 }  // namespace rkv::proto

@@ -97,4 +97,22 @@ enum class ProbeResult : std::uint8_t {
 [[nodiscard]] ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t key_hash,
                                              std::uint32_t key_len, IndexEntry& entry) noexcept;
 
+// Whether a client may READ the block a found entry names: its value_len is
+// within the server's announced max_value (0: unknown, then kDefaultMaxValue,
+// the client decoder's limit). Anything larger is an entry the server could
+// not have written: the GET goes by message instead of sizing a buffer for it.
+[[nodiscard]] bool block_readable(const IndexEntry& e, std::uint64_t max_value) noexcept;
+
+// What a client concludes from the READ of a value block (`value`: the
+// entry's value_len bytes, `key_read`: its key_len bytes, both as READ).
+enum class BlockCheck : std::uint8_t {
+  ok,         // data CRC matches and the key bytes are `key`: `value` is the value
+  torn,       // data CRC mismatch: the block was reused or half rewritten, read the entry again
+  other_key,  // a whole, consistent block of another key with the same hash: ask by message
+};
+[[nodiscard]] std::string_view to_string(BlockCheck c) noexcept;
+// Precondition: value.size() == e.value_len and key_read.size() == e.key_len.
+[[nodiscard]] BlockCheck check_block(const IndexEntry& e, std::span<const std::byte> value,
+                                     std::span<const std::byte> key_read, std::string_view key) noexcept;
+
 }  // namespace rkv::proto

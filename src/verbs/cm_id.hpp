@@ -27,12 +27,20 @@ class EventChannel;
 
 // Connection parameters for connect()/accept().
 //
-// rnr_retry_count defaults to 7, which the IB spec defines as "retry
-// forever". The credit scheme guarantees a posted receive for every SEND, so
-// an RNR NAK should never happen; if one does anyway (a receive re-posted a
-// moment late), infinite retry makes it a short stall instead of killing the
-// QP and flushing every in-flight request. Tests that must prove the credit
-// accounting set it to 0 so any RNR surfaces as rnr_retry_exceeded.
+// rnr_retry_count defaults to 0: no retry after an RNR NAK. The credit
+// scheme (docs/protocol.md, "Credits") guarantees a posted receive for every
+// SEND, in both directions, so an RNR NAK is impossible unless the credit
+// accounting has a bug. With 7 (the IB spec's "retry forever") such a bug
+// would show as silent stalls of the whole QP (the sender backs off and
+// retries, forever); with 0 it surfaces at once as an rnr_retry_exceeded
+// completion: the connection fails, its requests complete with an error,
+// and the failure is logged and counted. A small nonzero value would only
+// hide a bug for longer. The rdma test no_rnr runs full-depth mixed
+// workloads and checks the device's own RNR counters stay unchanged.
+// Note: the count a side passes governs the PEER's QP (IB CM REQ/REP). A
+// client's 0 covers kvd's replies; kvd's accept passes 7 on purpose so a
+// client's SEND beyond its credits reaches kvd, which detects, counts and
+// drops the overrun (kv/server/server.cpp, docs/protocol.md).
 // min_rnr_timer (how long the peer backs off after our RNR NAK) is not an
 // rdma_cm parameter: the kernel CM programs it, and this project leaves it
 // at that value.
@@ -47,7 +55,7 @@ struct ConnParams {
   std::uint8_t initiator_depth = kNegotiate;      // RDMA READs we may have in flight
   std::uint8_t responder_resources = kNegotiate;  // peer READs we serve concurrently
   std::uint8_t retry_count = 7;                   // transport retries (0..7); ignored on accept
-  std::uint8_t rnr_retry_count = 7;               // 0..7, 7 = infinite; see above
+  std::uint8_t rnr_retry_count = 0;               // 0..7 (7 = infinite); 0: see above
 };
 
 class CmId {

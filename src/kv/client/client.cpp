@@ -206,10 +206,10 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   server_max_value_ = theirs.max_value;
   conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
   if (options_.get_mode == GetMode::read) {
-    if (theirs.index_buckets == 0 || theirs.index_bucket_size != proto::kBucketSize) {
-      spdlog::warn("client: {} has no readable index (kvd --index-buckets 0?): GETs go by message", peer_);
+    if (const auto ix = proto::usable_index(theirs)) {
+      (void)conn_->enable_onesided({ix->addr, ix->rkey, ix->buckets});
     } else {
-      (void)conn_->enable_onesided({theirs.index_addr, theirs.index_rkey, theirs.index_buckets});
+      spdlog::warn("client: {} has no usable readable index (kvd --index-buckets 0?): GETs go by message", peer_);
     }
   }
   // READs in flight at once: our initiator depth (kNegotiate: the device's

@@ -23,7 +23,6 @@
 #include <utility>
 
 #include "kv/client/client_conn.hpp"
-#include "proto/crc32c.hpp"
 
 namespace rkv::kv::client {
 
@@ -186,11 +185,11 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     }
     case proto::ProbeResult::found: break;
   }
-  const std::size_t len = s.entry.value_len;
-  if (max_value_ != 0 && len > max_value_) {  // a consistent entry the server could not have written
+  if (!proto::block_readable(s.entry, max_value_)) {  // a consistent entry the server could not have written
     fallback(key);
     return;
   }
+  const std::size_t len = s.entry.value_len;
   std::span<std::byte> value_dst;
   std::uint32_t value_lkey = os_reg_->lkey();
   if (s.into.on && len > s.into.bytes.size()) {  // does not fit the caller's buffer
@@ -242,14 +241,14 @@ void ClientConn::on_block(SlotKey key) noexcept {
                      : s.into.on        ? s.into.bytes.first(len)
                                         : s.landing->data().first(len);
   const auto key_read = os_area(key.index, kKeyOff, s.entry.key_len);
-  const std::uint32_t crc = proto::crc32c_extend(proto::crc32c(value), key_read.data(), key_read.size());
-  if (crc != s.entry.data_crc) {  // reused or half-rewritten block: the entry is stale, read it again
-    retry_or_fallback(key);
-    return;
-  }
-  if (key_read.size() != s.key.size() || std::memcmp(key_read.data(), s.key.data(), key_read.size()) != 0) {
-    fallback(key);  // a whole, consistent block of another key with the same hash: ask the server
-    return;
+  switch (proto::check_block(s.entry, value, key_read, s.key)) {
+    case proto::BlockCheck::torn:  // reused or half-rewritten block: the entry is stale, read it again
+      retry_or_fallback(key);
+      return;
+    case proto::BlockCheck::other_key:  // a whole, consistent block of another key with the same hash
+      fallback(key);
+      return;
+    case proto::BlockCheck::ok: break;
   }
   ++counters_.onesided_hits;
   if (len > kSmallValue) {

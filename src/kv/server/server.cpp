@@ -275,6 +275,11 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     const auto priv = proto::encode_connect_params(mine);
     verbs::ConnParams cp;
     cp.private_data = priv;
+    // The accept's RNR retry count governs the CLIENT's QP (IB CM REP). Its
+    // SENDs beyond its credits must reach us so the overrun is detected,
+    // counted and the client dropped with a reason (ServerConn::on_recv):
+    // retry. Our replies never RNR (the client's connect asks for 0).
+    cp.rnr_retry_count = 7;
     ep->id().accept(cp);
     c.peer = peer;
     c.sc = std::move(sc);

@@ -1,0 +1,199 @@
+// Writes the seed corpus of the fuzz targets (docs/fuzzing.md) from the real
+// encoders, so the seeds are valid inputs the mutations start from:
+//   fuzz_make_seeds DIR     (DIR = tests/fuzz/corpus; writes DIR/<target>/seed-*)
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "durable/files.hpp"
+#include "durable/record.hpp"
+#include "proto/connect_params.hpp"
+#include "proto/crc32c.hpp"
+#include "proto/encode.hpp"
+#include "proto/index_format.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace rkv;
+using Bytes = std::vector<std::byte>;
+
+fs::path g_root;
+
+void put(const std::string& target, const std::string& name, const Bytes& b) {
+  fs::create_directories(g_root / target);
+  std::ofstream(g_root / target / ("seed-" + name), std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+void put_text(const std::string& target, const std::string& name, const std::string& s) {
+  put(target, name, Bytes(reinterpret_cast<const std::byte*>(s.data()),
+                          reinterpret_cast<const std::byte*>(s.data()) + s.size()));
+}
+std::span<const std::byte> sb(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
+void append(Bytes& out, std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); }
+void u8(Bytes& out, std::uint8_t v) { out.push_back(std::byte{v}); }
+void u16(Bytes& out, std::uint16_t v) {
+  u8(out, static_cast<std::uint8_t>(v));
+  u8(out, static_cast<std::uint8_t>(v >> 8));
+}
+
+Bytes messages(std::initializer_list<proto::MessageSpec> specs, const proto::Limits& limits = {}) {
+  Bytes buf(1 << 16);
+  proto::Encoder enc(buf, 0, limits);
+  for (const auto& s : specs) {
+    if (enc.append(s) != proto::EncodeStatus::ok) throw std::runtime_error("seed message refused");
+  }
+  buf.resize(enc.size());
+  return buf;
+}
+
+void wire() {
+  using namespace proto::msg;
+  const std::string v(100, 'v');
+  const proto::RdvDesc d{0x7f0012345000, 0x1234};
+  const proto::Limits server{proto::kMaxKey, UINT64_MAX};
+  put("wire", "set", messages({set_request(1, "key", sb(v))}));
+  put("wire", "get-del-stats", messages({get_request(2, "key"), del_request(3, "key"), stats_request(4)}));
+  put("wire", "rdv-requests", messages({set_request_rdv(5, "big", d, 1 << 20), get_request_rdv(6, "big", d, 1 << 20),
+                                        release(7)}, server));
+  put("wire", "replies", messages({set_reply(1, 4), get_reply_found(2, 0, sb(v)), get_reply_missing(3, 1),
+                                   del_reply(4, 0, true), stats_reply(5, 2, "keys 1\nbytes 3\n")}));
+  put("wire", "rdv-replies", messages({get_reply_rdv(8, 1, d, 8192), get_reply_pull(9, 1, d, 1 << 20)}));
+  put("wire", "errors", messages({error_reply(proto::Opcode::set, 1, 1, proto::Status::no_memory),
+                                  error_reply(proto::Opcode::get, 2, 0, proto::Status::too_large)}));
+  Bytes cut = messages({set_request(1, "key", sb(v))});
+  cut.resize(cut.size() - 7);
+  put("wire", "truncated", cut);
+}
+
+void connect_params() {
+  proto::ConnectParams c;
+  c.role = proto::Role::client;
+  c.credits = 32;
+  c.recv_buf_size = 8192;
+  const auto cb = proto::encode_connect_params(c);
+  put("connect_params", "client", Bytes(cb.begin(), cb.end()));
+  proto::ConnectParams s;
+  s.role = proto::Role::server;
+  s.credits = 64;
+  s.recv_buf_size = 8192;
+  s.max_value = 1 << 28;
+  const auto plain = proto::encode_connect_params(s);
+  put("connect_params", "server-no-index", Bytes(plain.begin(), plain.end()));
+  s.index_addr = 0x7f0000000000;
+  s.index_rkey = 77;
+  s.index_buckets = 1 << 18;
+  s.index_bucket_size = proto::kBucketSize;
+  const auto ix = proto::encode_connect_params(s);
+  Bytes padded(ix.begin(), ix.end());
+  put("connect_params", "server-index", padded);
+  padded.resize(proto::kMaxConnectPrivateData, std::byte{0});
+  put("connect_params", "server-index-padded", padded);
+}
+
+// ctl | max_value selector | key_len | key | neighborhood | block
+Bytes index_input(std::uint8_t ctl, std::string_view key, std::string_view value, std::size_t slot,
+                  std::uint32_t flags, bool torn = false) {
+  Bytes out;
+  u8(out, ctl);
+  u8(out, 0);
+  u16(out, static_cast<std::uint16_t>(key.size() - 1));
+  append(out, sb(key));
+  Bytes hood(proto::kNeighborhoodBytes, std::byte{0});
+  proto::IndexEntry e;
+  e.version = 42;
+  e.key_hash = proto::hash64(key);
+  e.addr = 0x7f0000100000;
+  e.rkey = 9;
+  e.key_len = static_cast<std::uint32_t>(key.size());
+  e.value_len = static_cast<std::uint32_t>(value.size());
+  e.data_crc = proto::crc32c_extend(proto::crc32c(value), key.data(), key.size());
+  e.flags = flags;
+  const auto enc = proto::encode_entry(e);
+  std::copy(enc.begin(), enc.end(), hood.begin() + static_cast<std::ptrdiff_t>(slot * proto::kBucketSize));
+  proto::IndexEntry other = e;
+  other.key_hash ^= 1;
+  const auto enc2 = proto::encode_entry(other);
+  std::copy(enc2.begin(), enc2.end(), hood.begin() + static_cast<std::ptrdiff_t>(((slot + 1) % 8) * proto::kBucketSize));
+  if (torn) hood[slot * proto::kBucketSize + 3] ^= std::byte{1};
+  append(out, hood);
+  append(out, sb(value));
+  append(out, sb(key));
+  return out;
+}
+
+void index() {
+  put("index", "hit", index_input(0, "key:1", "value bytes", 0, proto::kFlagUsed));
+  put("index", "hit-slot5", index_input(0, "key:2", std::string(300, 'x'), 5, proto::kFlagUsed | proto::kFlagOverflow));
+  put("index", "overflow-miss", index_input(0, "key:3", "v", 0, proto::kFlagOverflow));
+  put("index", "rpc-only", index_input(0, "key:4", "v", 2, proto::kFlagUsed | proto::kFlagRpcOnly));
+  put("index", "torn", index_input(0, "key:5", "v", 1, proto::kFlagUsed, true));
+  put("index", "fixups", index_input(0x3f, "key:6", "value", 3, proto::kFlagUsed));
+}
+
+void workload() {
+  put_text("workload", "basic", "# a workload\nSET a hello world\nGET a\nDEL a\nset b @4k:7\nGet b\n");
+  put_text("workload", "values", "SET k @@literal\nSET e \nSET g @1m\nSET h @64k:3  \n\n   # comment\nGET h\r\n");
+  put_text("workload", "errors", "SET\nGET\nFOO bar\nSET k @12x\nSET k @99999999999999999999\nGET a b\nDEL\n");
+  put_text("workload", "tight", "\x01SET a @64\nSET abcdefghijklmnopq x\n");
+}
+
+std::string record(std::string_view key, std::string_view value, std::uint64_t seq) {
+  std::string out(durable::kHeaderSize, '\0');
+  durable::encode_header(std::as_writable_bytes(std::span(out.data(), out.size())),
+                         durable::set_header(sb(key), sb(value), seq));
+  return out + std::string(key) + std::string(value);
+}
+std::string tombstone(std::string_view key, std::uint64_t seq) {
+  std::string out(durable::kHeaderSize, '\0');
+  durable::encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), durable::del_header(sb(key), seq));
+  return out + std::string(key);
+}
+std::string snapshot_end(std::uint64_t count, std::uint64_t seq) {
+  const auto r = durable::snapshot_end_record(count, seq);
+  return {reinterpret_cast<const char*>(r.data()), r.size()};
+}
+
+// opts | (sel | len u16 | bytes)...
+void recovery_input(const std::string& name, std::uint8_t opts,
+                    std::initializer_list<std::pair<std::uint8_t, std::string>> files) {
+  Bytes out;
+  u8(out, opts);
+  for (const auto& [sel, bytes] : files) {
+    u8(out, sel);
+    u16(out, static_cast<std::uint16_t>(bytes.size()));
+    append(out, sb(bytes));
+  }
+  put("recovery", name, out);
+}
+
+void recovery() {
+  constexpr std::uint8_t log1 = 0, log2 = 4, snap1 = 1, snap2 = 5, tmp2 = 6;
+  const std::string log = record("a", "one", 1) + record("b", "two", 2) + tombstone("a", 3) + record("c", "3", 4);
+  recovery_input("log", 0, {{log1, log}});
+  recovery_input("torn-tail", 0, {{log1, log + record("d", "four", 5).substr(0, 40)}});
+  std::string mid = log;
+  mid[durable::kHeaderSize + 1] ^= 0x20;  // the first record's key: body CRC fails, good records follow
+  recovery_input("middle", 0, {{log1, mid}});
+  const std::string snap = record("a", "one", 0) + record("b", "two", 0) + snapshot_end(2, 2);
+  recovery_input("snapshot-log", 0, {{snap2, snap}, {log2, record("c", "x", 3) + tombstone("b", 4)}, {log1, log}});
+  recovery_input("snapshot-no-end", 1, {{snap1, snap.substr(0, snap.size() - 10)}, {tmp2, "junk"}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  wire();
+  connect_params();
+  index();
+  workload();
+  recovery();
+  return 0;
+}
