@@ -7,16 +7,27 @@
 // listening kvd replays DIR (printing `kvd: recovered N records (B bytes) in
 // T ms`, or refusing to start with exit status 1 on corruption in the middle
 // of a file unless --repair), then logs every SET and DEL through io_uring.
+//
+// --max-memory BYTES bounds the store (kv/store/memory_budget.hpp; the
+// default is half of the machine's memory or of the cgroup's limit, whichever
+// is smaller): SETs beyond it are answered no_memory.
 #include "cli.hpp"
 #include "kvd.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "durable/log.hpp"
@@ -26,6 +37,57 @@
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
+
+namespace {
+
+// "64m", "2G", "4096", "1.5g": bytes (k/m/g/t = powers of 1024, case
+// insensitive, an optional trailing b/B); nullopt if not a positive size.
+std::optional<std::uint64_t> parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string rest = text.substr(used);
+  if (!rest.empty() && (rest.back() == 'b' || rest.back() == 'B') && rest.size() == 2) rest.pop_back();
+  double mult = 1;
+  if (rest.size() == 1) {
+    switch (rest[0]) {
+      case 'k': case 'K': mult = 1024.0; break;
+      case 'm': case 'M': mult = 1024.0 * 1024; break;
+      case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
+      case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; break;
+      default: return std::nullopt;
+    }
+  } else if (!rest.empty()) {
+    return std::nullopt;
+  }
+  const double bytes = n * mult;
+  if (!(bytes >= 1) || bytes >= 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+// Half of the memory this process may use: the machine's (sysconf), or the
+// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
+std::uint64_t default_max_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t total = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+                                              : std::uint64_t{1} << 30;
+  std::ifstream cg("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (cg >> limit && limit != "max") {
+    try {
+      total = std::min<std::uint64_t>(total, std::stoull(limit));
+    } catch (const std::exception&) {
+    }
+  }
+  return total / 2;
+}
+
+}  // namespace
 
 int kvd_main(int argc, char** argv) {
   kv::server::ServerOptions opt;
@@ -65,6 +127,14 @@ int kvd_main(int argc, char** argv) {
         return "must be 0 or a power of two up to 1073741824";
       })
       ->capture_default_str();
+  std::string max_memory_text;
+  app.add_option("--max-memory", max_memory_text,
+                 "bound on the store's memory: values, keys, the one-sided index and the registered arenas (not "
+                 "the per-connection buffers); a SET beyond it is answered no_memory. BYTES with an optional k/m/g "
+                 "suffix (powers of 1024); default: half of the machine's memory (or of the cgroup's limit)")
+      ->check([](const std::string& v) -> std::string {
+        return parse_bytes(v) ? std::string{} : std::string{"must be a size in bytes, e.g. 64m, 2g, 1048576"};
+      });
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -107,10 +177,15 @@ int kvd_main(int argc, char** argv) {
               : fsync == "never" ? durable::FsyncMode::never
                                  : durable::FsyncMode::batch;
 
+  const std::uint64_t max_memory = max_memory_text.empty() ? default_max_memory() : *parse_bytes(max_memory_text);
+  // The budget bounds the arenas: their own caps must not bind first.
+  opt.arena.max_bytes = opt.small_arena.max_bytes = static_cast<std::size_t>(max_memory);
+
   try {
     reactor::Reactor reactor;
     opt.poll = poll.budget();
-    kv::store::Store store;
+    kv::store::Store store(static_cast<std::size_t>(max_memory));
+    spdlog::info("kvd: memory limit {} bytes{}", max_memory, max_memory_text.empty() ? " (default: half of the machine)" : "");
     std::unique_ptr<durable::Log> log;
     if (!lopt.dir.empty()) {
       durable::RecoveryResult rec;

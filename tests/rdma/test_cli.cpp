@@ -64,6 +64,11 @@ TEST(KvdCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--fsync", "sometimes"}, {}, 60s).exit_code, 2);
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--compact-ratio", "0.5"}, {}, 60s).exit_code, 2);
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--fsync-interval-ms", "0"}, {}, 60s).exit_code, 2);
+  for (const char* bad : {"0", "-5m", "12x", "m", "1.5q"}) {
+    const auto r = run_command({RKV_KVD_PATH, "--max-memory", bad}, {}, 60s);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_TRUE(contains(r.err, "must be a size in bytes")) << bad << ": " << r.err;
+  }
 }
 
 TEST(RkvStatsCli, BadFlagsExitTwo) {

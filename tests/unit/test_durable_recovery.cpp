@@ -236,8 +236,8 @@ TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
 TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
   TempDir t;
   kv::store::Store s;
-  s.set("k1", "v1");
-  s.set("k2", std::string(70000, 'z'));
+  EXPECT_TRUE(s.set("k1", "v1"));
+  EXPECT_TRUE(s.set("k2", std::string(70000, 'z')));
   write_snapshot_sync(t.path(), 5, 41, s);
   kv::store::Store back;
   const auto r = recover({t.path()}, back);

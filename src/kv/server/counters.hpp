@@ -49,6 +49,7 @@ struct ServerCounters {
   std::uint64_t rdma_writes = 0;
   std::uint64_t bytes_copied = 0;
   std::uint64_t too_large = 0;
+  std::uint64_t no_memory = 0;
   std::uint64_t transfers_aborted = 0;
   std::uint64_t pinned = 0;
   std::uint64_t transfers = 0;
@@ -98,6 +99,7 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, "RDMA WRITEs posted (large GET values)"},
     CounterInfo{"bytes_copied", &ServerCounters::bytes_copied, "value bytes memcpy'd (eager values only)"},
     CounterInfo{"too_large", &ServerCounters::too_large, "requests refused for size before any allocation"},
+    CounterInfo{"no_memory", &ServerCounters::no_memory, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
     CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, "RDMA transfers dropped by an error or a disconnect"},
     CounterInfo{"pinned", &ServerCounters::pinned, "now: large values held by transfers and pulls"},
     CounterInfo{"transfers", &ServerCounters::transfers, "now: RDMA READ/WRITEs in flight"},

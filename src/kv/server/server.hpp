@@ -197,6 +197,7 @@ class Server {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
   std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
+  std::size_t index_charged_ = 0;         // its bytes, charged to the Store's MemoryBudget
   Durability* durability_ = nullptr;
   std::uint16_t port_ = 0;
   reactor::SlotTable<Conn> conns_;  // bounded by max_clients
