@@ -32,6 +32,7 @@
 
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
+#include "kv/conn/auth_token.hpp"
 #include "kv/server/server.hpp"
 #include "kv/store/store.hpp"
 #include "reactor/reactor.hpp"
@@ -135,6 +136,11 @@ int kvd_main(int argc, char** argv) {
       ->check([](const std::string& v) -> std::string {
         return parse_bytes(v) ? std::string{} : std::string{"must be a size in bytes, e.g. 64m, 2g, 1048576"};
       });
+  std::string auth_token_file;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "require clients to present the token in this file (its bytes without the trailing newline, 1 to "
+                 "4096; only a 16-byte digest travels); others are rejected before any resource is made for them")
+      ->check(CLI::ExistingFile);
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -182,6 +188,24 @@ int kvd_main(int argc, char** argv) {
   opt.arena.max_bytes = opt.small_arena.max_bytes = static_cast<std::size_t>(max_memory);
 
   try {
+    if (!auth_token_file.empty()) {
+      try {
+        auto t = kv::conn::read_auth_token_file(auth_token_file);
+        if (t.others_can_read) {
+          spdlog::warn("kvd: {} is readable by group or others: chmod 600 it", auth_token_file);
+        }
+        opt.auth_token = std::move(t.token);
+      } catch (const kv::conn::AuthTokenError& e) {
+        std::fprintf(stderr, "kvd: %s\n", e.what());
+        return 2;
+      }
+    }
+    if (opt.auth_token.empty() && (opt.bind_address == "0.0.0.0" || opt.bind_address == "::")) {
+      spdlog::warn("kvd: bound to every address ({}) without an auth token: anyone who can reach port {} can "
+                   "read, write and delete every key and READ the index (--auth-token-file FILE, or --bind one "
+                   "address)",
+                   opt.bind_address, opt.port);
+    }
     reactor::Reactor reactor;
     opt.poll = poll.budget();
     kv::store::Store store(static_cast<std::size_t>(max_memory));

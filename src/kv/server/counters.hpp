@@ -23,6 +23,7 @@ struct ServerCounters {
   std::uint64_t connections = 0;
   std::uint64_t accepted = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t auth_failures = 0;
   std::uint64_t closed = 0;
   std::uint64_t protocol_errors = 0;
   std::uint64_t credit_overruns = 0;
@@ -72,7 +73,8 @@ struct CounterInfo {
 inline constexpr std::array kServerCounterTable{
     CounterInfo{"connections", &ServerCounters::connections, "live connections (accepted, not yet destroyed)"},
     CounterInfo{"accepted", &ServerCounters::accepted, "connections accepted"},
-    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, table full, setup failed)"},
+    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
+    CounterInfo{"auth_failures", &ServerCounters::auth_failures, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
     CounterInfo{"closed", &ServerCounters::closed, "connections torn down"},
     CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, "clients dropped for a malformed or out-of-protocol message"},
     CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, "clients dropped for sending more SENDs than credits granted"},

@@ -57,6 +57,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
           options_.index_buckets, index_bytes, budget->limit(), budget->used()));
     }
   }
+  if (!options_.auth_token.empty()) auth_ = proto::auth_digest(options_.auth_token);
   listener_.emplace(events_, kListenerToken);
   listener_->bind(options_.bind_address, options_.port);
   listener_->listen(options_.backlog);
@@ -229,10 +230,10 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
   const std::string peer = ev.peer_address;
   if (!ev.new_id) return;
   verbs::CmId id = std::move(*ev.new_id);
-  auto reject = [&](const std::string& why) {
+  auto reject = [&](const std::string& why, std::span<const std::byte> data = {}) {
     spdlog::warn("server: rejecting {}: {}", peer, why);
     ++counters_.rejected;
-    if (const int rc = id.reject(); rc != 0) SPDLOG_DEBUG("server: rdma_reject: errno {}", rc);
+    if (const int rc = id.reject(data); rc != 0) SPDLOG_DEBUG("server: rdma_reject: errno {}", rc);
   };
   if (shutting_down_) return reject("shutting down");
   const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::client);
@@ -240,6 +241,15 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     return reject(fmt::format("bad connect parameters: {}", to_string(*err)));
   }
   const auto& params = std::get<proto::ConnectParams>(decoded);
+  if (auth_) {  // before anything is made for the peer, and before the accept reveals the index
+    const bool sent = proto::auth_present(params.auth);
+    if (!sent || !proto::auth_equal(params.auth, *auth_)) {
+      ++counters_.auth_failures;
+      const auto why = sent ? proto::RejectReason::auth_failed : proto::RejectReason::auth_required;
+      const auto data = proto::encode_reject(why);
+      return reject(fmt::format("authentication failed: {}", sent ? "wrong token" : "no token"), data);
+    }
+  }
   const auto key = conns_.try_insert(Conn{});
   if (!key) return reject(fmt::format("connection table full ({} clients)", options_.max_clients));
   Conn& c = *conns_.find(*key);
