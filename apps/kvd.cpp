@@ -7,25 +7,88 @@
 // listening kvd replays DIR (printing `kvd: recovered N records (B bytes) in
 // T ms`, or refusing to start with exit status 1 on corruption in the middle
 // of a file unless --repair), then logs every SET and DEL through io_uring.
+//
+// --max-memory BYTES bounds the store (kv/store/memory_budget.hpp; the
+// default is half of the machine's memory or of the cgroup's limit, whichever
+// is smaller): SETs beyond it are answered no_memory.
 #include "cli.hpp"
 #include "kvd.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
+#include "kv/conn/auth_token.hpp"
 #include "kv/server/server.hpp"
 #include "kv/store/store.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
+
+namespace {
+
+// "64m", "2G", "4096", "1.5g": bytes (k/m/g/t = powers of 1024, case
+// insensitive, an optional trailing b/B); nullopt if not a positive size.
+std::optional<std::uint64_t> parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string rest = text.substr(used);
+  if (!rest.empty() && (rest.back() == 'b' || rest.back() == 'B') && rest.size() == 2) rest.pop_back();
+  double mult = 1;
+  if (rest.size() == 1) {
+    switch (rest[0]) {
+      case 'k': case 'K': mult = 1024.0; break;
+      case 'm': case 'M': mult = 1024.0 * 1024; break;
+      case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
+      case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; break;
+      default: return std::nullopt;
+    }
+  } else if (!rest.empty()) {
+    return std::nullopt;
+  }
+  const double bytes = n * mult;
+  if (!(bytes >= 1) || bytes >= 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+// Half of the memory this process may use: the machine's (sysconf), or the
+// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
+std::uint64_t default_max_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t total = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+                                              : std::uint64_t{1} << 30;
+  std::ifstream cg("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (cg >> limit && limit != "max") {
+    try {
+      total = std::min<std::uint64_t>(total, std::stoull(limit));
+    } catch (const std::exception&) {
+    }
+  }
+  return total / 2;
+}
+
+}  // namespace
 
 int kvd_main(int argc, char** argv) {
   kv::server::ServerOptions opt;
@@ -65,6 +128,19 @@ int kvd_main(int argc, char** argv) {
         return "must be 0 or a power of two up to 1073741824";
       })
       ->capture_default_str();
+  std::string max_memory_text;
+  app.add_option("--max-memory", max_memory_text,
+                 "bound on the store's memory: values, keys, the one-sided index and the registered arenas (not "
+                 "the per-connection buffers); a SET beyond it is answered no_memory. BYTES with an optional k/m/g "
+                 "suffix (powers of 1024); default: half of the machine's memory (or of the cgroup's limit)")
+      ->check([](const std::string& v) -> std::string {
+        return parse_bytes(v) ? std::string{} : std::string{"must be a size in bytes, e.g. 64m, 2g, 1048576"};
+      });
+  std::string auth_token_file;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "require clients to present the token in this file (its bytes without the trailing newline, 1 to "
+                 "4096; only a 16-byte digest travels); others are rejected before any resource is made for them")
+      ->check(CLI::ExistingFile);
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -107,10 +183,33 @@ int kvd_main(int argc, char** argv) {
               : fsync == "never" ? durable::FsyncMode::never
                                  : durable::FsyncMode::batch;
 
+  const std::uint64_t max_memory = max_memory_text.empty() ? default_max_memory() : *parse_bytes(max_memory_text);
+  // The budget bounds the arenas: their own caps must not bind first.
+  opt.arena.max_bytes = opt.small_arena.max_bytes = static_cast<std::size_t>(max_memory);
+
   try {
+    if (!auth_token_file.empty()) {
+      try {
+        auto t = kv::conn::read_auth_token_file(auth_token_file);
+        if (t.others_can_read) {
+          spdlog::warn("kvd: {} is readable by group or others: chmod 600 it", auth_token_file);
+        }
+        opt.auth_token = std::move(t.token);
+      } catch (const kv::conn::AuthTokenError& e) {
+        std::fprintf(stderr, "kvd: %s\n", e.what());
+        return 2;
+      }
+    }
+    if (opt.auth_token.empty() && (opt.bind_address == "0.0.0.0" || opt.bind_address == "::")) {
+      spdlog::warn("kvd: bound to every address ({}) without an auth token: anyone who can reach port {} can "
+                   "read, write and delete every key and READ the index (--auth-token-file FILE, or --bind one "
+                   "address)",
+                   opt.bind_address, opt.port);
+    }
     reactor::Reactor reactor;
     opt.poll = poll.budget();
-    kv::store::Store store;
+    kv::store::Store store(static_cast<std::size_t>(max_memory));
+    spdlog::info("kvd: memory limit {} bytes{}", max_memory, max_memory_text.empty() ? " (default: half of the machine)" : "");
     std::unique_ptr<durable::Log> log;
     if (!lopt.dir.empty()) {
       durable::RecoveryResult rec;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/conn/auth_token.hpp"
 #include "kv/load/report.hpp"
 #include "kv/load/workload.hpp"
 #include "reactor/reactor.hpp"
@@ -51,6 +52,7 @@ std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Fla
     copt.poll = f.poll.budget();
     copt.get_mode = f.get_mode;
     copt.request_batch = f.request_batch;
+    copt.auth_token = f.auth_token;
     return kv::client::Client::connect(reactor, f.server, f.port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
@@ -204,8 +206,19 @@ int kvload_main(int argc, char** argv) {
                  "holds: every GET of such a key (until this run writes it) is checked against the last value "
                  "given there (nothing after a DEL), as --verify checks its own SETs and DELs (implies --verify; "
                  "its GET lines are ignored)");
+  app.add_option("--auth-token-file", f.auth_token_file,
+                 "present the token in this file to a kvd started with --auth-token-file (the file's bytes "
+                 "without the trailing newline)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
+  if (!f.auth_token_file.empty()) {
+    try {
+      f.auth_token = kv::conn::read_auth_token_file(f.auth_token_file).token;
+    } catch (const kv::conn::AuthTokenError& e) {
+      std::fprintf(stderr, "kvload: %s\n", e.what());
+      return 2;
+    }
+  }
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));

@@ -25,6 +25,8 @@ struct KvloadFlags {
   std::uint32_t request_batch = kv::client::ClientOptions{}.request_batch;
   std::string ack_log;
   std::string expect;  // --expect FILE: values the server holds before the run (checked like --verify)
+  std::string auth_token_file;  // --auth-token-file FILE
+  std::string auth_token;       // read from it after parsing (ClientOptions::auth_token)
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

@@ -74,6 +74,7 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.poll = f.poll.budget();
   copt.get_mode = f.get_mode;
   copt.request_batch = f.request_batch;
+  copt.auth_token = f.auth_token;
   std::unique_ptr<kv::client::Client> client;
   try {
     client = kv::client::Client::connect(reactor, f.server, f.port, copt);

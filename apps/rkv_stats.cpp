@@ -18,6 +18,7 @@
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
+#include "kv/conn/auth_token.hpp"
 #include "kv/store/stats.hpp"
 #include "reactor/reactor.hpp"
 
@@ -74,7 +75,19 @@ int stats_main(int argc, char** argv) {
   app.add_option("--server", server, "kvd's address")->required();
   app.add_option("--port", port, "kvd's port")->capture_default_str();
   app.add_flag("--json", json, "one JSON object {\"name\": value, ...} instead of name/value lines");
+  std::string auth_token_file;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "present the token in this file to a kvd started with --auth-token-file");
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
+  std::string auth_token;
+  if (!auth_token_file.empty()) {
+    try {
+      auth_token = kv::conn::read_auth_token_file(auth_token_file).token;
+    } catch (const kv::conn::AuthTokenError& e) {
+      std::fprintf(stderr, "rkv stats: %s\n", e.what());
+      return 2;
+    }
+  }
 
   std::string text;
   try {
@@ -82,6 +95,7 @@ int stats_main(int argc, char** argv) {
     kv::client::ClientOptions copt;
     copt.max_in_flight = 1;
     copt.send_count = 1;
+    copt.auth_token = auth_token;
     auto client = kv::client::Client::connect(reactor, server, port, copt);
     const kv::client::Status st = client->stats_sync(text);
     if (st != kv::client::Status::ok) {

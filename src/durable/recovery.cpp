@@ -178,7 +178,12 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
         store.erase(k);  // a tombstone: the key was deleted (absent already is fine)
         ++s.deletes;
       } else {
-        store.set(k, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
+        if (!store.set(k, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()))) {
+          throw RecoveryError(fmt::format(
+              "{}: the recovered data does not fit the memory limit ({} bytes, kvd --max-memory) at the record "
+              "at offset {} (key {}); refusing to start: raise --max-memory",
+              path, store.budget()->limit(), pos, k));
+        }
         ++snapshot_sets;
       }
       ++s.records;

@@ -22,6 +22,7 @@ constexpr std::size_t index_rkey = 24;
 constexpr std::size_t index_buckets = 28;
 constexpr std::size_t index_bucket_size = 32;
 constexpr std::size_t reserved1 = 36;
+constexpr std::size_t auth = 40;
 }  // namespace off
 
 std::optional<Role> role_from_wire(std::uint8_t v) noexcept {
@@ -46,7 +47,7 @@ bool index_consistent(const ConnectParams& p) noexcept {
 
 // Framing checks that the ConnectParams struct cannot express.
 std::optional<ConnectError> check_framing(std::span<const std::byte> d, Role expected) noexcept {
-  if (d.size() < kConnectParamsSize) return ConnectError::too_short;
+  if (d.size() < kConnectParamsMinSize) return ConnectError::too_short;
   if (load_le<std::uint16_t>(d, off::magic) != kMagic) return ConnectError::bad_magic;
   if (load_le<std::uint8_t>(d, off::version) != kVersion) return ConnectError::bad_version;
   const auto role = role_from_wire(load_le<std::uint8_t>(d, off::role));
@@ -78,6 +79,7 @@ std::string_view to_string(ConnectError e) noexcept {
     case ConnectError::recv_buf_too_small: return "receive buffer size below minimum";
     case ConnectError::server_only_field: return "client set a server-only field";
     case ConnectError::bad_index: return "inconsistent index fields";
+    case ConnectError::client_only_field: return "server set a client-only field (auth)";
   }
   return "unknown connect error";
 }
@@ -89,6 +91,7 @@ std::optional<ConnectError> check_connect_params(const ConnectParams& p) noexcep
   if (p.role == Role::client && (p.max_value != 0 || has_index(p)))
     return ConnectError::server_only_field;
   if (!index_consistent(p)) return ConnectError::bad_index;
+  if (p.role == Role::server && auth_present(p.auth)) return ConnectError::client_only_field;
   return std::nullopt;
 }
 
@@ -105,6 +108,7 @@ std::array<std::byte, kConnectParamsSize> encode_connect_params(const ConnectPar
   store_le(o, off::index_rkey, p.index_rkey);
   store_le(o, off::index_buckets, p.index_buckets);
   store_le(o, off::index_bucket_size, p.index_bucket_size);
+  for (std::size_t i = 0; i < p.auth.size(); ++i) out[off::auth + i] = p.auth[i];
   return out;
 }
 
@@ -119,6 +123,9 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
   p.index_rkey = load_le<std::uint32_t>(data, off::index_rkey);
   p.index_buckets = load_le<std::uint32_t>(data, off::index_buckets);
   p.index_bucket_size = load_le<std::uint32_t>(data, off::index_bucket_size);
+  if (data.size() >= off::auth + p.auth.size()) {  // else: an older 40-byte sender, no token
+    for (std::size_t i = 0; i < p.auth.size(); ++i) p.auth[i] = data[off::auth + i];
+  }
   if (auto e = check_connect_params(p)) return *e;
   return p;
 }

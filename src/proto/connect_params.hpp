@@ -1,15 +1,19 @@
 #pragma once
 // Connection parameters carried in rdma_cm private data (connect and accept).
 //
-// Wire layout (40 bytes, little-endian):
+// Wire layout (56 bytes, little-endian):
 //   0 magic u16 (kMagic)          2 version u8        3 role u8
 //   4 credits u16                 6 reserved u16 = 0
 //   8 recv_buf_size u32          12 max_value u32
 //  16 index_addr u64             24 index_rkey u32   28 index_buckets u32
 //  32 index_bucket_size u32      36 reserved u32 = 0
+//  40 auth [16 bytes]: client: proto::auth_digest(token), all zero = none
+//                      (proto/auth.hpp); server: all zero
 //
-// rdma_cm may hand the receiver more private data than was sent (transport
-// padding), so trailing bytes after the 40 are ignored.
+// 56 bytes is all of what RDMA CM carries in a connect request. A sender of
+// the first 40 bytes only (no auth) is accepted as "no token". rdma_cm may
+// hand the receiver more private data than was sent (transport padding), so
+// trailing bytes after the 56 are ignored.
 
 #include <array>
 #include <cstddef>
@@ -19,11 +23,14 @@
 #include <string_view>
 #include <variant>
 
+#include "proto/auth.hpp"
 #include "proto/wire.hpp"
 
 namespace rkv::proto {
 
-inline constexpr std::size_t kConnectParamsSize = 40;
+inline constexpr std::size_t kConnectParamsSize = 56;
+// Shortest valid private data: everything up to the auth digest.
+inline constexpr std::size_t kConnectParamsMinSize = 40;
 // rdma_cm's limit for RC connect private data (accept allows more).
 inline constexpr std::size_t kMaxConnectPrivateData = 56;
 static_assert(kConnectParamsSize <= kMaxConnectPrivateData);
@@ -52,12 +59,14 @@ struct ConnectParams {
   std::uint32_t index_rkey = 0;
   std::uint32_t index_buckets = 0;
   std::uint32_t index_bucket_size = 0;
+  // client: digest of its token (proto/auth.hpp), all zero = none; server: all zero.
+  AuthDigest auth{};
 
   friend bool operator==(const ConnectParams&, const ConnectParams&) = default;
 };
 
 enum class ConnectError : std::uint8_t {
-  too_short,           // fewer than kConnectParamsSize bytes
+  too_short,           // fewer than kConnectParamsMinSize bytes
   bad_magic,           // magic != kMagic
   bad_version,         // version != kVersion
   bad_role,            // unknown role, or not the role the receiver expects
@@ -66,6 +75,7 @@ enum class ConnectError : std::uint8_t {
   recv_buf_too_small,  // recv_buf_size < kMinRecvBufSize
   server_only_field,   // a client set max_value or index fields
   bad_index,           // index fields inconsistent (buckets without size or vice versa)
+  client_only_field,   // a server set the auth digest
 };
 
 [[nodiscard]] std::string_view to_string(Role r) noexcept;

@@ -122,7 +122,7 @@ class OneSidedClient : public ::testing::Test {
 };
 
 TEST_F(OneSidedClient, AHitIsTwoReadsAndNoMessage) {
-  store_.set("key", "value bytes");
+  EXPECT_TRUE(store_.set("key", "value bytes"));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   EXPECT_EQ(cc_->flush(), 0u) << "no SEND";
@@ -169,7 +169,7 @@ TEST_F(OneSidedClient, AMissIsAnsweredByTheIndexAlone) {
 }
 
 TEST_F(OneSidedClient, ATornEntryIsReadAgain) {
-  store_.set("key", "v1");
+  EXPECT_TRUE(store_.set("key", "v1"));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
@@ -189,13 +189,13 @@ TEST_F(OneSidedClient, ATornEntryIsReadAgain) {
 }
 
 TEST_F(OneSidedClient, AReusedBlockFailsTheDataCrcAndTheNewValueIsRead) {
-  store_.set("key", "old value");
+  EXPECT_TRUE(store_.set("key", "old value"));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
   serve(0);  // entry names the old block
   const auto* old_block = reinterpret_cast<char*>(link_.reads[1].remote_addr);
-  store_.set("key", "new value!");  // the entry now names a new block...
+  EXPECT_TRUE(store_.set("key", "new value!"));  // the entry now names a new block...
   std::memcpy(const_cast<char*>(old_block), "REUSED!!!", 9);  // ...and the old one was reused
   serve(1);
   EXPECT_FALSE(r.done) << "bytes that fail the data CRC are never returned";
@@ -208,7 +208,7 @@ TEST_F(OneSidedClient, AReusedBlockFailsTheDataCrcAndTheNewValueIsRead) {
 }
 
 TEST_F(OneSidedClient, RetriesAreBoundedThenTheGetGoesByMessage) {
-  store_.set("key", "v");
+  EXPECT_TRUE(store_.set("key", "v"));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
@@ -231,7 +231,7 @@ TEST_F(OneSidedClient, RetriesAreBoundedThenTheGetGoesByMessage) {
 }
 
 TEST_F(OneSidedClient, BothReadsCarryTheRequestsSlotKeyAndAReplyForItFails) {
-  store_.set("key", "value");
+  EXPECT_TRUE(store_.set("key", "value"));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
@@ -257,7 +257,7 @@ TEST_F(OneSidedClient, AnOverflowedKeyIsAskedByMessage) {
     std::string k = "k" + std::to_string(i);
     if (proto::home_bucket(proto::hash64(k), kBuckets) == 5) keys.push_back(k);
   }
-  for (const auto& k : keys) store_.set(k, "x");
+  for (const auto& k : keys) EXPECT_TRUE(store_.set(k, "x"));
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
   Result r;
   ASSERT_EQ(get(keys.back(), r), Status::ok);
@@ -277,7 +277,7 @@ std::vector<std::string> set_keys(Store& store, std::size_t n, std::string_view 
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < n; ++i) {
     keys.push_back(std::string(prefix) + std::to_string(i));
-    store.set(keys.back(), "value of " + keys.back());
+    EXPECT_TRUE(store.set(keys.back(), "value of " + keys.back()));
   }
   return keys;
 }

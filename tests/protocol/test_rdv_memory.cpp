@@ -75,6 +75,32 @@ TEST(Arena, BlockReusedOnlyAfterTheLastReference) {
   EXPECT_EQ(arena.stats().blocks_in_use, 3u);
 }
 
+TEST(Arena, MemoryBudgetBoundsItsChunksAndGetsThemBack) {
+  FakeRegistrar reg;
+  auto budget = std::make_shared<store::MemoryBudget>((1u << 20) + (256u << 10));  // 1.25 MiB
+  {
+    Arena arena(reg, {4096, 1u << 20, 64u << 20}, budget);
+    auto a = arena.allocate(4096);  // one 1 MiB chunk
+    ASSERT_TRUE(a);
+    EXPECT_EQ(budget->used(), 1u << 20);
+    std::vector<std::shared_ptr<LargeValue>> many;
+    for (int i = 0; i < 255; ++i) many.push_back(arena.allocate(4096));
+    // The class is empty: the next chunk is cut down to the 256 KiB left.
+    auto b = arena.allocate(4096);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(budget->used(), budget->limit());
+    EXPECT_EQ(arena.stats().reserved_bytes, budget->limit());
+    for (int i = 0; i < 63; ++i) many.push_back(arena.allocate(4096));
+    EXPECT_TRUE(many.back());
+    EXPECT_FALSE(arena.allocate(4096)) << "over the budget";
+    EXPECT_FALSE(arena.allocate(1u << 20)) << "no class may grow";
+    many.pop_back();
+    EXPECT_TRUE(arena.allocate(4096)) << "a freed block is reused without growing";
+    EXPECT_EQ(budget->used(), budget->limit());
+  }
+  EXPECT_EQ(budget->used(), 0u) << "the chunks went with the arena's state";
+}
+
 TEST(Arena, LimitAndRegistrationFailureGiveNull) {
   FakeRegistrar reg;
   Arena arena(reg, {4096, 1u << 20, 2u << 20});

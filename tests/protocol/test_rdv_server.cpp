@@ -105,7 +105,7 @@ TEST_F(ServerRdv, OverTheLimitIsTooLargeBeforeAllocating) {
 void put_large(Arena& arena, Store& store, std::string_view key, char fill, std::size_t n) {
   auto v = arena.allocate(n);
   std::memset(v->bytes.data(), fill, n);
-  store.set_large(key, v);
+  EXPECT_TRUE(store.set_large(key, v));
 }
 
 TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {

@@ -366,6 +366,35 @@ TEST_F(ServerConnTest, DelIsOrderedWithTheSetsAndGetsOfItsBuffer) {
 
 // A DEL with a value (or flags) is malformed: the whole buffer is refused,
 // so the valid DEL before it deletes nothing.
+TEST_F(ServerConnTest, SetOverTheMemoryLimitIsNoMemoryAndKeepsWhatIsStored) {
+  const std::string value(100, 'v');
+  store_ = Store(2 * (Store::kEntryOverhead + 2 + value.size()));  // room for two "kN" keys
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k1", bytes_of(value)),
+                          proto::msg::set_request(2, "k2", bytes_of(value)),
+                          proto::msg::set_request(3, "k3", bytes_of(value))})),
+            Verdict::keep);
+  auto r = flush_replies();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].header.status, Status::ok);
+  EXPECT_EQ(r[1].header.status, Status::ok);
+  EXPECT_EQ(r[2].header.opcode, Opcode::set_reply);
+  EXPECT_EQ(r[2].header.status, Status::no_memory);
+  EXPECT_EQ(counters_.no_memory, 1u);
+  EXPECT_FALSE(store_.get("k3").found);
+  // The connection goes on: the stored values read back; a DEL makes room.
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(4, "k1"), proto::msg::del_request(5, "k2"),
+                          proto::msg::set_request(6, "k3", bytes_of(value)), proto::msg::get_request(7, "k3")})),
+            Verdict::keep);
+  r = flush_replies();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].value, value);
+  EXPECT_TRUE(r[1].header.found());
+  EXPECT_EQ(r[2].header.status, Status::ok);
+  EXPECT_EQ(r[3].value, value);
+  EXPECT_EQ(counters_.no_memory, 1u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
 TEST_F(ServerConnTest, MalformedDelDisconnectsAndDeletesNothing) {
   const std::string value = "v";
   ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "k", bytes_of(value))})), Verdict::keep);

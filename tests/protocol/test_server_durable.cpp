@@ -230,11 +230,11 @@ TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
 }
 
 TEST_F(ServerDurable, DelNowAndFailed) {
-  store_.set("k", "v");
+  EXPECT_TRUE(store_.set("k", "v"));
   dur_.answer = DurableAck::now;
   ASSERT_EQ(request(pack({proto::msg::del_request(1, "k")})), Verdict::keep);
   dur_.answer = DurableAck::failed;
-  store_.set("k", "v");
+  EXPECT_TRUE(store_.set("k", "v"));
   ASSERT_EQ(request(pack({proto::msg::del_request(2, "k")})), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 2u);

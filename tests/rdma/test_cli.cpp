@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -64,6 +66,11 @@ TEST(KvdCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--fsync", "sometimes"}, {}, 60s).exit_code, 2);
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--compact-ratio", "0.5"}, {}, 60s).exit_code, 2);
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--data-dir", "/tmp/x", "--fsync-interval-ms", "0"}, {}, 60s).exit_code, 2);
+  for (const char* bad : {"0", "-5m", "12x", "m", "1.5q"}) {
+    const auto r = run_command({RKV_KVD_PATH, "--max-memory", bad}, {}, 60s);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_TRUE(contains(r.err, "must be a size in bytes")) << bad << ": " << r.err;
+  }
 }
 
 TEST(RkvStatsCli, BadFlagsExitTwo) {
@@ -131,6 +138,33 @@ TEST(NoRdmaDevice, KvdSaysSoAndExitsOne) {
   EXPECT_TRUE(contains(r.err, "kvd: no RDMA device found")) << r.err;
   expect_no_device_message(r.err);
   EXPECT_FALSE(contains(r.out, "listening")) << r.out;
+}
+
+TEST(NoRdmaDevice, KvdOnEveryAddressWithoutATokenWarns) {
+  const auto r = run_without_rdma_device({RKV_KVD_PATH, "--port", "0"});  // --bind 0.0.0.0 by default
+  EXPECT_TRUE(contains(r.out + r.err, "bound to every address (0.0.0.0) without an auth token")) << r.out << r.err;
+  const auto one = run_without_rdma_device({RKV_KVD_PATH, "--port", "0", "--bind", "127.0.0.1"});
+  EXPECT_FALSE(contains(one.out + one.err, "without an auth token")) << one.out << one.err;
+}
+
+TEST(AuthTokenFile, BadFilesAreClearErrors) {
+  const std::string empty = "cli_test_empty_token", big = "cli_test_big_token";
+  { std::ofstream(empty, std::ios::trunc) << "\n"; }
+  { std::ofstream(big, std::ios::trunc) << std::string(5000, 't'); }
+  for (const std::string& f : {empty, big}) {
+    const auto kvd = run_command({RKV_KVD_PATH, "--auth-token-file", f}, {}, 60s);
+    EXPECT_EQ(kvd.exit_code, 2) << kvd.err;
+    EXPECT_TRUE(contains(kvd.err, "kvd: auth token file " + f + ": the token is")) << kvd.err;
+    const auto load = run_command({RKV_KVLOAD_PATH, "--server", "127.0.0.1", "--auth-token-file", f}, {}, 60s);
+    EXPECT_EQ(load.exit_code, 2) << load.err;
+    EXPECT_TRUE(contains(load.err, "kvload: auth token file " + f)) << load.err;
+    const auto stats =
+        run_command({rkv_beside(RKV_KVD_PATH), "stats", "--server", "127.0.0.1", "--auth-token-file", f}, {}, 60s);
+    EXPECT_EQ(stats.exit_code, 2) << stats.err;
+  }
+  EXPECT_EQ(run_command({RKV_KVD_PATH, "--auth-token-file", "/nonexistent/token"}, {}, 60s).exit_code, 2);
+  std::remove(empty.c_str());
+  std::remove(big.c_str());
 }
 
 TEST(NoRdmaDevice, KvloadAndRkvStatsSaySoAndExitOne) {

@@ -51,7 +51,7 @@ class Durable {
     log_->set_sink([this](std::uint64_t, std::uint32_t, bool ok) { (ok ? acked_ : failed_)++; });
   }
   void set(const std::string& k, const std::string& v) {
-    store_.set(k, v);
+    EXPECT_TRUE(store_.set(k, v));
     model_[k] = v;
     expect_later(log_->record_set(k, v, {}, 1, 1));
   }

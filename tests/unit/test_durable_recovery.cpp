@@ -236,8 +236,8 @@ TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
 TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
   TempDir t;
   kv::store::Store s;
-  s.set("k1", "v1");
-  s.set("k2", std::string(70000, 'z'));
+  EXPECT_TRUE(s.set("k1", "v1"));
+  EXPECT_TRUE(s.set("k2", std::string(70000, 'z')));
   write_snapshot_sync(t.path(), 5, 41, s);
   kv::store::Store back;
   const auto r = recover({t.path()}, back);
@@ -245,6 +245,24 @@ TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
   EXPECT_EQ(r.next_seq, 42u);
   EXPECT_EQ(r.generation, 5u);
   EXPECT_EQ(get(back, "k2"), std::string(70000, 'z'));
+}
+
+TEST(DurableRecovery, DataOverTheMemoryLimitRefusesToStart) {
+  TempDir t;
+  kv::store::Store s;
+  EXPECT_TRUE(s.set("k1", std::string(1000, 'a')));
+  EXPECT_TRUE(s.set("k2", std::string(1000, 'b')));
+  write_snapshot_sync(t.path(), 5, 41, s);
+  kv::store::Store small(kv::store::Store::kEntryOverhead + 2 + 1000);  // room for one of them
+  try {
+    (void)recover({t.path()}, small);
+    ADD_FAILURE() << "recovered more than the limit holds";
+  } catch (const RecoveryError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit the memory limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("raise --max-memory"), std::string::npos) << e.what();
+  }
+  kv::store::Store enough(2 * (kv::store::Store::kEntryOverhead + 2 + 1000));
+  EXPECT_EQ(recover({t.path()}, enough).records, 2u);
 }
 
 TEST(DurableRecord, TombstoneRoundTripAndChecks) {

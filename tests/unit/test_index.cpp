@@ -225,27 +225,27 @@ class StoreIndexTest : public IndexTest {
 };
 
 TEST_F(StoreIndexTest, SmallValuesLiveInBlocksValueThenKey) {
-  store_.set("k1", "hello");
+  EXPECT_TRUE(store_.set("k1", "hello"));
   expect_block("k1", "hello");
   const auto hit = store_.get("k1");
   EXPECT_TRUE(hit.found);
   EXPECT_EQ(hit.value, "hello");
   EXPECT_FALSE(hit.large) << "a small value in a block is still answered eagerly";
-  store_.set("k1", std::string(3000, 'x'));  // overwrite: a fresh block, entry rewritten
+  EXPECT_TRUE(store_.set("k1", std::string(3000, 'x')));  // overwrite: a fresh block, entry rewritten
   expect_block("k1", std::string(3000, 'x'));
   EXPECT_EQ(index_.stats().used, 1u);
 }
 
 TEST_F(StoreIndexTest, AValueNotInABlockIsWithdrawnNeverLeftStale) {
-  store_.set("k", "v1");
+  EXPECT_TRUE(store_.set("k", "v1"));
   expect_block("k", "v1");
   blocks_.fail = true;  // arena exhausted: std::string fallback
-  store_.set("k", "v2");
+  EXPECT_TRUE(store_.set("k", "v2"));
   EXPECT_EQ(store_.get("k").value, "v2");
   IndexEntry e;
   EXPECT_EQ(probe("k", e), ProbeResult::ask_rpc) << "the entry must not name v1 any more";
   blocks_.fail = false;
-  store_.set("k", "v3");
+  EXPECT_TRUE(store_.set("k", "v3"));
   expect_block("k", "v3");
   store_.erase("k");
   EXPECT_EQ(probe("k", e), ProbeResult::not_found);
@@ -255,14 +255,14 @@ TEST_F(StoreIndexTest, LargeValuesCarryTheKeyAfterTheValue) {
   auto big = blocks_(70000 + 3);
   std::memset(big->bytes.data(), 'L', 70000);
   big->bytes = big->bytes.first(70000);  // as the server allocates it: room for the key after
-  store_.set_large("big", big);
+  EXPECT_TRUE(store_.set_large("big", big));
   expect_block("big", std::string(70000, 'L'));
   EXPECT_TRUE(store_.get("big").large);
   // A block with no room for the key cannot be read by clients: withdrawn.
   auto tight = std::make_shared<kv::store::LargeValue>(*blocks_(8));
   tight->capacity = 8;
   tight->bytes = {tight->bytes.data(), 8};
-  store_.set_large("big", tight);
+  EXPECT_TRUE(store_.set_large("big", tight));
   IndexEntry e;
   EXPECT_EQ(probe("big", e), ProbeResult::ask_rpc);
 }
@@ -275,12 +275,12 @@ TEST_F(StoreIndexTest, LargeValuesPublishTheWritersChecksumExtendedOverTheKey) {
   auto big = blocks_(70000 + 3);
   std::memset(big->bytes.data(), 'L', 70000);
   big->bytes = big->bytes.first(70000);
-  store_.set_large("big", big, proto::crc32c(big->bytes.data(), 70000));
+  ASSERT_TRUE(store_.set_large("big", big, proto::crc32c(big->bytes.data(), 70000)));
   expect_block("big", std::string(70000, 'L'));  // equal to the checksum of value + key
   auto lie = blocks_(70000 + 3);
   std::memset(lie->bytes.data(), 'M', 70000);
   lie->bytes = lie->bytes.first(70000);
-  store_.set_large("big", lie, 0x12345678u);
+  ASSERT_TRUE(store_.set_large("big", lie, 0x12345678u));
   IndexEntry e;
   ASSERT_EQ(probe("big", e), ProbeResult::found);
   EXPECT_EQ(e.data_crc, proto::crc32c_extend(0x12345678u, "big", 3));
@@ -298,7 +298,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
     block = b;
     return b;
   });
-  s.set("gone", "value");
+  EXPECT_TRUE(s.set("gone", "value"));
   IndexEntry e;
   ASSERT_EQ(probe("gone", e), ProbeResult::found);
   const std::uint64_t bucket = proto::home_bucket(proto::hash64("gone"), kBuckets);  // the first free one
@@ -317,7 +317,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
   EXPECT_EQ(raw->key_hash, 0u);
   EXPECT_FALSE(s.erase("gone"));
   // SET after DEL: claimed and published again.
-  s.set("gone", "again");
+  EXPECT_TRUE(s.set("gone", "again"));
   ASSERT_EQ(probe("gone", e), ProbeResult::found);
   EXPECT_EQ(e.value_len, 5u);
   EXPECT_EQ(index_.stats().used, 1u);
@@ -325,7 +325,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
 }
 
 TEST_F(StoreIndexTest, AReaderRacingTheEraseSeesATornEntry) {
-  store_.set("racer", "value");
+  EXPECT_TRUE(store_.set("racer", "value"));
   IndexEntry e;
   ASSERT_EQ(probe("racer", e), ProbeResult::found);
   const std::uint64_t bucket = proto::home_bucket(proto::hash64("racer"), kBuckets);  // the only key
@@ -351,7 +351,7 @@ TEST_F(StoreIndexTest, AReaderRacingTheEraseSeesATornEntry) {
 
 TEST_F(StoreIndexTest, EraseOfAnOverflowKeyForgetsIt) {
   const auto keys = keys_homed_at(5, kBuckets, 9);
-  for (const auto& k : keys) store_.set(k, "v");
+  for (const auto& k : keys) EXPECT_TRUE(store_.set(k, "v"));
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
   EXPECT_TRUE(store_.erase(keys[8]));  // the one that found no bucket
   EXPECT_EQ(index_.stats().overflow_keys, 0u);
@@ -360,7 +360,7 @@ TEST_F(StoreIndexTest, EraseOfAnOverflowKeyForgetsIt) {
   EXPECT_EQ(index_.stats().used, 7u);
   IndexEntry e;
   EXPECT_EQ(probe(keys[0], e), ProbeResult::ask_rpc) << "the home bucket's overflow flag is sticky";
-  store_.set(keys[8], "back");  // takes the freed bucket now
+  EXPECT_TRUE(store_.set(keys[8], "back"));  // takes the freed bucket now
   EXPECT_EQ(index_.stats().used, 8u);
   EXPECT_EQ(index_.stats().overflow_keys, 0u);
 }

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
@@ -948,10 +949,75 @@ TEST(ProtoConnect, TrailingPaddingIgnored) {
 
 TEST(ProtoConnect, TooShort) {
   const auto b = encode_connect_params(client_params());
-  for (std::size_t len = 0; len < kConnectParamsSize; ++len) {
+  for (std::size_t len = 0; len < kConnectParamsMinSize; ++len) {
     const Bytes prefix(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(len));
     EXPECT_EQ(connect_error(prefix, Role::client), ConnectError::too_short) << len;
   }
+}
+
+TEST(ProtoConnect, AuthDigestRoundTripsAndAShortSenderHasNone) {
+  ConnectParams p = client_params();
+  p.auth = auth_digest("s3cret");
+  const auto b = encode_connect_params(p);
+  EXPECT_EQ(b.size(), kMaxConnectPrivateData) << "the whole connect private data";
+  const auto r = decode_connect_params(b, Role::client);
+  ASSERT_TRUE(std::holds_alternative<ConnectParams>(r));
+  EXPECT_EQ(std::get<ConnectParams>(r).auth, p.auth);
+  for (std::size_t len = kConnectParamsMinSize; len < kConnectParamsSize; ++len) {
+    const Bytes prefix(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(len));
+    const auto short_r = decode_connect_params(prefix, Role::client);
+    ASSERT_TRUE(std::holds_alternative<ConnectParams>(short_r)) << len;
+    EXPECT_FALSE(auth_present(std::get<ConnectParams>(short_r).auth)) << len;
+  }
+  ConnectParams s = server_params();
+  s.auth = auth_digest("x");
+  EXPECT_EQ(check_connect_params(s), ConnectError::client_only_field);
+  EXPECT_EQ(connect_error(encode_connect_params(s), Role::server), ConnectError::client_only_field);
+}
+
+TEST(ProtoAuth, Sha256KnownVectors) {
+  auto hex = [](const std::array<std::byte, 32>& d) {
+    std::string out;
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (const std::byte b : d) {
+      out += kHex[static_cast<unsigned>(b) >> 4];
+      out += kHex[static_cast<unsigned>(b) & 15];
+    }
+    return out;
+  };
+  auto of = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  EXPECT_EQ(hex(sha256(of(""))), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex(sha256(of("abc"))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex(sha256(of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"))),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(hex(sha256(of(million))), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(ProtoAuth, DigestsCompareAndRejectsRoundTrip) {
+  const AuthDigest a = auth_digest("token-a");
+  EXPECT_TRUE(auth_present(a));
+  EXPECT_FALSE(auth_present(AuthDigest{}));
+  EXPECT_TRUE(auth_equal(a, auth_digest("token-a")));
+  EXPECT_FALSE(auth_equal(a, auth_digest("token-b")));
+  EXPECT_FALSE(auth_equal(a, auth_digest("token-a\n")));
+  AuthDigest last = a;
+  last[kAuthDigestSize - 1] ^= std::byte{1};
+  EXPECT_FALSE(auth_equal(a, last));
+  for (RejectReason r : {RejectReason::auth_required, RejectReason::auth_failed}) {
+    const auto b = encode_reject(r);
+    EXPECT_EQ(decode_reject(b), r);
+    Bytes padded(b.begin(), b.end());
+    padded.resize(148, std::byte{0});
+    EXPECT_EQ(decode_reject(padded), r);
+  }
+  EXPECT_FALSE(decode_reject(Bytes(3, std::byte{0})));
+  auto bad = encode_reject(RejectReason::auth_failed);
+  bad[3] = std::byte{9};
+  EXPECT_FALSE(decode_reject(bad));
+  bad = encode_reject(RejectReason::auth_failed);
+  bad[0] = std::byte{0};
+  EXPECT_FALSE(decode_reject(bad));
 }
 
 TEST(ProtoConnect, Rejections) {

@@ -38,10 +38,12 @@ TEST(Stats, CounterRowsFollowTheTableAndCarryTheirValues) {
 
 TEST(Stats, StoreRowsCountKeysAndBytes) {
   store::Store s;
-  s.set("k", "vvv");
+  EXPECT_TRUE(s.set("k", "vvv"));
   store::StatRows rows;
   s.append_stats(rows);
-  EXPECT_EQ(store::format_stats_line(rows), "keys=1 bytes=4");  // key + value
+  // key + value; no limit; one entry's charge (Store::kEntryOverhead + key + value)
+  EXPECT_EQ(store::format_stats_line(rows),
+            "keys=1 bytes=4 max_memory=0 memory_used=" + std::to_string(store::Store::kEntryOverhead + 4));
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ TEST(Store, MissingKeyIsNotFound) {
 
 TEST(Store, SetThenGet) {
   Store s;
-  s.set("alpha", "one");
-  s.set("beta", "");
+  EXPECT_TRUE(s.set("alpha", "one"));
+  EXPECT_TRUE(s.set("beta", ""));
   auto a = s.get("alpha");
   ASSERT_TRUE(a.found);
   EXPECT_EQ(a.value, "one");
@@ -62,19 +62,19 @@ TEST(Store, SetThenGet) {
 
 TEST(Store, OverwriteAdjustsBytes) {
   Store s;
-  s.set("k", "short");
-  s.set("k", "a much longer value than before");
+  EXPECT_TRUE(s.set("k", "short"));
+  EXPECT_TRUE(s.set("k", "a much longer value than before"));
   EXPECT_EQ(s.size(), 1u);
   EXPECT_EQ(s.get("k").value, "a much longer value than before");
   EXPECT_EQ(s.bytes(), 1u + 31u);
-  s.set("k", "x");
+  EXPECT_TRUE(s.set("k", "x"));
   EXPECT_EQ(s.bytes(), 2u);
 }
 
 TEST(Store, Erase) {
   Store s;
-  s.set("a", "1");
-  s.set("bb", "22");
+  EXPECT_TRUE(s.set("a", "1"));
+  EXPECT_TRUE(s.set("bb", "22"));
   EXPECT_TRUE(s.erase("a"));
   EXPECT_FALSE(s.erase("a"));
   EXPECT_FALSE(s.get("a").found);
@@ -89,7 +89,7 @@ TEST(Store, BinaryKeysAndValues) {
   Store s;
   const std::string key("a\0b", 3);
   const std::string val("\0\xff\0", 3);
-  s.set(key, val);
+  EXPECT_TRUE(s.set(key, val));
   EXPECT_FALSE(s.get("a").found);  // the NUL is part of the key
   auto r = s.get(key);
   ASSERT_TRUE(r.found);
@@ -98,9 +98,9 @@ TEST(Store, BinaryKeysAndValues) {
 
 TEST(Store, ViewSurvivesOtherKeysMutating) {
   Store s;
-  s.set("stable", std::string(100, 'v'));
+  EXPECT_TRUE(s.set("stable", std::string(100, 'v')));
   const std::string_view v = s.get("stable").value;
-  for (int i = 0; i < 5000; ++i) s.set("k" + std::to_string(i), "x");  // forces rehashes
+  for (int i = 0; i < 5000; ++i) EXPECT_TRUE(s.set("k" + std::to_string(i), "x"));  // forces rehashes
   for (int i = 0; i < 5000; i += 2) s.erase("k" + std::to_string(i));
   EXPECT_EQ(v, std::string(100, 'v'));
   EXPECT_EQ(v.data(), s.get("stable").value.data());
@@ -109,8 +109,8 @@ TEST(Store, ViewSurvivesOtherKeysMutating) {
 TEST(Store, GetDoesNotAllocate) {
   Store s;
   const std::string long_key(200, 'k');  // beyond any small-string buffer
-  s.set(long_key, "value");
-  s.set("other", "v");
+  EXPECT_TRUE(s.set(long_key, "value"));
+  EXPECT_TRUE(s.set("other", "v"));
   const std::string probe = long_key;  // separate storage, same contents
   const std::string missing(300, 'm');
 
@@ -135,10 +135,10 @@ TEST(Store, GetDoesNotAllocate) {
 TEST(Store, OverwriteDoesNotCopyKey) {
   Store s;
   const std::string long_key(200, 'k');
-  s.set(long_key, std::string(64, 'a'));
+  EXPECT_TRUE(s.set(long_key, std::string(64, 'a')));
   g_allocs = 0;
   g_counting = true;
-  s.set(long_key, std::string_view("short"));  // fits the existing value buffer
+  EXPECT_TRUE(s.set(long_key, std::string_view("short")));  // fits the existing value buffer
   g_counting = false;
   EXPECT_EQ(g_allocs.load(), 0);
   EXPECT_EQ(s.get(long_key).value, "short");
@@ -164,7 +164,7 @@ struct TrackedBlock {
 TEST(Store, EraseFreesALargeValueAtOnceWhenNothingPinsIt) {
   Store s;
   TrackedBlock b;
-  s.set_large("big", b.make('L', 8192));
+  EXPECT_TRUE(s.set_large("big", b.make('L', 8192)));
   EXPECT_EQ(s.bytes(), 3u + 8192u);
   EXPECT_TRUE(s.erase("big"));
   EXPECT_TRUE(b.freed) << "the Store held the only reference";
@@ -176,7 +176,7 @@ TEST(Store, EraseFreesALargeValueAtOnceWhenNothingPinsIt) {
 TEST(Store, EraseOfAPinnedLargeValueKeepsItsBytesUntilTheTransferLetsGo) {
   Store s;
   TrackedBlock b;
-  s.set_large("big", b.make('L', 8192));
+  EXPECT_TRUE(s.set_large("big", b.make('L', 8192)));
   LargeRef pin = s.get("big").large;  // what a rendezvous GET (WRITE or pull) holds
   ASSERT_TRUE(pin);
   EXPECT_TRUE(s.erase("big"));
@@ -189,12 +189,65 @@ TEST(Store, EraseOfAPinnedLargeValueKeepsItsBytesUntilTheTransferLetsGo) {
 
 TEST(Store, SetAfterEraseIsANewKey) {
   Store s;
-  s.set("k", "old");
+  EXPECT_TRUE(s.set("k", "old"));
   EXPECT_TRUE(s.erase("k"));
-  s.set("k", "new");
+  EXPECT_TRUE(s.set("k", "new"));
   EXPECT_EQ(s.get("k").value, "new");
   EXPECT_EQ(s.size(), 1u);
   EXPECT_EQ(s.bytes(), 4u);
+}
+
+// --- memory limit (MemoryBudget, kvd --max-memory) ---------------------------
+
+TEST(Store, SetOverTheMemoryLimitFailsAndChangesNothing) {
+  const std::size_t entry = Store::kEntryOverhead + 2 + 100;  // key "kN" + a 100-byte value
+  Store s(3 * entry);
+  EXPECT_TRUE(s.set("k1", std::string(100, 'a')));
+  EXPECT_TRUE(s.set("k2", std::string(100, 'b')));
+  EXPECT_TRUE(s.set("k3", std::string(100, 'c')));
+  EXPECT_EQ(s.budget()->used(), 3 * entry);
+  EXPECT_FALSE(s.set("k4", std::string(100, 'd'))) << "a fourth key is over the limit";
+  EXPECT_FALSE(s.get("k4").found);
+  EXPECT_FALSE(s.set("k1", std::string(101, 'A'))) << "a larger overwrite is over it too";
+  EXPECT_EQ(s.get("k1").value, std::string(100, 'a')) << "the stored value is intact";
+  EXPECT_TRUE(s.set("k1", std::string(50, 'x'))) << "a smaller overwrite gives memory back";
+  EXPECT_EQ(s.budget()->used(), 3 * entry - 50);
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(s.bytes(), 6u + 250u);
+  EXPECT_TRUE(s.erase("k2"));  // DEL frees its entry's charge
+  EXPECT_EQ(s.budget()->used(), 2 * entry - 50);
+  EXPECT_TRUE(s.set("k4", std::string(100, 'd')));
+  EXPECT_EQ(s.get("k4").value, std::string(100, 'd'));
+  EXPECT_EQ(s.get("k3").value, std::string(100, 'c'));
+}
+
+TEST(Store, LargeValuesChargeOnlyTheirKeyEntry) {
+  Store s(Store::kEntryOverhead + 3);
+  TrackedBlock b;
+  EXPECT_TRUE(s.set_large("big", b.make('L', 8192))) << "the block is its arena's charge";
+  EXPECT_EQ(s.budget()->used(), Store::kEntryOverhead + 3);
+  EXPECT_TRUE(s.large_fits("big")) << "an overwrite charges nothing more";
+  EXPECT_FALSE(s.large_fits("two"));
+  TrackedBlock other;
+  EXPECT_FALSE(s.set_large("two", other.make('M', 8192))) << "a second key does not fit";
+  EXPECT_TRUE(other.freed) << "the refused block is not kept";
+  EXPECT_EQ(s.get("big").value, std::string(8192, 'L'));
+  EXPECT_TRUE(s.erase("big"));
+  EXPECT_EQ(s.budget()->used(), 0u);
+}
+
+TEST(Store, MemoryBudgetRefusesWhatDoesNotFit) {
+  MemoryBudget b(100);
+  EXPECT_TRUE(b.try_charge(60));
+  EXPECT_FALSE(b.try_charge(41));
+  EXPECT_EQ(b.used(), 60u);
+  EXPECT_EQ(b.available(), 40u);
+  b.charge(50);  // forced (setup): over the limit
+  EXPECT_EQ(b.available(), 0u);
+  EXPECT_FALSE(b.try_charge(1));
+  b.release(110);
+  EXPECT_EQ(b.used(), 0u);
+  EXPECT_TRUE(MemoryBudget{}.unlimited());
 }
 
 }  // namespace

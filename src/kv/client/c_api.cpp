@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "kv/client/c_handle.hpp"
+#include "kv/conn/auth_token.hpp"
 #include "kv/client/client.hpp"
 #include "reactor/reactor.hpp"
 
@@ -170,6 +171,13 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
       if (!parse_poll_budget(poll, opt.poll)) {
         return set_error(nullptr, EINVAL, std::string(own_poll ? "kv_open: poll_us '" : "kv_open: RKV_POLL_US='") +
                                               poll + "' is not valid (expected microseconds 0..10000000, or 'busy')");
+      }
+    }
+    if (const char* file = std::getenv("RKV_AUTH_TOKEN_FILE"); file != nullptr && *file != '\0') {
+      try {
+        opt.auth_token = rkv::kv::conn::read_auth_token_file(file).token;
+      } catch (const rkv::kv::conn::AuthTokenError& e) {
+        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_AUTH_TOKEN_FILE: ") + e.what());
       }
     }
     *kv_handle = CHandle::open(host, port, opt).release();
@@ -401,6 +409,7 @@ const char* kv_strerror(int code) {
     case ENODEV: return "no RDMA device";
     case ENOENT: return "no such key";
     case EAGAIN: return "pipeline full";
+    case EACCES: return "authentication token missing or refused";
     default: return "unknown error";
   }
 }

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kv/conn/endpoint.hpp"
+#include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/wire.hpp"
 #include "verbs/error.hpp"
@@ -184,12 +185,21 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   mine.role = proto::Role::client;
   mine.credits = static_cast<std::uint16_t>(options_.max_in_flight);
   mine.recv_buf_size = options_.recv_size;
+  if (!options_.auth_token.empty()) mine.auth = proto::auth_digest(options_.auth_token);
   const auto mine_bytes = proto::encode_connect_params(mine);
   verbs::ConnParams cp;
   cp.private_data = mine_bytes;
   ep_->id().connect(cp);
   ev = wait_cm_event(options_.connect_timeout, "connect");
   if (ev.type != verbs::CmEventType::established) {
+    if (ev.type == verbs::CmEventType::rejected) {
+      if (const auto why = proto::decode_reject(ev.private_data())) {
+        throw ConnectError(EACCES, "connection rejected: " + std::string(proto::to_string(*why)) +
+                                       (*why == proto::RejectReason::auth_required
+                                            ? " (kvd --auth-token-file: give the client the same file)"
+                                            : ""));
+      }
+    }
     throw ConnectError(cm_errno(ev), "connection failed: " + describe(ev));
   }
   connected_ = true;

@@ -67,6 +67,10 @@ struct ClientOptions {
   // message GET only as the documented fallback). Against a server without
   // an index GETs stay messages (logged once at connect).
   GetMode get_mode = GetMode::rpc;
+  // The server's auth token (kvd --auth-token-file; conn::read_auth_token_file
+  // reads one): its digest goes in the connect request. Empty: none. A server
+  // that refuses it fails connect() with EACCES.
+  std::string auth_token;
 };
 
 // Setup failure: what() says which step failed and why; code() is an errno

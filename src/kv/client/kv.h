@@ -19,6 +19,8 @@
  *   ENOMEM        out of memory (here or in the server's store)
  *   ENOENT        kv_get_bin, kv_del, a GET or DEL completion: no such key
  *   EAGAIN        kv_*_async: the pipeline is full (see below)
+ *   EACCES        kv_open: the server requires an auth token and none, or a
+ *                 wrong one, was given (RKV_AUTH_TOKEN_FILE)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
  */
@@ -54,7 +56,11 @@ extern "C" {
  * non-empty value makes kv_open fail with EINVAL.
  * RKV_POLL_US=N (default 200): after each completion or request the handle
  * keeps polling for N microseconds before it sleeps until a completion event
- * (0: events only; "busy": never sleeps). Anything else: EINVAL. */
+ * (0: events only; "busy": never sleeps). Anything else: EINVAL.
+ * RKV_AUTH_TOKEN_FILE=PATH: present the token in PATH (the file's bytes
+ * without the trailing newline) to a kvd started with --auth-token-file;
+ * a file that cannot be read, or an empty one, makes kv_open fail with
+ * EINVAL; a server that refuses the token, with EACCES. */
 KV_API int kv_open(char *servername, void **kv_handle);
 /* kv_open with the options given here instead of by the environment:
  * get_mode "rpc" or "read", poll_us as RKV_POLL_US ("200", "0", "busy").

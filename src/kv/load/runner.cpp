@@ -13,6 +13,15 @@ namespace rkv::kv::load {
 using client::Client;
 using client::Status;
 
+namespace {
+// A failed SET's error text: the status name, and for no_memory what it means.
+std::string set_status_text(Status s) {
+  std::string t(to_string(s));
+  if (s == Status::no_memory) t += ": the server's memory limit is reached (kvd --max-memory); nothing was stored";
+  return t;
+}
+}  // namespace
+
 std::string_view to_string(RunState s) noexcept {
   switch (s) {
     case RunState::idle: return "idle";
@@ -121,7 +130,7 @@ void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
     expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::value, op.value} : Expected{});
   }
   if (ok && options_.on_set_ok) options_.on_set_ok(op, value);
-  if (!ok) error_line(op, std::string(to_string(r.status)));
+  if (!ok) error_line(op, set_status_text(r.status));
 }
 
 void LoadRun::run_get(const Op& op) {

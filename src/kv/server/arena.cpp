@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <exception>
+#include <string_view>
 #include <vector>
 
 namespace rkv::kv::server {
@@ -53,14 +54,52 @@ struct Arena::State {
   std::vector<Chunk> chunks;
   ArenaStats stats;
 
+  std::shared_ptr<store::MemoryBudget> budget;  // null: none
+  bool limit_logged = false;  // the last growth failed for the limit (logged once until one succeeds)
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  State(State&&) = delete;
+  State& operator=(State&&) = delete;
+  ~State() {
+    if (budget) budget->release(stats.reserved_bytes);
+  }
+
+  // Refused for a limit: logged once until the next growth succeeds (a full
+  // store refuses every SET; one line says why).
+  void limit_reached(std::size_t block, std::string_view which, std::size_t limit) noexcept {
+    if (limit_logged) return;
+    limit_logged = true;
+    spdlog::warn("arena: not growing {}-byte blocks: {} of {} bytes reached; SETs that need them get no_memory",
+                 block, which, limit);
+  }
+
   // Adds one chunk of class c; false (logged) on failure or over the limit.
   bool grow(std::size_t c, Registrar& registrar) noexcept {
     Class& k = classes[c];
-    const std::size_t size = std::max(k.block, config.chunk_bytes);
+    std::size_t size = std::max(k.block, config.chunk_bytes);
     if (stats.reserved_bytes + size > config.max_bytes) {
-      spdlog::warn("arena: not growing {}-byte blocks: limit of {} bytes reached", k.block, config.max_bytes);
+      limit_reached(k.block, "arena limit", config.max_bytes);
       return false;
     }
+    if (budget && size > budget->available()) {
+      // What is left, in whole pages and whole blocks.
+      const std::size_t unit = std::max<std::size_t>(k.block, 4096);
+      size = budget->available() / unit * unit;
+      if (size < k.block) {
+        limit_reached(k.block, "memory limit (--max-memory)", budget->limit());
+        return false;
+      }
+    }
+    if (budget && !budget->try_charge(size)) return false;  // fits: checked above
+    struct Uncharge {  // until the chunk is in: a failure gives the charge back
+      store::MemoryBudget* b;
+      std::size_t n;
+      ~Uncharge() {
+        if (b != nullptr) b->release(n);
+      }
+    } uncharge{budget.get(), size};
     try {
       Chunk ch;
       ch.mem.base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -77,6 +116,8 @@ struct Arena::State {
       k.total += size / k.block;
       stats.reserved_bytes += size;
       ++stats.chunks;
+      uncharge.b = nullptr;  // kept: released when the state goes
+      limit_logged = false;
       return true;
     } catch (const std::exception& e) {
       spdlog::warn("arena: growing {}-byte blocks by {} bytes failed: {}", k.block, size, e.what());
@@ -85,10 +126,11 @@ struct Arena::State {
   }
 };
 
-Arena::Arena(Registrar& registrar, ArenaConfig config)
+Arena::Arena(Registrar& registrar, ArenaConfig config, std::shared_ptr<store::MemoryBudget> budget)
     : state_(std::make_shared<State>()), registrar_(&registrar) {
   config.min_block = std::bit_ceil(std::max<std::size_t>(config.min_block, 64));
   state_->config = config;
+  state_->budget = std::move(budget);
 }
 
 std::size_t Arena::block_size(std::size_t n) const noexcept {

@@ -16,6 +16,11 @@
 // chunk so the next allocation finds a free block. In steady state no
 // operation registers anything.
 //
+// Memory limit: with a store::MemoryBudget every chunk is charged to it
+// before it is mapped (a chunk that does not fit is cut down to what the
+// budget has left, in whole blocks; no block fits: allocate() fails, and the
+// SET answers no_memory), and given back when the arena's state goes.
+//
 // The arena's state lives until the last block is gone (blocks may outlive
 // the Arena object, e.g. in a Store destroyed after the Server).
 // Reactor thread only.
@@ -47,8 +52,9 @@ struct ArenaStats {
 
 class Arena {
  public:
-  // The registrar must outlive every allocate()/top_up() call (not the blocks).
-  Arena(Registrar& registrar, ArenaConfig config);
+  // The registrar must outlive every allocate()/top_up() call (not the
+  // blocks). budget: charged per chunk (null: only config.max_bytes bounds it).
+  Arena(Registrar& registrar, ArenaConfig config, std::shared_ptr<store::MemoryBudget> budget = nullptr);
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   Arena(Arena&&) noexcept = default;

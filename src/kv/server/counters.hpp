@@ -23,6 +23,7 @@ struct ServerCounters {
   std::uint64_t connections = 0;
   std::uint64_t accepted = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t auth_failures = 0;
   std::uint64_t closed = 0;
   std::uint64_t protocol_errors = 0;
   std::uint64_t credit_overruns = 0;
@@ -49,6 +50,7 @@ struct ServerCounters {
   std::uint64_t rdma_writes = 0;
   std::uint64_t bytes_copied = 0;
   std::uint64_t too_large = 0;
+  std::uint64_t no_memory = 0;
   std::uint64_t transfers_aborted = 0;
   std::uint64_t pinned = 0;
   std::uint64_t transfers = 0;
@@ -71,7 +73,8 @@ struct CounterInfo {
 inline constexpr std::array kServerCounterTable{
     CounterInfo{"connections", &ServerCounters::connections, "live connections (accepted, not yet destroyed)"},
     CounterInfo{"accepted", &ServerCounters::accepted, "connections accepted"},
-    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, table full, setup failed)"},
+    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
+    CounterInfo{"auth_failures", &ServerCounters::auth_failures, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
     CounterInfo{"closed", &ServerCounters::closed, "connections torn down"},
     CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, "clients dropped for a malformed or out-of-protocol message"},
     CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, "clients dropped for sending more SENDs than credits granted"},
@@ -98,6 +101,7 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, "RDMA WRITEs posted (large GET values)"},
     CounterInfo{"bytes_copied", &ServerCounters::bytes_copied, "value bytes memcpy'd (eager values only)"},
     CounterInfo{"too_large", &ServerCounters::too_large, "requests refused for size before any allocation"},
+    CounterInfo{"no_memory", &ServerCounters::no_memory, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
     CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, "RDMA transfers dropped by an error or a disconnect"},
     CounterInfo{"pinned", &ServerCounters::pinned, "now: large values held by transfers and pulls"},
     CounterInfo{"transfers", &ServerCounters::transfers, "now: RDMA READ/WRITEs in flight"},

@@ -48,6 +48,16 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
     throw std::invalid_argument(fmt::format("index buckets must be 0 or a power of two up to {}",
                                             proto::kMaxIndexBuckets));
   }
+  if (const auto& budget = store_->budget(); options_.index_buckets != 0 && !budget->unlimited()) {
+    const std::size_t index_bytes = proto::index_region_bytes(options_.index_buckets);
+    if (index_bytes >= budget->available()) {
+      throw std::invalid_argument(fmt::format(
+          "the one-sided index ({} buckets, {} bytes) leaves nothing of the memory limit ({} bytes, {} in use): "
+          "raise --max-memory or lower --index-buckets",
+          options_.index_buckets, index_bytes, budget->limit(), budget->used()));
+    }
+  }
+  if (!options_.auth_token.empty()) auth_ = proto::auth_digest(options_.auth_token);
   listener_.emplace(events_, kListenerToken);
   listener_->bind(options_.bind_address, options_.port);
   listener_->listen(options_.backlog);
@@ -67,6 +77,7 @@ Server::~Server() {
   reactor_->assert_owner_thread();
   poller_.reset();
   store_->detach_index();  // the index and the small arena go with the Server
+  store_->budget()->release(index_charged_);
   events_watch_.reset();
   // Each Conn dies watch, deadline, Endpoint (the QP; it disconnects the
   // cm_id if still connected), then ServerConn (see Conn).
@@ -76,10 +87,12 @@ Server::~Server() {
 void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
-  arena_ = std::make_unique<Arena>(*registrar_, options_.arena);
+  arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
   if (options_.index_buckets != 0) {
-    small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena);
+    small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena, store_->budget());
     index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
+    index_charged_ = index_->bytes();
+    store_->budget()->charge(index_charged_);  // checked against the limit in the constructor
     store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); });
     spdlog::info("server: one-sided GET index: {} buckets, {} bytes (remote_read)", options_.index_buckets,
                  index_->bytes());
@@ -101,8 +114,7 @@ void Server::migrate_large_values() noexcept {
     for (const auto& k : keys) {
       const std::string value(store_->get(k).value);  // a copy: the set below replaces what it views
       if (proto::eager_fits(k.size(), value.size())) {
-        store_->set(k, value);
-        ++republished;
+        if (store_->set(k, value)) ++republished;  // else it stays as it was: GET by message
         continue;
       }
       const std::size_t tail = store_->indexed() ? k.size() : 0;  // [value][key] blocks (docs/protocol.md)
@@ -114,9 +126,13 @@ void Server::migrate_large_values() noexcept {
       }
       block->bytes = block->bytes.first(value.size());
       std::memcpy(block->bytes.data(), value.data(), value.size());
+      if (!store_->set_large(k, std::move(block))) {  // the string it replaces stays
+        spdlog::error("server: over the memory limit moving the recovered value of {} into registered memory: "
+                      "rendezvous GETs of it fail", k);
+        continue;
+      }
       bytes += value.size();
       ++moved;
-      store_->set_large(k, std::move(block));
     }
     if (moved + republished > 0) {
       spdlog::info("server: moved {} large values ({} bytes) into registered memory; {} small values into the "
@@ -214,10 +230,10 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
   const std::string peer = ev.peer_address;
   if (!ev.new_id) return;
   verbs::CmId id = std::move(*ev.new_id);
-  auto reject = [&](const std::string& why) {
+  auto reject = [&](const std::string& why, std::span<const std::byte> data = {}) {
     spdlog::warn("server: rejecting {}: {}", peer, why);
     ++counters_.rejected;
-    if (const int rc = id.reject(); rc != 0) SPDLOG_DEBUG("server: rdma_reject: errno {}", rc);
+    if (const int rc = id.reject(data); rc != 0) SPDLOG_DEBUG("server: rdma_reject: errno {}", rc);
   };
   if (shutting_down_) return reject("shutting down");
   const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::client);
@@ -225,6 +241,15 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     return reject(fmt::format("bad connect parameters: {}", to_string(*err)));
   }
   const auto& params = std::get<proto::ConnectParams>(decoded);
+  if (auth_) {  // before anything is made for the peer, and before the accept reveals the index
+    const bool sent = proto::auth_present(params.auth);
+    if (!sent || !proto::auth_equal(params.auth, *auth_)) {
+      ++counters_.auth_failures;
+      const auto why = sent ? proto::RejectReason::auth_failed : proto::RejectReason::auth_required;
+      const auto data = proto::encode_reject(why);
+      return reject(fmt::format("authentication failed: {}", sent ? "wrong token" : "no token"), data);
+    }
+  }
   const auto key = conns_.try_insert(Conn{});
   if (!key) return reject(fmt::format("connection table full ({} clients)", options_.max_clients));
   Conn& c = *conns_.find(*key);

@@ -34,6 +34,12 @@
 // rendezvous GETs can serve them: at construction when the bound address has
 // a device, else at the first connect request.
 //
+// Access control (ServerOptions::auth_token): a connect request without the
+// token's digest, or with a wrong one, is rejected (constant-time compare,
+// logged with the peer's address, counted in auth_failures) before a slot,
+// a QP or any registered memory is made for it; the reject carries only a
+// proto::RejectReason, so the index's rkey (in the accept) never reaches it.
+//
 // Thread: everything runs on the reactor's thread; the public calls assert it.
 
 #include <chrono>
@@ -47,6 +53,7 @@
 #include <vector>
 
 #include "kv/server/arena.hpp"
+#include "proto/auth.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/endpoint.hpp"
 #include "kv/server/index_region.hpp"
@@ -90,6 +97,10 @@ struct ServerOptions {
   std::chrono::microseconds poll{reactor::kDefaultSpin};
   // Replies per SEND before it is posted early, mid-batch (ServerConnConfig::reply_batch); 0: one SEND per pass.
   std::uint32_t reply_batch = 8;
+  // Access control (docs/protocol.md, "Authentication"): non-empty = a
+  // connect request must carry proto::auth_digest(auth_token), else it is
+  // rejected before any verbs resource is made for it.
+  std::string auth_token;
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };
@@ -197,6 +208,8 @@ class Server {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
   std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it
+  std::size_t index_charged_ = 0;         // its bytes, charged to the Store's MemoryBudget
+  std::optional<proto::AuthDigest> auth_;  // what a connect request must carry (options_.auth_token)
   Durability* durability_ = nullptr;
   std::uint16_t port_ = 0;
   reactor::SlotTable<Conn> conns_;  // bounded by max_clients

@@ -361,9 +361,14 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
       try {
-        store_->set(m.key, m.value_text());
+        if (!store_->set(m.key, m.value_text())) {  // over the memory limit: nothing changed
+          ++counters_->no_memory;
+          reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
+          return Outcome::reply;
+        }
         counters_->bytes_copied += m.value.size();
       } catch (const std::bad_alloc&) {
+        ++counters_->no_memory;
         reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
         return Outcome::reply;
       }

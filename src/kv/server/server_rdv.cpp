@@ -47,9 +47,11 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   // With the one-sided index the key is stored after the value ([value][key],
   // docs/protocol.md): the READ lands at the block start as ever.
   const std::size_t tail = store_->indexed() ? m.key.size() : 0;
-  auto block = arena_->allocate(static_cast<std::size_t>(len) + tail);
+  // The key's entry must fit the memory limit too: no READ of a value that could not be kept.
+  auto block = store_->large_fits(m.key) ? arena_->allocate(static_cast<std::size_t>(len) + tail) : nullptr;
   if (block) block->bytes = block->bytes.first(static_cast<std::size_t>(len));
-  if (!block) {
+  if (!block) {  // the memory limit (or the arena's) is reached, or mapping failed
+    ++counters_->no_memory;
     reply = proto::msg::error_reply(Opcode::set, id, 0, Status::no_memory);
     return Outcome::reply;
   }
@@ -156,11 +158,16 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     // The old value goes when its last pin does. The index entry carries the
     // writer's checksum: a wrong one only sends one-sided readers of this key
     // to the message path (docs/protocol.md, "Rendezvous path").
-    store_->set_large(t.key, t.pin.value(), t.value_crc);
-    ++counters_->large_sets;
-    // Logged straight from the arena block (the log pins it until written).
-    out = record_durable(t.key, t.pin.value()->view(), t.pin.value(), t.req_id, reply);
+    if (store_->set_large(t.key, t.pin.value(), t.value_crc)) {
+      ++counters_->large_sets;
+      // Logged straight from the arena block (the log pins it until written).
+      out = record_durable(t.key, t.pin.value()->view(), t.pin.value(), t.req_id, reply);
+    } else {  // the key's entry is over the memory limit: the block goes back with the transfer
+      ++counters_->no_memory;
+      reply = proto::msg::error_reply(Opcode::set, t.req_id, 0, Status::no_memory);
+    }
   } catch (const std::bad_alloc&) {
+    ++counters_->no_memory;
     reply = proto::msg::error_reply(Opcode::set, t.req_id, 0, Status::no_memory);
   }
   free_transfer(slot);

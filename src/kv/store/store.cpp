@@ -60,37 +60,74 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
 }
 
-void Store::set(std::string_view key, std::string_view value) {
+bool Store::recharge(std::size_t old_charge, std::size_t new_charge) noexcept {
+  if (new_charge > old_charge) return budget_->try_charge(new_charge - old_charge);
+  budget_->release(old_charge - new_charge);
+  return true;
+}
+
+bool Store::set(std::string_view key, std::string_view value) {
   LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
+  const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
   if (auto it = map_.find(key); it != map_.end()) {
     const std::size_t old = it->second.size();
-    if (block) {
-      it->second.assign(std::move(block), false);
-    } else {
-      it->second.assign(value);  // may throw: update bytes_ only after it
+    const std::size_t old_charge = entry_charge(it->first, it->second);
+    if (!recharge(old_charge, charge)) return false;  // the block (if any) goes back to its arena
+    try {
+      if (block) {
+        it->second.assign(std::move(block), false);
+      } else {
+        it->second.assign(value);  // may throw: update bytes_ only after it
+      }
+    } catch (...) {
+      if (charge > old_charge) budget_->release(charge - old_charge);  // back to where it was
+      else budget_->charge(old_charge - charge);
+      throw;
     }
     bytes_ = bytes_ - old + value.size();
     if (index_ != nullptr) reindex(it, false);
-    return;
+    return true;
   }
-  auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
-                              : map_.emplace(std::string(key), Value(value));
-  bytes_ += key.size() + value.size();
-  if (index_ != nullptr) reindex(it, inserted);
+  if (!budget_->try_charge(charge)) return false;
+  try {
+    auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
+                                : map_.emplace(std::string(key), Value(value));
+    bytes_ += key.size() + value.size();
+    if (index_ != nullptr) reindex(it, inserted);
+  } catch (...) {
+    budget_->release(charge);
+    throw;
+  }
+  return true;
 }
 
-void Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
+bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
   const std::size_t n = value->bytes.size();
+  const std::size_t charge = entry_charge(key.size(), 0);
   if (auto it = map_.find(key); it != map_.end()) {
     const std::size_t old = it->second.size();
+    if (!recharge(entry_charge(it->first, it->second), charge)) return false;
     it->second.assign(std::move(value), true);  // the old value goes when its last pin does
     bytes_ = bytes_ - old + n;
     if (index_ != nullptr) reindex(it, false, value_crc);
-    return;
+    return true;
   }
-  auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
-  bytes_ += key.size() + n;
-  if (index_ != nullptr) reindex(it, inserted, value_crc);
+  if (!budget_->try_charge(charge)) return false;
+  try {
+    auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
+    bytes_ += key.size() + n;
+    if (index_ != nullptr) reindex(it, inserted, value_crc);
+  } catch (...) {
+    budget_->release(charge);
+    throw;
+  }
+  return true;
+}
+
+bool Store::large_fits(std::string_view key) const noexcept {
+  const std::size_t charge = entry_charge(key.size(), 0);
+  if (const auto it = map_.find(key); it != map_.end() && entry_charge(it->first, it->second) >= charge) return true;
+  return budget_->available() >= charge;
 }
 
 Store::Lookup Store::get(std::string_view key) const {
@@ -117,6 +154,7 @@ bool Store::erase(std::string_view key) {
     }
   }
   bytes_ -= it->first.size() + it->second.size();
+  budget_->release(entry_charge(it->first, it->second));
   map_.erase(it);
   return true;
 }

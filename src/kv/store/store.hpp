@@ -14,6 +14,11 @@
 // source the server gives it; a std::string only when that fails), and every
 // set path publishes the key's entry (or withdraws it when the value is not
 // in a block), so the index never names a value the key no longer has.
+//
+// Memory limit (MemoryBudget, kvd --max-memory): every key charges
+// kEntryOverhead + its length, plus the value's length while the value is a
+// std::string; values in registered blocks are charged by their arena when it
+// grows. A set that would go over the limit returns false and changes nothing.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +31,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
 
 namespace rkv::kv::store {
@@ -66,13 +72,29 @@ class Store {
     LargeRef large;
   };
 
+  // Estimated bytes of one map entry besides its key and value (node, hash
+  // bucket, allocator overhead): what a key costs against the budget.
+  static constexpr std::size_t kEntryOverhead = 128;
+
+  // max_memory: the budget's limit (MemoryBudget::kUnlimited: none).
+  explicit Store(std::size_t max_memory = MemoryBudget::kUnlimited)
+      : budget_(std::make_shared<MemoryBudget>(max_memory)) {}
+
   // Inserts or overwrites. Overwriting reuses the existing key (no key copy).
-  void set(std::string_view key, std::string_view value);
+  // False (nothing changed) if it would go over the memory limit; an
+  // allocation failure throws std::bad_alloc (nothing changed either).
+  [[nodiscard]] bool set(std::string_view key, std::string_view value);
   // Inserts or overwrites with a large value (no copy: the Store takes a
-  // reference). value_crc: crc32c of the value bytes when the caller has it
-  // (a rendezvous SET's writer sends it, docs/protocol.md); the index then
-  // extends it over the key instead of reading the value through again.
-  void set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc = std::nullopt);
+  // reference). False (nothing changed) if the key's entry would go over the
+  // memory limit (the block itself was charged by its arena). value_crc:
+  // crc32c of the value bytes when the caller has it (a rendezvous SET's
+  // writer sends it, docs/protocol.md); the index then extends it over the
+  // key instead of reading the value through again.
+  [[nodiscard]] bool set_large(std::string_view key, LargeRef value,
+                               std::optional<std::uint32_t> value_crc = std::nullopt);
+  // Whether set_large(key, ...) would fit the memory limit now (the server
+  // asks before it READs a rendezvous value it could not keep).
+  [[nodiscard]] bool large_fits(std::string_view key) const noexcept;
   // Never allocates (heterogeneous lookup: the view is hashed directly).
   [[nodiscard]] Lookup get(std::string_view key) const;
   // Removes the key (DEL). True if it existed. With an index its entry is
@@ -105,9 +127,17 @@ class Store {
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
   // Sum of key and value lengths, for stats (excludes container overhead).
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
-  // Its rows of the server's statistics: keys, bytes.
+  // The memory limit every set is checked against; the server's arenas and
+  // index charge it too.
+  [[nodiscard]] const std::shared_ptr<MemoryBudget>& budget() const noexcept { return budget_; }
+  // Its rows of the server's statistics: keys, bytes, the memory limit and use.
   void append_stats(StatRows& rows) const {
-    rows.insert(rows.end(), {{"keys", size(), "keys in the store"}, {"bytes", bytes(), "key + value bytes in the store"}});
+    rows.insert(rows.end(), {{"keys", size(), "keys in the store"},
+                             {"bytes", bytes(), "key + value bytes in the store"},
+                             {"max_memory", budget_->unlimited() ? 0 : budget_->limit(),
+                              "memory limit of the store, bytes (kvd --max-memory; 0: none)"},
+                             {"memory_used", budget_->used(),
+                              "bytes charged against max_memory: index, arena chunks, keys and unindexed values"}});
   }
 
  private:
@@ -157,11 +187,23 @@ class Store {
   };
   using Map = std::unordered_map<std::string, Value, Hash, std::equal_to<>>;
 
+  // What one entry charges the budget (value_len: 0 for a value in a block).
+  [[nodiscard]] static std::size_t entry_charge(std::size_t key_len, std::size_t value_len) noexcept {
+    return kEntryOverhead + key_len + value_len;
+  }
+  [[nodiscard]] static std::size_t entry_charge(std::string_view key, const Value& v) noexcept {
+    return entry_charge(key.size(), v.block() != nullptr ? 0 : v.size());
+  }
+  // Charges (new > old) or releases (new < old) the difference; false if the
+  // charge does not fit.
+  [[nodiscard]] bool recharge(std::size_t old_charge, std::size_t new_charge) noexcept;
+
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
   void reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
 
+  std::shared_ptr<MemoryBudget> budget_;  // before map_: still there while the map's blocks go
   Map map_;
   std::size_t bytes_ = 0;
   ReadableIndex* index_ = nullptr;
