@@ -9,6 +9,7 @@
 // of a file unless --repair), then logs every SET and DEL through io_uring.
 #include "cli.hpp"
 #include "kvd.hpp"
+#include "kvd_ops.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -145,6 +146,7 @@ int kvd_main(int argc, char** argv) {
     });
     kv::server::Server server(reactor, store, opt, log.get());
     server_ptr = &server;
+    register_kvd_ops(server);  // INCR and CAS through the public handler API
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t req_id, bool ok) { server.on_durable(tok, req_id, ok); });
     }

@@ -52,14 +52,17 @@
 
 namespace rkv::kv::client {
 
-enum class OpKind : std::uint8_t { set, get, del };
+// call: a CALL (kv_call, and kv_incr/kv_cas, whose line is their key's;
+// kv_call's is the empty key, which no other op has: kv_calls run one at a
+// time, in order, and are not ordered with keyed ops).
+enum class OpKind : std::uint8_t { set, get, del, call };
 [[nodiscard]] std::string_view to_string(OpKind k) noexcept;
 
 // The outcome of a sync call.
 struct OpResult {
   Status status = Status::ok;
   bool found = false;         // GET, DEL: the key existed
-  void* value = nullptr;      // GET hit: the value handed to the caller (release_value); else null
+  void* value = nullptr;      // GET hit, CALL: the value or reply handed to the caller (release_value); else null
   std::size_t value_len = 0;
 };
 
@@ -105,8 +108,9 @@ class CHandle {
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
+  // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
   [[nodiscard]] int run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                        const char* what);
+                        const char* what, std::uint16_t call_op = 0);
   // kv_poll. Throws std::system_error (the reactor).
   [[nodiscard]] int poll(kv_completion* out, int max, int timeout_ms);
   [[nodiscard]] int fd() const noexcept { return reactor_->fd(); }
@@ -128,7 +132,8 @@ class CHandle {
     OpState state = OpState::waiting;
     bool sync = false;
     std::string key;
-    std::span<const std::byte> value;  // SET: the caller's bytes
+    std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
+    std::uint16_t call_op = 0;         // CALL: the user opcode
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
     OpResult result;          // sync ops, once done
@@ -149,7 +154,7 @@ class CHandle {
   // A new op at the back of its key's line; sent now if it is the front.
   // Returns its key, or the Client's refusal (the op is gone then).
   [[nodiscard]] Status add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           bool sync, reactor::SlotKey& out);
+                           bool sync, reactor::SlotKey& out, std::uint16_t call_op = 0);
   [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
   void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;
   // The front op of its line is over: out of the line, delivered, and the

@@ -131,8 +131,9 @@ ServerConn::Outcome ServerConn::execute_release(const proto::MessageView& m) noe
 
 void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   const std::uint32_t slot = c.wr_id.slot();
-  const auto want = c.wr_id.kind() == WrKind::rdma_read ? TransferKind::set_read : TransferKind::get_write;
-  if (slot >= transfers_.size() || transfers_[slot].kind != want) {
+  const bool is_read = c.wr_id.kind() == WrKind::rdma_read;
+  const auto kind = slot < transfers_.size() ? transfers_[slot].kind : TransferKind::none;
+  if (is_read ? kind != TransferKind::set_read && kind != TransferKind::call_read : kind != TransferKind::get_write) {
     ++counters_->stale_completions;
     return;
   }
@@ -147,6 +148,14 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   Transfer& t = transfers_[slot];
   if (t.kind == TransferKind::get_write) {  // the reply went out right after the WRITE
     free_transfer(slot);
+    return process_held();
+  }
+  if (t.kind == TransferKind::call_read) {  // the request bytes are in the block: run the handler on them
+    proto::MessageSpec reply;
+    const Outcome out = run_call(t.req_id, t.op, t.pin.value()->bytes, reply);
+    free_transfer(slot);  // the handler is done with the request bytes
+    if (out == Outcome::failed) return;
+    if (out == Outcome::reply && !emit(reply)) return;
     return process_held();
   }
   proto::MessageSpec reply = proto::msg::set_reply(t.req_id, 0);
