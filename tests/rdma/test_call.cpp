@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -163,6 +165,47 @@ TEST_F(CallKvd, OneSidedGetsSeeIncrAndCas) {
   EXPECT_EQ(value_of(*reader, "hits"), big);
   EXPECT_EQ(value_of(*writer, "hits"), big);
   EXPECT_GE(reader->counters().onesided_hits, 3u);
+}
+
+// kvload: CALL lines mixed with SET/GET/DEL in a file (depth 16), and in
+// interactive mode; --verify refuses a file with CALLs.
+TEST_F(CallKvd, KvloadCallLines) {
+  start();
+  char tmpl[] = "/tmp/rkv-call-wl-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string file = tmpl;
+  {
+    std::ofstream w(file, std::ios::trunc);
+    // INCR "hits" by 1: key_len 4, "hits", delta 1 (little-endian).
+    const std::string incr = "CALL 0x0100 \\x04\\x00hits\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00";
+    for (int i = 0; i < 300; ++i) {
+      w << incr << "\n";
+      w << "SET k" << i << " v" << i << "\n";
+      if (i % 3 == 0) w << "GET k" << i << "\n";
+    }
+    w << "CALL 0x7777 no handler here\n";  // an error line, the run goes on
+  }
+  const std::string port = std::to_string(kvd_->port());
+  auto r = run_command({RKV_KVLOAD_PATH, "--server", addr_, "--port", port, "--file", file, "--depth", "16", "--json"},
+                       {}, std::chrono::seconds(300));
+  EXPECT_NE(r.exit_code, 0) << r.err;  // the no_handler line is an error
+  EXPECT_NE(r.err.find("call 0x7777: no_handler"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\"op\":\"call\""), std::string::npos) << r.out;
+  auto c = open();
+  EXPECT_EQ(value_of(*c, "hits"), "300");
+  EXPECT_EQ(value_of(*c, "k299"), "v299");
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr_, "--port", port, "--file", file, "--verify"}, {},
+                  std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("CALL lines"), std::string::npos) << r.err;
+  // Interactive: the reply bytes are printed (INCR's are 8 binary bytes, quoted).
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr_, "--port", port},
+                  "CALL 0x0101 \\x04\\x00hits\\x03\\x00\\x00\\x00300done\nGET hits\n", std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("done"), std::string::npos) << r.out;
+  std::remove(file.c_str());
 }
 
 // kill -9 with --fsync always: every INCR and CAS that was acknowledged is
