@@ -234,15 +234,16 @@ TEST(CallDurable, AcknowledgedIncrAndCasSurviveSigkill) {
     std::function<void(int, int)> cas_step = [&](int k, int step) {
       cas_reqs[static_cast<std::size_t>(k)] =
           ops::cas_request("c" + std::to_string(k), "s" + std::to_string(step), "s" + std::to_string(step + 1));
-      (void)client->call(ops::kCas, proto::as_bytes(cas_reqs[static_cast<std::size_t>(k)]),
-                         [&, k, step](Status st, bool, std::span<const std::byte> v) {
-                           if (st != Status::ok) return;
-                           if (ops::parse_cas_reply(v) == true) {
-                             acked_cas[static_cast<std::size_t>(k)] = step + 1;
-                             ++acks;
-                             if (!killed) cas_step(k, step + 1);
-                           }
-                         });
+      EXPECT_EQ(client->call(ops::kCas, proto::as_bytes(cas_reqs[static_cast<std::size_t>(k)]),
+                             [&, k, step](Status st, bool, std::span<const std::byte> v) {
+                               if (st != Status::ok) return;
+                               if (ops::parse_cas_reply(v) == true) {
+                                 acked_cas[static_cast<std::size_t>(k)] = step + 1;
+                                 ++acks;
+                                 if (!killed) cas_step(k, step + 1);
+                               }
+                             }),
+                Status::ok);
     };
     for (int k = 0; k < kKeys; ++k) cas_step(k, 0);
     std::function<void()> incr_more = [&] {
@@ -308,7 +309,7 @@ class CallHandlers : public ::testing::Test {
     });
     server_->handle(kThrow, [](std::span<const std::byte>, kv::server::ReplyWriter& reply, kv::server::StoreAccess& s) {
       reply.append(std::string_view("partial"));
-      (void)s.set("written-before-throw", std::string_view("yes"));
+      EXPECT_TRUE(s.set("written-before-throw", std::string_view("yes")));
       throw std::runtime_error("handler bug");
     });
     server_->handle(kRefuse, [](std::span<const std::byte>, kv::server::ReplyWriter& reply, kv::server::StoreAccess&) {

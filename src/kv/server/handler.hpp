@@ -9,8 +9,8 @@
 // into), writes its reply through a ReplyWriter and may read and write the
 // Store through a StoreAccess. It must not block (no I/O, no waiting, no
 // sleeping, no locks another thread holds): every other client waits while
-// it runs. Debug builds assert the thread in every ReplyWriter/StoreAccess
-// call. It must not keep the views or the two references after it returns.
+// it runs. Debug builds assert the thread in every StoreAccess call and in
+// ReplyWriter's append/extend/reserve. It must not keep the views or the two references after it returns.
 //
 // A handler that throws gets its client a handler_failed status (the
 // exception's text is logged), never a dropped connection; writes it made
@@ -53,7 +53,8 @@ class ReplyWriter {
   ReplyWriter& operator=(ReplyWriter&&) = delete;
 
   // Appends bytes to the reply. Throws std::bad_alloc when no memory is left
-  // (the CALL is then answered no_memory).
+  // (the CALL is then answered no_memory), or a std::length_error of its own
+  // beyond the server's value limit (answered too_large).
   virtual void append(std::span<const std::byte> bytes) = 0;
   void append(std::string_view text) { append(proto::as_bytes(text)); }
   // n more bytes at the end of the reply, to fill in place (valid until the

@@ -48,6 +48,15 @@ void Handlers::assert_owner() const noexcept {
 #endif
 }
 
+namespace {
+// A reply over the value limit (or too large without an arena): answered
+// too_large. Its own type, so a handler's own std::length_error stays a
+// handler failure.
+struct ReplyTooLarge : std::length_error {
+  using std::length_error::length_error;
+};
+}  // namespace
+
 // One handler run: the reply it writes and the records its writes make.
 class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
  public:
@@ -62,7 +71,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   std::span<std::byte> extend(std::size_t n) override {
     assert_owner();
     if (n > c_->config_.max_value - std::min<std::uint64_t>(size_, c_->config_.max_value)) {
-      throw std::length_error("CALL reply over the server's value limit");
+      throw ReplyTooLarge("CALL reply over the server's value limit");
     }
     const std::size_t need = size_ + n;
     if (!block_ && need < proto::kEagerLimit) {
@@ -169,7 +178,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   // The reply moves to (or grows in) an arena block of at least n bytes.
   void grow(std::size_t n) {
     if (block_ && block_->capacity >= n) return;
-    if (c_->arena_ == nullptr) throw std::length_error("CALL reply too large for a SEND (no arena)");
+    if (c_->arena_ == nullptr) throw ReplyTooLarge("CALL reply too large for a SEND (no arena)");
     const std::size_t want = std::max(n, block_ ? block_->capacity * 2 : n);
     auto b = c_->arena_->allocate(want);
     if (!b) throw std::bad_alloc();
@@ -198,8 +207,8 @@ std::size_t ServerConn::call_reply_room() const noexcept {
 ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   ++counters_->calls;
   const std::uint32_t id = m.header.req_id;
-  if (reply.status != Status::ok) {  // RDV without registered memory
-    ++counters_->rdv_refused;
+  if (reply.status != Status::ok) {  // plan_reply refused it: RDV without registered memory, a tiny client buffer
+    if (m.rdv) ++counters_->rdv_refused;
     return Outcome::reply;
   }
   const std::uint16_t op = proto::call_op(m.key);
@@ -250,7 +259,7 @@ ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std
     (*fn)(request, scope, scope);
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
-  } catch (const std::length_error&) {
+  } catch (const ReplyTooLarge&) {
     st = Status::too_large;
   } catch (const std::exception& e) {
     ++counters_->calls_failed;
@@ -286,7 +295,7 @@ ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std
     }
   } catch (const std::bad_alloc&) {
     reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
-  } catch (const std::length_error&) {
+  } catch (const ReplyTooLarge&) {
     reply = proto::msg::error_reply(Opcode::call, id, 0, Status::too_large);
   }
   if (scope.later() == 0) return Outcome::reply;
