@@ -88,19 +88,12 @@ TEST_F(CallKvd, FourClientsCasOneKeyExactlyOneWinsEachRound) {
   for (int i = 0; i < kClients; ++i) clients.push_back(open());
   ASSERT_EQ(clients[0]->set_sync("cas-key", "v0"), Status::ok);
   for (int r = 0; r < kRounds; ++r) {
-    // All four race from v<r>, each offering its own v<r+1>:<client>.
+    // All four race from the current value (the previous round's winner's),
+    // each offering its own v<r+1>:<client>.
+    const std::string cur = r == 0 ? "v0" : value_of(*clients[0], "cas-key");
     std::vector<std::string> reqs;
     for (int i = 0; i < kClients; ++i) {
-      reqs.push_back(ops::cas_request("cas-key", r == 0 ? "v0" : "v" + std::to_string(r) + ":" + "?",
-                                      "v" + std::to_string(r + 1) + ":" + std::to_string(i)));
-    }
-    // The expected value is the previous round's winner's.
-    if (r > 0) {
-      const std::string cur = value_of(*clients[0], "cas-key");
-      for (int i = 0; i < kClients; ++i) {
-        reqs[static_cast<std::size_t>(i)] =
-            ops::cas_request("cas-key", cur, "v" + std::to_string(r + 1) + ":" + std::to_string(i));
-      }
+      reqs.push_back(ops::cas_request("cas-key", cur, "v" + std::to_string(r + 1) + ":" + std::to_string(i)));
     }
     int done = 0, wins = 0, losses = 0, winner = -1;
     for (int i = 0; i < kClients; ++i) {
