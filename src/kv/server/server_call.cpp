@@ -24,8 +24,6 @@ using store::LargeRef;
 
 using proto::Opcode;
 using proto::Status;
-using verbs::WrId;
-using verbs::WrKind;
 
 void Handlers::add(std::uint16_t op, Handler fn) {
   assert_owner();
@@ -230,18 +228,7 @@ ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto:
   t.kind = TransferKind::call_read;
   t.req_id = id;
   t.op = op;
-  const auto target = block->bytes;
-  const auto lkey = block->lkey;
-  t.pin = Pin(std::move(block), *counters_);
-  if (const int rc = channel_.link().post_read(WrId(slot, config_.generation, WrKind::rdma_read), target, lkey,
-                                              m.rdv->addr, m.rdv->rkey);
-      rc != 0) {
-    free_transfer(slot);
-    fail(CloseCause::post_error, fmt::format("RDMA READ post failed: errno {}", rc));
-    return Outcome::failed;
-  }
-  ++counters_->rdma_reads;
-  return Outcome::no_reply;
+  return post_request_read(slot, std::move(block), *m.rdv);  // the handler runs when the READ completes
 }
 
 ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std::span<const std::byte> request,

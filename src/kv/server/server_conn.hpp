@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -283,6 +284,10 @@ class ServerConn {
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
+  // Posts the RDMA READ of a request's bytes at `from` into `block` for the
+  // transfer in `slot` (kind and req_id set): no_reply, or failed (closing).
+  Outcome post_request_read(std::uint32_t slot, std::shared_ptr<store::LargeValue> block,
+                            const proto::RdvDesc& from) noexcept;
   // --- CALL (server_call.cpp) ---
   Outcome execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   // Runs op's handler on `request` and builds its reply (maybe deferred for the log).

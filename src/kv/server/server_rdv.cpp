@@ -64,19 +64,25 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   }
   t.kind = TransferKind::set_read;
   t.req_id = id;
+  return post_request_read(slot, std::move(block), *m.rdv);  // SET_REPLY when the READ completes
+}
+
+ServerConn::Outcome ServerConn::post_request_read(std::uint32_t slot, std::shared_ptr<LargeValue> block,
+                                                  const proto::RdvDesc& from) noexcept {
+  Transfer& t = transfers_[slot];
   const auto target = block->bytes;
   const auto lkey = block->lkey;
   t.pin = Pin(std::move(block), *counters_);
   if (const int rc = channel_.link().post_read(WrId(slot, config_.generation, WrKind::rdma_read), target, lkey,
-                                              m.rdv->addr, m.rdv->rkey);
+                                              from.addr, from.rkey);
       rc != 0) {
     free_transfer(slot);
     fail(CloseCause::post_error, fmt::format("RDMA READ post failed: errno {}", rc));
     return Outcome::failed;
   }
   ++counters_->rdma_reads;
-  SPDLOG_TRACE("conn {}: SET req {} RDMA READ {} bytes into slot {}", config_.label, id, len, slot);
-  return Outcome::no_reply;  // SET_REPLY when the READ completes
+  SPDLOG_TRACE("conn {}: req {} RDMA READ {} bytes into slot {}", config_.label, t.req_id, target.size(), slot);
+  return Outcome::no_reply;
 }
 
 ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, const LargeRef& v,
