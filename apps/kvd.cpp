@@ -13,6 +13,7 @@
 // is smaller): SETs beyond it are answered no_memory.
 #include "cli.hpp"
 #include "kvd.hpp"
+#include "kvd_ops.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -244,6 +245,7 @@ int kvd_main(int argc, char** argv) {
     });
     kv::server::Server server(reactor, store, opt, log.get());
     server_ptr = &server;
+    register_kvd_ops(server);  // INCR and CAS through the public handler API
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t req_id, bool ok) { server.on_durable(tok, req_id, ok); });
     }

@@ -136,6 +136,18 @@ int run_interactive(const Flags& f) {
         }
         break;
       }
+      case kv::load::Op::Kind::call: {
+        std::string reply;
+        const std::string request = value_bytes(op->value);
+        const kv::client::Status st = client->call_sync(op->call_op, request, reply);
+        if (st != kv::client::Status::ok) {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        } else {
+          std::printf("%s\n", quote_value(reply).c_str());
+        }
+        break;
+      }
       case kv::load::Op::Kind::del: {
         bool found = false;
         const kv::client::Status st = client->del_sync(op->key, found);
@@ -167,7 +179,7 @@ int kvload_main(int argc, char** argv) {
   app.add_option("--server", f.server, "server address (numeric or a name)")->required();
   app.add_option("--port", f.port, "server port")->capture_default_str();
   app.add_option("--file", f.file,
-                 "workload file: one `SET key value`, `SET key @size[:seed]`, `GET key` or `DEL key` per line; "
+                 "workload file: one `SET key value`, `SET key @size[:seed]`, `GET key`, `DEL key` or `CALL op payload` per line; "
                  "parsed completely before anything is sent. Without it: commands from stdin");
   app.add_flag("--json", f.json, "print the summary as one JSON object");
   app.add_flag("-q,--quiet", f.quiet, "no prompt, no per-operation error lines, warnings only in the log");

@@ -67,6 +67,16 @@ int kvload_run_file(const KvloadFlags& f) {
     expect = parse_file(f.expect);
     if (!expect) return 1;
   }
+  if (f.verify || expect) {
+    const auto has_call = [](const kv::load::ParseResult& p) {
+      return std::any_of(p.ops.begin(), p.ops.end(), [](const kv::load::Op& op) { return op.kind == kv::load::Op::Kind::call; });
+    };
+    if (has_call(*parsed) || (expect && has_call(*expect))) {
+      std::fprintf(stderr, "kvload: --verify and --expect cannot check a workload with CALL lines (a handler may "
+                           "write any key)\n");
+      return 1;
+    }
+  }
 
   reactor::Reactor reactor;
   kv::client::ClientOptions copt;

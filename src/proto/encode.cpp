@@ -56,6 +56,23 @@ MessageSpec del_request(std::uint32_t req_id, std::string_view key) noexcept {
   return m;
 }
 
+MessageSpec call_request(std::uint32_t req_id, std::string_view op_key, std::span<const std::byte> request) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::call;
+  m.req_id = req_id;
+  m.key = op_key;
+  m.value = request;
+  return m;
+}
+
+MessageSpec call_request_rdv(std::uint32_t req_id, std::string_view op_key, RdvDesc desc,
+                             std::uint64_t len) noexcept {
+  MessageSpec m = call_request(req_id, op_key, {});
+  m.rdv = desc;
+  m.rdv_len = len;
+  return m;
+}
+
 MessageSpec release(std::uint32_t req_id) noexcept {
   MessageSpec m;
   m.opcode = Opcode::release;
@@ -120,6 +137,20 @@ MessageSpec del_reply(std::uint32_t req_id, std::uint16_t credits, bool found) n
   return m;
 }
 
+MessageSpec call_reply(std::uint32_t req_id, std::uint16_t credits, std::span<const std::byte> reply_bytes) noexcept {
+  MessageSpec m = reply(Opcode::call_reply, req_id, credits);
+  m.value = reply_bytes;
+  return m;
+}
+
+MessageSpec call_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc, std::uint64_t len) noexcept {
+  MessageSpec m = reply(Opcode::call_reply, req_id, credits);
+  m.rdv = desc;
+  m.rdv_len = len;
+  m.pull = true;
+  return m;
+}
+
 MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
                         Status status) noexcept {
   MessageSpec m = reply(reply_opcode(request), req_id, credits);
@@ -181,6 +212,7 @@ std::size_t encoded_size(const MessageSpec& m) noexcept {
 std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
   // Guards against the u16 truncation in raw_header_of.
   if (m.key.size() > std::numeric_limits<std::uint16_t>::max()) {
+    if (m.opcode == Opcode::call) return Reason::bad_call_op;
     const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get || m.opcode == Opcode::del;
     return keyed ? Reason::bad_key_len : Reason::key_not_allowed;
   }

@@ -21,8 +21,8 @@ struct MessageSpec {
   Status status = Status::ok;
   std::uint16_t credits = 0;
   bool found = false;                 // GET_REPLY hit; DEL_REPLY: the key was removed
-  bool pull = false;                  // GET_REPLY: rdv names server memory to READ, then RELEASE
-  std::string_view key;               // SET/GET/DEL only
+  bool pull = false;                  // GET_REPLY, CALL_REPLY: rdv names server memory to READ, then RELEASE
+  std::string_view key;               // SET/GET/DEL; CALL: its user opcode (call_op_key)
   std::span<const std::byte> value;   // eager value bytes (empty with rdv)
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
   std::uint64_t rdv_len = 0;          // value_len sent with rdv
@@ -43,7 +43,13 @@ MessageSpec get_request_rdv(std::uint32_t req_id, std::string_view key, RdvDesc 
 MessageSpec stats_request(std::uint32_t req_id) noexcept;
 // Removes `key` (header + key, nothing else).
 MessageSpec del_request(std::uint32_t req_id, std::string_view key) noexcept;
-// The client finished READing the value the reply to GET `req_id` pinned.
+// CALL of user opcode `op_key` (call_op_key(op); the caller keeps it alive
+// until encoded) with the request bytes eagerly, or by descriptor (the server
+// RDMA READs len bytes at desc, as for a large SET).
+MessageSpec call_request(std::uint32_t req_id, std::string_view op_key, std::span<const std::byte> request) noexcept;
+MessageSpec call_request_rdv(std::uint32_t req_id, std::string_view op_key, RdvDesc desc,
+                             std::uint64_t len) noexcept;
+// The client finished READing the value the reply to GET (or CALL) `req_id` pinned.
 MessageSpec release(std::uint32_t req_id) noexcept;
 
 // Server -> client.
@@ -64,6 +70,11 @@ MessageSpec stats_reply(std::uint32_t req_id, std::uint16_t credits,
                         std::string_view text) noexcept;
 // found: the key existed and was removed (FOUND flag); false: no such key.
 MessageSpec del_reply(std::uint32_t req_id, std::uint16_t credits, bool found) noexcept;
+// The handler's reply bytes, eagerly.
+MessageSpec call_reply(std::uint32_t req_id, std::uint16_t credits, std::span<const std::byte> reply) noexcept;
+// The reply bytes are len bytes of server memory at desc, pinned until the
+// client's RELEASE(req_id) (or its disconnect).
+MessageSpec call_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc, std::uint64_t len) noexcept;
 // Bare non-ok reply answering `request` (SET/GET/STATS/DEL or its reply opcode).
 MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
                         Status status) noexcept;

@@ -24,7 +24,9 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::eager_too_large: return "eager key + value not below the eager limit";
     case Reason::truncated_payload: return "key, value or descriptor runs past the buffer";
     case Reason::rdv_reserved_nonzero: return "rendezvous descriptor value_crc not zero outside a SET request";
-    case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND";
+    case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND or a CALL_REPLY carrying RDV";
+    case Reason::bad_call_op: return "CALL key is not the 2-byte user opcode";
+    case Reason::rdv_without_pull: return "CALL_REPLY with RDV but without PULL";
   }
   return "unknown reason";
 }
@@ -37,22 +39,25 @@ struct OpRules {
   bool value;  // eager value bytes allowed
   bool rdv;    // RDV descriptor allowed
   bool found;  // FOUND flag allowed
+  bool pull;   // PULL allowed (with RDV; a GET_REPLY also needs FOUND)
 };
 
 constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
-    case Opcode::set: return {true, true, true, false};
-    case Opcode::get: return {true, false, true, false};  // RDV = offered buffer
-    case Opcode::del: return {true, false, false, false};  // the key only
+    case Opcode::set: return {true, true, true, false, false};
+    case Opcode::get: return {true, false, true, false, false};  // RDV = offered buffer
+    case Opcode::del: return {true, false, false, false, false};  // the key only
+    case Opcode::call: return {true, true, true, false, false};   // key = user opcode; request bytes as a SET's value
     case Opcode::stats:    // header only
-    case Opcode::release:  // header only; req_id names the pinned GET
-    case Opcode::set_reply: return {false, false, false, false};
+    case Opcode::release:  // header only; req_id names the pinned GET or CALL
+    case Opcode::set_reply: return {false, false, false, false, false};
     // A miss carries nothing; a hit carries the value eagerly or by descriptor.
-    case Opcode::get_reply: return {false, found, found, true};
-    case Opcode::stats_reply: return {false, true, false, false};
-    case Opcode::del_reply: return {false, false, false, true};  // FOUND: the key was removed
+    case Opcode::get_reply: return {false, found, found, true, true};
+    case Opcode::stats_reply: return {false, true, false, false, false};
+    case Opcode::del_reply: return {false, false, false, true, false};  // FOUND: the key was removed
+    case Opcode::call_reply: return {false, true, true, false, true};  // reply bytes, eager or pulled
   }
-  return {false, false, false, false};
+  return {false, false, false, false, false};
 }
 
 std::optional<Reason> check_request_fields(const RawHeader& h) noexcept {
@@ -69,12 +74,15 @@ std::optional<Reason> check_reply_fields(const RawHeader& h) noexcept {
   return std::nullopt;
 }
 
-std::optional<Reason> check_flags(const RawHeader& h, const OpRules& rules) noexcept {
+std::optional<Reason> check_flags(Opcode op, const RawHeader& h, const OpRules& rules) noexcept {
   if ((h.flags & kFlagFound) != 0 && !rules.found) return Reason::found_not_allowed;
   if ((h.flags & kFlagRdv) != 0 && !rules.rdv) return Reason::rdv_not_allowed;
-  if ((h.flags & kFlagPull) != 0 &&
-      (!rules.rdv || (h.flags & (kFlagRdv | kFlagFound)) != (kFlagRdv | kFlagFound))) {
+  const std::uint16_t pull_needs = op == Opcode::get_reply ? (kFlagRdv | kFlagFound) : kFlagRdv;
+  if ((h.flags & kFlagPull) != 0 && (!rules.pull || (h.flags & pull_needs) != pull_needs)) {
     return Reason::pull_not_allowed;
+  }
+  if (op == Opcode::call_reply && (h.flags & kFlagRdv) != 0 && (h.flags & kFlagPull) == 0) {
+    return Reason::rdv_without_pull;
   }
   return std::nullopt;
 }
@@ -87,11 +95,17 @@ std::optional<Reason> check_key(const RawHeader& h, const OpRules& rules,
   return std::nullopt;
 }
 
+// A CALL's key is its user opcode: exactly kCallOpSize bytes.
+std::optional<Reason> check_call_key(Opcode op, const RawHeader& h) noexcept {
+  if (op == Opcode::call && h.key_len != kCallOpSize) return Reason::bad_call_op;
+  return std::nullopt;
+}
+
 std::optional<Reason> check_value(Opcode op, const RawHeader& h, const OpRules& rules,
                                   const Limits& limits) noexcept {
   const bool rdv = (h.flags & kFlagRdv) != 0;
   if (!rdv && !rules.value && h.value_len != 0) return Reason::value_not_allowed;
-  if (op == Opcode::set && !rdv && !eager_fits(h.key_len, h.value_len))
+  if ((op == Opcode::set || op == Opcode::call) && !rdv && !eager_fits(h.key_len, h.value_len))
     return Reason::eager_too_large;
   if (h.value_len > limits.max_value) return Reason::value_too_large;
   return std::nullopt;
@@ -107,8 +121,9 @@ std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noe
   if ((h.flags & ~kKnownFlags) != 0) return Reason::reserved_flags;
   if (auto r = is_request(*op) ? check_request_fields(h) : check_reply_fields(h)) return r;
   const OpRules rules = rules_for(*op, (h.flags & kFlagFound) != 0);
-  if (auto r = check_flags(h, rules)) return r;
+  if (auto r = check_flags(*op, h, rules)) return r;
   if (auto r = check_key(h, rules, limits)) return r;
+  if (auto r = check_call_key(*op, h)) return r;
   return check_value(*op, h, rules, limits);
 }
 

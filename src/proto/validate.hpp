@@ -37,7 +37,9 @@ enum class Reason : std::uint8_t {
   eager_too_large,       // eager SET with key + value >= kEagerLimit
   truncated_payload,     // key, value or descriptor runs past the buffer
   rdv_reserved_nonzero,  // descriptor value_crc != 0 outside a SET request
-  pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND
+  pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND or a CALL_REPLY carrying RDV
+  bad_call_op,           // CALL key_len not kCallOpSize (the key is the user opcode)
+  rdv_without_pull,      // CALL_REPLY with RDV but not PULL (the server never writes a CALL's reply)
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;

@@ -11,10 +11,12 @@ std::string_view to_string(Opcode op) noexcept {
     case Opcode::stats: return "STATS";
     case Opcode::release: return "RELEASE";
     case Opcode::del: return "DEL";
+    case Opcode::call: return "CALL";
     case Opcode::set_reply: return "SET_REPLY";
     case Opcode::get_reply: return "GET_REPLY";
     case Opcode::stats_reply: return "STATS_REPLY";
     case Opcode::del_reply: return "DEL_REPLY";
+    case Opcode::call_reply: return "CALL_REPLY";
   }
   return "UNKNOWN_OPCODE";  // only reachable for values forged by a cast
 }
@@ -28,6 +30,9 @@ std::string_view to_string(Status s) noexcept {
     case Status::internal: return "internal error";
     case Status::remote_access: return "remote access error";
     case Status::io_error: return "I/O error";
+    case Status::no_handler: return "no handler for this operation";
+    case Status::handler_failed: return "the operation's handler failed";
+    case Status::refused: return "refused by the operation's handler";
   }
   return "unknown status";
 }
@@ -41,10 +46,12 @@ std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept {
     case Opcode::stats:
     case Opcode::release:
     case Opcode::del:
+    case Opcode::call:
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply:
-    case Opcode::del_reply: return op;
+    case Opcode::del_reply:
+    case Opcode::call_reply: return op;
   }
   return std::nullopt;
 }
@@ -58,7 +65,10 @@ std::optional<Status> status_from_wire(std::uint16_t v) noexcept {
     case Status::no_memory:
     case Status::internal:
     case Status::remote_access:
-    case Status::io_error: return s;
+    case Status::io_error:
+    case Status::no_handler:
+    case Status::handler_failed:
+    case Status::refused: return s;
   }
   return std::nullopt;
 }

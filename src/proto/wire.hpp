@@ -8,6 +8,7 @@
 // Several messages may be packed back to back in one SEND, no padding.
 // All integers are little-endian.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -56,11 +57,18 @@ enum class Opcode : std::uint8_t {
   release = 0x04,
   // Removes the key: header + key, no value, no flags.
   del = 0x05,
+  // A user-defined operation (docs/protocol.md "CALL"): the key is the 2-byte
+  // user opcode (u16 LE), the payload the request bytes, eager or RDV like a
+  // SET's value.
+  call = 0x06,
   set_reply = 0x81,
   get_reply = 0x82,
   stats_reply = 0x83,
   // kFlagFound: the key existed and was removed; clear: there was no such key.
   del_reply = 0x85,
+  // The handler's reply bytes: eager, or RDV|PULL (server memory to READ,
+  // then RELEASE, as a pulled GET).
+  call_reply = 0x86,
 };
 
 // GET_REPLY: the key existed (the value follows). DEL_REPLY: the key existed
@@ -68,9 +76,10 @@ enum class Opcode : std::uint8_t {
 inline constexpr std::uint16_t kFlagFound = 1u << 0;
 // Payload after the key is a rendezvous descriptor instead of value bytes.
 inline constexpr std::uint16_t kFlagRdv = 1u << 1;
-// GET_REPLY with RDV|FOUND only: the descriptor names server memory the client
-// must RDMA READ and then free with a RELEASE (req_id of this GET). Without it
-// an RDV GET_REPLY means "already RDMA WRITTEN into the buffer you offered".
+// GET_REPLY with RDV|FOUND, or CALL_REPLY with RDV: the descriptor names
+// server memory the client must RDMA READ and then free with a RELEASE (req_id
+// of this GET or CALL). Without it an RDV GET_REPLY means "already RDMA
+// WRITTEN into the buffer you offered" (a CALL_REPLY's RDV always pulls).
 inline constexpr std::uint16_t kFlagPull = 1u << 2;
 inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull;
 
@@ -82,8 +91,20 @@ enum class Status : std::uint16_t {
   no_memory = 3,      // store is full
   internal = 4,       // server-side bug or unexpected failure
   remote_access = 5,  // server's RDMA READ/WRITE on the client's descriptor failed
-  io_error = 6,       // SET/DEL: the server could not make it durable (disk error); not acknowledged
+  io_error = 6,       // SET/DEL/CALL: the server could not make it durable (disk error); not acknowledged
+  no_handler = 7,     // CALL: no handler is registered for this user opcode
+  handler_failed = 8, // CALL: the handler threw; what it wrote to the store stays (and is durable)
+  refused = 9,        // CALL: the handler refused the request (e.g. INCR of a value that is not an integer)
 };
+
+// CALL's user opcodes (docs/protocol.md "CALL"). The key of a CALL is its
+// opcode, kCallOpSize bytes little-endian. 0x0000..0x00FF are reserved (the
+// built-in opcodes' space: no handler may take them); 0x0100..0x0FFF are the
+// operations shipped with kvd (INCR, CAS); 0x1000..0xFFFF are for programs
+// that embed the server with their own handlers.
+inline constexpr std::size_t kCallOpSize = 2;
+inline constexpr std::uint16_t kFirstCallOp = 0x0100;
+inline constexpr std::uint16_t kFirstUserOp = 0x1000;
 
 [[nodiscard]] std::string_view to_string(Opcode op) noexcept;
 [[nodiscard]] std::string_view to_string(Status s) noexcept;
@@ -122,6 +143,17 @@ struct Header {
   [[nodiscard]] bool pull() const noexcept { return (flags & kFlagPull) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
+
+// The key bytes of a CALL of user opcode `op`.
+[[nodiscard]] constexpr std::array<char, kCallOpSize> call_op_key(std::uint16_t op) noexcept {
+  return {static_cast<char>(op & 0xFFu), static_cast<char>(op >> 8)};
+}
+// The user opcode a CALL's key names (a validated CALL's key is kCallOpSize bytes).
+[[nodiscard]] constexpr std::uint16_t call_op(std::string_view key) noexcept {
+  if (key.size() != kCallOpSize) return 0;
+  return static_cast<std::uint16_t>(static_cast<std::uint8_t>(key[0]) |
+                                    (static_cast<std::uint16_t>(static_cast<std::uint8_t>(key[1])) << 8));
+}
 
 // Registered memory the peer may RDMA READ/WRITE; its length is Header::value_len.
 // value_crc: in a SET request, crc32c of the value bytes the descriptor names

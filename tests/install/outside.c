@@ -149,6 +149,67 @@ static int check_del(void *kv, const char *prefix) {
   return failures;
 }
 
+/* User-defined operations: kv_call of kvd's INCR (opcode 0x0100) with the
+ * request bytes built here (key_len u16 | key | delta i64, little-endian;
+ * the reply is the new value, i64), kv_call of CAS (0x0101) with a 64 KiB
+ * new value (sent by RDMA), kv_incr and kv_cas, and an opcode kvd has no
+ * handler for (EOPNOTSUPP). */
+static void put_le(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static int check_call(void *kv, const char *prefix) {
+  int failures = 0;
+  char key[256];
+  key_of(key, sizeof key, prefix, "counter");
+  const size_t klen = strlen(key);
+  unsigned char req[2 + 256 + 8];
+  put_le(req, klen, 2);
+  memcpy(req + 2, key, klen);
+  put_le(req + 2 + klen, (uint64_t)(int64_t)-3, 8);
+  void *reply = NULL;
+  size_t reply_len = 0;
+  CHECK(kv_call(kv, 0x0100, req, 2 + klen + 8, &reply, &reply_len) == 0);
+  CHECK(reply != NULL && reply_len == 8);
+  if (reply != NULL && reply_len == 8) {
+    const unsigned char *r = reply;
+    int64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (int64_t)(((uint64_t)v << 8) | r[i]);
+    CHECK(v == -3); /* a missing key counts as 0 */
+  }
+  kv_release(reply);
+  int64_t result = 0;
+  CHECK(kv_incr(kv, key, klen, 10, &result) == 0 && result == 7);
+  void *got = NULL;
+  size_t got_len = 0;
+  CHECK(kv_get_bin(kv, key, klen, &got, &got_len) == 0 && got_len == 1 && memcmp(got, "7", 1) == 0);
+  kv_release(got);
+  int swapped = -1;
+  CHECK(kv_cas(kv, key, klen, "8", 1, "x", 1, &swapped) == 0 && swapped == 0);
+  CHECK(kv_cas(kv, key, klen, "7", 1, "seven", 5, &swapped) == 0 && swapped == 1);
+  CHECK(kv_incr(kv, key, klen, 1, &result) == EDOM); /* "seven" is not an integer */
+  /* CAS through kv_call with a 64 KiB new value: the request goes by RDMA. */
+  enum { kBig = 65536 };
+  static unsigned char big[2 + 256 + 4 + 5 + kBig];
+  size_t n = 0;
+  put_le(big, klen, 2);
+  memcpy(big + 2, key, klen);
+  n = 2 + klen;
+  put_le(big + n, 5, 4);
+  memcpy(big + n + 4, "seven", 5);
+  n += 4 + 5;
+  for (size_t i = 0; i < kBig; ++i) big[n + i] = (unsigned char)(i * 7);
+  CHECK(kv_call(kv, 0x0101, big, n + kBig, &reply, &reply_len) == 0);
+  CHECK(reply != NULL && reply_len == 1 && ((unsigned char *)reply)[0] == 1);
+  kv_release(reply);
+  CHECK(kv_get_bin(kv, key, klen, &got, &got_len) == 0 && got_len == kBig);
+  if (got != NULL && got_len == kBig) CHECK(memcmp(got, big + n, kBig) == 0);
+  kv_release(got);
+  CHECK(kv_call(kv, 0x7E57, "x", 1, &reply, &reply_len) == EOPNOTSUPP);
+  CHECK(kv_last_error(kv)[0] != '\0');
+  CHECK(kv_call(kv, 0x0100, NULL, 0, &reply, &reply_len) == EDOM); /* not an INCR request */
+  return failures;
+}
+
 /* 256 operations in flight on the handle, driven by this program's own
  * poll() on kv_fd: SETs then GETs of 128 keys (every 16th value 64 KiB, the
  * rest small), each completing once with its tag; a GET sees the SET
@@ -207,6 +268,7 @@ static const struct {
     {"binary values round-trip", check_binary},
     {"kv_get_bin: ENOENT, empty value", check_missing_bin},
     {"kv_del, then kv_get_bin: ENOENT", check_del},
+    {"kv_call, kv_incr, kv_cas", check_call},
     {"256 async ops through kv_fd", check_async},
 };
 

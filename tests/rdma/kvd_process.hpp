@@ -107,8 +107,9 @@ class KvdProcess {
         std::lock_guard lock(mu_);
         output_ += line + "\n";
       }
-      static constexpr const char* kPrefix = "kvd: listening on ";
-      if (line.rfind(kPrefix, 0) == 0) {
+      // "kvd: listening on ADDR:PORT", or the same line of a program embedding the server.
+      static constexpr std::string_view kListening = ": listening on ";
+      if (const auto at = line.find(kListening); at != std::string::npos && line.find(' ') > at) {
         const auto colon = line.rfind(':');
         port_ = static_cast<std::uint16_t>(std::stoul(line.substr(colon + 1)));
       }

@@ -397,6 +397,32 @@ static void test_del(void *h, void *h2) {
   }
   free(v1);
   free(v2);
+
+  /* kv_incr and kv_cas take their key's turn like kv_set: a sync INCR behind
+   * async SETs of the key sees the last of them, a CAS behind an async DEL
+   * finds the key gone. */
+  CHECK_RC(kv_set_async(h, "incr-order", 10, "1", 1, 10), 0);
+  CHECK_RC(kv_set_async(h, "incr-order", 10, "40", 2, 11), 0);
+  int64_t sum = 0;
+  CHECK_RC(kv_incr(h, "incr-order", 10, 2, &sum), 0);
+  CHECK(sum == 42);
+  CHECK_RC(kv_del_async(h, "incr-order", 10, 12), 0);
+  int swapped = -1;
+  CHECK_RC(kv_cas(h, "incr-order", 10, "42", 2, "y", 1, &swapped), 0);
+  CHECK(swapped == 0);
+  CHECK_RC(kv_incr(h, "incr-order", 10, -5, &sum), 0); /* missing again: counts as 0 */
+  CHECK(sum == -5);
+  for (int got = 0; got < 3;) {
+    const int n = wait_and_poll(h, out, 8);
+    if (n <= 0) {
+      ++failures;
+      break;
+    }
+    for (int j = 0; j < n; ++j, ++got) {
+      CHECK(out[j].tag == (uint64_t)(10 + got));
+      CHECK_RC(out[j].status, 0);
+    }
+  }
 }
 
 /* ---- EAGAIN, kv_poll's corners, close with operations in flight ---- */

@@ -17,6 +17,7 @@
 
 #include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
+#include "proto/call_ops.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 #include "proto/endian.hpp"
@@ -181,16 +182,16 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
       EXPECT_TRUE(seen.insert(to_string(*op)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 9u);  // SET GET STATS RELEASE DEL and four replies
+  EXPECT_EQ(seen.size(), 11u);  // SET GET STATS RELEASE DEL CALL and five replies
   seen.clear();
   for (unsigned v = 0; v < 0x10000; ++v) {
     if (auto s = status_from_wire(static_cast<std::uint16_t>(v))) {
       EXPECT_TRUE(seen.insert(to_string(*s)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 7u);  // ok .. io_error
+  EXPECT_EQ(seen.size(), 10u);  // ok .. io_error, no_handler, handler_failed, refused
   seen.clear();
-  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::pull_not_allowed); ++v) {
+  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::rdv_without_pull); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
   }
   EXPECT_EQ(to_string(Status::ok), "ok");
@@ -663,7 +664,8 @@ TEST(ProtoStrict, RequestStatusAndCredits) {
 
 TEST(ProtoStrict, UnknownStatus) {
   EXPECT_EQ(status_from_wire(6), Status::io_error);  // docs/durability.md
-  for (std::uint16_t s : {7, 100, 0xFFFF}) {
+  EXPECT_EQ(status_from_wire(9), Status::refused);  // CALL's statuses
+  for (std::uint16_t s : {10, 100, 0xFFFF}) {
     expect_reason(patched(msg::set_reply(1, 1), [s](RawHeader& h) { h.status = s; }),
                   Reason::unknown_status);
   }
@@ -1210,4 +1212,114 @@ TEST(ProtoDel, MalformedDelRepliesAreRejected) {
 }
 
 }  // namespace
+// ---- CALL (docs/protocol.md "CALL") ----
+
+TEST(ProtoCall, RoundTrips) {
+  const auto op = call_op_key(0x1234);
+  const std::string_view opk(op.data(), op.size());
+  EXPECT_EQ(op[0], '\x34');  // little-endian
+  EXPECT_EQ(op[1], '\x12');
+  EXPECT_EQ(call_op(opk), 0x1234);
+  const Bytes req = to_bytes("request bytes");
+  Decoded d = roundtrip(msg::call_request(7, opk, req));
+  EXPECT_EQ(d.m.opcode(), Opcode::call);
+  EXPECT_EQ(call_op(d.m.key), 0x1234);
+  EXPECT_EQ(d.m.value_text(), "request bytes");
+  d = roundtrip(msg::call_request(8, opk, {}));  // an empty request
+  EXPECT_TRUE(d.m.value.empty());
+  d = roundtrip(msg::call_request_rdv(9, opk, RdvDesc{0x1000, 77}, 1u << 20));
+  ASSERT_TRUE(d.m.rdv.has_value());
+  EXPECT_EQ(d.m.rdv->rkey, 77u);
+  EXPECT_EQ(d.m.header.value_len, 1u << 20);
+
+  const Bytes rep = to_bytes("reply");
+  d = roundtrip(msg::call_reply(7, 2, rep));
+  EXPECT_EQ(d.m.opcode(), Opcode::call_reply);
+  EXPECT_EQ(d.m.value_text(), "reply");
+  EXPECT_EQ(d.m.header.credits, 2);
+  d = roundtrip(msg::call_reply_pull(7, 0, RdvDesc{0x2000, 5}, 1u << 20));
+  EXPECT_TRUE(d.m.header.pull());
+  EXPECT_FALSE(d.m.found());
+  EXPECT_EQ(d.m.header.value_len, 1u << 20);
+  for (Status st : {Status::no_handler, Status::handler_failed, Status::refused, Status::io_error}) {
+    d = roundtrip(msg::error_reply(Opcode::call, 3, 0, st));
+    EXPECT_EQ(d.m.opcode(), Opcode::call_reply);
+    EXPECT_EQ(d.m.header.status, st);
+  }
+  EXPECT_EQ(static_cast<unsigned>(reply_opcode(Opcode::call)), 0x86u);
+  EXPECT_EQ(to_string(Opcode::call), "CALL");
+}
+
+TEST(ProtoCall, MalformedCallsAreRejected) {
+  const auto op = call_op_key(0x0100);
+  const std::string_view opk(op.data(), op.size());
+  // The key is exactly the 2-byte opcode.
+  expect_reason(forge(raw_of(Opcode::call, 1, 0), to_bytes("k")), Reason::bad_call_op);
+  expect_reason(forge(raw_of(Opcode::call, 3, 0), to_bytes("key")), Reason::bad_call_op);
+  expect_reason(forge(raw_of(Opcode::call, 0, 0)), Reason::bad_key_len);
+  // Eager request bytes obey SET's eager limit.
+  expect_reason(forge(raw_of(Opcode::call, 2, kEagerLimit - 2), Bytes(kEagerLimit, std::byte{1})),
+                Reason::eager_too_large);
+  EXPECT_FALSE(check_message(msg::call_request(1, opk, Bytes(kEagerLimit - 3, std::byte{1}))).has_value());
+  EXPECT_EQ(check_message(msg::call_request(1, "abc", {})), Reason::bad_call_op);
+  const Bytes x = to_bytes("x");
+  const auto call = msg::call_request(1, opk, x);
+  expect_reason(patched(call, [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
+  expect_reason(patched(call, [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
+  expect_reason(patched(call, [](RawHeader& h) { h.status = 7; }), Reason::status_in_request);
+  // A reply: no key; RDV only with PULL (the server never WRITEs a CALL reply).
+  const auto pull = msg::call_reply_pull(1, 0, RdvDesc{1, 2}, 100);
+  expect_reason(patched(pull, [](RawHeader& h) { h.flags = kFlagRdv; }), Reason::rdv_without_pull);
+  expect_reason(patched(msg::call_reply(1, 0, {}), [](RawHeader& h) { h.flags = kFlagPull; }),
+                Reason::pull_not_allowed);
+  expect_reason(patched(pull, [](RawHeader& h) { h.flags |= kFlagFound; }), Reason::found_not_allowed);
+  expect_reason(patched(msg::call_reply(1, 0, {}), [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
+  // A GET_REPLY still needs FOUND with RDV (and so with PULL).
+  expect_reason(patched(msg::get_reply_pull(1, 0, RdvDesc{1, 2}, 9), [](RawHeader& h) { h.flags = kFlagRdv | kFlagPull; }),
+                Reason::rdv_not_allowed);
+}
+
+TEST(ProtoCallOps, IncrAndCasBytes) {
+  const std::string incr = ops::incr_request("counter", -5);
+  const Bytes incr_bytes = to_bytes(incr);
+  const auto in = ops::parse_incr(incr_bytes);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->key, "counter");
+  EXPECT_EQ(in->delta, -5);
+  EXPECT_EQ(incr.size(), 2 + 7 + 8u);
+  EXPECT_FALSE(ops::parse_incr(to_bytes(incr.substr(0, incr.size() - 1))).has_value());
+  EXPECT_FALSE(ops::parse_incr(to_bytes(incr + "x")).has_value());
+  EXPECT_FALSE(ops::parse_incr(to_bytes(ops::incr_request("", 1))).has_value());
+  EXPECT_EQ(ops::parse_incr_reply(to_bytes(ops::incr_reply(INT64_MIN))), INT64_MIN);
+  EXPECT_FALSE(ops::parse_incr_reply(to_bytes("1234567")).has_value());
+
+  const std::string cas = ops::cas_request("k", std::string("old\0", 4), "new value");
+  const Bytes cas_bytes = to_bytes(cas);
+  const auto c = ops::parse_cas(cas_bytes);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->key, "k");
+  EXPECT_EQ(c->expected, std::string_view("old\0", 4));
+  EXPECT_EQ(c->value, "new value");
+  EXPECT_FALSE(ops::parse_cas(to_bytes(cas.substr(0, 6))).has_value());  // expected runs past the end
+  const Bytes empty_bytes = to_bytes(ops::cas_request("k", "", ""));
+  const auto e = ops::parse_cas(empty_bytes);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->expected.empty() && e->value.empty());
+  EXPECT_EQ(ops::parse_cas_reply(to_bytes(std::string(1, '\1'))), true);
+  EXPECT_EQ(ops::parse_cas_reply(to_bytes(std::string(1, '\0'))), false);
+  EXPECT_FALSE(ops::parse_cas_reply(to_bytes(std::string(1, '\2'))).has_value());
+}
+
+TEST(ProtoCallOps, Decimal) {
+  EXPECT_EQ(ops::parse_decimal("0"), 0);
+  EXPECT_EQ(ops::parse_decimal("-12"), -12);
+  EXPECT_EQ(ops::parse_decimal("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(ops::parse_decimal("-9223372036854775808"), INT64_MIN);
+  for (const char* bad : {"", "-", "+1", " 1", "1 ", "1x", "9223372036854775808", "0x10", "12345678901234567890"}) {
+    EXPECT_FALSE(ops::parse_decimal(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(ops::to_decimal(-42), "-42");
+  EXPECT_EQ(ops::to_decimal(INT64_MIN), "-9223372036854775808");
+}
+
 }  // namespace rkv::proto

@@ -300,6 +300,33 @@ TEST(ParseCommand, OneLine) {
   EXPECT_EQ(op->key, "greeting");
 }
 
+TEST(ParseCommand, CallLines) {
+  std::string err;
+  auto op = parse_command("CALL 0x0100 \\x07\\x00counter\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00", err);
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(op->kind, Op::Kind::call);
+  EXPECT_EQ(op->call_op, 0x0100);
+  EXPECT_TRUE(op->key.empty());
+  EXPECT_EQ(literal(*op), std::string("\x07\x00", 2) + "counter" + std::string("\x01\0\0\0\0\0\0\0", 8));
+  op = parse_command("call 4096 plain text, a \\\\ backslash # not a comment", err);
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(op->call_op, 4096);
+  EXPECT_EQ(literal(*op), "plain text, a \\ backslash # not a comment");
+  op = parse_command("CALL 0x1000", err);  // an empty request
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(literal(*op), "");
+  op = parse_command("CALL 0x1000 @64k:9", err);
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(generated(*op), (GeneratedValue{65536, 9}));
+  op = parse_command("CALL 0x1000 @@x", err);
+  ASSERT_TRUE(op.has_value()) << err;
+  EXPECT_EQ(literal(*op), "@x");
+  for (const char* bad : {"CALL", "CALL 65536 x", "CALL -1 x", "CALL 0xZZ x", "CALL 12a x", "CALL 1 \\q", "CALL 1 \\x4"}) {
+    EXPECT_FALSE(parse_command(bad, err).has_value()) << bad;
+    EXPECT_FALSE(err.empty()) << bad;
+  }
+}
+
 TEST(ParseCommand, BlankAndErrors) {
   std::string err = "stale";
   EXPECT_FALSE(parse_command("", err).has_value());
@@ -308,7 +335,7 @@ TEST(ParseCommand, BlankAndErrors) {
   EXPECT_TRUE(err.empty());
   EXPECT_FALSE(parse_command("PUT k", err).has_value());
   EXPECT_NE(err.find("unknown operation 'PUT'"), std::string::npos);
-  EXPECT_NE(err.find("expected SET, GET or DEL"), std::string::npos) << err;
+  EXPECT_NE(err.find("expected SET, GET, DEL or CALL"), std::string::npos) << err;
   EXPECT_FALSE(parse_command("del k v", err).has_value());
   EXPECT_NE(err.find("DEL: unexpected text after the key: 'v'"), std::string::npos) << err;
   EXPECT_FALSE(parse_command("GET k v", err).has_value());

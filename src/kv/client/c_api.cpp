@@ -22,6 +22,7 @@
 #include "kv/client/c_handle.hpp"
 #include "kv/conn/auth_token.hpp"
 #include "kv/client/client.hpp"
+#include "proto/call_ops.hpp"
 #include "reactor/reactor.hpp"
 
 namespace {
@@ -137,6 +138,18 @@ int check_args(CHandle* h, const void* key, std::size_t key_len, bool has_value,
   if (key == nullptr) return arg_error(h, EINVAL, what, "key is NULL");
   if (has_value && value == nullptr && value_len != 0) return arg_error(h, EINVAL, what, "value is NULL");
   return h->check(key_of(key, key_len), value_len, what);
+}
+
+// A CALL of kvd's op on `key`'s line; its reply bytes go to `parse` (then freed).
+template <typename Parse>
+int keyed_call(CHandle* h, std::uint16_t op, std::string_view key, const std::string& request, const char* what,
+               Parse&& parse) {
+  OpResult r;
+  if (int rc = h->run(OpKind::call, key, rkv::proto::as_bytes(request), r, what, {}, op); rc != 0) return rc;
+  const bool ok = parse(std::span<const std::byte>(static_cast<const std::byte*>(r.value), r.value_len));
+  rkv::kv::client::release_value(r.value);
+  if (!ok) return arg_error(h, EIO, what, "the server's reply is not one of this operation");
+  return 0;
 }
 
 }  // namespace
@@ -318,6 +331,68 @@ int kv_counters(void* kv_handle, char** text) {
     return 0;
   } catch (...) {
     return exception_error(h, "kv_counters");
+  }
+}
+
+int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void** reply, size_t* reply_len) {
+  CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return arg_error(nullptr, EINVAL, "kv_call", "handle is NULL");
+  if (reply == nullptr || reply_len == nullptr) {
+    return arg_error(h, EINVAL, "kv_call", reply == nullptr ? "reply pointer is NULL" : "reply_len pointer is NULL");
+  }
+  if (req == nullptr && req_len != 0) return arg_error(h, EINVAL, "kv_call", "req is NULL");
+  // The line of kv_calls is the empty key (c_handle.hpp); the check is the value limit's.
+  if (int rc = h->check(" ", req_len, "kv_call"); rc != 0) return rc;
+  try {
+    OpResult r;
+    if (int rc = h->run(OpKind::call, {}, bytes_of(req, req_len), r, "kv_call", {}, op); rc != 0) return rc;
+    *reply = r.value;
+    *reply_len = r.value_len;
+    return 0;
+  } catch (...) {
+    return exception_error(h, "kv_call");
+  }
+}
+
+
+int kv_incr(void* kv_handle, const void* key, size_t key_len, int64_t delta, int64_t* result) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && result == nullptr) return arg_error(h, EINVAL, "kv_incr", "result pointer is NULL");
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_incr"); rc != 0) return rc;
+  try {
+    const std::string request = rkv::proto::ops::incr_request(key_of(key, key_len), delta);
+    return keyed_call(h, rkv::proto::ops::kIncr, key_of(key, key_len), request, "kv_incr",
+                      [result](std::span<const std::byte> b) {
+                        const auto v = rkv::proto::ops::parse_incr_reply(b);
+                        if (v) *result = *v;
+                        return v.has_value();
+                      });
+  } catch (...) {
+    return exception_error(h, "kv_incr");
+  }
+}
+
+int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expected, size_t expected_len,
+           const void* value, size_t value_len, int* swapped) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && swapped == nullptr) return arg_error(h, EINVAL, "kv_cas", "swapped pointer is NULL");
+  if (h != nullptr && expected == nullptr && expected_len != 0) return arg_error(h, EINVAL, "kv_cas", "expected is NULL");
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_cas"); rc != 0) return rc;
+  try {
+    const auto as_text = [](const void* p, std::size_t n) {
+      return std::string_view(p != nullptr ? static_cast<const char*>(p) : "", p != nullptr ? n : 0);
+    };
+    const std::string request =
+        rkv::proto::ops::cas_request(key_of(key, key_len), as_text(expected, expected_len), as_text(value, value_len));
+    if (int rc = h->check(key_of(key, key_len), request.size(), "kv_cas"); rc != 0) return rc;
+    return keyed_call(h, rkv::proto::ops::kCas, key_of(key, key_len), request, "kv_cas",
+                      [swapped](std::span<const std::byte> b) {
+                        const auto v = rkv::proto::ops::parse_cas_reply(b);
+                        if (v) *swapped = *v ? 1 : 0;
+                        return v.has_value();
+                      });
+  } catch (...) {
+    return exception_error(h, "kv_cas");
   }
 }
 

@@ -36,6 +36,7 @@ const char* async_name(OpKind k) noexcept {
     case OpKind::get: return "kv_get_async";
     case OpKind::del: return "kv_del_async";
     case OpKind::get_into: return "kv_get_into_async";
+    case OpKind::call: return "kv_call";
   }
   return "kv_*_async";
 }
@@ -48,6 +49,7 @@ std::string_view to_string(OpKind k) noexcept {
     case OpKind::get: return "GET";
     case OpKind::del: return "DEL";
     case OpKind::get_into: return "GET";
+    case OpKind::call: return "CALL";
   }
   return "?";
 }
@@ -152,9 +154,10 @@ int CHandle::check(std::string_view key, std::size_t value_len, const char* what
 // ---- lines -------------------------------------------------------------
 
 Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    bool sync, std::span<std::byte> into, SlotKey& out) {
+                    bool sync, std::span<std::byte> into, SlotKey& out, std::uint16_t call_op) {
   Op op;
   op.kind = kind;
+  op.call_op = call_op;
   op.sync = sync;
   op.key.assign(key);
   op.value = value;
@@ -197,6 +200,7 @@ Status CHandle::send(SlotKey k) noexcept {
       case OpKind::get: st = client_->get(op.key, std::move(cb)); break;
       case OpKind::del: st = client_->del(op.key, std::move(cb)); break;
       case OpKind::get_into: st = client_->get_into(op.key, op.into, std::move(cb)); break;
+      case OpKind::call: st = client_->call(op.call_op, op.value, std::move(cb)); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -215,7 +219,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
   OpResult r;
   r.status = st;
   r.found = st == Status::ok && found;
-  if (op->kind == OpKind::get && r.found) {
+  if ((op->kind == OpKind::get || op->kind == OpKind::call) && r.found) {
     if (auto lb = client_->adopt_landing()) {  // large: the buffer it landed in, NUL-terminated
       r.value_len = lb->size();
       r.value = lb.release()->data().data();
@@ -240,7 +244,8 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
     }
     if (r.found) r.value_len = v.size();
   }
-  if (op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) {
+  const bool large_call = op->kind == OpKind::call && !proto::eager_fits(proto::kCallOpSize, op->value.size());
+  if ((op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) || large_call) {
     // The caller may free this buffer once the completion is returned: keep
     // no registration of it (a cached one could outlive the memory, see
     // reg_cache.hpp). The op's own lease ended before this callback.
@@ -356,10 +361,10 @@ int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte
 }
 
 int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                 const char* what, std::span<std::byte> into) {
+                 const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   enter();
   SlotKey k{};
-  if (const Status st = add(kind, key, value, 0, true, into, k); st != Status::ok) {
+  if (const Status st = add(kind, key, value, 0, true, into, k, call_op); st != Status::ok) {
     leave();
     return status_error(st, what);
   }

@@ -52,15 +52,18 @@
 
 namespace rkv::kv::client {
 
-enum class OpKind : std::uint8_t { set, get, del, get_into };
+// call: a CALL (kv_call, and kv_incr/kv_cas, whose line is their key's;
+// kv_call's is the empty key, which no other op has: kv_calls run one at a
+// time, in order, and are not ordered with keyed ops).
+enum class OpKind : std::uint8_t { set, get, del, get_into, call };
 [[nodiscard]] std::string_view to_string(OpKind k) noexcept;
 
 // The outcome of a sync call.
 struct OpResult {
   Status status = Status::ok;
   bool found = false;         // GET, DEL: the key existed
-  void* value = nullptr;      // GET hit: the value handed to the caller (release_value); else null
-  std::size_t value_len = 0;  // GET hit: its length (get_into: the bytes written into the caller's buffer)
+  void* value = nullptr;      // GET hit, CALL: the value or reply handed to the caller (release_value); else null
+  std::size_t value_len = 0;  // its length (get_into: the bytes written into the caller's buffer)
 };
 
 // A value handed to a C caller: `len` bytes and a NUL after them, freed by
@@ -107,8 +110,10 @@ class CHandle {
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
+  // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
   [[nodiscard]] int run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                        const char* what, std::span<std::byte> into = {});
+                        const char* what, std::span<std::byte> into = {},
+                        std::uint16_t call_op = 0);
   // kv_stats: the server's STATS text, the reactor run until it arrives.
   [[nodiscard]] int stats(std::string& out, const char* what);
   // kv_counters: this handle's client counters, "name value" lines (kClientCounterTable).
@@ -134,8 +139,9 @@ class CHandle {
     OpState state = OpState::waiting;
     bool sync = false;
     std::string key;
-    std::span<const std::byte> value;  // SET: the caller's bytes
+    std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
     std::span<std::byte> into;         // get_into: the caller's memory
+    std::uint16_t call_op = 0;         // CALL: the user opcode
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
     OpResult result;          // sync ops, once done
@@ -156,7 +162,8 @@ class CHandle {
   // A new op at the back of its key's line; sent now if it is the front.
   // Returns its key, or the Client's refusal (the op is gone then).
   [[nodiscard]] Status add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           bool sync, std::span<std::byte> into, reactor::SlotKey& out);
+                           bool sync, std::span<std::byte> into, reactor::SlotKey& out,
+                           std::uint16_t call_op = 0);
   [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
   void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;
   // The front op of its line is over: out of the line, delivered, and the

@@ -104,6 +104,9 @@ int to_errno(Status s) noexcept {
     case Status::no_memory: return ENOMEM;
     case Status::server_error: return EIO;
     case Status::io_error: return EIO;
+    case Status::no_handler: return EOPNOTSUPP;
+    case Status::handler_failed: return EREMOTEIO;
+    case Status::refused: return EDOM;
     case Status::not_connected: return ENOTCONN;
     case Status::connection_failed: return EIO;
     case Status::closed: return ENOTCONN;
@@ -403,6 +406,14 @@ Status Client::del(std::string_view key, Callback cb) {
   return st;
 }
 
+Status Client::call(std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+  assert_owner();
+  if (!conn_ || closed_) return Status::not_connected;
+  const Status st = conn_->submit_call(op, request, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
 bool Client::run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto deadline = reactor::Reactor::now() + timeout;
   while (!done()) {
@@ -503,6 +514,38 @@ Status Client::del_sync(std::string_view key, bool& found) {
   if (Status w = await_reply(result->status, "a DEL"); w != Status::ok) return w;
   if (*result->status == Status::ok) found = result->found;
   return *result->status;
+}
+
+Status Client::call_sync(std::uint16_t op, std::span<const std::byte> request, Value& reply) {
+  assert_owner();
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  auto value = std::make_shared<Value>();
+  ClientConn* conn = conn_.get();
+  Status st = call(op, request, [result, value, conn](Status s, bool, std::span<const std::byte> v) {
+    if (s == Status::ok) {
+      if (auto lb = conn->adopt_landing()) {
+        *value = Value(std::move(lb));  // no copy: the buffer it was READ into
+      } else {
+        *value = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));
+      }
+    }
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a CALL"); w != Status::ok) return w;
+  if (*result->status == Status::ok) reply = std::move(*value);
+  return *result->status;
+}
+
+Status Client::call_sync(std::uint16_t op, std::string_view request, std::string& reply) {
+  Value v;
+  const Status st = call_sync(op, proto::as_bytes(request), v);
+  if (st == Status::ok) {
+    reply.assign(v.view());
+    if (conn_) conn_->note_copy(v.size());
+  }
+  return st;
 }
 
 Status Client::stats_sync(std::string& out) {

@@ -8,7 +8,7 @@
 //
 // Thread: everything runs on the reactor's thread; every public member
 // function (connect() included) asserts it in debug builds
-// (Reactor::assert_owner_thread). Async set()/get()/del() queue
+// (Reactor::assert_owner_thread). Async set()/get()/del()/call() queue
 // the request and schedule one flush on the reactor (requests submitted
 // together coalesce); completions arrive from Reactor::run()/run_once(). The
 // sync helpers run the reactor themselves until their op completes; they must
@@ -117,6 +117,18 @@ class Client {
   // behind earlier requests like set()/get() (no value moves).
   [[nodiscard]] Status del(std::string_view key, Callback cb);
 
+  // A user-defined operation (docs/protocol.md "CALL"): runs the server's
+  // handler of user opcode `op` on `request` (which must stay alive until
+  // the callback; from 4 KiB it goes by rendezvous, registered through the
+  // pin-down cache like a large set() value: forget() it before freeing).
+  // The callback gets the handler's reply bytes (status ok, found true), or
+  // no_handler / handler_failed / refused / io_error / ... with no bytes. A
+  // large reply (4 KiB and more) is READ from the server into a landing
+  // buffer: adopt_landing() inside the callback takes it without a copy.
+  // Not ordered with other requests: a CALL and a SET behind it may run in
+  // either order (the handler's keys are unknown to the client).
+  [[nodiscard]] Status call(std::uint16_t op, std::span<const std::byte> request, Callback cb);
+
   // Sync: run the reactor until the op completes or options.op_timeout passes
   // (then the connection is failed and Status::timeout returned).
   [[nodiscard]] Status set_sync(std::string_view key, std::string_view value);
@@ -126,6 +138,10 @@ class Client {
   [[nodiscard]] Status get_sync(std::string_view key, Value& out, bool& found);
   // found = the key existed (and was removed); set only when ok.
   [[nodiscard]] Status del_sync(std::string_view key, bool& found);
+  // CALL, sync: the reply's bytes in `reply` (a large one in the buffer it
+  // was READ into, no copy). Set only when ok.
+  [[nodiscard]] Status call_sync(std::uint16_t op, std::span<const std::byte> request, Value& reply);
+  [[nodiscard]] Status call_sync(std::uint16_t op, std::string_view request, std::string& reply);
   // The server's STATS text ("name value" lines: counters, pinned, connections...).
   [[nodiscard]] Status stats_sync(std::string& out);
   // Drop cached registrations of a buffer given to set() (before freeing it).

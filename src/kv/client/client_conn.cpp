@@ -30,6 +30,9 @@ std::string_view to_string(Status s) noexcept {
     case Status::no_memory: return "no_memory";
     case Status::server_error: return "server_error";
     case Status::io_error: return "io_error";
+    case Status::no_handler: return "no_handler";
+    case Status::handler_failed: return "handler_failed";
+    case Status::refused: return "refused";
     case Status::not_connected: return "not_connected";
     case Status::connection_failed: return "connection_failed";
     case Status::closed: return "closed";
@@ -48,6 +51,9 @@ Status from_wire(proto::Status s) noexcept {
     case proto::Status::internal: return Status::server_error;
     case proto::Status::remote_access: return Status::server_error;
     case proto::Status::io_error: return Status::io_error;
+    case proto::Status::no_handler: return Status::no_handler;
+    case proto::Status::handler_failed: return Status::handler_failed;
+    case proto::Status::refused: return Status::refused;
   }
   return Status::server_error;
 }
@@ -141,6 +147,11 @@ Status ClientConn::submit_del(std::string_view key, Callback cb) {
   return submit(proto::Opcode::del, key, {}, std::move(cb));
 }
 
+Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+  const auto key = proto::call_op_key(op);
+  return submit(proto::Opcode::call, std::string_view(key.data(), key.size()), request, std::move(cb));
+}
+
 Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
 
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
@@ -157,12 +168,13 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     st = Status::too_large;  // the server's receive buffers are smaller than this request
   }
   RegCache::Lease lease;
-  if (st == Status::ok && op == proto::Opcode::set && !proto::eager_fits(key.size(), value.size())) {
+  const bool carries_value = op == proto::Opcode::set || op == proto::Opcode::call;
+  if (st == Status::ok && carries_value && !proto::eager_fits(key.size(), value.size())) {
     // The rkey travels in the SET: this registration (or cache hit) must precede the SEND.
     try {
       lease = cache_->acquire(value, verbs::Access::remote_read);
     } catch (const std::exception& e) {
-      spdlog::warn("client: registering a {}-byte SET value failed: {}", value.size(), e.what());
+      spdlog::warn("client: registering a {}-byte {} value failed: {}", value.size(), proto::to_string(op), e.what());
       st = Status::no_memory;
     }
     counters_.registrations = registrar_->registrations();
@@ -266,9 +278,10 @@ std::size_t ClientConn::flush() noexcept {
     s.cb = std::move(r.cb);
     s.lease = std::move(r.lease);
     s.into = std::move(r.into);
-    if (r.op == proto::Opcode::set) {
+    if (r.op == proto::Opcode::set || r.op == proto::Opcode::call) {
+      if (r.op == proto::Opcode::call) ++counters_.calls;
       if (spec.rdv) {
-        ++counters_.sets_large;
+        ++(r.op == proto::Opcode::set ? counters_.sets_large : counters_.calls_large);
       } else {
         counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer
       }
@@ -360,7 +373,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     const auto& m = std::get<proto::MessageView>(res);
     const proto::Opcode op = m.opcode();
     if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply &&
-        op != proto::Opcode::del_reply) {
+        op != proto::Opcode::del_reply && op != proto::Opcode::call_reply) {
       fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
       return false;
     }
@@ -380,7 +393,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
            std::string(proto::to_string(s.op)));
       return false;
     }
-    if (m.header.rdv() && op != proto::Opcode::get_reply) {
+    if (m.header.rdv() && op != proto::Opcode::get_reply && op != proto::Opcode::call_reply) {
       fail("rendezvous descriptor on a " + std::string(proto::to_string(op)));
       return false;
     }
@@ -391,14 +404,17 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
       if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
       continue;
     }
-    if (op == proto::Opcode::get_reply) counters_.bytes_copied += m.value.size();  // eager value, copied out
+    if (op == proto::Opcode::get_reply || op == proto::Opcode::call_reply) {
+      counters_.bytes_copied += m.value.size();  // eager value, copied out
+    }
     Callback cb = std::move(s.cb);
     free_slot(key);  // recycles a landing buffer offered but not used (eager value, miss, error)
     const Status st = from_wire(m.header.status);
-    const bool found = (op == proto::Opcode::get_reply || op == proto::Opcode::del_reply) && m.found();
+    const bool call_ok = op == proto::Opcode::call_reply && st == Status::ok;
+    const bool found = ((op == proto::Opcode::get_reply || op == proto::Opcode::del_reply) && m.found()) || call_ok;
     SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
                  to_string(st), found, m.value.size(), m.header.credits);
-    const bool text = op == proto::Opcode::stats_reply;
+    const bool text = op == proto::Opcode::stats_reply || call_ok;
     finish(st, found, (found && op == proto::Opcode::get_reply) || text ? m.value : std::span<const std::byte>{}, cb);
     // A callback that closed or failed the connection already completed the rest.
     if (state_ == ConnState::failed || state_ == ConnState::closed) return true;

@@ -22,7 +22,7 @@
 // (which always comes, signaled or not) fails the connection and no READ
 // before it is trusted.
 //
-// Flow: submit_set()/submit_get()/submit_del() check the limits and queue the request;
+// Flow: submit_set()/submit_get()/submit_del()/submit_call() check the limits and queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
 // in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
 // receive buffers) and a send buffer are available. A reply frees its slot,
@@ -75,7 +75,10 @@ enum class Status : std::uint8_t {
   bad_request,        // the server refused the request
   no_memory,          // the server's store is full
   server_error,       // the server failed (internal error, remote access)
-  io_error,           // SET/DEL: the server could not make it durable (disk error); not applied for sure
+  io_error,           // SET/DEL/CALL: the server could not make it durable (disk error); not applied for sure
+  no_handler,         // CALL: the server has no handler for this opcode
+  handler_failed,     // CALL: the handler threw (logged by the server)
+  refused,            // CALL: the handler refused the request (e.g. INCR of a value that is not an integer)
   not_connected,      // submitted while the connection is not usable
   connection_failed,  // the connection failed while the request was pending
   closed,             // the connection was closed locally while it was pending
@@ -96,8 +99,8 @@ enum class ConnState : std::uint8_t {
 
 [[nodiscard]] std::string_view to_string(ConnState s) noexcept;
 
-// Completion of one request; `value` (GET hits only) is valid only during the call.
-// `found`: GET, the key has a value; DEL, the key existed and was removed.
+// Completion of one request; `value` (GET hits, CALL replies) is valid only during the call.
+// `found`: GET, the key has a value; DEL, the key existed and was removed; CALL: true when ok.
 using Callback = std::function<void(Status, bool found, std::span<const std::byte> value)>;
 
 struct ClientCounters {
@@ -114,6 +117,9 @@ struct ClientCounters {
   std::uint64_t sets_large = 0;       // SETs sent with a descriptor (server READs the value)
   std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered landing buffer
   std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
+  std::uint64_t calls = 0;            // CALLs sent
+  std::uint64_t calls_large = 0;      // of them: request sent by descriptor (the server READ it)
+  std::uint64_t calls_pulled = 0;     // CALL replies this client READ from the server
   std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
   std::uint64_t rdma_reads = 0;       // RDMA READs posted
   std::uint64_t read_posts = 0;       // posts that carried them (one-sided GETs chain theirs: several per post)
@@ -157,6 +163,9 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"gets_written", &ClientCounters::gets_written},
     ClientCounterInfo{"gets_pulled", &ClientCounters::gets_pulled},
     ClientCounterInfo{"releases_sent", &ClientCounters::releases_sent},
+    ClientCounterInfo{"calls", &ClientCounters::calls},
+    ClientCounterInfo{"calls_large", &ClientCounters::calls_large},
+    ClientCounterInfo{"calls_pulled", &ClientCounters::calls_pulled},
     ClientCounterInfo{"rdma_reads", &ClientCounters::rdma_reads},
     ClientCounterInfo{"read_posts", &ClientCounters::read_posts},
     ClientCounterInfo{"reads_unsignaled", &ClientCounters::reads_unsignaled},
@@ -248,6 +257,11 @@ class ClientConn {
   [[nodiscard]] Status submit_get_into(std::string_view key, std::span<std::byte> into, Callback cb);
   // DEL: the callback's `found` says whether the key existed (and was removed).
   [[nodiscard]] Status submit_del(std::string_view key, Callback cb);
+  // CALL of user opcode `op`: `request` (alive until the callback) goes
+  // eagerly or, from 4 KiB, by the server's RDMA READ (registered like a
+  // large SET's value); the callback's value is the handler's reply (a large
+  // one READ into a landing buffer: adopt_landing() takes it).
+  [[nodiscard]] Status submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb);
   // Read mode: from now on GETs go by RDMA READ of the server's index
   // (client_onesided.cpp). Registers one buffer with a small area per
   // request slot (local_write). False (logged) if the index is unusable or

@@ -24,6 +24,11 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
         id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey(), proto::crc32c(r.value.data(), r.value.size())},
         r.value.size());
   }
+  if (r.op == proto::Opcode::call) {  // no landing buffer offered: a large reply is pulled
+    if (!r.lease) return proto::msg::call_request(id, r.key, r.value);
+    return proto::msg::call_request_rdv(id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey()},
+                                        r.value.size());
+  }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
   if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);
   if (r.into.on) {  // the caller's memory, registered for this request (flush() moves it to the slot)
@@ -103,7 +108,11 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     return true;
   }
   // Pull: READ it from the server, then RELEASE its pin.
-  ++counters_.gets_pulled;
+  ++(s.op == proto::Opcode::call ? counters_.calls_pulled : counters_.gets_pulled);
+  if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {  // a CALL offered none: a spare fits
+    s.landing = std::move(spares_.back());
+    spares_.pop_back();
+  }
   const std::uint32_t id = req_id(key);
   if (max_value_ != 0 && len > max_value_) {
     fail("GET reply larger than the server's own limit");

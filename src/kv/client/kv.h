@@ -21,6 +21,7 @@
  *   EAGAIN        kv_*_async: the pipeline is full (see below)
  *   EACCES        kv_open: the server requires an auth token and none, or a
  *                 wrong one, was given (RKV_AUTH_TOKEN_FILE)
+ *   EOPNOTSUPP, EREMOTEIO, EDOM  kv_call, kv_incr, kv_cas (see there)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
  */
@@ -126,6 +127,36 @@ KV_API int kv_stats(void *kv_handle, char **text);
  * gets_into_direct: GETs into a caller's buffer that landed there without a
  * copy, ...); free with kv_release. */
 KV_API int kv_counters(void *kv_handle, char **text);
+/* ---- User-defined operations (docs/protocol.md "CALL") ----------------
+ * kv_call runs the server's handler of user opcode `op` (registered by a
+ * program embedding the server, Server::handle; kvd itself ships INCR
+ * 0x0100 and CAS 0x0101, below) on req_len request bytes (`req` may be NULL
+ * when req_len is 0) and returns the handler's reply: *reply holds
+ * *reply_len bytes followed by a NUL that *reply_len does not count, never
+ * NULL; free it with kv_release (from C++: kv_release(static_cast<char
+ * *>(reply))). Requests and replies of any size up to the server's limit:
+ * from 4 KiB they move zero-copy by RDMA (the server READs the request from
+ * `req`; a large reply is READ into the buffer returned). Errors, besides
+ * those above:
+ *   EOPNOTSUPP  the server has no handler for `op`
+ *   EREMOTEIO   the handler failed (threw; the server logs why)
+ *   EDOM        the handler refused the request
+ *   EIO         also: the handler's writes could not be made durable
+ * kv_calls on one handle run one at a time, in order; they are not ordered
+ * with the keyed operations (the handle cannot know which keys a handler
+ * touches). */
+KV_API int kv_call(void *kv_handle, uint16_t op, const void *req, size_t req_len, void **reply, size_t *reply_len); /* reply freed with kv_release */
+/* INCR: adds `delta` to the key's value, a 64-bit signed integer in decimal
+ * text ("-12"; a missing key counts as 0), stores the sum as decimal text
+ * and writes it to *result. EDOM: the value is not such an integer, or the
+ * sum overflows (nothing changed). Ordered with the key's other operations
+ * like kv_set; durable and visible to one-sided GETs like a SET. */
+KV_API int kv_incr(void *kv_handle, const void *key, size_t key_len, int64_t delta, int64_t *result);
+/* CAS: sets the key to `value` only if it exists and its value equals
+ * `expected` byte for byte. *swapped: 1 set, 0 the current value differed
+ * (or the key is missing). Ordered with the key's other operations. */
+KV_API int kv_cas(void *kv_handle, const void *key, size_t key_len, const void *expected, size_t expected_len,
+                  const void *value, size_t value_len, int *swapped); /* *swapped: 1 set, 0 current value differed */
 
 /* ---- Asynchronous calls --------------------------------------------------
  * kv_*_async queue an operation and return at once: 0 (its completion comes

@@ -1,4 +1,4 @@
-// await_set/await_get/await_del: see await.hpp.
+// await_set/await_get/await_del/await_call: see await.hpp.
 #include "kv/load/await.hpp"
 
 #include <memory>
@@ -65,6 +65,14 @@ OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_valu
 OpResult await_del(Scheduler& s, Client& c, std::string_view key) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
   const Status st = c.del(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  if (st != Status::ok) return OpResult{st, false, 0, {}};
+  return wait_for(s, p);
+}
+
+OpResult await_call(Scheduler& s, Client& c, std::uint16_t op, std::span<const std::byte> request) {
+  auto p = std::make_shared<Pending>(Pending{&s, s.current(), true, false, {}});
+  const Status st =
+      c.call(op, request, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }

@@ -31,7 +31,7 @@ struct OpResult {
   Status status = Status::ok;    // no_memory also if a GET's bytes could not be copied here
   bool found = false;            // GET: a value came back; DEL: the key existed
   std::uint64_t size = 0;        // GET: value bytes received
-  std::vector<std::byte> value;  // GET with keep_value: the bytes
+  std::vector<std::byte> value;  // GET with keep_value, CALL: the bytes
 };
 
 // Fiber only. A refused submit returns at once with its status.
@@ -39,5 +39,8 @@ struct OpResult {
 [[nodiscard]] OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value);
 [[nodiscard]] OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value);
 [[nodiscard]] OpResult await_del(Scheduler& s, Client& c, std::string_view key);
+// CALL of user opcode `op` (docs/protocol.md "CALL"): `request` alive until
+// this returns; the reply's bytes in value (found: status ok).
+[[nodiscard]] OpResult await_call(Scheduler& s, Client& c, std::uint16_t op, std::span<const std::byte> request);
 
 }  // namespace rkv::kv::load

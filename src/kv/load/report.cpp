@@ -9,7 +9,7 @@
 namespace rkv::kv::load {
 namespace {
 
-constexpr std::array<Op::Kind, 3> kKinds = {Op::Kind::get, Op::Kind::set, Op::Kind::del};
+constexpr std::array<Op::Kind, 4> kKinds = {Op::Kind::get, Op::Kind::set, Op::Kind::del, Op::Kind::call};
 constexpr std::array<SizeClass, 2> kSizes = {SizeClass::eager, SizeClass::rendezvous};
 
 double finite_or_zero(double v) noexcept { return std::isfinite(v) ? v : 0.0; }
@@ -68,6 +68,7 @@ std::string_view upper(Op::Kind k) noexcept {
     case Op::Kind::get: return "GET";
     case Op::Kind::set: return "SET";
     case Op::Kind::del: return "DEL";
+    case Op::Kind::call: return "CALL";
   }
   return "?";
 }
@@ -95,6 +96,7 @@ std::size_t Report::index(Op::Kind k, SizeClass c) noexcept {
     case Op::Kind::get: i = 0; break;
     case Op::Kind::set: i = 2; break;
     case Op::Kind::del: i = 4; break;
+    case Op::Kind::call: i = 6; break;
   }
   switch (c) {
     case SizeClass::eager: break;

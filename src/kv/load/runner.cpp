@@ -1,12 +1,15 @@
 // LoadRun and drive(): see runner.hpp.
 #include "kv/load/runner.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
 #include <span>
 #include <utility>
 
 #include "kv/load/await.hpp"
+#include "proto/wire.hpp"  // kCallOpSize only
 
 namespace rkv::kv::load {
 
@@ -40,7 +43,8 @@ LoadRun::LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& op
       switch (op.kind) {
         case Op::Kind::set: expected_.insert_or_assign(op.key, Expected{Expected::State::value, op.value}); break;
         case Op::Kind::del: expected_.insert_or_assign(op.key, Expected{Expected::State::missing, {}}); break;
-        case Op::Kind::get: break;
+        case Op::Kind::get:
+        case Op::Kind::call: break;
       }
     }
   }
@@ -86,16 +90,22 @@ void LoadRun::worker() {
   } buf{client_, {}};
   while (next_ < ops_->size()) {
     const Op& op = (*ops_)[next_++];
-    const KeyGate::Guard key = gate_.lock(op.key);  // earlier ops on this key are done
+    // Earlier ops on this key are done. A CALL names no key: it waits for nothing.
+    const KeyGate::Guard key = op.kind == Op::Kind::call ? KeyGate::Guard() : gate_.lock(op.key);
     switch (op.kind) {
-      case Op::Kind::set: {
+      case Op::Kind::set:
+      case Op::Kind::call: {
         const std::uint64_t size = value_size(op.value);
         if (size > buf.bytes.capacity()) {
           client_->forget(buf.bytes);
           buf.bytes = std::vector<std::byte>();  // free before allocating the bigger one
         }
         buf.bytes.resize(size);
-        run_set(op, buf.bytes);
+        if (op.kind == Op::Kind::set) {
+          run_set(op, buf.bytes);
+        } else {
+          run_call(op, buf.bytes);
+        }
         break;
       }
       case Op::Kind::get: run_get(op); break;
@@ -193,6 +203,22 @@ void LoadRun::run_del(const Op& op) {
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 
+// A CALL's reply is not checked (--verify refuses workloads with CALLs: a
+// handler may write any key); a non-ok status is an error line.
+void LoadRun::run_call(const Op& op, std::span<std::byte> request) {
+  write_value(op.value, request);
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_call(*scheduler_, *client_, op.call_op, request);
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const bool ok = r.status == Status::ok;
+  report_.record(Op::Kind::call, size_class(proto::kCallOpSize, request.size()), request.size() + r.size,
+                 static_cast<std::uint64_t>(ns), ok);
+  if (!ok) error_line(op, std::string(to_string(r.status)));
+}
+
 void LoadRun::error_line(const Op& op, const std::string& what) {
   ++error_lines_;
   if (!options_.on_error || error_lines_ > options_.max_error_lines + 1) return;
@@ -200,8 +226,9 @@ void LoadRun::error_line(const Op& op, const std::string& what) {
     options_.on_error(options_.name + ": more errors; not shown");
     return;
   }
+  const std::string target = op.kind == Op::Kind::call ? fmt::format("{:#06x}", op.call_op) : op.key;
   options_.on_error(options_.name + ":" + std::to_string(op.line) + ": " + std::string(to_string(op.kind)) + " " +
-                    op.key + ": " + what);
+                    target + ": " + what);
 }
 
 void LoadRun::check_stall(Clock::time_point now) {

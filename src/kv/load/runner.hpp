@@ -117,6 +117,7 @@ class LoadRun {
   void run_set(const Op& op, std::span<std::byte> value);
   void run_get(const Op& op);
   void run_del(const Op& op);
+  void run_call(const Op& op, std::span<std::byte> request);
   void error_line(const Op& op, const std::string& what);
   void begin_op();
   void end_op(Clock::time_point now);

@@ -1,6 +1,7 @@
 #include "kv/load/workload.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <istream>
 #include <limits>
@@ -133,6 +134,69 @@ bool parse_generated(std::string_view spec, std::uint64_t max_value, GeneratedVa
 
 enum class LineKind { blank, op, error };
 
+// CALL <op> <payload>: `end` is the end of the opcode word.
+LineKind parse_call(std::string_view line, std::size_t end, const ParseLimits& lim, Op& op, std::string& err) {
+  std::size_t pos = skip_blanks(line, end);
+  if (pos == line.size()) {
+    err = "CALL: missing operation number";
+    return LineKind::error;
+  }
+  end = token_end(line, pos);
+  const std::string_view num = line.substr(pos, end - pos);
+  const bool hex = num.size() > 2 && (num.starts_with("0x") || num.starts_with("0X"));
+  unsigned long v = 0;
+  const char* first = num.data() + (hex ? 2 : 0);
+  const auto [ptr, ec] = std::from_chars(first, num.data() + num.size(), v, hex ? 16 : 10);
+  if (ec != std::errc{} || ptr != num.data() + num.size() || v > 0xFFFF) {
+    err = "CALL: operation " + quote(num) + " is not a number from 0 to 65535 (decimal or 0x hex)";
+    return LineKind::error;
+  }
+  op.call_op = static_cast<std::uint16_t>(v);
+  op.key.clear();
+  if (end == line.size()) {  // no payload
+    op.value = std::string();
+    return LineKind::op;
+  }
+  std::string_view payload = line.substr(end + 1);  // exactly one separator
+  if (payload.starts_with('@') && !payload.starts_with("@@")) {
+    std::string_view spec = payload.substr(1);
+    while (!spec.empty() && is_blank(spec.back())) spec.remove_suffix(1);
+    GeneratedValue g;
+    if (!parse_generated(spec, lim.max_value, g, err)) return LineKind::error;
+    op.value = g;
+    return LineKind::op;
+  }
+  if (payload.starts_with("@@")) payload.remove_prefix(1);
+  std::string bytes;
+  for (std::size_t i = 0; i < payload.size(); ++i) {
+    if (payload[i] != '\\') {
+      bytes.push_back(payload[i]);
+      continue;
+    }
+    if (i + 1 < payload.size() && payload[i + 1] == '\\') {
+      bytes.push_back('\\');
+      ++i;
+      continue;
+    }
+    unsigned byte = 0;
+    if (i + 3 < payload.size() && payload[i + 1] == 'x' &&
+        std::from_chars(payload.data() + i + 2, payload.data() + i + 4, byte, 16).ptr == payload.data() + i + 4) {
+      bytes.push_back(static_cast<char>(byte));
+      i += 3;
+      continue;
+    }
+    err = "CALL: bad escape at " + quote(payload.substr(i, 4)) + " (\\xHH is one byte, \\\\ a backslash)";
+    return LineKind::error;
+  }
+  if (bytes.size() > lim.max_value) {
+    err = "CALL: request is " + std::to_string(bytes.size()) + " bytes, over the limit of " +
+          std::to_string(lim.max_value);
+    return LineKind::error;
+  }
+  op.value = std::move(bytes);
+  return LineKind::op;
+}
+
 // The whole grammar, shared by the file parser and the interactive mode.
 LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::string& err) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -147,8 +211,11 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
     op.kind = Op::Kind::get;
   } else if (iequals(opcode, "DEL")) {
     op.kind = Op::Kind::del;
+  } else if (iequals(opcode, "CALL")) {
+    op.kind = Op::Kind::call;
+    return parse_call(line, end, lim, op, err);
   } else {
-    err = "unknown operation " + quote(opcode) + " (expected SET, GET or DEL)";
+    err = "unknown operation " + quote(opcode) + " (expected SET, GET, DEL or CALL)";
     return LineKind::error;
   }
   const std::string name(op.kind == Op::Kind::set ? "SET" : op.kind == Op::Kind::get ? "GET" : "DEL");
@@ -177,6 +244,7 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
       op.value = std::string();
       break;
     }
+    case Op::Kind::call: break;  // parse_call
     case Op::Kind::set: {
       if (end == line.size()) {
         err = "SET: missing value (write 'SET <key> <value>'; a single trailing space sets "
@@ -214,6 +282,7 @@ std::string_view to_string(Op::Kind k) noexcept {
     case Op::Kind::set: return "set";
     case Op::Kind::get: return "get";
     case Op::Kind::del: return "del";
+    case Op::Kind::call: return "call";
   }
   return "?";
 }

@@ -16,6 +16,14 @@
 //   GET <key>                  trailing blanks allowed, anything else an error.
 //   DEL <key>                  delete the key; trailing blanks allowed, anything
 //                              else an error.
+//   CALL <op> <payload>        a user-defined operation (docs/protocol.md
+//                              "CALL"): op = its opcode, decimal or 0x hex,
+//                              0..65535; payload = the request bytes, the rest
+//                              of the line after exactly one blank, with
+//                              \xHH = one byte and \\ = a backslash (any other
+//                              backslash is an error), or @<size>[:<seed>] /
+//                              @@<text> as a SET value. `CALL <op>` alone: an
+//                              empty request.
 // - Opcodes are case-insensitive (SET, set, Set): interactive users type lowercase.
 // - Leading blanks are skipped; opcode and key are separated by one or more
 //   blanks (space, tab, \v, \f). Keys are 1..1024 bytes without blanks.
@@ -56,10 +64,11 @@ void write_value(const ValueSpec& v, std::span<std::byte> out) noexcept;
 [[nodiscard]] bool matches(const ValueSpec& v, std::span<const std::byte> bytes) noexcept;
 
 struct Op {
-  enum class Kind { set, get, del };
+  enum class Kind { set, get, del, call };
   Kind kind = Kind::get;
-  std::string key;
-  ValueSpec value;    // SET only; an empty literal for GET and DEL
+  std::string key;    // empty for CALL
+  ValueSpec value;    // SET: the value; CALL: the request bytes; an empty literal for GET and DEL
+  std::uint16_t call_op = 0;  // CALL: the user opcode
   unsigned line = 0;  // 1-based line in the file; 0 from parse_command
 };
 

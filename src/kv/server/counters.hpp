@@ -37,6 +37,9 @@ struct ServerCounters {
   std::uint64_t dels = 0;
   std::uint64_t del_hits = 0;
   std::uint64_t stats = 0;
+  std::uint64_t calls = 0;
+  std::uint64_t calls_no_handler = 0;
+  std::uint64_t calls_failed = 0;
   std::uint64_t rdv_refused = 0;
   std::uint64_t error_replies = 0;
   std::uint64_t pauses = 0;
@@ -88,6 +91,9 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"dels", &ServerCounters::dels, "DEL requests"},
     CounterInfo{"del_hits", &ServerCounters::del_hits, "DEL requests that found (and removed) their key"},
     CounterInfo{"stats", &ServerCounters::stats, "STATS requests"},
+    CounterInfo{"calls", &ServerCounters::calls, "CALL requests (user-defined operations)"},
+    CounterInfo{"calls_no_handler", &ServerCounters::calls_no_handler, "CALLs of an opcode with no handler (answered no_handler)"},
+    CounterInfo{"calls_failed", &ServerCounters::calls_failed, "CALLs whose handler threw (answered handler_failed)"},
     CounterInfo{"rdv_refused", &ServerCounters::rdv_refused, "rendezvous requests refused with bad_request (no registered memory)"},
     CounterInfo{"error_replies", &ServerCounters::error_replies, "replies with a non-ok status"},
     CounterInfo{"pauses", &ServerCounters::pauses, "times a received buffer waited for a free send buffer or transfer"},
@@ -111,8 +117,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "completion events taken (a CQ armed before the loop slept)"},
     CounterInfo{"cq_polls", &ServerCounters::cq_polls, "poll passes over the poll list (CQs with traffic, while the loop spins)"},
     CounterInfo{"cq_arms", &ServerCounters::cq_arms, "CQs armed before the loop slept"},
-    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET and DEL replies waiting for the log"},
-    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs and DELs answered io_error"},
+    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET, DEL and CALL records whose reply waits for the log"},
+    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs, DELs and CALLs answered io_error"},
 };
 
 namespace detail {

@@ -35,6 +35,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
       store_(&store),
       options_(std::move(options)),
       durability_(durability),
+      handlers_(&reactor),
       conns_(std::max<std::uint32_t>(1, options_.max_clients)) {
   polled_.reserve(std::min<std::uint32_t>(options_.max_clients, 1024));
   if (options_.credits == 0) throw std::invalid_argument("credits must be at least 1");
@@ -279,6 +280,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.stats = [this] { return stats_rows(); };
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
+    scfg.handlers = &handlers_;
     auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
                                            std::move(scfg), arena_.get(), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
@@ -454,6 +456,11 @@ bool Server::arm_listed() noexcept {
   }
   polled_.clear();
   return handled > 0;
+}
+
+void Server::handle(std::uint16_t op, Handler fn) {
+  reactor_->assert_owner_thread();
+  handlers_.add(op, std::move(fn));
 }
 
 void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {

@@ -26,6 +26,9 @@
 // (disconnect_timeout + drain_timeout) forces the destroy if the CM or the
 // flush never comes back.
 //
+// User-defined operations: handle(op, fn) registers a Handler (handler.hpp)
+// in the one Handlers table every ServerConn runs CALLs from.
+//
 // Durability (optional): every ServerConn records its SETs with it; its
 // deferred acknowledgements come back through on_durable(token, req_id, ok),
 // routed by the connection's slot + generation (dropped if it has gone). Large
@@ -54,6 +57,7 @@
 
 #include "kv/server/arena.hpp"
 #include "proto/auth.hpp"
+#include "kv/server/handler.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/endpoint.hpp"
 #include "kv/server/index_region.hpp"
@@ -142,6 +146,13 @@ class Server {
   void shutdown(std::function<void()> on_done);
   [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
 
+  // Registers (or replaces) the handler of CALLs of user opcode `op`
+  // (handler.hpp; proto::kFirstCallOp and up: 0x0100..0x0FFF are kvd's own
+  // operations, 0x1000 and up are free for the embedding program). It runs
+  // on this reactor's thread and must not block. Throws
+  // std::invalid_argument for a reserved opcode or an empty handler.
+  void handle(std::uint16_t op, Handler fn);
+
   // The Durability's acknowledgement of SET req_id on connection `token`.
   void on_durable(std::uint64_t token, std::uint32_t req_id, bool ok) noexcept;
 
@@ -211,6 +222,7 @@ class Server {
   std::size_t index_charged_ = 0;         // its bytes, charged to the Store's MemoryBudget
   std::optional<proto::AuthDigest> auth_;  // what a connect request must carry (options_.auth_token)
   Durability* durability_ = nullptr;
+  Handlers handlers_;  // CALL handlers, shared by every ServerConn
   std::uint16_t port_ = 0;
   reactor::SlotTable<Conn> conns_;  // bounded by max_clients
   std::vector<Key> polled_;         // the poll list (Conn::polled); stale keys are skipped

@@ -247,9 +247,13 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
       return Progress::failed;
     }
     proto::MessageSpec reply = plan_reply(m);
-    const std::size_t need = proto::encoded_size(reply);
+    // A CALL's reply is known only once its handler ran: room for the largest eager one.
+    const std::size_t need = m.opcode() == Opcode::call && reply.status == Status::ok
+                                 ? std::max(proto::encoded_size(reply), call_reply_room())
+                                 : proto::encoded_size(reply);
     if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
-    if (m.opcode() == Opcode::set && m.rdv && arena_ != nullptr && transfers_full()) {
+    if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && arena_ != nullptr &&
+        transfers_full()) {
       return Progress::paused;  // resumes when a READ/WRITE completes
     }
     const Outcome out = execute(m, reply);
@@ -292,7 +296,10 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) 
   }
   ++counters_->replies_sent;
   if (outstanding_ > 0) --outstanding_;
-  if (reply.opcode == Opcode::get_reply) counters_->bytes_copied += reply.value.size();  // eager value
+  if (reply.opcode == Opcode::get_reply || reply.opcode == Opcode::call_reply) {
+    counters_->bytes_copied += reply.value.size();  // eager value
+  }
+  if (reply.opcode == Opcode::call_reply && !call_replies_.empty()) call_replies_.erase(reply.req_id);  // copied
   granted_pending_ += owed_;
   owed_ = 0;
   return true;
@@ -335,10 +342,15 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       reply = proto::msg::stats_reply(id, 0, stats_text_);
       break;
     case Opcode::del: reply = proto::msg::del_reply(id, 0, false); break;  // execute() says whether it was found
+    case Opcode::call:  // sized as a pulled reply; process() keeps room for an eager one (call_reply_room)
+      reply = m.rdv && arena_ == nullptr ? proto::msg::error_reply(Opcode::call, id, 0, Status::bad_request)
+                                         : proto::msg::call_reply_pull(id, 0, {}, 0);
+      break;
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply:
-    case Opcode::del_reply:  // refused on arrival
+    case Opcode::del_reply:
+    case Opcode::call_reply:  // refused on arrival
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       break;
   }
@@ -385,10 +397,12 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
     case Opcode::release: return execute_release(m);
     case Opcode::stats: ++counters_->stats; return Outcome::reply;
     case Opcode::del: return execute_del(m, reply);
+    case Opcode::call: return execute_call(m, reply);
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply:
-    case Opcode::del_reply: return Outcome::reply;
+    case Opcode::del_reply:
+    case Opcode::call_reply: return Outcome::reply;
   }
   return Outcome::reply;
 }
@@ -454,6 +468,11 @@ Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
   }
   --durable_waits_;
   --counters_->durable_waits;
+  if (const auto it = durable_calls_.find(req_id); it != durable_calls_.end()) {  // one of a CALL's records
+    if (!ok) it->second.failed = true;
+    if (--it->second.records == 0) finish_call_wait(req_id, it->second);  // erases it
+    return decided_if(true);
+  }
   if (!ok) ++counters_->io_errors;
   Opcode op = Opcode::set;
   bool found = false;

@@ -1,6 +1,7 @@
 #pragma once
 // ServerConn: the server's per-connection protocol state machine (eager
-// SET/GET/DEL/STATS, credits, back-pressure). It posts work only through a Link
+// SET/GET/DEL/STATS, CALLs of user-defined operations (server_call.cpp),
+// credits, back-pressure). It posts work only through a Link
 // and is fed verbs::Completion values, so the `protocol` suite drives it with
 // a FakeLink. It never touches verbs objects or cm_ids.
 //
@@ -41,6 +42,8 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -49,6 +52,7 @@
 
 #include "kv/server/arena.hpp"
 #include "kv/server/counters.hpp"
+#include "kv/server/handler.hpp"
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/link.hpp"
@@ -145,6 +149,9 @@ struct ServerConnConfig {
   // The rows of the STATS reply (Server::stats_rows()); empty: the counter table and the Store's rows.
   std::function<store::StatRows()> stats;
   std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
+  // The handlers CALLs run (handler.hpp; owned by the Server, outlives this).
+  // Null: every CALL is answered no_handler.
+  const Handlers* handlers = nullptr;
   // Post a SEND as soon as it holds this many replies, instead of at the end
   // of the pass (0: at the end only). The client starts on the first replies
   // while the rest are executed: its work and ours overlap.
@@ -243,15 +250,23 @@ class ServerConn {
     LargeRef value_;
     ServerCounters* counters_ = nullptr;
   };
-  enum class TransferKind : std::uint8_t { none, set_read, get_write };
-  // An RDMA READ (SET) or WRITE (GET) in flight; WrId slot = index in transfers_.
+  enum class TransferKind : std::uint8_t { none, set_read, call_read, get_write };
+  // An RDMA READ (SET, CALL) or WRITE (GET) in flight; WrId slot = index in transfers_.
   struct Transfer {
     TransferKind kind = TransferKind::none;
     std::uint32_t req_id = 0;
+    std::uint16_t op = 0;  // CALL: its user opcode
     std::string key;  // SET: installed under it when the READ completes
     std::uint32_t value_crc = 0;  // SET: the writer's crc32c of the value (its descriptor)
     Pin pin;
   };
+  // A CALL whose reply waits for the records its handler made (on_durable).
+  struct CallWait {
+    std::uint32_t records = 0;  // answered `later`, not yet durable
+    bool failed = false;        // one of them failed: the reply becomes io_error
+    proto::MessageSpec reply;   // eager bytes: a view into call_replies_
+  };
+  class CallScope;  // one handler run: its ReplyWriter and StoreAccess (server_call.cpp)
 
   // Internal steps report a decision to close only through fail() (state ->
   // draining); the public calls turn that transition into their Verdict.
@@ -270,6 +285,21 @@ class ServerConn {
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
+  // Posts the RDMA READ of a request's bytes at `from` into `block` for the
+  // transfer in `slot` (kind and req_id set): no_reply, or failed (closing).
+  Outcome post_request_read(std::uint32_t slot, std::shared_ptr<store::LargeValue> block,
+                            const proto::RdvDesc& from) noexcept;
+  // --- CALL (server_call.cpp) ---
+  Outcome execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // Runs op's handler on `request` and builds its reply (maybe deferred for the log).
+  Outcome run_call(std::uint32_t req_id, std::uint16_t op, std::span<const std::byte> request,
+                   proto::MessageSpec& reply) noexcept;
+  // Room a CALL's reply may need in the open send buffer (the largest eager reply).
+  [[nodiscard]] std::size_t call_reply_room() const noexcept;
+  // A deferred CALL's records are all durable (or one failed): its reply goes out.
+  void finish_call_wait(std::uint32_t req_id, CallWait& w) noexcept;
+  // Drops what a CALL reply that is not sent held (its bytes, its pulled block).
+  void drop_call_reply(std::uint32_t req_id) noexcept;
   // DEL: erase, then record the tombstone (the reply may be deferred or fail).
   Outcome execute_del(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   // Records an applied SET with the Durability (if any); may defer or fail the reply.
@@ -320,6 +350,10 @@ class ServerConn {
   Durability* durability_ = nullptr;
   std::size_t durable_waits_ = 0;                 // SETs and DELs answered `later`, reply not emitted yet
   std::unordered_map<std::uint32_t, bool> durable_dels_;  // DELs among them: req_id -> FOUND
+  std::unordered_map<std::uint32_t, CallWait> durable_calls_;  // CALLs among them (one per CALL, several records)
+  // Eager CALL reply bytes until the reply is appended (replies in ready_ and
+  // durable_calls_ view them; nodes never move).
+  std::unordered_map<std::uint32_t, std::vector<std::byte>> call_replies_;
 };
 
 }  // namespace rkv::kv::server

@@ -67,19 +67,25 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   t.kind = TransferKind::set_read;
   t.req_id = id;
   t.value_crc = m.rdv->value_crc;
+  return post_request_read(slot, std::move(block), *m.rdv);  // SET_REPLY when the READ completes
+}
+
+ServerConn::Outcome ServerConn::post_request_read(std::uint32_t slot, std::shared_ptr<LargeValue> block,
+                                                  const proto::RdvDesc& from) noexcept {
+  Transfer& t = transfers_[slot];
   const auto target = block->bytes;
   const auto lkey = block->lkey;
   t.pin = Pin(std::move(block), *counters_);
   if (const int rc = channel_.link().post_read(WrId(slot, config_.generation, WrKind::rdma_read), target, lkey,
-                                              m.rdv->addr, m.rdv->rkey);
+                                              from.addr, from.rkey);
       rc != 0) {
     free_transfer(slot);
     fail(CloseCause::post_error, fmt::format("RDMA READ post failed: errno {}", rc));
     return Outcome::failed;
   }
   ++counters_->rdma_reads;
-  SPDLOG_TRACE("conn {}: SET req {} RDMA READ {} bytes into slot {}", config_.label, id, len, slot);
-  return Outcome::no_reply;  // SET_REPLY when the READ completes
+  SPDLOG_TRACE("conn {}: req {} RDMA READ {} bytes into slot {}", config_.label, t.req_id, target.size(), slot);
+  return Outcome::no_reply;
 }
 
 ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, const LargeRef& v,
@@ -134,8 +140,9 @@ ServerConn::Outcome ServerConn::execute_release(const proto::MessageView& m) noe
 
 void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   const std::uint32_t slot = c.wr_id.slot();
-  const auto want = c.wr_id.kind() == WrKind::rdma_read ? TransferKind::set_read : TransferKind::get_write;
-  if (slot >= transfers_.size() || transfers_[slot].kind != want) {
+  const bool is_read = c.wr_id.kind() == WrKind::rdma_read;
+  const auto kind = slot < transfers_.size() ? transfers_[slot].kind : TransferKind::none;
+  if (is_read ? kind != TransferKind::set_read && kind != TransferKind::call_read : kind != TransferKind::get_write) {
     ++counters_->stale_completions;
     return;
   }
@@ -150,6 +157,14 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   Transfer& t = transfers_[slot];
   if (t.kind == TransferKind::get_write) {  // the reply went out right after the WRITE
     free_transfer(slot);
+    return process_held();
+  }
+  if (t.kind == TransferKind::call_read) {  // the request bytes are in the block: run the handler on them
+    proto::MessageSpec reply;
+    const Outcome out = run_call(t.req_id, t.op, t.pin.value()->bytes, reply);
+    free_transfer(slot);  // the handler is done with the request bytes
+    if (out == Outcome::failed) return;
+    if (out == Outcome::reply && !emit(reply)) return;
     return process_held();
   }
   proto::MessageSpec reply = proto::msg::set_reply(t.req_id, 0);
