@@ -24,7 +24,23 @@ if ldd "$ext" | grep -q libasan; then
   preload=$(${CC:-cc} -print-file-name=libasan.so)
   if ldd "$ext" | grep -q libubsan; then preload="$preload $(${CC:-cc} -print-file-name=libubsan.so)"; fi
   export LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}"
-  export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  # verify_asan_link_order=0: ASan's check that its runtime is the process's
+  # first library fails now and then for a preloaded runtime (seen as an
+  # exit 1 during pytest's collection, its message swallowed by pytest's fd
+  # capture; about 1 run in 6 in the guest); the preload makes the order right.
+  export ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 fi
 export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 RKV_KVD=$KVD
-exec "$PY" -m pytest -p no:cacheprovider -v -rA "$HERE" "$@"
+# A start-up refusal of the ASan runtime ("does not come first in initial
+# library list", seen in about 1 run in 5 in the guest even with the preload
+# and verify_asan_link_order=0) ends the interpreter before any test runs:
+# that run is started again, at most twice; any other outcome is the result.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for attempt in 1 2 3; do
+  "$PY" -m pytest -p no:cacheprovider -v -rA "$HERE" "$@" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  grep -q "ASan runtime does not come first" "$out" || exit "$rc"
+  echo "python: the ASan runtime refused to start (attempt $attempt); no test ran" >&2
+done
+exit "$rc"
