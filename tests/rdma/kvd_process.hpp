@@ -33,6 +33,10 @@
 
 namespace rkv::test {
 
+inline bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
 using namespace std::chrono_literals;
 
 namespace detail {

@@ -20,6 +20,7 @@
 
 #include "kv/client/client.hpp"
 #include "kv/client/kv.h"
+#include "../temp_dir.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
@@ -36,26 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using kv::client::Status;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rkv-auth-XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 std::string write_secret(const std::string& path, const std::string& text) {
   { std::ofstream(path, std::ios::trunc) << text; }
@@ -92,7 +73,7 @@ int c_open(const std::string& server, const std::string& file, void** h) {
 
 TEST(AuthE2E, OnlyTheRightTokenGetsInAndItWorksForEveryPath) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"auth"};
   const std::string good = write_secret(t.path() + "/token", "correct horse battery staple\n");
   const std::string wrong = write_secret(t.path() + "/wrong", "correct horse battery stapler\n");
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--auth-token-file", good});

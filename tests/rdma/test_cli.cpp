@@ -33,8 +33,6 @@
 namespace rkv::test {
 namespace {
 
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 TEST(KvloadCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH}, {}, 60s).exit_code, 2);  // --server missing
   EXPECT_EQ(run_command({RKV_KVLOAD_PATH, "--server", "x", "--depth", "0"}, {}, 60s).exit_code, 2);

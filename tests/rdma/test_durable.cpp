@@ -34,6 +34,7 @@
 
 #include "kv/client/client.hpp"
 #include "kv/load/workload.hpp"
+#include "../temp_dir.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
@@ -50,24 +51,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using kv::client::Status;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rkv-durable-XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // One SET line of a workload: `SET key @size:seed`.
 struct SetLine {
@@ -178,11 +161,9 @@ std::size_t verify(const std::string& addr, std::uint16_t port, const std::vecto
   return in_flight_values;
 }
 
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 TEST(DurableE2E, AcknowledgedSetsSurviveSigkill) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string data = t.path() + "/data", wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
   const auto wl = make_workload(wl_path, 40, 60, 4);  // 2400 SETs, a quarter of them 64 KiB+
   std::size_t acked = 0;
@@ -223,7 +204,7 @@ TEST(DurableE2E, AcknowledgedSetsSurviveSigkill) {
 // pipelined (one process start less, no round trip per key).
 TEST(DurableE2E, AcknowledgedDeletesSurviveSigkill) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string data = t.path() + "/data", wl = t.path() + "/wl.txt", acks = t.path() + "/acks";
   constexpr unsigned kKeys = 400;
   const auto old_value = [](unsigned k) { return kv::load::GeneratedValue{100 + k % 50, k}; };
@@ -348,7 +329,7 @@ TEST(DurableE2E, AcknowledgedDeletesSurviveSigkill) {
 // Group commit: at depth 32 under --fsync always, fsyncs stay well below SETs.
 TEST(DurableE2E, GroupCommitSharesFsyncs) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string wl_path = t.path() + "/wl.txt";
   const auto wl = make_workload(wl_path, 200, 3, 0);  // 600 small SETs
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", t.path() + "/data", "--fsync", "always"});
@@ -367,7 +348,7 @@ TEST(DurableE2E, GroupCommitSharesFsyncs) {
 // restarts kvd on the directory and verifies every acknowledged SET.
 void compaction_run(const std::string& fault) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string data = t.path() + "/data", wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
   const auto wl = make_workload(wl_path, 20, 40, 5);  // 800 SETs over 20 keys: the log outgrows the live data
   const std::vector<std::string> flags = {"--data-dir", data, "--fsync", "always", "--compact-min-bytes", "65536",
@@ -438,7 +419,7 @@ class SmallFs {
 
 TEST(DurableE2E, EnospcFailsSetsKeepsGetsAndClears) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string mnt = t.path() + "/mnt";
   fs::create_directory(mnt);
   SmallFs small(mnt);
@@ -533,7 +514,7 @@ std::string three_records(const std::string& addr, const std::string& data) {
 
 TEST(DurableE2E, TornTailIsTruncatedWithALogLine) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string data = t.path() + "/data";
   const std::string log = three_records(addr, data);
   const auto good = fs::file_size(log);
@@ -556,7 +537,7 @@ TEST(DurableE2E, TornTailIsTruncatedWithALogLine) {
 
 TEST(DurableE2E, CorruptMiddleRefusesToStartUnlessRepair) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"durable"};
   const std::string data = t.path() + "/data";
   const std::string log = three_records(addr, data);
   {

@@ -38,8 +38,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
 // A flat JSON object of unsigned integers, {"name": 1, "b": 2}, strictly;
 // nullopt for anything else.
 std::optional<std::map<std::string, std::uint64_t>> parse_flat_json(const std::string& text) {

@@ -21,6 +21,7 @@
 #include "kv/client/client.hpp"
 #include "kv/client/kv.h"
 #include "kv/load/workload.hpp"
+#include "../temp_dir.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
@@ -37,26 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using kv::client::Status;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rkv-limits-XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 struct SetLine {
   std::string key;
@@ -123,7 +104,7 @@ std::size_t read_back(const std::string& addr, std::uint16_t port, const std::ve
 
 TEST(MemoryLimitE2E, SetsBeyondTheLimitFailAndAcknowledgedOnesReadBack) {
   const std::string addr = verbs::test::softroce_addr();
-  TempDir t;
+  TempDir t{"limits"};
   const std::string wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
   const auto wl = make_workload(wl_path, std::uint64_t{128} << 20);
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--max-memory", "64m"});

@@ -17,6 +17,7 @@
 #include "durable/recovery.hpp"
 #include "kv/store/store.hpp"
 #include "reactor/reactor.hpp"
+#include "../temp_dir.hpp"
 
 namespace rkv::durable {
 namespace {
@@ -25,19 +26,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using kv::store::DurableAck;
 using kv::store::Store;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/rkv-log-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // A server's view of the log: the Store, the Log, and what it acknowledged.
 // Every op is applied to the Store first, then recorded (as ServerConn does),
@@ -110,7 +99,7 @@ LogOptions always() {
 }
 
 TEST(DurableLog, TombstonesAreLoggedAcknowledgedAndRecovered) {
-  TempDir t;
+  TempDir t{"log"};
   std::map<std::string, std::optional<std::string>> model;
   {
     Durable d(t.path(), always());
@@ -139,7 +128,7 @@ TEST(DurableLog, TombstonesAreLoggedAcknowledgedAndRecovered) {
 }
 
 TEST(DurableLog, CompactionDropsDeletedKeysAndResurrectsNone) {
-  TempDir t;
+  TempDir t{"log"};
   LogOptions opt = always();
   opt.compact_min_bytes = 1;
   opt.compact_ratio = 1.5;
@@ -185,7 +174,7 @@ TEST(DurableLog, CompactionDropsDeletedKeysAndResurrectsNone) {
   const DirListing ls = list_dir(t.path());
   ASSERT_EQ(ls.snapshots.size(), 1u);
   EXPECT_EQ(ls.logs.front(), ls.snapshots.front()) << "the logs before the snapshot are gone";
-  TempDir only;
+  TempDir only{"log"};
   fs::copy_file(t.path() + "/" + snapshot_name(ls.snapshots.front()), only.path() + "/" + snapshot_name(ls.snapshots.front()));
   Store snap;
   (void)recover({only.path()}, snap);
