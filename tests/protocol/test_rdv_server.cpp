@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fake_link.hpp"
+#include "server_request.hpp"
 #include "fake_registrar.hpp"
 #include "wire_helpers.hpp"
 #include "kv/server/arena.hpp"
@@ -43,12 +44,7 @@ class ServerRdv : public ::testing::Test {
     sc_->on_established();
   }
   // Delivers one SEND into the next posted receive, then flushes.
-  Verdict request(const std::vector<std::byte>& bytes) {
-    const auto& r = link_.recvs[next_recv_++];
-    const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
-    EXPECT_EQ(sc_->flush(), Verdict::keep);
-    return v;
-  }
+  Verdict request(const std::vector<std::byte>& bytes) { return test::deliver_request(*sc_, link_, next_recv_, bytes); }
   std::vector<proto::MessageView> last_send() { return decode(link_.sends.back().bytes); }
 
   FakeLink link_;

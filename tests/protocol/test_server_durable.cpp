@@ -10,6 +10,7 @@
 
 #include "fake_durability.hpp"
 #include "fake_link.hpp"
+#include "server_request.hpp"
 #include "fake_registrar.hpp"
 #include "kv/server/arena.hpp"
 #include "kv/server/server_conn.hpp"
@@ -46,20 +47,8 @@ class ServerDurable : public ::testing::Test {
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
   }
-  Verdict request(const std::vector<std::byte>& bytes) {
-    const auto& r = link_.recvs[next_recv_++];
-    const Verdict v = sc_->on_completion(FakeLink::deliver(r, bytes));
-    EXPECT_EQ(sc_->flush(), Verdict::keep);
-    return v;
-  }
-  std::vector<proto::MessageView> replies_since(std::size_t sends) {
-    std::vector<proto::MessageView> out;
-    for (std::size_t i = sends; i < link_.sends.size(); ++i) {
-      auto r = decode(link_.sends[i].bytes);
-      out.insert(out.end(), r.begin(), r.end());
-    }
-    return out;
-  }
+  Verdict request(const std::vector<std::byte>& bytes) { return test::deliver_request(*sc_, link_, next_recv_, bytes); }
+  std::vector<proto::MessageView> replies_since(std::size_t sends) { return test::replies_since(link_, sends); }
   static std::span<const std::byte> b(const std::string& s) { return proto::as_bytes(s); }
 
   FakeLink link_;
