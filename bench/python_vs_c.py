@@ -8,8 +8,10 @@ Python / C (issue 19: Python should stay within 0.8 of C for large values).
 Needs SOFTROCE_ADDR (scripts/softroce provides it). The C side is
 BUILD/bench/capi_ops (kv_set_bin / kv_get_bin + kv_release); the Python
 side does the same loop with Client.set / Client.get (the memoryview
-released each time). A sanitized build's extension needs libasan preloaded:
-this script re-executes itself with LD_PRELOAD when it finds that. Speed is
+released each time). A sanitized build's extension needs the ASan runtime
+first in the process: this script re-executes itself in that build's
+tests/python/python_sanitized (the interpreter embedded in a sanitized
+program) when it finds one. Speed is
 only reported, never checked: run it on a quiet machine (bench/run's rule).
 """
 
@@ -28,20 +30,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def preload_asan(build: Path) -> None:
+def use_sanitized_interpreter(build: Path) -> None:
     ext = next((build / "python" / "rkv").glob("_rkv*.so"), None)
     if ext is None:
         sys.exit(f"python_vs_c: no Python extension in {build}/python/rkv (configure with -Dpython=enabled)")
-    if "libasan" in os.environ.get("LD_PRELOAD", ""):
-        return
     libs = subprocess.run(["ldd", str(ext)], capture_output=True, text=True).stdout
     if "libasan" not in libs:
         return
-    cc = os.environ.get("CC", "cc")
-    pre = [subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
-           for lib in (["libasan.so", "libubsan.so"] if "libubsan" in libs else ["libasan.so"])]
-    env = dict(os.environ, LD_PRELOAD=" ".join(pre), ASAN_OPTIONS="detect_leaks=0")
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    exe = build / "tests" / "python" / "python_sanitized"
+    if Path(sys.executable).resolve() == exe.resolve():
+        return
+    if not exe.exists():
+        sys.exit(f"python_vs_c: {ext} is sanitized and {exe} is missing (build with -Dtests=enabled)")
+    os.execv(str(exe), [str(exe), *sys.argv])
 
 
 def start_kvd(build: Path, addr: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -101,7 +102,7 @@ def main() -> None:
     ap.add_argument("--csv", help="also write the rows here")
     args = ap.parse_args()
     build = Path(args.build).resolve()
-    preload_asan(build)
+    use_sanitized_interpreter(build)
     sys.path.insert(0, str(build / "python"))
     addr = os.environ.get("SOFTROCE_ADDR")
     if not addr:
