@@ -10,6 +10,7 @@
         c.get_into(b"weights", out)                    # RDMA straight into `out`
         c.set_many({b"a": b"1", b"b": b"2"}); c.get_many([b"a", b"b"])
         # in a coroutine: await c.aget(b"a"), await c.aset(b"a", b"3")
+        c.incr(b"hits"); c.cas(b"a", b"1", b"9"); c.call(0x1000, b"req")   # user operations
 
 Keys and values are any bytes-like object (bytes, bytearray, memoryview,
 numpy arrays and anything else with the buffer protocol, C-contiguous) or str
@@ -54,6 +55,10 @@ Errors (all rkv.Error, with .errno and .message from the C API):
     rkv.InvalidArgument   empty key, bad server name or option (a ValueError)
     rkv.ServerError       the server failed the request
     rkv.OutOfMemory       out of memory here or in the server's store
+    rkv.NoHandlerError    call(): the server has no handler for the opcode
+    rkv.HandlerFailedError call(): the handler failed (a ServerError)
+    rkv.RefusedError      call()/incr(): the handler refused the request,
+                          e.g. incr of a non-integer (a ValueError)
 A missing key is not an error for get() (None) and delete() (False);
 client[key] and del client[key] raise KeyError.
 
@@ -70,10 +75,15 @@ from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 from ._rkv import (  # noqa: F401  (re-exported)
     DEFAULT_PORT,
     MAX_PENDING,
+    OP_CAS,
+    OP_INCR,
     ConnectionError,
     Error,
+    HandlerFailedError,
     InvalidArgument,
+    NoHandlerError,
     OutOfMemory,
+    RefusedError,
     ServerError,
     TooLargeError,
     _Client,
@@ -87,8 +97,13 @@ __all__ = [
     "InvalidArgument",
     "ServerError",
     "OutOfMemory",
+    "NoHandlerError",
+    "HandlerFailedError",
+    "RefusedError",
     "DEFAULT_PORT",
     "MAX_PENDING",
+    "OP_INCR",
+    "OP_CAS",
 ]
 
 Key = Union[bytes, bytearray, memoryview, str, Any]  # anything with the buffer protocol

@@ -50,6 +50,9 @@ struct Errors {
   PyObject* invalid = nullptr;     // rkv.InvalidArgument (also ValueError)
   PyObject* server = nullptr;      // rkv.ServerError
   PyObject* no_memory = nullptr;   // rkv.OutOfMemory (also MemoryError)
+  PyObject* no_handler = nullptr;  // rkv.NoHandlerError (EOPNOTSUPP: call of an opcode the server lacks)
+  PyObject* handler_failed = nullptr;  // rkv.HandlerFailedError (EREMOTEIO; a ServerError)
+  PyObject* refused = nullptr;     // rkv.RefusedError (EDOM; also ValueError)
 };
 Errors g_err;
 
@@ -58,6 +61,9 @@ PyObject* error_type(int code, const std::string& msg) {
     case E2BIG: return g_err.too_large;
     case EINVAL: return g_err.invalid;
     case ENOMEM: return g_err.no_memory;
+    case EOPNOTSUPP: return g_err.no_handler;
+    case EREMOTEIO: return g_err.handler_failed;
+    case EDOM: return g_err.refused;
     case ECONNREFUSED:
     case ETIMEDOUT:
     case EHOSTUNREACH:
@@ -174,8 +180,7 @@ class Bytes {
 // ---- the client --------------------------------------------------------------
 
 // What an async operation's completion turns into (completion()). incr,
-// cas and call (issue 14) add a kind each, a sync method like del() and a
-// _submit_* like submit_del() once kv.h has kv_incr/kv_cas/kv_call.
+// cas and call are sync only (kv.h has no async form of them).
 enum class AsyncKind : std::uint8_t { set, get, del, get_into };
 
 class Handle {
@@ -282,6 +287,52 @@ class Handle {
     if (rc == ENOENT) return false;
     if (rc != 0) raise_error(rc, kv_last_error(h));
     return true;
+  }
+
+  // ---- user-defined operations (kv_incr, kv_cas, kv_call) ----
+  long long incr(py::handle key, long long delta) {
+    void* h = live();
+    const Bytes k(key, false, "key");
+    std::int64_t result = 0;
+    int rc = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = kv_incr(h, k.data(), k.size(), static_cast<std::int64_t>(delta), &result);
+    }
+    if (rc != 0) raise_error(rc, kv_last_error(h));
+    return static_cast<long long>(result);
+  }
+
+  bool cas(py::handle key, py::handle expected, py::handle value) {
+    void* h = live();
+    const Bytes k(key, false, "key");
+    const Bytes e(expected, false, "expected");
+    const Bytes v(value, false, "value");
+    int swapped = 0;
+    int rc = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = kv_cas(h, k.data(), k.size(), e.data(), e.size(), v.data(), v.size(), &swapped);
+    }
+    if (rc != 0) raise_error(rc, kv_last_error(h));
+    return swapped != 0;
+  }
+
+  // The reply as a read-only memoryview (a large reply is a view of the
+  // memory it was RDMA-read into, like get()'s values).
+  py::object call(int op, py::handle request) {
+    if (op < 0 || op > 0xFFFF) raise_error(EINVAL, "call: op must be 0..65535, not " + std::to_string(op));
+    void* h = live();
+    const Bytes r(request, false, "request");
+    void* reply = nullptr;
+    std::size_t reply_len = 0;
+    int rc = 0;
+    {
+      py::gil_scoped_release nogil;  // a large request is RDMA-read from r
+      rc = kv_call(h, static_cast<std::uint16_t>(op), r.data(), r.size(), &reply, &reply_len);
+    }
+    if (rc != 0) raise_error(rc, kv_last_error(h));
+    return as_memoryview(reply, reply_len);
   }
 
   py::dict stats() { return parse_lines(text_call(&kv_stats)); }
@@ -607,7 +658,20 @@ PYBIND11_MODULE(_rkv, m) {
     py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_MemoryError));
     g_err.no_memory = new_error(m, "OutOfMemory", "ENOMEM: out of memory here or in the server's store.", bases.ptr());
   }
+  g_err.no_handler = new_error(m, "NoHandlerError", "EOPNOTSUPP: the server has no handler for the call's opcode.",
+                               g_err.base);
+  g_err.handler_failed = new_error(m, "HandlerFailedError",
+                                   "EREMOTEIO: the server's handler of the call failed (it logs why).", g_err.server);
+  {
+    py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_ValueError));
+    g_err.refused = new_error(m, "RefusedError",
+                              "EDOM: the handler refused the request (incr: the value is not a 64-bit decimal "
+                              "integer, or the sum overflows; nothing changed).",
+                              bases.ptr());
+  }
   m.attr("MAX_PENDING") = KV_MAX_PENDING;
+  m.attr("OP_INCR") = 0x0100;
+  m.attr("OP_CAS") = 0x0101;
   m.attr("DEFAULT_PORT") = KV_DEFAULT_PORT;
 
   py::class_<Value>(m, "_Value", py::buffer_protocol(), "A value returned by a GET (read-only; see rkv.Client.get).")
@@ -637,6 +701,17 @@ PYBIND11_MODULE(_rkv, m) {
            "or read into buffer directly (registered for this call only). rkv.TooLargeError when the value is "
            "longer than the buffer.")
       .def("delete", &Handle::del, py::arg("key"), "Remove key; True if it existed, False if there was no such key.")
+      .def("incr", &Handle::incr, py::arg("key"), py::arg("delta") = 1,
+           "Add delta to key's value (a 64-bit decimal integer as text; a missing key counts as 0), store the "
+           "sum and return it (kvd's INCR, opcode 0x0100). rkv.RefusedError: not such an integer, or overflow.")
+      .def("cas", &Handle::cas, py::arg("key"), py::arg("expected"), py::arg("value"),
+           "Set key to value only if it exists and equals expected byte for byte (kvd's CAS, 0x0101); True when "
+           "it was set.")
+      .def("call", &Handle::call, py::arg("op"), py::arg("request") = py::bytes(),
+           "Run the server's handler of user opcode op (0..65535; docs/protocol.md \"CALL\") on request "
+           "(bytes-like or str) and return its reply as a read-only memoryview. rkv.NoHandlerError: no such "
+           "handler; rkv.HandlerFailedError: it failed; rkv.RefusedError: it refused the request. Calls are not "
+           "ordered with the keyed operations.")
       .def("stats", &Handle::stats, "The server's counters (its STATS reply) as a dict name -> int.")
       .def("counters", &Handle::counters,
            "This client's counters as a dict name -> int (bytes_copied: value bytes the client copied; "

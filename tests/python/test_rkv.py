@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import struct
 
 import numpy as np
 import pytest
@@ -213,6 +214,44 @@ def test_oversize_value_and_key(client: rkv.Client) -> None:
         client.set(b"", b"v")
     client.set(b"still-works", b"ok")
     assert client.get(b"still-works") == b"ok"
+
+
+def test_incr_cas_and_call(client: rkv.Client) -> None:
+    client.delete(b"py-counter")
+    assert client.incr(b"py-counter") == 1
+    assert client.incr(b"py-counter", 41) == 42
+    assert client.incr("py-counter", -50) == -8
+    assert client.get(b"py-counter") == b"-8"
+    client.set(b"py-text", b"not a number")
+    with pytest.raises(rkv.RefusedError) as e:
+        client.incr(b"py-text")
+    assert e.value.errno == 33 and isinstance(e.value, ValueError)  # EDOM
+    assert client.get(b"py-text") == b"not a number"  # unchanged
+    client.set(b"py-max", str(2**63 - 1))
+    with pytest.raises(rkv.RefusedError):
+        client.incr(b"py-max")  # overflow
+
+    client.set(b"py-cas", b"one")
+    assert client.cas(b"py-cas", b"two", b"three") is False
+    assert client.get(b"py-cas") == b"one"
+    assert client.cas(b"py-cas", b"one", np.frombuffer(b"three", dtype=np.uint8)) is True
+    assert client.get(b"py-cas") == b"three"
+    client.delete(b"py-missing")
+    assert client.cas(b"py-missing", b"", b"x") is False
+
+    # The raw CALL of kvd's INCR (docs/protocol.md: key_len u16, key, delta i64).
+    reply = client.call(rkv.OP_INCR, struct.pack("<H", 10) + b"py-counter" + struct.pack("<q", 10))
+    assert isinstance(reply, memoryview) and reply.readonly
+    assert struct.unpack("<q", reply) == (2,)
+    assert client.get(b"py-counter") == b"2"
+    with pytest.raises(rkv.RefusedError):
+        client.call(rkv.OP_INCR, b"\x01")  # malformed request bytes
+    with pytest.raises(rkv.NoHandlerError) as e2:
+        client.call(0x1234, b"anything")
+    assert e2.value.errno == 95  # EOPNOTSUPP
+    with pytest.raises(rkv.InvalidArgument):
+        client.call(0x10000)
+    assert client.get(b"py-counter") == b"2"  # the connection still works
 
 
 def test_stats(client: rkv.Client) -> None:
