@@ -4,6 +4,7 @@ durability (bench/durability), in the same session."""
 import csv
 import os
 import shutil
+import sys
 
 from .common import BENCH, MIB, _last_line, log, run_timed
 
@@ -55,8 +56,9 @@ class LabExperiments:
         ops = self.durability_ops  # fsync over 9p costs ~10s of ms each
         log(f"durability: --fsync never|batch|always, {ops} SETs per point, data on {data_root}")
         rc, out, err, _ = run_timed([os.path.join(BENCH, "durability"), "--build", self.build, "--ops", str(ops),
-                                     "--depths", self.durability_depths, "--out", path, "--data-root", data_root],
-                                    3600)
+                                     "--depths", self.durability_depths, "--sizes", self.durability_sizes,
+                                     "--out", path, "--data-root", data_root],
+                                    3600, env=dict(os.environ, BENCH_PYTHON=sys.executable))
         shutil.rmtree(data_root, ignore_errors=True)
         fs_line = [l for l in out.splitlines() if l.startswith("# data directory on:")]
         if fs_line:

@@ -11,7 +11,6 @@ from .common import Proc, _last_line, fmt, log, proc_cpu_seconds, ratio
 
 # Experiment 3's modes: label -> extra kvd/kvload flags. "default" is the sweep's own run.
 POLL_MODES = {"default": [], "events (--poll-us 0)": ["--poll-us", "0"], "busy-poll": ["--busy-poll"]}
-IDLE_SECONDS = 2.0
 
 
 class LoadExperiments:
@@ -23,25 +22,45 @@ class LoadExperiments:
         sweep = {(r["op"], r["size"], r["depth"]): r for r in self.rows["sweep.csv"]}
         has_poll_us = "--poll-us" in self.kvd_help and "--poll-us" in self.kvload_help
         log("polling: default (spin, then block) against events only (--poll-us 0) and --busy-poll, "
-            f"32 B, and an idle kvd's CPU over {IDLE_SECONDS:.0f} s")
-        for depth in self.depths:
-            for op in ("get", "set"):
-                for mode, flags in POLL_MODES.items():
-                    row = {"mode": mode, "op": op, "size": size, "depth": depth}
-                    if mode == "default":
-                        row.update(self._bp_fields(sweep.get((op, size, depth))))
-                    elif (flags[0] == "--poll-us" and not has_poll_us) or (
-                            flags[0] == "--busy-poll" and not self.busy_poll):
-                        row.update(self._bp_fields(None, f"n/a: {flags[0]} not available in this build"))
-                    else:
-                        row.update(self._bp_measure(op, size, depth, flags))
-                    self.rows["busypoll.csv"].append(row)
+            f"32 B, and an idle kvd's CPU over {self.idle_seconds:g} s")
+        # One kvd per mode serves all of its points and then its idle measurement (a kvd
+        # start costs seconds in the guest); the rows keep the order depth, op, mode, then idle.
+        points = {}
+        idle = {}
         for mode, flags in POLL_MODES.items():
-            row = {"mode": f"idle: {mode}", "op": "idle", "size": "", "depth": ""}
+            missing = None
             if mode != "default" and flags[0] == "--poll-us" and not has_poll_us:
-                row.update(self._bp_fields(None, f"n/a: {flags[0]} not available in this build"))
-            else:
-                row.update(self._idle_measure(flags))
+                missing = f"n/a: {flags[0]} not available in this build"
+            elif mode != "default" and flags[0] == "--busy-poll" and not self.busy_poll:
+                missing = f"n/a: {flags[0]} not available in this build"
+            if missing:
+                for depth in self.depths:
+                    for op in self.polling_ops:
+                        points[(depth, op, mode)] = self._bp_fields(None, missing)
+                idle[mode] = self._bp_fields(None, missing)
+                continue
+            try:
+                err = self._start_kvd_with(flags)
+                for depth in self.depths:
+                    for op in self.polling_ops:
+                        if mode == "default":
+                            points[(depth, op, mode)] = self._bp_fields(sweep.get((op, size, depth)))
+                        elif err:
+                            points[(depth, op, mode)] = self._bp_fields(None, err)
+                        else:
+                            points[(depth, op, mode)] = self._bp_measure(op, size, depth, flags)
+                idle[mode] = self._bp_fields(None, err) if err else self._idle_measure(flags)
+            finally:
+                self.stop_kvd()
+        for depth in self.depths:
+            for op in self.polling_ops:
+                for mode in POLL_MODES:
+                    row = {"mode": mode, "op": op, "size": size, "depth": depth}
+                    row.update(points[(depth, op, mode)])
+                    self.rows["busypoll.csv"].append(row)
+        for mode in POLL_MODES:
+            row = {"mode": f"idle: {mode}", "op": "idle", "size": "", "depth": ""}
+            row.update(idle[mode])
             self.rows["busypoll.csv"].append(row)
         for events in (False, True):
             r = self.pingpong.get((32, events), {"status": "failed: not run"})
@@ -74,45 +93,40 @@ class LoadExperiments:
         return None
 
     def _bp_measure(self, op, size, depth, flags):
-        try:
-            err = self._start_kvd_with(flags)
-            if err:
-                return self._bp_fields(None, err)
-            keys = self.keys_for(size)
-            wl = [self._line("set", k, size, 1) for k in keys]
-            ml = [self._line(op, keys[i % len(keys)], size, i) for i in range(self.measured)]
-            self.kvload_run(self.write_workload("bp-w.txt", wl), depth, len(wl), flags)
-            r = self.kvload_run(self.write_workload("bp-m.txt", ml), depth, len(ml), flags)
-            row = self._sweep_row(op, size, depth, len(wl), len(ml), r)
-            return {k: row[k] for k in ("ops", "ops_per_s", "p50_us", "p99_us", "client_cpu_us_per_op",
-                                        "server_cpu_us_per_op", "status")}
-        finally:
-            self.stop_kvd()
+        """One point against the mode's kvd (busypoll() started it with the same flags)."""
+        keys = self.keys_for(size)
+        wl = [self._line("set", k, size, 1) for k in keys]
+        ml = [self._line(op, keys[i % len(keys)], size, i) for i in range(self.measured)]
+        self.kvload_run(self.write_workload("bp-w.txt", wl), depth, len(wl), flags)
+        r = self.kvload_run(self.write_workload("bp-m.txt", ml), depth, len(ml), flags)
+        row = self._sweep_row(op, size, depth, len(wl), len(ml), r)
+        return {k: row[k] for k in ("ops", "ops_per_s", "p50_us", "p99_us", "client_cpu_us_per_op",
+                                    "server_cpu_us_per_op", "status")}
 
     def _idle_measure(self, flags):
-        """CPU of kvd and of a connected kvload while both idle, as % of one core (ops_per_s stays empty;
-        server_cpu_us_per_op / client_cpu_us_per_op hold CPU µs per second of wall time / 10^4 = %)."""
+        """CPU of the mode's kvd and of a connected kvload while both idle, as % of one core (ops_per_s
+        stays empty; server_cpu_us_per_op / client_cpu_us_per_op hold CPU µs per second of wall time /
+        10^4 = %)."""
+        if not self.kvd_alive():
+            return self._bp_fields(None, "failed: kvd is not running")
         client = None
         try:
-            err = self._start_kvd_with(flags)
-            if err:
-                return self._bp_fields(None, err)
             client = Proc([self.kvload, "--server", self.addr, "--port", str(self.kvd_port), "-q", *flags],
                           stdin=subprocess.PIPE)
             client.p.stdin.write("SET idle x\n")
             client.p.stdin.flush()
-            time.sleep(1.0)  # connected, the SET done, every spin budget long over
+            time.sleep(self.idle_settle)  # connected, the SET done, every spin budget long over
             if client.p.poll() is not None:
                 return self._bp_fields(None, f"failed: kvload exited ({client.p.returncode})")
             s0, c0, t0 = proc_cpu_seconds(self.kvd_proc.p.pid), proc_cpu_seconds(client.p.pid), time.monotonic()
-            time.sleep(IDLE_SECONDS)
+            time.sleep(self.idle_seconds)
             s1, c1, t1 = proc_cpu_seconds(self.kvd_proc.p.pid), proc_cpu_seconds(client.p.pid), time.monotonic()
             if None in (s0, s1, c0, c1):
                 return self._bp_fields(None, "failed: no /proc CPU figures")
             pct = lambda a, b: 100.0 * (b - a) / (t1 - t0)  # noqa: E731
             return {"ops": "", "ops_per_s": "", "p50_us": "", "p99_us": "",
                     "client_cpu_us_per_op": pct(c0, c1), "server_cpu_us_per_op": pct(s0, s1),
-                    "status": f"ok (CPU % of one core over {IDLE_SECONDS:.0f} s idle, one connection open)"}
+                    "status": f"ok (CPU % of one core over {self.idle_seconds:g} s idle, one connection open)"}
         finally:
             if client is not None:
                 try:
@@ -120,17 +134,17 @@ class LoadExperiments:
                     client.p.wait(timeout=30)
                 except (OSError, subprocess.TimeoutExpired):
                     client.kill()
-            self.stop_kvd()
 
     # -------------------------------------------------------------- experiment 4
     def scaling(self):
         size, depth = 32, 32
         per_client = self.scaling_ops
-        log(f"scaling: 1, 2, 4, 8 concurrent kvload clients, {size} B, depth {depth}, {per_client} ops each "
+        counts = ", ".join(map(str, self.scaling_clients))
+        log(f"scaling: {counts} concurrent kvload clients, {size} B, depth {depth}, {per_client} ops each "
             "(alternating SET and GET)")
         base = None
         self.ensure_kvd()
-        for n in (1, 2, 4, 8):
+        for n in self.scaling_clients:
             paths = []
             for c in range(n):
                 keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]

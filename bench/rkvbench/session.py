@@ -59,9 +59,20 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
         self.tcp_sizes = (32, 4096)   # experiment 5
         self.scaling_keys = 200       # experiment 4: keys per client (its warm-up SETs them)
         self.durability_depths = "1 32"
+        self.durability_sizes = "32 64k"  # experiment 7
+        self.scaling_clients = (1, 2, 4, 8)  # experiment 4
+        self.polling_ops = ("get", "set")  # experiment 3
+        self.idle_settle, self.idle_seconds = 1.0, 2.0  # experiment 3's idle CPU: wait, then measure
         if self.smoke:
             # Depth 32 runs in experiments 4 (scaling) and 7 (group commit), so 1, 3 and 5
             # run at depth 1 only (the latency experiment reads the depth-1 sweep points).
+            # Experiment 3 runs each polling mode (and its idle CPU) with GETs, experiment 4
+            # one and several clients (1, 2), experiment 7 every fsync mode
+            # at 64 KiB (a rendezvous SET through the log); each kvd or client started costs
+            # seconds in the guest with a sanitized build.
+            self.scaling_clients = (1, 2)
+            self.polling_ops = ("get",)  # each polling mode once (SET takes the same paths)
+            self.durability_sizes = "64k"
             self.sizes, self.depths, self.durability_depths = [32, 65536], [1], "32"
             self.warm, self.measured = 2, 10
             self.byte_budget = 1 * MIB
@@ -70,6 +81,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.scaling_keys = 10
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 50, 20, 10
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 10, 4, 10, 2
+            self.idle_settle, self.idle_seconds = 0.5, 0.5
         elif self.fast:
             self.sizes = [32, 4096, 65536]
             self.warm, self.measured = 50, 400
@@ -246,7 +258,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.stage("perftest", self.perftest)
             self.attach_refs()
             self.stage("latency", self.latency)
-            self.busypoll()
+            self.stage("polling", self.busypoll)
             self.stage("scaling", self.scaling)
             self.stage("onesided", self.onesided)
             self.stage("durability", self.durability)
