@@ -95,6 +95,34 @@ TEST_F(ClientRdv, GetOffersALandingBufferTheServerWrites) {
   EXPECT_EQ(reg_.registrations(), 1u) << "the lent buffer counts as a spare and comes back: no registration";
 }
 
+TEST_F(ClientRdv, AValueUpToCopyOutMaxIsCopiedOutAndItsBufferServesTheNextGet) {
+  std::string seen;
+  std::unique_ptr<LandingBuffer> kept;
+  auto get = [&] {
+    ASSERT_EQ(cc_->submit_get("k", [&](Status, bool, std::span<const std::byte> v) {
+      seen = text(v);
+      kept = cc_->adopt_landing();
+    }),
+              Status::ok);
+    ASSERT_EQ(cc_->flush(), 1u);
+  };
+  get();
+  auto m = decode(link_.sends.back().bytes);
+  ASSERT_TRUE(m[0].rdv);
+  const std::uint64_t offered = m[0].rdv->addr;
+  std::memset(reinterpret_cast<std::byte*>(offered), 'c', 9000);  // the server's RDMA WRITE
+  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, 9000)});
+  EXPECT_EQ(seen, std::string(9000, 'c'));
+  EXPECT_FALSE(kept) << "9,000 bytes <= kCopyOutMax: not handed over";
+  EXPECT_EQ(cc_->counters().bytes_copied, 9000u) << "the caller copies it out, counted";
+  // The same buffer, still registered, is offered to the next GET.
+  get();
+  m = decode(link_.sends.back().bytes);
+  ASSERT_TRUE(m[0].rdv);
+  EXPECT_EQ(m[0].rdv->addr, offered);
+  EXPECT_EQ(reg_.registrations(), 1u) << "no new landing buffer was registered";
+}
+
 TEST_F(ClientRdv, DelOffersNoLandingBufferAndTheNextGetStillGetsOne) {
   bool found = false;
   ASSERT_EQ(cc_->submit_del("k", [&](Status s, bool f, std::span<const std::byte>) {
@@ -125,17 +153,17 @@ TEST_F(ClientRdv, PulledGetIsReadThenReleased) {
   ASSERT_EQ(cc_->flush(), 1u);
   const auto m = decode(link_.sends[0].bytes);
   const std::uint32_t id = m[0].header.req_id;
-  std::vector<std::byte> server(50000, std::byte{'p'});
+  std::vector<std::byte> server(100000, std::byte{'p'});  // over kCopyOutMax: handed over
   reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
   ASSERT_EQ(link_.reads.size(), 1u);
   EXPECT_EQ(link_.reads[0].rkey, 9u);
   EXPECT_TRUE(seen.empty()) << "delivered only after the READ";
   std::memcpy(link_.reads[0].target.data(), server.data(), server.size());  // the HCA's READ
-  cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 50000));
-  EXPECT_EQ(seen.size(), 50000u);
+  cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 100000));
+  EXPECT_EQ(seen.size(), 100000u);
   ASSERT_TRUE(kept);
   EXPECT_FALSE(kept->registered()) << "adopted: no remote access any more";
-  EXPECT_EQ(reinterpret_cast<const char*>(kept->data().data())[50000], '\0');
+  EXPECT_EQ(reinterpret_cast<const char*>(kept->data().data())[100000], '\0');
   // The RELEASE goes alone (nothing queued, credits to spare).
   ASSERT_EQ(cc_->flush(), 1u);
   const auto rel = decode(link_.sends.back().bytes);

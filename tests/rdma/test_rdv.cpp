@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/client_conn.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
 #include "reactor/reactor.hpp"
@@ -94,11 +95,17 @@ TEST_F(RdvE2E, SizesRoundTripByteExactly) {
     ASSERT_EQ(a->set_sync(key, v), Status::ok);
     Value got;
     bool found = false;
+    const ClientCounters k0 = b->counters();
     ASSERT_EQ(b->get_sync(key, got, found), Status::ok);
+    const ClientCounters k1 = b->counters();
     EXPECT_TRUE(found);
     ASSERT_EQ(got.size(), n);
     EXPECT_EQ(checksum(got.view()), checksum(v));
-    EXPECT_EQ(got.is_large(), n + key.size() >= proto::kEagerLimit) << "rendezvous iff it does not fit eagerly";
+    const bool rendezvous = n + key.size() >= proto::kEagerLimit;
+    EXPECT_EQ(k1.gets_written + k1.gets_pulled - k0.gets_written - k0.gets_pulled, rendezvous ? 1u : 0u)
+        << "rendezvous iff it does not fit eagerly";
+    EXPECT_EQ(got.is_large(), rendezvous && n > ClientConn::kCopyOutMax)
+        << "handed over in its landing buffer iff rendezvous and over 64 KiB, else copied out";
     // The copying API agrees.
     std::string copy;
     ASSERT_EQ(a->get_sync(key, copy, found), Status::ok);

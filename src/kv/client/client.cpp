@@ -479,7 +479,7 @@ Status Client::get_sync(std::string_view key, Value& out, bool& found) {
     if (auto lb = conn->adopt_landing()) {
       out = Value(std::move(lb));  // no copy: the buffer it landed in
     } else {
-      out = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, < 4 KiB
+      out = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, or copied out (kCopyOutMax)
     }
   });
 }

@@ -124,7 +124,8 @@ class Client {
   // The callback gets the handler's reply bytes (status ok, found true), or
   // no_handler / handler_failed / refused / io_error / ... with no bytes. A
   // large reply (4 KiB and more) is READ from the server into a landing
-  // buffer: adopt_landing() inside the callback takes it without a copy.
+  // buffer: adopt_landing() inside the callback takes it without a copy
+  // (over 64 KiB; see there).
   // Not ordered with other requests: a CALL and a SET behind it may run in
   // either order (the handler's keys are unknown to the client).
   [[nodiscard]] Status call(std::uint16_t op, std::span<const std::byte> request, Callback cb);
@@ -159,9 +160,11 @@ class Client {
   // Runs the reactor until nothing is pending or `timeout` passes; true if drained.
   bool wait_idle(std::chrono::milliseconds timeout);
 
-  // Inside a GET callback whose value is large (4 KiB and more): takes the
-  // registered buffer the value landed in (no copy; the server's access to
-  // it ends). Null for a small value, or outside such a callback.
+  // Inside a GET callback whose value is large (over 64 KiB,
+  // ClientConn::kCopyOutMax): takes the registered buffer the value landed
+  // in (no copy; the server's access to it ends). Null for a smaller value
+  // (copy it out of the callback's view; the buffer serves the next GET), or
+  // outside such a callback.
   [[nodiscard]] std::unique_ptr<LandingBuffer> adopt_landing() noexcept {
     assert_owner();
     return conn_ ? conn_->adopt_landing() : nullptr;

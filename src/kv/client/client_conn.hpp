@@ -272,7 +272,14 @@ class ClientConn {
   [[nodiscard]] Status submit_stats(Callback cb);
 
   // Inside a GET callback whose value is large: takes the landing buffer the
-  // value is in (no copy) and ends the server's access to it. Null otherwise.
+  // value is in (no copy) and ends the server's access to it. Null otherwise,
+  // and null for a value of at most kCopyOutMax bytes: the caller copies it
+  // out of the callback's view (counted in bytes_copied here) and the buffer,
+  // still registered, serves the next GET. Handing a buffer over costs a
+  // fresh registered one (mmap + register landing_size bytes, then
+  // deregister + unmap at release), far more than copying a small value
+  // (docs/performance.md, "Landing buffers handed over or copied out").
+  static constexpr std::size_t kCopyOutMax = std::size_t{64} << 10;
   [[nodiscard]] std::unique_ptr<LandingBuffer> adopt_landing() noexcept;
   // Drops cached registrations overlapping `bytes` (before freeing a buffer
   // that was passed to submit_set).

@@ -275,6 +275,10 @@ void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {
 
 std::unique_ptr<LandingBuffer> ClientConn::adopt_landing() noexcept {
   if (!delivering_) return nullptr;
+  if (delivering_->size() <= kCopyOutMax) {  // the caller copies it; the buffer is recycled
+    counters_.bytes_copied += delivering_->size();
+    return nullptr;
+  }
   // The caller owns the bytes now: no remote access any more. The
   // deregistration itself waits until the next SEND is posted.
   if (auto reg = delivering_->take_registration()) {

@@ -72,8 +72,10 @@ KV_API int kv_open_opts(char *servername, const char *get_mode, const char *poll
  * for the call only). */
 KV_API int kv_set(void *kv_handle, const char *key, const char *value);
 /* *value: the NUL-terminated value ("" for a missing key); free it with
- * kv_release. A large value is returned in the memory it was RDMA-written
- * or read into (no copy); small ones in a malloc'd buffer. */
+ * kv_release. A value over 64 KiB is returned in the memory it was
+ * RDMA-written or read into (no copy); smaller ones in a malloc'd copy (up
+ * to 64 KiB a copy costs less than the fresh registered buffer a hand-over
+ * needs). */
 KV_API int kv_get(void *kv_handle, const char *key, char **value);
 KV_API void kv_release(char *value);
 /* Closes the connection and frees the handle (also after an error). */
@@ -97,9 +99,9 @@ KV_API int kv_set_bin(void *kv_handle, const void *key, size_t key_len, const vo
 /* ENOENT: no such key (outputs untouched). On success *value holds value_len
  * bytes followed by a NUL that value_len does not count, never NULL (also
  * for an empty value: found, value_len 0); free it with kv_release (from
- * C++: kv_release(static_cast<char *>(value))). A large
- * value is returned in the buffer it was RDMA-written or read into (no copy),
- * as with kv_get. */
+ * C++: kv_release(static_cast<char *>(value))). A value over 64 KiB is
+ * returned in the buffer it was RDMA-written or read into (no copy), as with
+ * kv_get. */
 KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **value, size_t *value_len);
 /* Removes the key. ENOENT: there was no such key (nothing changed). After
  * it, GETs of the key find nothing (kv_get: "", kv_get_bin: ENOENT), also
