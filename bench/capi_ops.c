@@ -1,9 +1,9 @@
 /* capi_ops: the C API's side of bench/python_vs_c.py: N SETs then N GETs of
  * one value size through kv_set_bin / kv_get_bin (+ kv_release), one key
- * per op round-robin over 16 keys; prints one line
+ * per op round-robin over KEYS keys (default 16); prints one line
  *   capi set_ops_s=... get_ops_s=... set_mb_s=... get_mb_s=...
  *
- *   capi_ops SERVER SIZE N
+ *   capi_ops SERVER SIZE N [KEYS]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -20,8 +20,13 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s SERVER SIZE N\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: %s SERVER SIZE N [KEYS]\n", argv[0]);
+    return 2;
+  }
+  const long keys = argc == 5 ? strtol(argv[4], NULL, 10) : 16;
+  if (keys < 1) {
+    fprintf(stderr, "capi_ops: KEYS must be at least 1\n");
     return 2;
   }
   const size_t size = strtoull(argv[2], NULL, 10);
@@ -38,7 +43,7 @@ int main(int argc, char **argv) {
   char key[32];
   double t = now_s();
   for (long i = 0; i < n; ++i) {
-    const int len = snprintf(key, sizeof key, "capi-%ld", i % 16);
+    const int len = snprintf(key, sizeof key, "capi-%ld", i % keys);
     if ((rc = kv_set_bin(h, key, (size_t)len, value, size)) != 0) {
       fprintf(stderr, "capi_ops: kv_set_bin: %s\n", kv_last_error(h));
       return 1;
@@ -47,7 +52,7 @@ int main(int argc, char **argv) {
   const double set_s = now_s() - t;
   t = now_s();
   for (long i = 0; i < n; ++i) {
-    const int len = snprintf(key, sizeof key, "capi-%ld", i % 16);
+    const int len = snprintf(key, sizeof key, "capi-%ld", i % keys);
     void *got = NULL;
     size_t got_len = 0;
     if ((rc = kv_get_bin(h, key, (size_t)len, &got, &got_len)) != 0 || got_len != size) {

@@ -68,9 +68,18 @@ def start_kvd(build: Path, addr: str) -> tuple[subprocess.Popen[bytes], int]:
     sys.exit("python_vs_c: kvd did not start")
 
 
+def keys_for(size: int) -> int:
+    """Keys the loop cycles over: 16, or as many as keep each side's values
+    within 128 MiB (kvd's default memory limit is a fraction of the guest's)."""
+    return max(1, min(16, (128 << 20) // max(size, 1)))
+
+
 def c_side(build: Path, server: str, size: int, n: int) -> dict[str, float]:
-    out = subprocess.run([str(build / "bench" / "capi_ops"), server, str(size), str(n)],
-                         capture_output=True, text=True, check=True).stdout
+    r = subprocess.run([str(build / "bench" / "capi_ops"), server, str(size), str(n), str(keys_for(size))],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"python_vs_c: capi_ops {size} B failed (status {r.returncode}): {r.stderr.strip()}")
+    out = r.stdout
     return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
 
 
@@ -79,14 +88,15 @@ def py_side(server: str, size: int, n: int) -> dict[str, float]:
 
     value = bytes((i * 31) & 0xFF for i in range(min(size, 1 << 16))) * (size // (1 << 16) or 1)
     value = value[:size] if size < (1 << 16) else value
+    keys = keys_for(size)
     with rkv.Client(server) as c:
         t = time.perf_counter()
         for i in range(n):
-            c.set(f"py-{i % 16}", value)
+            c.set(f"py-{i % keys}", value)
         set_s = time.perf_counter() - t
         t = time.perf_counter()
         for i in range(n):
-            v = c.get(f"py-{i % 16}")
+            v = c.get(f"py-{i % keys}")
             assert v is not None and v.nbytes == size
             v.release()
         get_s = time.perf_counter() - t
