@@ -11,6 +11,7 @@
 #include <new>
 #include <system_error>
 
+#include "durable/fault.hpp"
 #include "durable/files.hpp"
 #include "durable/record.hpp"
 #include "proto/endian.hpp"
@@ -168,7 +169,7 @@ void Log::submit_next() noexcept {
   if (inflight_synced_) {
     rc = uring_.writev_then_sync(
         fd_.get(), iov, offset_, true, [this](int res) { write_res_ = res; },
-        [this](int res) { finish_batch(write_res_, res); });
+        [this](int res) { finish_batch(write_res_, fail_point("log_sync") ? -EIO : res); });
   } else {
     rc = uring_.writev(fd_.get(), iov, offset_, [this](int res) { finish_batch(res, 0); });
   }
@@ -228,6 +229,7 @@ void Log::on_tick() noexcept {
   sync_inflight_ = true;
   const int rc = uring_.fsync(fd_.get(), true, [this](int res) {
     sync_inflight_ = false;
+    if (fail_point("log_sync")) res = -EIO;
     if (res < 0) {
       ++stats_.io_errors;
       dirty_ = true;  // try again next tick
