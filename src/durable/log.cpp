@@ -14,6 +14,7 @@
 #include "durable/fault.hpp"
 #include "durable/files.hpp"
 #include "durable/record.hpp"
+#include "proto/copy.hpp"
 #include "proto/endian.hpp"
 
 namespace rkv::durable {
@@ -36,8 +37,8 @@ void Log::Batch::add(std::string_view key, std::string_view value, const kv::sto
   const std::size_t inline_len = kHeaderSize + key.size() + (large ? 0 : value.size());
   buf.resize(off + inline_len);
   encode_header(std::span(buf).subspan(off), h);
-  std::memcpy(buf.data() + off + kHeaderSize, key.data(), key.size());
-  if (!large && !value.empty()) std::memcpy(buf.data() + off + kHeaderSize + key.size(), value.data(), value.size());
+  proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
+  if (!large) proto::copy_bytes(buf.data() + off + kHeaderSize + key.size(), value.data(), value.size());
   if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
     pieces.back().len += inline_len;
   } else {
@@ -64,7 +65,7 @@ void Log::Batch::add_del(std::string_view key, std::uint64_t seq) {
   const std::size_t off = buf.size();
   buf.resize(off + kHeaderSize + key.size());
   encode_header(std::span(buf).subspan(off), del_header(as_bytes(key), seq));
-  std::memcpy(buf.data() + off + kHeaderSize, key.data(), key.size());
+  proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
   add_piece(off, kHeaderSize + key.size());
   ++records;
 }

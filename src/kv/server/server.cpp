@@ -8,13 +8,13 @@
 
 #include <bit>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 #include <variant>
 
 #include "proto/connect_params.hpp"
+#include "proto/copy.hpp"
 #include "proto/index_format.hpp"
 #include "verbs/error.hpp"
 
@@ -128,7 +128,7 @@ void Server::migrate_large_values() noexcept {
         continue;
       }
       block->bytes = block->bytes.first(value.size());
-      std::memcpy(block->bytes.data(), value.data(), value.size());
+      proto::copy_bytes(block->bytes, proto::as_bytes(value));
       if (!store_->set_large(k, std::move(block))) {  // the string it replaces stays
         spdlog::error("server: over the memory limit moving the recovered value of {} into registered memory: "
                       "rendezvous GETs of it fail", k);
@@ -171,6 +171,9 @@ store::StatRows Server::stats_rows() const {
   const auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
   rows.push_back({"uptime_s", static_cast<std::uint64_t>(up.count()), "seconds since kvd started serving"});
   rows.push_back({"rss_bytes", resident_bytes(), "resident memory of the kvd process"});
+  rows.push_back({"bytes_copied_total", proto::copied_bytes(),
+                  "bytes this process copied with the CPU on its data path (every copy goes through "
+                  "proto::copy_bytes, which counts it)"});
   const store::StatRows counted = counter_rows(counters_);
   rows.insert(rows.end(), counted.begin(), counted.end());
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
