@@ -55,7 +55,9 @@ using Stats = std::map<std::string, std::uint64_t>;
 constexpr auto kStep = 60s;  // per wait; the TCG guest is slow
 constexpr std::uint16_t kCredits = 16;  // kvd's (default)
 constexpr std::chrono::milliseconds kConnectTimeout{2000};
-constexpr std::chrono::milliseconds kTransferTimeout{3000};
+// Long enough for a well-behaved 16 MiB transfer (the bystander's SET of
+// kBig) in a loaded TCG guest, where the whole suite may run beside others.
+constexpr std::chrono::milliseconds kTransferTimeout{6000};
 // A large value for the vanish tests: its transfer takes long enough that the
 // client's QP goes away while it is under way.
 constexpr std::size_t kBig = 16u << 20;
