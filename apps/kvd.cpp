@@ -110,6 +110,16 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--max-value", opt.max_value, "largest value accepted, bytes")
       ->check(CLI::Range(1u, 0xFFFFFFFFu))
       ->capture_default_str();
+  unsigned transfer_timeout_ms = static_cast<unsigned>(opt.transfer_timeout.count());
+  app.add_option("--transfer-timeout-ms", transfer_timeout_ms,
+                 "drop a connection whose RDMA transfers in flight made no progress for this long (the peer is gone)")
+      ->check(CLI::Range(1u, 3600000u))
+      ->capture_default_str();
+  unsigned connect_timeout_ms = static_cast<unsigned>(opt.connect_timeout.count());
+  app.add_option("--connect-timeout-ms", connect_timeout_ms,
+                 "drop a connection whose handshake (accept to established) takes longer than this")
+      ->check(CLI::Range(1u, 3600000u))
+      ->capture_default_str();
   app.add_option("--reply-batch", opt.reply_batch,
                  "post a SEND of replies as soon as it holds this many, so the client starts on them while the "
                  "rest of a batch runs (0: one SEND per batch of requests)")
@@ -180,6 +190,8 @@ int kvd_main(int argc, char** argv) {
   if (auto code = parse_cli(app, argc, argv)) return *code;
   spdlog::set_level(spdlog::level::from_str(log_level));
   lopt.interval = std::chrono::milliseconds(interval_ms);
+  opt.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+  opt.transfer_timeout = std::chrono::milliseconds(transfer_timeout_ms);
   lopt.mode = fsync == "always" ? durable::FsyncMode::always
               : fsync == "never" ? durable::FsyncMode::never
                                  : durable::FsyncMode::batch;

@@ -23,4 +23,13 @@ void crash_point(std::string_view point) noexcept {
   ::_exit(137);
 }
 
+bool fail_point(std::string_view point) noexcept {
+  static const std::string wanted = [] {
+    const char* v = std::getenv("RKV_FAULT");
+    const std::string s = v != nullptr ? v : "";
+    return s.rfind("fail:", 0) == 0 ? s.substr(5) : std::string();
+  }();
+  return !wanted.empty() && wanted == point;
+}
+
 }  // namespace rkv::durable

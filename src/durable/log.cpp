@@ -11,8 +11,10 @@
 #include <new>
 #include <system_error>
 
+#include "durable/fault.hpp"
 #include "durable/files.hpp"
 #include "durable/record.hpp"
+#include "proto/copy.hpp"
 #include "proto/endian.hpp"
 
 namespace rkv::durable {
@@ -35,8 +37,8 @@ void Log::Batch::add(std::string_view key, std::string_view value, const kv::sto
   const std::size_t inline_len = kHeaderSize + key.size() + (large ? 0 : value.size());
   buf.resize(off + inline_len);
   encode_header(std::span(buf).subspan(off), h);
-  std::memcpy(buf.data() + off + kHeaderSize, key.data(), key.size());
-  if (!large && !value.empty()) std::memcpy(buf.data() + off + kHeaderSize + key.size(), value.data(), value.size());
+  proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
+  if (!large) proto::copy_bytes(buf.data() + off + kHeaderSize + key.size(), value.data(), value.size());
   if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
     pieces.back().len += inline_len;
   } else {
@@ -63,7 +65,7 @@ void Log::Batch::add_del(std::string_view key, std::uint64_t seq) {
   const std::size_t off = buf.size();
   buf.resize(off + kHeaderSize + key.size());
   encode_header(std::span(buf).subspan(off), del_header(as_bytes(key), seq));
-  std::memcpy(buf.data() + off + kHeaderSize, key.data(), key.size());
+  proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
   add_piece(off, kHeaderSize + key.size());
   ++records;
 }
@@ -168,7 +170,7 @@ void Log::submit_next() noexcept {
   if (inflight_synced_) {
     rc = uring_.writev_then_sync(
         fd_.get(), iov, offset_, true, [this](int res) { write_res_ = res; },
-        [this](int res) { finish_batch(write_res_, res); });
+        [this](int res) { finish_batch(write_res_, fail_point("log_sync") ? -EIO : res); });
   } else {
     rc = uring_.writev(fd_.get(), iov, offset_, [this](int res) { finish_batch(res, 0); });
   }
@@ -228,6 +230,7 @@ void Log::on_tick() noexcept {
   sync_inflight_ = true;
   const int rc = uring_.fsync(fd_.get(), true, [this](int res) {
     sync_inflight_ = false;
+    if (fail_point("log_sync")) res = -EIO;
     if (res < 0) {
       ++stats_.io_errors;
       dirty_ = true;  // try again next tick

@@ -1,7 +1,8 @@
 #include "proto/encode.hpp"
 
-#include <algorithm>
 #include <limits>
+
+#include "proto/copy.hpp"
 
 namespace rkv::proto {
 
@@ -194,12 +195,12 @@ RawHeader raw_header_of(const MessageSpec& m) noexcept {
 
 void write_message(std::span<std::byte> out, const MessageSpec& m) noexcept {
   write_raw_header(out.first<kHeaderSize>(), raw_header_of(m));
-  std::ranges::copy(as_bytes(m.key), out.begin() + kHeaderSize);
+  copy_bytes(out.subspan(kHeaderSize, m.key.size()), as_bytes(m.key));
   const auto payload = out.subspan(kHeaderSize + m.key.size());
   if (m.rdv) {
     write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
   } else {
-    std::ranges::copy(m.value, payload.begin());
+    copy_bytes(payload, m.value);
   }
 }
 

@@ -7,7 +7,8 @@
 // test log) so the server never blocks on a full pipe. stats() asks kvd for
 // its counters (SIGUSR1 -> a `kvd: stats: name=value ...` line). The
 // destructor stops it (SIGTERM, then SIGKILL after 10 s). run_command() runs
-// a program to completion with a timeout and captures stdout/stderr. One test
+// a program to completion with a timeout and captures stdout/stderr; Spawned
+// runs a helper in the background and reads its stdout by lines. One test
 // thread drives a KvdProcess; header-only.
 
 #include <fcntl.h>
@@ -237,6 +238,79 @@ class KvdProcess {
   std::string output_;
   std::uint64_t stats_seq_ = 0;
   std::thread drain_;
+};
+
+// A helper process in the background: argv[0] is a path; its stdout is a
+// pipe read by lines (its stderr goes to the test's). The destructor SIGKILLs
+// and reaps it. One test thread uses it.
+class Spawned {
+ public:
+  explicit Spawned(std::vector<std::string> args) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(detail::errno_text("pipe2"));
+    auto argv = detail::argv_of(args);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(detail::errno_text("fork"));
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::execv(args[0].c_str(), argv.data());
+      std::fprintf(stderr, "exec %s: %s\n", args[0].c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    fd_ = out[0];
+  }
+  ~Spawned() {
+    kill();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Spawned(const Spawned&) = delete;
+  Spawned& operator=(const Spawned&) = delete;
+
+  // The next line it printed (without the newline), nullopt at EOF or timeout.
+  std::optional<std::string> next_line(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[512];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+  // SIGKILL and reap (no-op once reaped); the wait status.
+  int kill() noexcept {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGKILL);
+    status_ = wait_exit(pid_, 10s);
+    pid_ = -1;
+    return status_;
+  }
+  // Waits for it to exit by itself; the wait status, or -1 on timeout.
+  int wait(std::chrono::milliseconds timeout) noexcept {
+    if (pid_ <= 0) return status_;
+    const int st = wait_exit(pid_, timeout);
+    if (st != -1) {
+      status_ = st;
+      pid_ = -1;
+    }
+    return st;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int status_ = -1;
+  std::string buf_;
 };
 
 struct CommandResult {

@@ -17,18 +17,23 @@ using verbs::CmEventType;
 using verbs::WrId;
 using verbs::WrKind;
 
-RawClient::RawClient(const std::string& addr, std::uint16_t port, std::uint16_t recv_credits)
-    : addr_(addr), port_(port), recv_credits_(recv_credits) {
+RawClient::RawClient(const std::string& addr, std::uint16_t port, std::uint16_t recv_credits, Handshake handshake,
+                     std::uint32_t send_slots)
+    : addr_(addr), port_(port), recv_credits_(recv_credits), send_slots_(send_slots), handshake_(handshake) {
   id_.emplace(events_, 1);
   id_->resolve_addr(addr_, addr_, port_, 10s);
 }
 
 RawClient::~RawClient() {
-  if (established_ && !disconnected_ && id_) (void)id_->disconnect();
+  if (established_ && !disconnected_ && id_ && qp_) (void)id_->disconnect();
 }
 
 void RawClient::poll() {
-  while (auto ev = events_.next()) on_cm(*ev);
+  while (!(handshake_ == Handshake::stall && connect_sent_)) {
+    auto ev = events_.next();
+    if (!ev) break;
+    on_cm(*ev);
+  }
   if (!cq_) return;
   std::array<verbs::Completion, 16> batch;
   for (;;) {
@@ -73,13 +78,13 @@ void RawClient::on_cm(verbs::CmEvent& ev) {
 void RawClient::setup_and_connect() {
   pd_.emplace(*id_);
   channel_.emplace(*id_);
-  cq_.emplace(*channel_, static_cast<int>(recv_credits_ + kSendSlots + 8));
+  cq_.emplace(*channel_, static_cast<int>(recv_credits_ + send_slots_ + 8));
   recv_mem_.assign(std::size_t{recv_credits_} * kBufSize, std::byte{0});
-  send_mem_.assign(std::size_t{kSendSlots} * kBufSize, std::byte{0});
+  send_mem_.assign(std::size_t{send_slots_} * kBufSize, std::byte{0});
   recv_mr_.emplace(*pd_, std::span<std::byte>(recv_mem_), verbs::Access::local_write);
   send_mr_.emplace(*pd_, std::span<std::byte>(send_mem_), verbs::Access::none);
   verbs::QpCaps caps;
-  caps.max_send_wr = kSendSlots;
+  caps.max_send_wr = send_slots_;
   caps.max_recv_wr = recv_credits_;
   qp_.emplace(*id_, *pd_, *cq_, *cq_, caps);
   for (std::uint32_t i = 0; i < recv_credits_; ++i) {
@@ -96,6 +101,7 @@ void RawClient::setup_and_connect() {
   verbs::ConnParams cp;
   cp.private_data = priv;
   id_->connect(cp);
+  connect_sent_ = true;
 }
 
 void RawClient::on_completion(const verbs::Completion& c) {
@@ -114,7 +120,7 @@ void RawClient::on_completion(const verbs::Completion& c) {
         }
         const auto& m = std::get<proto::MessageView>(r);
         credits_ += m.header.credits;
-        inbox_.push_back({m.header, std::string(m.value_text())});
+        inbox_.push_back({m.header, std::string(m.value_text()), m.rdv});
       }
       (void)qp_->post_recv(c.wr_id, buf, recv_mr_->lkey());
       return;
@@ -123,15 +129,18 @@ void RawClient::on_completion(const verbs::Completion& c) {
       ++sends_completed_;
       if (!c.ok()) send_errors_.push_back(c);
       return;
-    case WrKind::none:
     case WrKind::rdma_read:
+      ++reads_completed_;
+      if (!c.ok()) read_errors_.push_back(c);
+      return;
+    case WrKind::none:
     case WrKind::rdma_write: return;
   }
 }
 
 int RawClient::send_raw(std::span<const std::byte> bytes) {
   if (!qp_ || bytes.size() > kBufSize) return EINVAL;
-  const std::uint32_t slot = next_send_slot_++ % kSendSlots;
+  const std::uint32_t slot = next_send_slot_++ % send_slots_;
   auto buf = std::span<std::byte>(send_mem_).subspan(std::size_t{slot} * kBufSize, kBufSize);
   if (!bytes.empty()) std::memcpy(buf.data(), bytes.data(), bytes.size());
   return qp_->post_send(WrId(slot, 1, WrKind::send), buf.first(bytes.size()), send_mr_->lkey(), true);
@@ -156,6 +165,21 @@ std::optional<RawReply> RawClient::take_reply(std::uint32_t req_id) {
   }
   return std::nullopt;
 }
+
+const verbs::MemoryRegion& RawClient::register_memory(std::span<std::byte> bytes, verbs::Access access) {
+  if (!pd_) throw std::logic_error("register_memory before the route was resolved");
+  return user_mrs_.emplace_back(*pd_, bytes, access);
+}
+
+int RawClient::post_read(std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
+                         std::uint32_t rkey) {
+  if (!qp_) return EINVAL;
+  return qp_->post_rdma_read(WrId(0, 1, WrKind::rdma_read), local, lkey, remote_addr, rkey);
+}
+
+int RawClient::stop_answering() { return qp_ ? qp_->to_error() : EINVAL; }
+
+void RawClient::destroy_qp() { qp_.reset(); }
 
 void RawClient::disconnect() {
   if (id_) (void)id_->disconnect();

@@ -5,6 +5,12 @@
 // Non-blocking: poll() handles pending CM events and completions; tests call
 // it in a loop together with whatever drives the server (see wait_until).
 // Single-threaded; one RawClient per connection.
+//
+// For the hostile-peer tests (test_hostile.cpp, hostile_helper.cpp) it can
+// also register memory a server may READ or WRITE (register_memory), READ
+// server memory (post_read), stop at the handshake (Handshake::stall: the
+// connect request goes out, the CM events are never read, so librdmacm never
+// sends the RTU) and vanish without a disconnect (destroy_qp).
 
 #include <chrono>
 #include <cstdint>
@@ -32,6 +38,13 @@ namespace rkv::test {
 struct RawReply {
   proto::Header header;
   std::string value;
+  std::optional<proto::RdvDesc> rdv;  // a reply with RDV: its descriptor
+};
+
+// How far the client takes the connection handshake.
+enum class Handshake : std::uint8_t {
+  complete,  // resolve, connect, read ESTABLISHED (librdmacm sends the RTU)
+  stall,     // stop once the connect request is sent: no CM event is read after it
 };
 
 class RawClient {
@@ -39,13 +52,17 @@ class RawClient {
   static constexpr std::uint32_t kBufSize = 8192;
 
   // Starts resolving; the connection comes up while poll() is called.
-  RawClient(const std::string& addr, std::uint16_t port, std::uint16_t recv_credits = 8);
+  RawClient(const std::string& addr, std::uint16_t port, std::uint16_t recv_credits = 8,
+            Handshake handshake = Handshake::complete, std::uint32_t send_slots = 32);
   ~RawClient();
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
   // Handles every pending CM event and completion. Never blocks.
   void poll();
+  // The CM event channel's fd (readable when poll() has a CM event to handle),
+  // for callers that sleep in their own poll(2) between calls.
+  [[nodiscard]] int cm_fd() const noexcept { return events_.fd(); }
 
   [[nodiscard]] bool established() const noexcept { return established_; }
   [[nodiscard]] bool disconnected() const noexcept { return disconnected_; }
@@ -54,6 +71,11 @@ class RawClient {
   [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
   [[nodiscard]] const std::vector<verbs::Completion>& send_errors() const noexcept { return send_errors_; }
   [[nodiscard]] std::size_t sends_completed() const noexcept { return sends_completed_; }
+  [[nodiscard]] bool connect_sent() const noexcept { return connect_sent_; }
+  // "ip:port" of this end once the address is resolved (what the server logs as its peer).
+  [[nodiscard]] std::string local_address() const { return id_ ? id_->local_address() : std::string(); }
+  [[nodiscard]] std::size_t reads_completed() const noexcept { return reads_completed_; }
+  [[nodiscard]] const std::vector<verbs::Completion>& read_errors() const noexcept { return read_errors_; }
 
   // Posts one SEND of exactly `bytes` (may be empty), ignoring credits. 0 or errno.
   int send_raw(std::span<const std::byte> bytes);
@@ -61,6 +83,20 @@ class RawClient {
   int send_request(const proto::MessageSpec& m);
   // The reply to req_id, if it arrived (removed from the inbox).
   std::optional<RawReply> take_reply(std::uint32_t req_id);
+
+  // Registers `bytes` (kept alive by the caller, until this client is gone)
+  // in the connection's PD, for descriptors handed to the server. Needs the
+  // route resolved (the PD exists from then on); throws otherwise.
+  const verbs::MemoryRegion& register_memory(std::span<std::byte> bytes, verbs::Access access);
+  // Posts one RDMA READ of [remote_addr, +local.size()) into `local` (within a
+  // register_memory region). 0 or errno; its completion counts in reads_completed().
+  int post_read(std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey);
+  // Moves the QP to the error state: it answers nothing more (a peer's READ or
+  // WRITE of its memory retries until it gives up), the cm_id stays connected.
+  int stop_answering();
+  // Destroys the QP without a disconnect (the cm_id stays): the peer learns
+  // of it only when its own work requests find nobody.
+  void destroy_qp();
 
   void disconnect();  // initiates; DISCONNECTED arrives through poll()
 
@@ -72,6 +108,7 @@ class RawClient {
   std::string addr_;
   std::uint16_t port_;
   std::uint16_t recv_credits_;
+  std::uint32_t send_slots_;
   verbs::EventChannel events_;
   std::optional<verbs::CmId> id_;
   std::optional<verbs::ProtectionDomain> pd_;
@@ -81,8 +118,11 @@ class RawClient {
   std::vector<std::byte> send_mem_;
   std::optional<verbs::MemoryRegion> recv_mr_;
   std::optional<verbs::MemoryRegion> send_mr_;
+  std::deque<verbs::MemoryRegion> user_mrs_;  // register_memory()
   std::optional<verbs::QueuePair> qp_;  // last: destroyed first
 
+  Handshake handshake_;
+  bool connect_sent_ = false;
   bool established_ = false;
   bool disconnected_ = false;
   std::string failure_;
@@ -90,8 +130,9 @@ class RawClient {
   std::uint32_t next_send_slot_ = 0;
   std::size_t sends_completed_ = 0;
   std::vector<verbs::Completion> send_errors_;
+  std::size_t reads_completed_ = 0;
+  std::vector<verbs::Completion> read_errors_;
   std::deque<RawReply> inbox_;
-  static constexpr std::uint32_t kSendSlots = 32;
 };
 
 // Calls step() and poll() on every client until done() or the timeout.

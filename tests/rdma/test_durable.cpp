@@ -6,6 +6,8 @@
 //   SIGKILL and restart; keys never deleted are all there.
 // - A crash at each step of compaction (RKV_FAULT=crash:<step>) loses nothing
 //   acknowledged; a compaction that completes leaves a snapshot and restarts clean.
+// - Every fdatasync failing (RKV_FAULT=fail:log_sync): no SET or DEL is ever
+//   answered ok, at depth too; none of them is in the log after a restart.
 // - ENOSPC on a small tmpfs: SETs fail with io_error (never a false ack), GETs
 //   work, the condition clears when space returns; failed SETs are not replayed.
 // - A torn tail is truncated with a log line; a corrupt record in the middle
@@ -342,6 +344,58 @@ TEST(DurableE2E, GroupCommitSharesFsyncs) {
   EXPECT_GE(s->at("log_fsyncs"), 1u);
   EXPECT_LT(s->at("log_fsyncs"), wl.size() / 2) << "every SET got its own fsync: no group commit";
   EXPECT_EQ(s->at("durable_waits"), 0u);
+}
+
+// Acknowledged means on disk (issue 16, 5b), by fault injection: kvd
+// --fsync always with RKV_FAULT=fail:log_sync, so every fdatasync of the log
+// runs and then completes as failed (EIO). A SET, DEL or large SET whose reply
+// went out before the sync covering its record completed would be answered
+// ok; every one must be answered io_error, also pipelined at depth 16
+// (kvload: SETs sharing group commits). After a restart without the fault
+// none of them is there (the log was truncated back to its last good record).
+TEST(DurableE2E, NoReplyIsOkBeforeItsSyncCompleted) {
+  const std::string addr = verbs::test::softroce_addr();
+  TempDir t{"durable"};
+  const std::string data = t.path() + "/data", wl_path = t.path() + "/wl.txt";
+  const auto wl = make_workload(wl_path, 40, 5, 4);  // 200 SETs, a quarter of them 64 KiB+
+  {
+    ::setenv("RKV_FAULT", "fail:log_sync", 1);
+    KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
+    ::unsetenv("RKV_FAULT");
+    reactor::Reactor reactor;
+    auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
+    EXPECT_EQ(c->set_sync("eager", "v"), Status::io_error);
+    EXPECT_EQ(c->set_sync("large", std::string(100 << 10, 'L')), Status::io_error);
+    bool found = false;
+    EXPECT_EQ(c->del_sync("eager", found), Status::io_error);
+    c->close();
+    const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
+                                wl_path, "--depth", "16", "--json"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    // Every operation failed: "errors" equals "ops" (no SET was acknowledged).
+    const auto field = [&](const std::string& name) {
+      const auto at = r.out.find("\"" + name + "\":");
+      return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + name.size() + 3));
+    };
+    EXPECT_EQ(field("ops"), static_cast<double>(wl.size())) << r.out;
+    EXPECT_EQ(field("errors"), static_cast<double>(wl.size())) << r.out;
+    const auto s = kvd.stats();
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->at("log_fsyncs"), 0u);
+    EXPECT_EQ(s->at("log_failing"), 1u);
+    EXPECT_GE(s->at("io_errors"), wl.size() + 3);
+    EXPECT_EQ(s->at("durable_waits"), 0u);
+  }
+  KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
+  reactor::Reactor reactor;
+  auto c = kv::client::Client::connect(reactor, addr, kvd.port(), {});
+  for (const std::string k : {"eager", "large", "key0", "key1", "key39"}) {
+    std::string v;
+    bool found = true;
+    ASSERT_EQ(c->get_sync(k, v, found), Status::ok);
+    EXPECT_FALSE(found) << k << " was answered io_error but is in the log";
+  }
+  c->close();
 }
 
 // Runs the compaction workload against kvd (env RKV_FAULT as given), then

@@ -1,9 +1,11 @@
 // rdv_e2e: the rendezvous path (docs/protocol.md) against a kvd child process
 // over Soft-RoCE: large values round-trip byte-exactly through kv::client::Client,
 // the counters show the documented control messages / RDMA operations /
-// registrations / copies per operation, and a client killed in the middle of
-// a large SET or GET leaves the server with no pins and no connection of it,
-// and other clients' data intact.
+// registrations / copies per operation, the copy meters (proto/copy.hpp:
+// every CPU copy of the data path, counted where it happens, on both ends)
+// show that large values are never copied and eager ones are, and a client
+// killed in the middle of a large SET or GET leaves the server with no pins
+// and no connection of it, and other clients' data intact.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -25,6 +28,7 @@
 #include "kv/client/client_conn.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
+#include "proto/copy.hpp"
 #include "reactor/reactor.hpp"
 
 #ifndef RKV_RDV_HELPER_PATH
@@ -142,11 +146,19 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
     ASSERT_EQ(c->get_sync("two", out, found), Status::ok);
   }
 
+  // The copy meters (proto/copy.hpp) count every byte either end copies with
+  // the CPU, wherever the copy is (the layout test refuses a copy that
+  // bypasses them): the value's megabytes must not show, only the messages
+  // around it (headers, the key, one STATS reply of the measurement itself,
+  // the index entry): far below this bound.
+  constexpr std::uint64_t kMessagesOnly = 64u << 10;
   auto measure = [&](const char* what, auto&& op, auto&& check) {
     SCOPED_TRACE(what);
     const Stats s0 = stats(*c);
     const ClientCounters k0 = c->counters();
+    const std::uint64_t m0 = proto::copied_bytes();
     op();
+    const std::uint64_t m1 = proto::copied_bytes();
     const ClientCounters k1 = c->counters();
     const Stats s1 = stats(*c);
     auto d = [&](const char* name) { return s1.at(name) - s0.at(name); };
@@ -154,6 +166,10 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
     EXPECT_EQ(d("registrations"), 0u) << "the server registers nothing per operation";
     EXPECT_EQ(d("bytes_copied"), 0u) << "no value bytes copied on the server";
     EXPECT_EQ(k1.bytes_copied - k0.bytes_copied, 0u) << "no value bytes copied on the client";
+    EXPECT_LT(d("bytes_copied_total"), kMessagesOnly) << "kvd's CPU copied more than the messages";
+    EXPECT_LT(m1 - m0, kMessagesOnly) << "the client's CPU copied more than the messages";
+    std::printf("rdv_e2e: %s: copied %llu B by the client, %llu B by kvd\n", what,
+                static_cast<unsigned long long>(m1 - m0), static_cast<unsigned long long>(d("bytes_copied_total")));
     EXPECT_EQ(s1.at("pinned"), 0u);
   };
 
@@ -239,6 +255,44 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
             EXPECT_EQ(d("large_gets_pulled"), 1u);
             EXPECT_EQ(d("releases"), 1u);
           });
+}
+
+// The copy meters see copies: eager values are copied (into the send buffer,
+// out of the receive buffer, into the store's block) and move both ends'
+// meters by at least their bytes, so the large-value bounds above can fail.
+TEST_F(RdvE2E, CopyMetersCountEagerValues) {
+  start();
+  auto c = open();
+  constexpr int kOps = 64;
+  const std::string v = pattern(3000, 9);
+  const Stats s0 = stats(*c);
+  const std::uint64_t m0 = proto::copied_bytes();
+  for (int i = 0; i < kOps; ++i) {
+    const std::string key = "eager-" + std::to_string(i);
+    ASSERT_EQ(c->set_sync(key, v), Status::ok);
+    bool found = false;
+    std::uint64_t sum = 0;
+    ASSERT_EQ(c->get(key,
+                     [&](Status s, bool f, std::span<const std::byte> got) {
+                       EXPECT_EQ(s, Status::ok);
+                       found = f;
+                       sum = checksum({reinterpret_cast<const char*>(got.data()), got.size()});
+                     }),
+              Status::ok);
+    ASSERT_TRUE(c->wait_idle(60s));
+    EXPECT_TRUE(found);
+    EXPECT_EQ(sum, checksum(v));
+  }
+  const std::uint64_t m1 = proto::copied_bytes();
+  const Stats s1 = stats(*c);
+  const std::uint64_t values = std::uint64_t{kOps} * v.size();
+  // Client: each SET's value encoded, each GET reply copied out of its receive buffer.
+  EXPECT_GE(m1 - m0, 2 * values);
+  // kvd: each SET's value into a small block, each GET reply's value encoded.
+  EXPECT_GE(s1.at("bytes_copied_total") - s0.at("bytes_copied_total"), 2 * values);
+  std::printf("rdv_e2e: %d eager SETs and GETs of %zu B: copied %llu B by the client, %llu B by kvd\n", kOps,
+              v.size(), static_cast<unsigned long long>(m1 - m0),
+              static_cast<unsigned long long>(s1.at("bytes_copied_total") - s0.at("bytes_copied_total")));
 }
 
 TEST_F(RdvE2E, OverTheLimitIsRefusedBeforeSending) {

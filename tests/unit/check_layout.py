@@ -5,8 +5,13 @@
   server -> store, conn               client -> conn
   load   -> client
 
-Also: no source file directly in src/kv, and no ibv_*/rdma_* call outside
-src/verbs. Exits 1 and names each offending line otherwise.
+Also: no source file directly in src/kv, no ibv_*/rdma_* call outside
+src/verbs, and no memcpy-like call (memcpy, memmove, std::copy,
+std::ranges::copy, ...) in the data path (src/kv/{store,conn,server,client},
+src/durable, src/proto/encode.cpp) except through proto::copy_bytes
+(proto/copy.hpp), which counts what it copies; a copy whose size is a sizeof
+(one fixed-size object) is allowed. Exits 1 and names each offending line
+otherwise.
 """
 import pathlib
 import re
@@ -48,6 +53,25 @@ for p in sorted((ROOT / "src").rglob("*")):
         code = line.split("//", 1)[0]
         if verbs_call.search(code):
             problems.append(f"{p.relative_to(ROOT)}:{n}: ibv_*/rdma_* call outside src/verbs")
+
+# Every copy of the data path is counted by proto::copy_bytes (proto/copy.hpp):
+# the zero-copy checks (rdv_e2e) read that meter, so a copy must not bypass it.
+copy_call = re.compile(r"\b(memcpy|memmove|__builtin_memcpy|__builtin_memmove|copy|copy_n|copy_backward)\s*\(")
+data_path = [ROOT / "src" / "kv" / room for room in ("store", "conn", "server", "client")]
+data_path += [ROOT / "src" / "durable"]
+copy_files = [p for d in data_path for p in sorted(d.rglob("*")) if p.suffix in SOURCES]
+copy_files.append(ROOT / "src" / "proto" / "encode.cpp")
+for p in copy_files:
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        code = line.split("//", 1)[0]
+        m = copy_call.search(code)
+        if not m or "sizeof" in code:
+            continue
+        # copy(...) as a member or another library's function (x.copy(, obj->copy() is not std's
+        start = m.start()
+        if m.group(1).startswith("copy") and start > 0 and code[start - 1] in ".>":
+            continue
+        problems.append(f"{p.relative_to(ROOT)}:{n}: {m.group(1)} outside proto::copy_bytes (uncounted copy)")
 
 for line in problems:
     print(line)

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kv/client/landing.hpp"
+#include "proto/copy.hpp"
 #include "proto/wire.hpp"
 
 namespace rkv::kv::client {
@@ -60,7 +61,7 @@ void* copy_value(std::span<const std::byte> v) noexcept {
   const SmallHeader hdr{kMallocMagic};
   std::memcpy(base, &hdr, sizeof hdr);
   char* p = base + kValueHeader;
-  if (!v.empty()) std::memcpy(p, v.data(), v.size());
+  proto::copy_bytes(p, v.data(), v.size());
   p[v.size()] = '\0';
   return p;
 }
@@ -238,8 +239,8 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
       if (v.size() > op->into.size()) {
         r.status = Status::too_large;
         r.found = false;
-      } else if (!v.empty()) {
-        std::memcpy(op->into.data(), v.data(), v.size());
+      } else {
+        proto::copy_bytes(op->into, v);
       }
     }
     if (r.found) r.value_len = v.size();

@@ -17,6 +17,7 @@
 #include "kv/conn/endpoint.hpp"
 #include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
+#include "proto/copy.hpp"
 #include "proto/wire.hpp"
 #include "verbs/error.hpp"
 #include "verbs/pd.hpp"
@@ -468,7 +469,7 @@ Status Client::set_sync(std::string_view key, std::string_view value) {
 Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
   ClientConn* conn = conn_.get();
   return get_sync_with(key, found, [&out, conn](std::span<const std::byte> v) {
-    out.assign(reinterpret_cast<const char*>(v.data()), v.size());
+    proto::copy_to_string(out, v);
     conn->note_copy(v.size());
   });
 }
@@ -479,7 +480,9 @@ Status Client::get_sync(std::string_view key, Value& out, bool& found) {
     if (auto lb = conn->adopt_landing()) {
       out = Value(std::move(lb));  // no copy: the buffer it landed in
     } else {
-      out = Value(std::string(reinterpret_cast<const char*>(v.data()), v.size()));  // eager, or copied out (kCopyOutMax)
+      std::string copy;  // eager, or copied out of its landing buffer (ClientConn::kCopyOutMax)
+      proto::copy_to_string(copy, v);
+      out = Value(std::move(copy));
     }
   });
 }
@@ -542,7 +545,7 @@ Status Client::call_sync(std::uint16_t op, std::string_view request, std::string
   Value v;
   const Status st = call_sync(op, proto::as_bytes(request), v);
   if (st == Status::ok) {
-    reply.assign(v.view());
+    proto::copy_to_string(reply, v.view());
     if (conn_) conn_->note_copy(v.size());
   }
   return st;

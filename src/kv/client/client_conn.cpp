@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "proto/decode.hpp"
+#include "proto/copy.hpp"
 #include "proto/encode.hpp"
 
 namespace rkv::kv::client {
@@ -352,7 +353,7 @@ void ClientConn::on_recv(const verbs::Completion& c) noexcept {
   // that must find a posted receive. The views handed to callbacks point into
   // scratch_, which no completion can overwrite.
   const std::size_t n = std::min(r->bytes.size(), scratch_.size());
-  std::memcpy(scratch_.data(), r->bytes.data(), n);
+  proto::copy_bytes(std::span<std::byte>(scratch_).first(n), r->bytes.first(n));
   if (int rc = channel_.repost(r->slot); rc != 0) {
     fail(std::string("post_recv failed: ") + std::strerror(rc));
     return;

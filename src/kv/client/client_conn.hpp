@@ -129,7 +129,7 @@ struct ClientCounters {
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t reg_cache_hits = 0;   // large SET sources found registered in the pin-down cache
   std::uint64_t reg_cache_misses = 0; // large SET sources registered for the SET (then cached)
-  std::uint64_t bytes_copied = 0;     // value bytes memcpy'd (eager values only)
+  std::uint64_t bytes_copied = 0;     // value bytes copied (eager values; values up to kCopyOutMax copied out of a landing buffer)
   // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
   std::uint64_t onesided_gets = 0;       // GETs started by RDMA READ of the index
   std::uint64_t onesided_hits = 0;       // answered found from the server's memory

@@ -25,6 +25,8 @@ struct ServerCounters {
   std::uint64_t rejected = 0;
   std::uint64_t auth_failures = 0;
   std::uint64_t closed = 0;
+  std::uint64_t connect_timeouts = 0;
+  std::uint64_t transfer_timeouts = 0;
   std::uint64_t protocol_errors = 0;
   std::uint64_t credit_overruns = 0;
   std::uint64_t completion_errors = 0;
@@ -79,6 +81,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
     CounterInfo{"auth_failures", &ServerCounters::auth_failures, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
     CounterInfo{"closed", &ServerCounters::closed, "connections torn down"},
+    CounterInfo{"transfer_timeouts", &ServerCounters::transfer_timeouts, "connections dropped because their RDMA transfers made no progress for --transfer-timeout-ms (the peer stopped answering)"},
+    CounterInfo{"connect_timeouts", &ServerCounters::connect_timeouts, "accepted connections dropped because the handshake did not finish within --connect-timeout-ms"},
     CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, "clients dropped for a malformed or out-of-protocol message"},
     CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, "clients dropped for sending more SENDs than credits granted"},
     CounterInfo{"completion_errors", &ServerCounters::completion_errors, "connections failed by an error completion"},

@@ -8,13 +8,13 @@
 
 #include <bit>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 #include <variant>
 
 #include "proto/connect_params.hpp"
+#include "proto/copy.hpp"
 #include "proto/index_format.hpp"
 #include "verbs/error.hpp"
 
@@ -70,6 +70,8 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   po.spin = options_.poll;
   po.before_sleep = [this] { return arm_listed(); };
   poller_ = reactor_->add_poller([this] { return poll_listed(); }, std::move(po));
+  if (options_.transfer_timeout.count() <= 0) throw std::invalid_argument("transfer timeout must be positive");
+  arm_transfer_check();
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
@@ -126,7 +128,7 @@ void Server::migrate_large_values() noexcept {
         continue;
       }
       block->bytes = block->bytes.first(value.size());
-      std::memcpy(block->bytes.data(), value.data(), value.size());
+      proto::copy_bytes(block->bytes, proto::as_bytes(value));
       if (!store_->set_large(k, std::move(block))) {  // the string it replaces stays
         spdlog::error("server: over the memory limit moving the recovered value of {} into registered memory: "
                       "rendezvous GETs of it fail", k);
@@ -169,6 +171,9 @@ store::StatRows Server::stats_rows() const {
   const auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
   rows.push_back({"uptime_s", static_cast<std::uint64_t>(up.count()), "seconds since kvd started serving"});
   rows.push_back({"rss_bytes", resident_bytes(), "resident memory of the kvd process"});
+  rows.push_back({"bytes_copied_total", proto::copied_bytes(),
+                  "bytes this process copied with the CPU on its data path (every copy goes through "
+                  "proto::copy_bytes, which counts it)"});
   const store::StatRows counted = counter_rows(counters_);
   rows.insert(rows.end(), counted.begin(), counted.end());
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
@@ -288,6 +293,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     }
     reactor::Registration watch =
         reactor_->watch(ep->cq_fd(), EPOLLIN, [this, k = *key](std::uint32_t) { on_cq_event(k); });
+    reactor::Timer handshake = reactor_->after(options_.connect_timeout, [this, k = *key] { on_connect_timeout(k); });
     proto::ConnectParams mine;
     mine.role = proto::Role::server;
     mine.credits = options_.credits;
@@ -312,6 +318,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     c.sc = std::move(sc);
     c.ep = std::move(ep);
     c.cq_watch = std::move(watch);
+    c.deadline = std::move(handshake);
   } catch (const std::exception& e) {
     spdlog::warn("server: rejecting {}: {}", peer, e.what());
     ++counters_.rejected;
@@ -329,6 +336,7 @@ void Server::on_conn_event(Key key, const verbs::CmEvent& ev) {
   Conn& c = *conns_.find(key);
   switch (ev.type) {
     case verbs::CmEventType::established:
+      if (c.sc->state() == ConnState::connecting) c.deadline.reset();  // the handshake's; not a teardown's
       c.sc->on_established();
       spdlog::info("server: connected {} (slot {}, {} connections)", c.peer, key.index, counters_.connections);
       return;
@@ -353,6 +361,51 @@ void Server::on_conn_event(Key key, const verbs::CmEvent& ev) {
     case verbs::CmEventType::other:
       SPDLOG_DEBUG("server: {} event {} ignored", c.peer, to_string(ev.type));
       return;
+  }
+}
+
+void Server::on_connect_timeout(Key key) noexcept {
+  Conn* c = conns_.find(key);
+  if (c == nullptr || c->sc->state() != ConnState::connecting) return;  // established (a request came first)
+  ++counters_.connect_timeouts;
+  spdlog::warn("server: {}: handshake not finished within {} ms; dropping it", c->peer,
+               options_.connect_timeout.count());
+  begin_close(key, CloseCause::handshake_timeout, "handshake timed out");  // no DISCONNECTED will follow
+  cm_finished(key);
+}
+
+void Server::arm_transfer_check() {
+  transfer_check_ = reactor_->after(
+      std::max<std::chrono::milliseconds>(options_.transfer_timeout / kTransferChecks, std::chrono::milliseconds(1)),
+      [this] {
+        check_transfers();
+        try {
+          arm_transfer_check();
+        } catch (const std::exception& e) {
+          spdlog::error("server: transfer check not re-armed: {}", e.what());
+        }
+      });
+}
+
+void Server::check_transfers() noexcept {
+  for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
+    const auto key = conns_.key_at(i);
+    if (!key) continue;
+    Conn& c = *conns_.find(*key);
+    if (!c.sc || c.sc->transfers_in_flight() == 0 || c.sc->transfers_finished() != c.transfer_mark) {
+      c.transfer_mark = c.sc ? c.sc->transfers_finished() : 0;
+      c.stalled_checks = 0;
+      continue;
+    }
+    if (++c.stalled_checks < kTransferChecks) continue;
+    c.stalled_checks = 0;
+    const Verdict v = c.sc->begin_draining(CloseCause::transfer_timeout, "RDMA transfers made no progress");
+    if (v == Verdict::disconnect) {
+      ++counters_.transfer_timeouts;
+      spdlog::warn("server: {}: {} RDMA transfers in flight, none finished for {} ms; dropping the connection",
+                   c.peer, c.sc->transfers_in_flight(), options_.transfer_timeout.count());
+    }
+    act(*key, v);
   }
 }
 

@@ -24,7 +24,19 @@
 // peer's DREQ), wait for DISCONNECTED, then cm_done(): qp.to_error(), drain
 // the flushed completions, destroy once drained(). A deadline
 // (disconnect_timeout + drain_timeout) forces the destroy if the CM or the
-// flush never comes back.
+// flush never comes back. A connection accepted but not established within
+// connect_timeout (the peer never sent the RTU, nor any request: a flood of
+// connects that never finish) is torn down the same way and counted
+// (connect_timeouts), so half-open peers cannot hold the table's slots and
+// their registered buffers longer than that. A connection with RDMA
+// transfers in flight of which none finished for transfer_timeout is
+// dropped too (transfer_timeouts): a peer whose QP vanished without a
+// disconnect never answers our READ or WRITE, and the transport's retries
+// need not end (on rxe, with the retry_count 7 the client asks for, a READ
+// of a destroyed QP had no completion after 3 minutes), which would pin the
+// transfer's block and the slot for good.
+// One reactor timer checks every connection's progress mark each quarter
+// of transfer_timeout.
 //
 // User-defined operations: handle(op, fn) registers a Handler (handler.hpp)
 // in the one Handlers table every ServerConn runs CALLs from.
@@ -105,6 +117,13 @@ struct ServerOptions {
   // connect request must carry proto::auth_digest(auth_token), else it is
   // rejected before any verbs resource is made for it.
   std::string auth_token;
+  // Accept -> ESTABLISHED (or a first request): longer and the connection is
+  // dropped (connect_timeouts). The kernel's CM gives up on a missing RTU only
+  // after its REP retries, about a minute.
+  std::chrono::milliseconds connect_timeout{10000};
+  // RDMA transfers in flight and none finished for this long: the peer is
+  // gone, the connection is dropped (transfer_timeouts).
+  std::chrono::milliseconds transfer_timeout{30000};
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
 };
@@ -165,14 +184,17 @@ class Server {
     std::unique_ptr<ServerConn> sc;
     std::unique_ptr<Endpoint> ep;
     reactor::Registration cq_watch;  // destroyed before ep (closes the fd)
-    reactor::Timer deadline;
+    reactor::Timer deadline;  // the handshake's (connect_timeout), then teardown's
     bool polled = false;  // on the poll list: its CQ is unarmed
+    std::uint64_t transfer_mark = 0;  // sc->transfers_finished() at the last check
+    unsigned stalled_checks = 0;      // checks in a row with transfers in flight and no progress
   };
   using Key = reactor::SlotKey;
 
   // Index 0xFFFFFFFF is never handed out by a SlotTable: no connection's token.
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
   static constexpr int kPollBatch = 64;  // completions per connection per poll pass
+  static constexpr unsigned kTransferChecks = 4;  // checks per transfer_timeout
 
   // What a service pass does with the CQ before the flush.
   enum class CqPass : std::uint8_t {
@@ -184,6 +206,11 @@ class Server {
   void on_cm_event(verbs::CmEvent& ev);
   void on_connect_request(verbs::CmEvent& ev);
   void on_conn_event(Key key, const verbs::CmEvent& ev);
+  // connect_timeout passed since the accept: drop the connection if still connecting.
+  void on_connect_timeout(Key key) noexcept;
+  // Every transfer_timeout / kTransferChecks: drops connections whose transfers stalled.
+  void check_transfers() noexcept;
+  void arm_transfer_check();
   // The CQ's channel fd is readable: take the event, join the poll list, poll.
   void on_cq_event(Key key) noexcept;
   // One service pass over a connection's CQ and what follows from it.
@@ -229,6 +256,7 @@ class Server {
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
   reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
+  reactor::Timer transfer_check_;       // check_transfers()
   reactor::Registration events_watch_;  // declared last: unwatched first
 };
 

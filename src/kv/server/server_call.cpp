@@ -8,13 +8,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
 #include <utility>
 
 #include "kv/server/server_conn.hpp"
+#include "proto/copy.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::kv::server {
@@ -63,7 +63,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   // --- ReplyWriter ---
   void append(std::span<const std::byte> bytes) override {
     const auto dst = extend(bytes.size());
-    if (!bytes.empty()) std::memcpy(dst.data(), bytes.data(), bytes.size());
+    proto::copy_bytes(dst, bytes);
   }
   using ReplyWriter::append;
   std::span<std::byte> extend(std::size_t n) override {
@@ -121,7 +121,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
     const std::size_t tail = c_->store_->indexed() ? key.size() : 0;
     auto block = c_->arena_->allocate(value.size() + tail);
     if (!block) return false;
-    std::memcpy(block->bytes.data(), value.data(), value.size());
+    proto::copy_bytes(block->bytes, value);
     block->bytes = block->bytes.first(value.size());
     LargeRef ref = std::move(block);
     try {
@@ -187,7 +187,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
     auto b = c_->arena_->allocate(want);
     if (!b) throw std::bad_alloc();
     b->bytes = b->bytes.first(b->capacity);
-    if (size_ != 0) std::memcpy(b->bytes.data(), block_ ? block_->bytes.data() : small_.data(), size_);
+    proto::copy_bytes(b->bytes.data(), block_ ? block_->bytes.data() : small_.data(), size_);
     block_ = std::move(b);
     small_ = {};
   }

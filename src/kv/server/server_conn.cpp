@@ -95,6 +95,8 @@ void ServerConn::fail(CloseCause cause, std::string reason) noexcept {
     case CloseCause::post_error:
     case CloseCause::internal:
     case CloseCause::peer_left:
+    case CloseCause::handshake_timeout:
+    case CloseCause::transfer_timeout:
     case CloseCause::shutdown: break;
   }
   spdlog::warn("conn {}: disconnecting ({}): {}", config_.label, to_string(cause), reason);

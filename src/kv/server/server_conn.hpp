@@ -101,6 +101,8 @@ enum class CloseCause : std::uint8_t {
   post_error,        // post_recv/post_send failed
   internal,          // a bug: encoder refused a reply, ...
   peer_left,         // owner: DISCONNECTED / connect error from the peer
+  handshake_timeout, // owner: accepted, but the handshake did not finish in time
+  transfer_timeout,  // owner: RDMA transfers in flight, none finished for too long (peer gone)
   shutdown,          // owner: server shutdown
 };
 
@@ -113,6 +115,8 @@ enum class CloseCause : std::uint8_t {
     case CloseCause::post_error: return "post_error";
     case CloseCause::internal: return "internal";
     case CloseCause::peer_left: return "peer_left";
+    case CloseCause::handshake_timeout: return "handshake_timeout";
+    case CloseCause::transfer_timeout: return "transfer_timeout";
     case CloseCause::shutdown: return "shutdown";
   }
   return "invalid";
@@ -207,6 +211,8 @@ class ServerConn {
   [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return recvs_posted_; }
   [[nodiscard]] std::size_t sends_in_flight() const noexcept { return channel_.sends_in_flight(); }
   [[nodiscard]] std::size_t transfers_in_flight() const noexcept { return transfers_in_flight_; }
+  // RDMA transfers that completed (well or not) so far: the owner's progress mark.
+  [[nodiscard]] std::uint64_t transfers_finished() const noexcept { return transfers_finished_; }
   [[nodiscard]] std::size_t pulls_pinned() const noexcept { return pulls_.size(); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
   [[nodiscard]] std::size_t durable_waits() const noexcept { return durable_waits_; }
@@ -345,6 +351,7 @@ class ServerConn {
   std::vector<Transfer> transfers_;
   std::vector<std::uint32_t> free_transfers_;
   std::size_t transfers_in_flight_ = 0;
+  std::uint64_t transfers_finished_ = 0;
   std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
   std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
   Durability* durability_ = nullptr;

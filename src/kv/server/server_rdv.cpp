@@ -146,6 +146,7 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     ++counters_->stale_completions;
     return;
   }
+  ++transfers_finished_;
   if (!serving() || !c.ok()) {
     ++counters_->transfers_aborted;
     free_transfer(slot);  // the QP is in error: nothing of it reaches the client or the Store

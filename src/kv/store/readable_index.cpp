@@ -4,9 +4,10 @@
 #include <atomic>
 #include <cassert>
 #include <bit>
-#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "proto/copy.hpp"
 
 namespace rkv::kv::store {
 
@@ -38,9 +39,9 @@ void ReadableIndex::write(std::uint64_t bucket, const proto::IndexEntry& e) noex
   // Fields first, entry_crc last: a reader sees old fields, new fields or a
   // mix, and a mix fails the entry_crc check. The fences keep the compiler
   // (and, on weakly ordered CPUs, the hardware) from moving the crc store up.
-  std::memcpy(dst, bytes.data(), kEntryCrcOffset);
+  proto::copy_bytes(dst, bytes.data(), kEntryCrcOffset);
   std::atomic_thread_fence(std::memory_order_release);
-  std::memcpy(dst + kEntryCrcOffset, bytes.data() + kEntryCrcOffset, kBucketSize - kEntryCrcOffset);
+  proto::copy_bytes(dst + kEntryCrcOffset, bytes.data() + kEntryCrcOffset, kBucketSize - kEntryCrcOffset);
   std::atomic_thread_fence(std::memory_order_release);
 }
 

@@ -1,10 +1,10 @@
 #include "kv/store/store.hpp"
 
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 
 #include "kv/store/readable_index.hpp"
+#include "proto/copy.hpp"
 #include "proto/crc32c.hpp"
 
 namespace rkv::kv::store {
@@ -37,7 +37,7 @@ LargeRef Store::small_block(std::string_view key, std::string_view value) const 
     return {};
   }
   if (!b || b->capacity < value.size() + key.size()) return {};
-  if (!value.empty()) std::memcpy(b->bytes.data(), value.data(), value.size());
+  proto::copy_bytes(b->bytes.data(), value.data(), value.size());
   b->bytes = b->bytes.first(value.size());  // the key follows; reindex() copies it
   return b;
 }
@@ -54,7 +54,7 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
     return;
   }
   // The block is new (no reader was given it yet): lay the key after the value.
-  std::memcpy(b->bytes.data() + n, key.data(), key.size());
+  proto::copy_bytes(b->bytes.data() + n, key.data(), key.size());
   const std::uint32_t crc = value_crc ? proto::crc32c_extend(*value_crc, key.data(), key.size())
                                       : proto::crc32c(b->bytes.data(), n + key.size());
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);

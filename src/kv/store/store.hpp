@@ -33,6 +33,7 @@
 
 #include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
+#include "proto/copy.hpp"
 
 namespace rkv::kv::store {
 
@@ -150,15 +151,17 @@ class Store {
   };
   class Value {
    public:
-    explicit Value(std::string_view v) : data_(std::string(v)) {}
+    explicit Value(std::string_view v) : data_(std::string()) { proto::copy_to_string(std::get<std::string>(data_), v); }
     // large: set by set_large (served by the rendezvous path); a small value
     // in a block (index attached) is not large.
     Value(LargeRef v, bool large) : data_(std::move(v)), large_(large) {}
     void assign(std::string_view v) {
       if (auto* s = std::get_if<std::string>(&data_)) {
-        s->assign(v);
+        proto::copy_to_string(*s, v);
       } else {
-        data_ = std::string(v);
+        std::string copy;
+        proto::copy_to_string(copy, v);
+        data_ = std::move(copy);
       }
       large_ = false;
     }
