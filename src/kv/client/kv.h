@@ -73,9 +73,9 @@ KV_API int kv_open_opts(char *servername, const char *get_mode, const char *poll
 KV_API int kv_set(void *kv_handle, const char *key, const char *value);
 /* *value: the NUL-terminated value ("" for a missing key); free it with
  * kv_release. A value over 64 KiB is returned in the memory it was
- * RDMA-written or read into (no copy); smaller ones in a malloc'd copy (up
- * to 64 KiB a copy costs less than the fresh registered buffer a hand-over
- * needs). */
+ * RDMA-written or read into (no copy); smaller ones are copied into a
+ * malloc'd buffer: up to 64 KiB, copying costs less than the fresh
+ * registered buffer a hand-over needs. */
 KV_API int kv_get(void *kv_handle, const char *key, char **value);
 KV_API void kv_release(char *value);
 /* Closes the connection and frees the handle (also after an error). */
