@@ -18,11 +18,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kv/client/c_handle.hpp"
 #include "kv/conn/auth_token.hpp"
 #include "kv/client/client.hpp"
 #include "proto/call_ops.hpp"
+#include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 
 namespace {
@@ -75,7 +78,6 @@ std::string_view key_of(const void* key, std::size_t key_len) noexcept {
   return {static_cast<const char*>(key), key_len};
 }
 
-// "host", "host:port", "[v6]:port" or a bare IPv6 address.
 // RKV_POLL_US: the spin budget in microseconds, or "busy" (never sleep).
 bool parse_poll_budget(const char* text, std::chrono::microseconds& out) noexcept {
   if (std::strcmp(text, "busy") == 0) {
@@ -87,38 +89,6 @@ bool parse_poll_budget(const char* text, std::chrono::microseconds& out) noexcep
   const unsigned long long v = std::strtoull(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > 10'000'000ull) return false;
   out = std::chrono::microseconds(static_cast<std::int64_t>(v));
-  return true;
-}
-
-bool parse_server(std::string_view s, std::string& host, std::uint16_t& port) {
-  port = KV_DEFAULT_PORT;
-  std::string_view port_text;
-  if (!s.empty() && s.front() == '[') {
-    const auto close = s.find(']');
-    if (close == std::string_view::npos) return false;
-    host.assign(s.substr(1, close - 1));
-    const auto rest = s.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return false;
-      port_text = rest.substr(1);
-      if (port_text.empty()) return false;
-    }
-  } else if (s.find(':') != s.rfind(':')) {
-    host.assign(s);  // bare IPv6
-  } else if (const auto colon = s.find(':'); colon != std::string_view::npos) {
-    host.assign(s.substr(0, colon));
-    port_text = s.substr(colon + 1);
-    if (port_text.empty()) return false;
-  } else {
-    host.assign(s);
-  }
-  if (host.empty()) return false;
-  if (!port_text.empty()) {
-    unsigned v = 0;
-    const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), v);
-    if (ec != std::errc() || end != port_text.data() + port_text.size() || v == 0 || v > 65535) return false;
-    port = static_cast<std::uint16_t>(v);
-  }
   return true;
 }
 
@@ -162,11 +132,12 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
   if (kv_handle == nullptr) return set_error(nullptr, EINVAL, "kv_open: kv_handle is NULL");
   if (servername == nullptr) return set_error(nullptr, EINVAL, "kv_open: servername is NULL");
   try {
-    std::string host;
-    std::uint16_t port = 0;
-    if (!parse_server(servername, host, port)) {
-      return set_error(nullptr, EINVAL, std::string("kv_open: bad server name '") + servername +
-                                            "' (expected host or host:port)");
+    // One server, or several separated by commas (placement: docs/protocol.md "Several servers").
+    std::vector<rkv::proto::ServerAddr> servers;
+    std::string why;
+    if (!rkv::proto::parse_server_list(servername, KV_DEFAULT_PORT, servers, why)) {
+      return set_error(nullptr, EINVAL, std::string("kv_open: bad server name '") + servername + "': " + why +
+                                            " (expected host, host:port or a comma-separated list of them)");
     }
     rkv::kv::client::ClientOptions opt;
     // An option given here, else its environment variable.
@@ -193,7 +164,7 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
         return set_error(nullptr, EINVAL, std::string("kv_open: RKV_AUTH_TOKEN_FILE: ") + e.what());
       }
     }
-    *kv_handle = CHandle::open(host, port, opt).release();
+    *kv_handle = CHandle::open(std::move(servers), opt).release();
     t_last_error.clear();
     return 0;
   } catch (const rkv::kv::client::ConnectError& e) {
@@ -341,6 +312,11 @@ int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void*
     return arg_error(h, EINVAL, "kv_call", reply == nullptr ? "reply pointer is NULL" : "reply_len pointer is NULL");
   }
   if (req == nullptr && req_len != 0) return arg_error(h, EINVAL, "kv_call", "req is NULL");
+  if (h->sharded()) {
+    return arg_error(h, EINVAL, "kv_call",
+                     "a handle on several servers has no server for a CALL without a key (a handler may touch any "
+                     "key); use kv_incr/kv_cas, or a handle on the one server the handler should run on");
+  }
   // The line of kv_calls is the empty key (c_handle.hpp); the check is the value limit's.
   if (int rc = h->check(" ", req_len, "kv_call"); rc != 0) return rc;
   try {
@@ -485,6 +461,7 @@ const char* kv_strerror(int code) {
     case ENOENT: return "no such key";
     case EAGAIN: return "pipeline full";
     case EACCES: return "authentication token missing or refused";
+    case EHOSTDOWN: return "the key's server is down (reconnecting)";
     default: return "unknown error";
   }
 }

@@ -88,7 +88,7 @@ void release_value(void* value) noexcept {
 
 CHandle::CHandle(std::unique_ptr<reactor::Reactor> reactor) : reactor_(std::move(reactor)), ready_(kMaxPending) {}
 
-std::unique_ptr<CHandle> CHandle::open(const std::string& host, std::uint16_t port, ClientOptions options) {
+std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, ClientOptions options) {
   // Requests go out at the end of a turn only: a submission then never
   // flushes, so no completion runs inside Client::set/get (the lines rely
   // on it: send() is never re-entered by a callback).
@@ -97,14 +97,17 @@ std::unique_ptr<CHandle> CHandle::open(const std::string& host, std::uint16_t po
   // Never acted on inside a turn (enter() consumes it before every run): it
   // is in the epoll set only to make kv_fd readable between calls.
   h->wake_watch_ = h->reactor_->watch(h->wake_.fd(), EPOLLIN, [](std::uint32_t) {});
-  h->client_ = Client::connect(*h->reactor_, host, port, options);
+  ShardSetOptions so;
+  CHandle* self = h.get();
+  so.on_retry_due = [self] { self->signal(); };  // kv_fd readable: the caller comes back to kv_poll (maintain)
+  h->shards_ = ShardSet::connect(*h->reactor_, std::move(servers), options, std::move(so));
   return h;
 }
 
 CHandle::~CHandle() {
   assert_owner();
-  if (client_) client_->close();  // ops in flight complete (ENOTCONN) into ready_
-  client_.reset();
+  if (shards_) shards_->close();  // ops in flight complete (ENOTCONN) into ready_
+  shards_.reset();
   while (ready_count_ > 0) {
     kv_completion c{};
     take(&c, 1);
@@ -121,11 +124,16 @@ int CHandle::set_error(int code, std::string_view msg) noexcept {
   return code;
 }
 
-int CHandle::status_error(Status st, const char* what) noexcept {
+int CHandle::status_error(Status st, const char* what, std::size_t shard) noexcept {
   const int code = to_errno(st);
   try {
     std::string msg = std::string(what) + ": " + std::string(to_string(st));
-    if (!client_->failure().empty()) msg += " (" + client_->failure() + ")";
+    const std::string why = shards_->failure(shard);
+    if (shards_->sharded()) {
+      msg += " (server " + shards_->server(shard).id + (why.empty() ? "" : ": " + why) + ")";
+    } else if (!why.empty()) {
+      msg += " (" + why + ")";
+    }
     return set_error(code, msg);
   } catch (...) {
     return set_error(code, what);
@@ -139,13 +147,13 @@ int CHandle::check(std::string_view key, std::size_t value_len, const char* what
       return set_error(E2BIG, std::string(what) + ": key of " + std::to_string(key.size()) +
                                   " bytes is longer than 1024 bytes");
     }
-    const std::uint64_t max = client_->server_max_value();
+    const std::size_t shard = shards_->shard_of(key);
+    const std::uint64_t max = shards_->server_max_value(shard);
     if (max != 0 && value_len > max) {
       return set_error(E2BIG, std::string(what) + ": value of " + std::to_string(value_len) +
                                   " bytes is over the server's limit of " + std::to_string(max));
     }
-    const ConnState cs = client_->state();
-    if (cs == ConnState::failed || cs == ConnState::closed) return status_error(Status::not_connected, what);
+    if (const Status u = shards_->usable(shard); u != Status::ok) return status_error(u, what, shard);
     return 0;
   } catch (...) {
     return set_error(ENOMEM, what);
@@ -164,6 +172,8 @@ Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte
   op.value = value;
   op.into = into;
   op.tag = tag;
+  // kv_call's line (the empty key) is refused by c_api.cpp on several servers: shard 0 is its one server.
+  op.shard = key.empty() ? 0 : shards_->shard_of(key);
   auto it = lines_.find(key);
   const bool fresh = it == lines_.end();
   if (fresh) it = lines_.emplace(std::string(key), Line{}).first;
@@ -197,11 +207,11 @@ Status CHandle::send(SlotKey k) noexcept {
   Status st = Status::ok;
   try {
     switch (op.kind) {
-      case OpKind::set: st = client_->set(op.key, op.value, std::move(cb)); break;
-      case OpKind::get: st = client_->get(op.key, std::move(cb)); break;
-      case OpKind::del: st = client_->del(op.key, std::move(cb)); break;
-      case OpKind::get_into: st = client_->get_into(op.key, op.into, std::move(cb)); break;
-      case OpKind::call: st = client_->call(op.call_op, op.value, std::move(cb)); break;
+      case OpKind::set: st = shards_->set(op.key, op.value, std::move(cb)); break;
+      case OpKind::get: st = shards_->get(op.key, std::move(cb)); break;
+      case OpKind::del: st = shards_->del(op.key, std::move(cb)); break;
+      case OpKind::get_into: st = shards_->get_into(op.key, op.into, std::move(cb)); break;
+      case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb)); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -220,8 +230,9 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
   OpResult r;
   r.status = st;
   r.found = st == Status::ok && found;
+  Client* client = shards_->client(op->shard);  // the one calling back
   if ((op->kind == OpKind::get || op->kind == OpKind::call) && r.found) {
-    if (auto lb = client_->adopt_landing()) {  // large: the buffer it landed in, NUL-terminated
+    if (auto lb = client != nullptr ? client->adopt_landing() : nullptr) {  // large: the buffer it landed in, NUL-terminated
       r.value_len = lb->size();
       r.value = lb.release()->data().data();
     } else {
@@ -250,7 +261,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
     // The caller may free this buffer once the completion is returned: keep
     // no registration of it (a cached one could outlive the memory, see
     // reg_cache.hpp). The op's own lease ended before this callback.
-    client_->forget(op->value);
+    if (client != nullptr) client->forget(op->value);
   }
   complete(k, r);
 }
@@ -286,7 +297,7 @@ void CHandle::deliver(SlotKey k, OpResult r) noexcept {
   c.tag = op.tag;
   if (r.status != Status::ok) {
     c.status = to_errno(r.status);
-    status_error(r.status, async_name(op.kind));
+    status_error(r.status, async_name(op.kind), op.shard);
   } else if ((op.kind == OpKind::get || op.kind == OpKind::del || op.kind == OpKind::get_into) && !r.found) {
     c.status = ENOENT;
   }
@@ -354,8 +365,11 @@ int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte
     return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
                                  " operations submitted and not yet returned by kv_poll)");
   }
+  shards_->maintain();  // a shard whose retry is due reconnects before its keys are tried
   SlotKey k{};
-  if (const Status st = add(kind, key, value, tag, false, into, k); st != Status::ok) return status_error(st, what);
+  if (const Status st = add(kind, key, value, tag, false, into, k); st != Status::ok) {
+    return status_error(st, what, key.empty() ? 0 : shards_->shard_of(key));
+  }
   ++async_in_flight_;
   signal();  // kv_poll sends what is queued (requests go out together at the end of a turn)
   return 0;
@@ -364,48 +378,73 @@ int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte
 int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
                  const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   enter();
+  shards_->maintain();
+  const std::size_t shard = key.empty() ? 0 : shards_->shard_of(key);
   SlotKey k{};
   if (const Status st = add(kind, key, value, 0, true, into, k, call_op); st != Status::ok) {
     leave();
-    return status_error(st, what);
+    return status_error(st, what, shard);
   }
-  const Status w = client_->await([this, k] { return ops_.find(k)->state == OpState::done; }, what);
+  // The op is in flight on its shard's Client, or waits behind one that is
+  // (its line): that Client's await runs the reactor (every shard's traffic).
+  Client* client = shards_->client(shard);
+  const Status w = client != nullptr ? client->await([this, k] { return ops_.find(k)->state == OpState::done; }, what)
+                                     : Status::shard_down;
   Op& op = *ops_.find(k);
   if (op.state != OpState::done) {
     // Cannot happen: a timeout fails the connection, which completes every
     // op, and a line's refused ops complete at once. Keep the op (its reply
     // would find it) but say why.
     leave();
-    return status_error(w != Status::ok ? w : Status::invalid_use, what);
+    return status_error(w != Status::ok ? w : Status::invalid_use, what, shard);
   }
   const OpResult r = op.result;
   ops_.erase(k);
   leave();
   if (w != Status::ok) {  // timed out: the op completed with the connection's failure
     release_value(r.value);
-    return status_error(w, what);
+    return status_error(w, what, shard);
   }
-  if (r.status != Status::ok) return status_error(r.status, what);
+  if (r.status != Status::ok) return status_error(r.status, what, shard);
   out = r;
   return 0;
 }
 
 int CHandle::stats(std::string& out, const char* what) {
   enter();
-  const Status st = client_->stats_sync(out);
+  shards_->maintain();
+  if (!shards_->sharded()) {
+    Client* client = shards_->client(0);
+    const Status st = client != nullptr ? client->stats_sync(out) : Status::not_connected;
+    leave();
+    if (st != Status::ok) return status_error(st, what);
+    return 0;
+  }
+  // Several servers: a "# shard ID up|down" line, then that server's lines.
+  out.clear();
+  for (std::size_t i = 0; i < shards_->size(); ++i) {
+    Client* client = shards_->usable(i) == Status::ok ? shards_->client(i) : nullptr;
+    std::string text;
+    const Status st = client != nullptr ? client->stats_sync(text) : Status::shard_down;
+    out += "# shard " + shards_->server(i).id + (st == Status::ok ? " up\n" : " down\n");
+    if (st == Status::ok) out += text;
+  }
   leave();
-  if (st != Status::ok) return status_error(st, what);
   return 0;
 }
 
 std::string CHandle::counters_text() const {
-  const ClientCounters& c = client_->counters();
+  const ClientCounters c = shards_->counters();  // every shard's, summed (max_* the largest)
   std::string out;
   for (const ClientCounterInfo& row : kClientCounterTable) {
     out.append(row.name);
     out += ' ';
     out += std::to_string(c.*row.member);
     out += '\n';
+  }
+  if (shards_->sharded()) {
+    out += "shard_failures " + std::to_string(shards_->shard_failures()) + "\n";
+    out += "reconnects " + std::to_string(shards_->reconnects()) + "\n";
   }
   return out;
 }
@@ -422,8 +461,10 @@ int CHandle::poll(kv_completion* out, int max, int timeout_ms) {
         if (left.count() <= 0) break;
       }
       reactor_->run_once(left);
+      shards_->maintain();
     }
   }
+  shards_->maintain();
   int n = take(out, max);
   bool settled = true;
   if (ready_count_ == 0) {

@@ -2,7 +2,8 @@
 // CHandle: what one kv.h handle is; c_api.cpp is the C surface over it
 // (argument checks, messages, never an exception across the boundary).
 //
-// Owns: the handle's Reactor and Client (one connection); the operations
+// Owns: the handle's Reactor and ShardSet (one Client, one connection, per
+// server of the list kv_open was given; shard_set.hpp); the operations
 // submitted through the C API (a SlotTable of Op: a Client callback names
 // its op by SlotKey, never by pointer); the per-key lines; the completions
 // ready for kv_poll (a ring of kMaxPending); the eventfd that makes kv_fd
@@ -32,6 +33,14 @@
 // Every call that runs the reactor consumes wake_ first, so the handle's own
 // waits never see it.
 //
+// Several servers: an op goes to its key's shard (ShardSet::shard_of; the
+// line of a key is on one shard, so per-key order holds as above); kv_call,
+// which has no key, is refused (EINVAL) on such a handle. An op whose shard is
+// down fails with EHOSTDOWN; the handle reconnects that shard in ShardSet::
+// maintain(), which runs at the entry points (run, submit, stats, poll and
+// kv_poll's loop), never inside a reactor callback; the retry timer makes
+// kv_fd readable so a caller sleeping on it comes back to kv_poll.
+//
 // Thread: the thread that opened the handle (the reactor's owner); every
 // entry point asserts it in debug builds.
 
@@ -46,6 +55,8 @@
 
 #include "kv/client/client.hpp"
 #include "kv/client/kv.h"
+#include "kv/client/shard_set.hpp"
+#include "proto/placement.hpp"
 #include "reactor/event_fd.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/slot_table.hpp"
@@ -79,7 +90,8 @@ class CHandle {
 
   // Connects (on the calling thread, which owns the handle from now on).
   // Throws ConnectError, std::system_error or std::bad_alloc.
-  static std::unique_ptr<CHandle> open(const std::string& host, std::uint16_t port, ClientOptions options);
+  // `servers`: one or more (kv_open's list, parsed and checked).
+  static std::unique_ptr<CHandle> open(std::vector<proto::ServerAddr> servers, ClientOptions options);
 
   CHandle(const CHandle&) = delete;
   CHandle& operator=(const CHandle&) = delete;
@@ -123,10 +135,11 @@ class CHandle {
   [[nodiscard]] int fd() const noexcept { return reactor_->fd(); }
 
   // Sets last_error to "<what>: <status> (<the connection's failure>)"; returns its errno.
-  int status_error(Status st, const char* what) noexcept;
+  // `shard`: whose connection (several servers: named in the message).
+  int status_error(Status st, const char* what, std::size_t shard = 0) noexcept;
   int set_error(int code, std::string_view msg) noexcept;
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
-  [[nodiscard]] std::uint64_t server_max_value() const noexcept { return client_->server_max_value(); }
+  [[nodiscard]] bool sharded() const noexcept { return shards_->sharded(); }
 
  private:
   enum class OpState : std::uint8_t {
@@ -142,6 +155,7 @@ class CHandle {
     std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
     std::span<std::byte> into;         // get_into: the caller's memory
     std::uint16_t call_op = 0;         // CALL: the user opcode
+    std::size_t shard = 0;             // the key's shard (ShardSet::shard_of)
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
     OpResult result;          // sync ops, once done
@@ -180,7 +194,7 @@ class CHandle {
 
   static constexpr int kSettleTurns = 64;
 
-  // Destroyed in reverse: the Client (its close completes the ops in flight
+  // Destroyed in reverse: the shards (their close completes the ops in flight
   // into the tables below), the tables, the eventfd's watch, then the
   // eventfd, then the reactor.
   std::unique_ptr<reactor::Reactor> reactor_;
@@ -194,7 +208,7 @@ class CHandle {
   std::vector<kv_completion> ready_;  // a ring of kMaxPending
   std::size_t ready_head_ = 0;
   std::size_t ready_count_ = 0;
-  std::unique_ptr<Client> client_;
+  std::unique_ptr<ShardSet> shards_;
 };
 
 }  // namespace rkv::kv::client

@@ -113,6 +113,7 @@ int to_errno(Status s) noexcept {
     case Status::closed: return ENOTCONN;
     case Status::timeout: return ETIMEDOUT;
     case Status::invalid_use: return EINVAL;
+    case Status::shard_down: return EHOSTDOWN;
   }
   return EIO;
 }

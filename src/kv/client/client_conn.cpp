@@ -37,6 +37,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::not_connected: return "not_connected";
     case Status::connection_failed: return "connection_failed";
     case Status::closed: return "closed";
+    case Status::shard_down: return "shard_down";
     case Status::timeout: return "timeout";
     case Status::invalid_use: return "invalid_use";
   }

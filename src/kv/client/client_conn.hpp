@@ -84,6 +84,7 @@ enum class Status : std::uint8_t {
   closed,             // the connection was closed locally while it was pending
   timeout,            // a sync helper gave up waiting (the connection is failed)
   invalid_use,        // API misuse, e.g. a sync helper called from a reactor callback
+  shard_down,         // several servers (ShardSet): the key's server is down (reconnecting in the background)
 };
 
 [[nodiscard]] std::string_view to_string(Status s) noexcept;
