@@ -1,0 +1,285 @@
+// ShardSet: see shard_set.hpp. Reactor thread only.
+#include "kv/client/shard_set.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cassert>
+#include <exception>
+#include <utility>
+
+namespace rkv::kv::client {
+
+std::string_view to_string(ShardState s) noexcept {
+  switch (s) {
+    case ShardState::up: return "up";
+    case ShardState::down: return "down";
+    case ShardState::retry_due: return "retry_due";
+    case ShardState::closed: return "closed";
+  }
+  return "?";
+}
+
+namespace {
+
+void add_counters(ClientCounters& into, const ClientCounters& c) noexcept {
+  for (const ClientCounterInfo& row : kClientCounterTable) {
+    if (row.name.starts_with("max_")) {
+      into.*row.member = std::max(into.*row.member, c.*row.member);
+    } else {
+      into.*row.member += c.*row.member;
+    }
+  }
+}
+
+bool conn_gone(ConnState cs) noexcept {
+  switch (cs) {
+    case ConnState::failed:
+    case ConnState::closed:
+      return true;
+    case ConnState::connecting:
+    case ConnState::established:
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ShardSet::ShardSet(reactor::Reactor& reactor, const ClientOptions& options, ShardSetOptions shard_options)
+    : reactor_(&reactor), options_(options), shard_options_(std::move(shard_options)) {}
+
+ShardSet::~ShardSet() { close(); }
+
+std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vector<proto::ServerAddr> servers,
+                                            const ClientOptions& options, ShardSetOptions shard_options) {
+  reactor.assert_owner_thread();
+  if (servers.empty()) throw ConnectError(EINVAL, "no server given");
+  std::unique_ptr<ShardSet> set(new ShardSet(reactor, options, std::move(shard_options)));
+  set->shards_.reserve(servers.size());
+  for (proto::ServerAddr& a : servers) {
+    set->ids_.push_back(a.id);
+    Shard s;
+    s.addr = std::move(a);
+    s.backoff = set->shard_options_.backoff_min;
+    set->shards_.push_back(std::move(s));
+  }
+  for (Shard& s : set->shards_) {
+    s.client = Client::connect(reactor, s.addr.host, s.addr.port, options);  // throws: ~ShardSet closes the others
+    s.max_value = s.client->server_max_value();
+  }
+  return set;
+}
+
+std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
+  return shards_.size() == 1 ? 0 : proto::place(key, ids_);
+}
+
+ShardState ShardSet::state(std::size_t i) const noexcept {
+  assert_owner();
+  return shards_[i].state;
+}
+
+Client* ShardSet::client(std::size_t i) const noexcept {
+  assert_owner();
+  return shards_[i].client.get();
+}
+
+std::uint64_t ShardSet::server_max_value(std::size_t i) const noexcept {
+  assert_owner();
+  return shards_[i].max_value;
+}
+
+std::string ShardSet::failure(std::size_t i) const {
+  assert_owner();
+  const Shard& s = shards_[i];
+  if (s.client) return s.client->failure();
+  return s.failure;
+}
+
+Status ShardSet::usable(std::size_t i) noexcept {
+  assert_owner();
+  Shard& s = shards_[i];
+  switch (s.state) {
+    case ShardState::up:
+      if (s.client && !conn_gone(s.client->state())) return Status::ok;
+      if (!sharded()) return Status::not_connected;
+      mark_down(i);
+      return Status::shard_down;
+    case ShardState::down:
+    case ShardState::retry_due:
+      return sharded() ? Status::shard_down : Status::not_connected;
+    case ShardState::closed:
+      return Status::not_connected;
+  }
+  return Status::not_connected;
+}
+
+void ShardSet::mark_down(std::size_t i) noexcept {
+  Shard& s = shards_[i];
+  if (s.state != ShardState::up || closing_ || !sharded()) return;
+  s.state = ShardState::down;
+  ++shard_failures_;
+  try {
+    s.failure = s.client ? s.client->failure() : std::string();
+    spdlog::warn("client: shard {} is down ({}); reconnecting in {} ms", s.addr.id,
+                 s.failure.empty() ? "connection failed" : s.failure, s.backoff.count());
+    s.retry = reactor_->after(s.backoff, [this, i] {
+      Shard& sh = shards_[i];
+      if (sh.state != ShardState::down) return;
+      sh.state = ShardState::retry_due;
+      if (shard_options_.on_retry_due) shard_options_.on_retry_due();
+    });
+  } catch (const std::exception& e) {
+    // No timer: the next maintain() retries at once.
+    spdlog::error("client: shard {}: cannot start its retry timer: {}", s.addr.id, e.what());
+    s.state = ShardState::retry_due;
+  }
+}
+
+Callback ShardSet::wrap(std::size_t i, Callback cb) {
+  if (!sharded()) return cb;
+  return [this, i, cb = std::move(cb)](Status st, bool found, std::span<const std::byte> v) {
+    if (!closing_ && (st == Status::connection_failed || st == Status::not_connected ||
+                      (st == Status::closed && shards_[i].state != ShardState::up))) {
+      mark_down(i);
+      st = Status::shard_down;
+    }
+    cb(st, found, v);
+  };
+}
+
+Status ShardSet::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
+  assert_owner();
+  const std::size_t i = shard_of(key);
+  if (const Status u = usable(i); u != Status::ok) return u;
+  return shards_[i].client->set(key, value, wrap(i, std::move(cb)));
+}
+
+Status ShardSet::get(std::string_view key, Callback cb) {
+  assert_owner();
+  const std::size_t i = shard_of(key);
+  if (const Status u = usable(i); u != Status::ok) return u;
+  return shards_[i].client->get(key, wrap(i, std::move(cb)));
+}
+
+Status ShardSet::get_into(std::string_view key, std::span<std::byte> into, Callback cb) {
+  assert_owner();
+  const std::size_t i = shard_of(key);
+  if (const Status u = usable(i); u != Status::ok) return u;
+  return shards_[i].client->get_into(key, into, wrap(i, std::move(cb)));
+}
+
+Status ShardSet::del(std::string_view key, Callback cb) {
+  assert_owner();
+  const std::size_t i = shard_of(key);
+  if (const Status u = usable(i); u != Status::ok) return u;
+  return shards_[i].client->del(key, wrap(i, std::move(cb)));
+}
+
+Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+  assert_owner();
+  if (shard >= shards_.size()) return Status::invalid_use;
+  if (const Status u = usable(shard); u != Status::ok) return u;
+  return shards_[shard].client->call(op, request, wrap(shard, std::move(cb)));
+}
+
+void ShardSet::forget(std::span<const std::byte> bytes) noexcept {
+  assert_owner();
+  for (Shard& s : shards_) {
+    if (s.client) s.client->forget(bytes);
+  }
+}
+
+void ShardSet::retire(Shard& s) noexcept {
+  if (!s.client) return;
+  s.client->close();  // pending ops complete (wrap(): shard_down)
+  add_counters(s.past, s.client->counters());
+  try {
+    if (s.failure.empty()) s.failure = s.client->failure();
+  } catch (...) {
+  }
+  s.client.reset();
+}
+
+void ShardSet::try_reconnect(std::size_t i) {
+  Shard& s = shards_[i];
+  ClientOptions o = options_;
+  o.resolve_timeout = shard_options_.reconnect_timeout;
+  o.connect_timeout = shard_options_.reconnect_timeout;
+  try {
+    std::unique_ptr<Client> c = Client::connect(*reactor_, s.addr.host, s.addr.port, o);
+    s.client = std::move(c);
+    s.max_value = s.client->server_max_value();
+    s.state = ShardState::up;
+    s.backoff = shard_options_.backoff_min;
+    s.failure.clear();
+    ++reconnects_;
+    spdlog::info("client: shard {} is back", s.addr.id);
+  } catch (const ConnectError& e) {
+    s.failure = e.what();
+    s.backoff = std::min(s.backoff * 2, shard_options_.backoff_max);
+    s.state = ShardState::down;
+    SPDLOG_DEBUG("client: shard {}: reconnect failed: {}; next in {} ms", s.addr.id, e.what(), s.backoff.count());
+    s.retry = reactor_->after(s.backoff, [this, i] {
+      Shard& sh = shards_[i];
+      if (sh.state != ShardState::down) return;
+      sh.state = ShardState::retry_due;
+      if (shard_options_.on_retry_due) shard_options_.on_retry_due();
+    });
+  }
+}
+
+bool ShardSet::maintain() {
+  assert_owner();
+  if (closing_ || !sharded() || reactor_->state() != reactor::ReactorState::kIdle) return false;
+  bool changed = false;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    Shard& s = shards_[i];
+    switch (s.state) {
+      case ShardState::up:
+        if (s.client && conn_gone(s.client->state())) {
+          mark_down(i);
+          retire(s);
+          changed = true;
+        }
+        break;
+      case ShardState::down:
+        if (s.client) {
+          retire(s);
+          changed = true;
+        }
+        break;
+      case ShardState::retry_due:
+        retire(s);
+        try_reconnect(i);
+        changed = true;
+        break;
+      case ShardState::closed:
+        break;
+    }
+  }
+  return changed;
+}
+
+void ShardSet::close() noexcept {
+  assert_owner();
+  closing_ = true;
+  for (Shard& s : shards_) {
+    s.retry.reset();
+    retire(s);
+    s.state = ShardState::closed;
+  }
+}
+
+ClientCounters ShardSet::counters() const noexcept {
+  assert_owner();
+  ClientCounters sum{};
+  for (const Shard& s : shards_) {
+    add_counters(sum, s.past);
+    if (s.client) add_counters(sum, s.client->counters());
+  }
+  return sum;
+}
+
+}  // namespace rkv::kv::client

@@ -1,0 +1,159 @@
+#pragma once
+// ShardSet: one client over a list of kvd servers (shards), each key on the
+// server that placement picks (proto/placement.hpp, docs/protocol.md
+// "Several servers").
+//
+// Owns: one Client (one connection) per server, all on the caller's one
+// Reactor, so operations to different shards are in flight together; each
+// shard's state (ShardState), its reconnect backoff and timer. The Reactor is
+// the caller's and must outlive the ShardSet.
+//
+// A shard that fails: with more than one server, an operation whose shard's
+// connection failed (pending: connection_failed, or refused at submit) ends
+// with Status::shard_down (EHOSTDOWN in the C API); the other shards keep
+// serving. The shard is marked down and a reconnect is due after a backoff
+// (kBackoffMin doubling to kBackoffMax, a reactor timer). The attempt itself
+// runs in maintain(), which the owner calls outside reactor callbacks (the
+// C API at its entry points and in kv_poll's loop; kvload between reactor
+// turns): Client::connect runs the reactor until the connection is
+// established or refused (bounded by ShardSetOptions::reconnect_timeout), and
+// a Client is only destroyed there, never inside its own callback. With one
+// server nothing changes from a plain Client: failures are
+// connection_failed / not_connected and there is no reconnect.
+//
+// Thread: the reactor's; every public member function asserts it (debug).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/client/client.hpp"
+#include "proto/placement.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::kv::client {
+
+enum class ShardState : std::uint8_t {
+  up,         // connected: operations go to its Client
+  down,       // its connection failed: operations end with shard_down; the backoff timer runs
+  retry_due,  // the backoff passed: the next maintain() tries to connect
+  closed,     // ShardSet::close()
+};
+[[nodiscard]] std::string_view to_string(ShardState s) noexcept;
+
+struct ShardSetOptions {
+  std::chrono::milliseconds backoff_min{100};   // first retry after a failure
+  std::chrono::milliseconds backoff_max{2'000};  // doubling up to this
+  // A reconnect attempt's address/route resolution and connect timeouts
+  // (the open's are ClientOptions'): a killed kvd on a live host refuses at
+  // once; this bounds what an unreachable host costs the attempt.
+  std::chrono::milliseconds reconnect_timeout{1'000};
+  // Called from the retry timer (a reactor callback) when a shard's retry is
+  // due: the owner arranges a maintain() call soon (the C API makes kv_fd
+  // readable). May be null (the owner calls maintain() regularly anyway).
+  std::function<void()> on_retry_due;
+};
+
+class ShardSet {
+ public:
+  // Connects every server of the list (in order; the first failure throws
+  // ConnectError naming the server). Throws ConnectError, std::bad_alloc.
+  static std::unique_ptr<ShardSet> connect(reactor::Reactor& reactor, std::vector<proto::ServerAddr> servers,
+                                           const ClientOptions& options, ShardSetOptions shard_options = {});
+
+  ShardSet(const ShardSet&) = delete;
+  ShardSet& operator=(const ShardSet&) = delete;
+  ShardSet(ShardSet&&) = delete;
+  ShardSet& operator=(ShardSet&&) = delete;
+  ~ShardSet();  // close(); never throws
+
+  [[nodiscard]] std::size_t size() const noexcept { return shards_.size(); }
+  [[nodiscard]] bool sharded() const noexcept { return shards_.size() > 1; }
+  // The key's shard (placement; 0 with one server).
+  [[nodiscard]] std::size_t shard_of(std::string_view key) const noexcept;
+  [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }
+  [[nodiscard]] ShardState state(std::size_t i) const noexcept;
+  // The shard's Client while it has one (up, or down until maintain() drops
+  // it); null otherwise. Valid until the next maintain() or close().
+  [[nodiscard]] Client* client(std::size_t i) const noexcept;
+  // The shard's value limit as its server announced it (0: unknown).
+  [[nodiscard]] std::uint64_t server_max_value(std::size_t i) const noexcept;
+  // ok if ops may go to the shard's Client; else why not (shard_down with
+  // several servers, not_connected with one). Notices a failed connection
+  // (the shard is then marked down).
+  [[nodiscard]] Status usable(std::size_t i) noexcept;
+  // Why the shard is down (its connection's failure), or "" while it is up.
+  [[nodiscard]] std::string failure(std::size_t i) const;
+
+  // Async, to the key's shard (Client's contract, client.hpp). With several
+  // servers: Status::shard_down at once when the shard is down, and as the
+  // callback's status when its connection fails while the op is pending.
+  [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  [[nodiscard]] Status get(std::string_view key, Callback cb);
+  [[nodiscard]] Status get_into(std::string_view key, std::span<std::byte> into, Callback cb);
+  [[nodiscard]] Status del(std::string_view key, Callback cb);
+  // A CALL on shard `shard` (kv_incr/kv_cas: their key's; a keyless CALL
+  // has no shard, the callers decide: docs/architecture.md).
+  [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb);
+  // Drops cached registrations of `bytes` in every shard's Client.
+  void forget(std::span<const std::byte> bytes) noexcept;
+
+  // Outside reactor callbacks only: drops the Clients of shards whose
+  // connection failed (their pending ops complete first, with shard_down)
+  // and tries to reconnect the shards whose retry is due. True if a shard
+  // changed state.
+  bool maintain();
+  // Closes every shard (pending ops complete with Status::closed). Idempotent.
+  void close() noexcept;
+
+  // Counters of every shard's Clients, the closed ones included, summed.
+  [[nodiscard]] ClientCounters counters() const noexcept;
+  // How often shards were found down / were reconnected (handle lifetime).
+  [[nodiscard]] std::uint64_t shard_failures() const noexcept { return shard_failures_; }
+  [[nodiscard]] std::uint64_t reconnects() const noexcept { return reconnects_; }
+
+  static constexpr std::uint64_t kNoShard = ~std::uint64_t{0};
+
+ private:
+  struct Shard {
+    proto::ServerAddr addr;
+    std::unique_ptr<Client> client;
+    ShardState state = ShardState::up;
+    std::chrono::milliseconds backoff{0};
+    reactor::Timer retry;
+    std::uint64_t max_value = 0;
+    std::string failure;     // why it went down
+    ClientCounters past{};   // counters of the Clients it had before
+  };
+
+  ShardSet(reactor::Reactor& reactor, const ClientOptions& options, ShardSetOptions shard_options);
+
+  void assert_owner() const noexcept {
+#ifndef NDEBUG
+    reactor_->assert_owner_thread();
+#endif
+  }
+  // Wraps a callback: with several servers, a pending op its shard's failure
+  // ended reports shard_down (and marks the shard down).
+  [[nodiscard]] Callback wrap(std::size_t i, Callback cb);
+  void mark_down(std::size_t i) noexcept;  // up -> down, retry timer started
+  void retire(Shard& s) noexcept;          // close and drop its Client (not from its callbacks)
+  void try_reconnect(std::size_t i);
+
+  reactor::Reactor* reactor_;
+  ClientOptions options_;
+  ShardSetOptions shard_options_;
+  std::vector<Shard> shards_;
+  std::vector<std::string> ids_;  // shards_[i].addr.id, for place()
+  bool closing_ = false;
+  std::uint64_t shard_failures_ = 0;
+  std::uint64_t reconnects_ = 0;
+};
+
+}  // namespace rkv::kv::client
