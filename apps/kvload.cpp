@@ -53,7 +53,7 @@ std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Fla
     copt.get_mode = f.get_mode;
     copt.request_batch = f.request_batch;
     copt.auth_token = f.auth_token;
-    return kv::client::Client::connect(reactor, f.server, f.port, copt);
+    return kv::client::Client::connect(reactor, f.servers.at(0).host, f.servers.at(0).port, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return nullptr;
@@ -89,6 +89,10 @@ std::string quote_value(const std::string& v) {
 }
 
 int run_interactive(const Flags& f) {
+  if (f.servers.size() != 1) {
+    std::fprintf(stderr, "kvload: commands from stdin go to one server; give --file to run over several\n");
+    return 2;
+  }
   reactor::Reactor reactor;
   auto client = connect(reactor, f);
   if (!client) return 1;
@@ -176,8 +180,12 @@ int kvload_main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "gen") return kvload_gen_main(argc - 1, argv + 1);
   Flags f;
   CLI::App app{"kvload: RDMA key-value client (workload runner and interactive shell)", "kvload"};
-  app.add_option("--server", f.server, "server address (numeric or a name)")->required();
-  app.add_option("--port", f.port, "server port")->capture_default_str();
+  app.add_option("--server", f.server,
+                 "server address (numeric or a name, host:port, [v6]:port), or a comma-separated list of them: "
+                 "--file runs over all, each key on the server placement picks (docs/protocol.md \"Several "
+                 "servers\"); --depth counts across them")
+      ->required();
+  app.add_option("--port", f.port, "server port (for --server entries without one)")->capture_default_str();
   app.add_option("--file", f.file,
                  "workload file: one `SET key value`, `SET key @size[:seed]`, `GET key`, `DEL key` or `CALL op payload` per line; "
                  "parsed completely before anything is sent. Without it: commands from stdin");
@@ -223,6 +231,10 @@ int kvload_main(int argc, char** argv) {
                  "without the trailing newline)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
+  if (std::string why; !proto::parse_server_list(f.server, f.port, f.servers, why)) {
+    std::fprintf(stderr, "kvload: --server: %s\n", why.c_str());
+    return 2;
+  }
   if (!f.auth_token_file.empty()) {
     try {
       f.auth_token = kv::conn::read_auth_token_file(f.auth_token_file).token;

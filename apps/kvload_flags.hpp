@@ -4,16 +4,19 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
 #include "kv/load/runner.hpp"
+#include "proto/placement.hpp"
 
 namespace rkv::apps {
 
 struct KvloadFlags {
-  std::string server;
-  std::uint16_t port = kv::client::kDefaultPort;
+  std::string server;  // --server: one address or a comma-separated list
+  std::uint16_t port = kv::client::kDefaultPort;  // for entries without their own
+  std::vector<proto::ServerAddr> servers;  // parsed from both
   std::string file;
   bool json = false;
   bool quiet = false;

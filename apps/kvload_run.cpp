@@ -78,6 +78,13 @@ int kvload_run_file(const KvloadFlags& f) {
     }
   }
 
+  if (f.servers.size() > 1 &&
+      std::any_of(parsed->ops.begin(), parsed->ops.end(), [](const kv::load::Op& op) { return op.kind == kv::load::Op::Kind::call; })) {
+    std::fprintf(stderr, "kvload: a workload with CALL lines runs against one server (a CALL has no key, so no "
+                         "server of the list is its own)\n");
+    return 1;
+  }
+
   reactor::Reactor reactor;
   kv::client::ClientOptions copt;
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
@@ -85,9 +92,9 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.get_mode = f.get_mode;
   copt.request_batch = f.request_batch;
   copt.auth_token = f.auth_token;
-  std::unique_ptr<kv::client::Client> client;
+  std::unique_ptr<kv::client::ShardSet> client;  // one Client per server, all on this reactor
   try {
-    client = kv::client::Client::connect(reactor, f.server, f.port, copt);
+    client = kv::client::ShardSet::connect(reactor, f.servers, copt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return 1;
@@ -146,7 +153,10 @@ int kvload_run_file(const KvloadFlags& f) {
     // Stall checks on a timer (a quarter of the stall timeout, at most 1 s), not per loop turn.
     const auto period = std::clamp<std::chrono::milliseconds>(lopt.stall_timeout / 4, 10ms, 1000ms);
     const reactor::Timer stall_check = reactor.every(period, [&run] { run.check_stall(reactor::Reactor::now()); });
-    kv::load::drive(reactor, scheduler, [&run] { return run.finished(); }, std::chrono::hours(24 * 365));
+    // Between reactor turns (never inside a callback): a server that went
+    // down is reconnected when its backoff has passed (ShardSet::maintain).
+    kv::load::drive(reactor, scheduler, [&run] { return run.finished(); }, std::chrono::hours(24 * 365),
+                    [&client] { client->maintain(); });
     progress.reset();
     if (show_progress) std::fputs("\r\x1b[K", stderr);
     counters = client->counters();
@@ -154,8 +164,16 @@ int kvload_run_file(const KvloadFlags& f) {
     client->close();  // before the scheduler goes: callbacks wake its fibers
     report = run.report();
   }
-  if (client->state() == kv::client::ConnState::failed && !f.quiet) {
-    std::fprintf(stderr, "kvload: connection failed: %s\n", client->failure().c_str());
+  if (!f.quiet) {
+    for (std::size_t i = 0; i < client->size(); ++i) {
+      const std::string why = client->failure(i);
+      if (why.empty()) continue;
+      if (client->sharded()) {
+        std::fprintf(stderr, "kvload: server %s: connection failed: %s\n", client->server(i).id.c_str(), why.c_str());
+      } else {
+        std::fprintf(stderr, "kvload: connection failed: %s\n", why.c_str());
+      }
+    }
   }
   client.reset();
   if (!f.quiet && !f.json) {

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/shard_set.hpp"
+#include "proto/placement.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/runner.hpp"
@@ -192,11 +194,13 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
   }
 
   reactor::Reactor reactor;
-  std::vector<std::unique_ptr<kv::client::Client>> clients;
+  std::vector<std::unique_ptr<kv::client::ShardSet>> clients;  // each over the one server
   kv::client::ClientOptions copt;
   copt.max_in_flight = 4;
   copt.send_count = 4;
-  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::Client::connect(reactor, addr, kvd.port(), copt));
+  std::vector<proto::ServerAddr> one(1);
+  one[0] = {addr, kvd.port(), proto::server_id(addr, kvd.port())};
+  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::ShardSet::connect(reactor, one, copt));
   const auto busy = kvd.stats();
   ASSERT_TRUE(busy);
   EXPECT_EQ(stat(*busy, "connections"), static_cast<std::uint64_t>(kClients));

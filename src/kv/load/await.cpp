@@ -6,7 +6,7 @@
 
 namespace rkv::kv::load {
 
-using client::Client;
+using client::ShardSet;
 using client::Status;
 
 namespace {
@@ -47,7 +47,7 @@ OpResult wait_for(Scheduler& s, const std::shared_ptr<Pending>& p) {
 
 }  // namespace
 
-OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value) {
+OpResult await_set(Scheduler& s, ShardSet& c, std::string_view key, std::span<const std::byte> value) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
   const Status st =
       c.set(key, value, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
@@ -55,24 +55,25 @@ OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<cons
   return wait_for(s, p);
 }
 
-OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value) {
+OpResult await_get(Scheduler& s, ShardSet& c, std::string_view key, bool keep_value) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
   const Status st = c.get(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }
 
-OpResult await_del(Scheduler& s, Client& c, std::string_view key) {
+OpResult await_del(Scheduler& s, ShardSet& c, std::string_view key) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
   const Status st = c.del(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }
 
-OpResult await_call(Scheduler& s, Client& c, std::uint16_t op, std::span<const std::byte> request) {
+OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,
+                    std::span<const std::byte> request) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), true, false, {}});
   const Status st =
-      c.call(op, request, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+      c.call(shard, op, request, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }

@@ -1,15 +1,15 @@
 #pragma once
-// Awaiting kv::client::Client operations from a fiber: submit with a callback that
+// Awaiting kv::client::ShardSet operations from a fiber: submit with a callback that
 // records the outcome and wakes the fiber, then suspend until it ran. Many
 // fibers awaiting at once = many requests in flight on one connection.
 //
 // Lifetime: the Scheduler must outlive every callback of an op it awaits, i.e.
-// close (or destroy) the Client before the Scheduler. A fiber cancelled while
+// close (or destroy) the ShardSet before the Scheduler. A fiber cancelled while
 // it waits (~Scheduler) detaches from its op, whose callback then only
-// records; but a SET's value bytes are the fiber's, so close the Client
+// records; but a SET's value bytes are the fiber's, so close the ShardSet
 // (completing its ops) before cancelling fibers with SETs in flight.
 // Large SET values are registered through the Client's pin-down cache: reuse
-// the buffer, and Client::forget() it before freeing it.
+// the buffer, and ShardSet::forget() it before freeing it.
 //
 // Thread: the reactor's (= the scheduler's) thread.
 
@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/shard_set.hpp"
 #include "kv/load/fiber.hpp"
 
 namespace rkv::kv::load {
 
-using client::Client;
+using client::ShardSet;
 using client::Status;
 
 struct OpResult {
@@ -36,11 +37,13 @@ struct OpResult {
 
 // Fiber only. A refused submit returns at once with its status.
 // `value` must stay alive and unchanged until this returns.
-[[nodiscard]] OpResult await_set(Scheduler& s, Client& c, std::string_view key, std::span<const std::byte> value);
-[[nodiscard]] OpResult await_get(Scheduler& s, Client& c, std::string_view key, bool keep_value);
-[[nodiscard]] OpResult await_del(Scheduler& s, Client& c, std::string_view key);
+// Each goes to the key's server (ShardSet; one server: its one Client).
+[[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::string_view key, std::span<const std::byte> value);
+[[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::string_view key, bool keep_value);
+[[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::string_view key);
 // CALL of user opcode `op` (docs/protocol.md "CALL"): `request` alive until
-// this returns; the reply's bytes in value (found: status ok).
-[[nodiscard]] OpResult await_call(Scheduler& s, Client& c, std::uint16_t op, std::span<const std::byte> request);
+// this returns; the reply's bytes in value (found: status ok). On server `shard`.
+[[nodiscard]] OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,
+                                  std::span<const std::byte> request);
 
 }  // namespace rkv::kv::load

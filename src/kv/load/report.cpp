@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "proto/wire.hpp"  // kEagerLimit only (header constant, nothing to link)
@@ -117,7 +118,19 @@ void Report::record(Op::Kind k, SizeClass c, std::uint64_t bytes, std::uint64_t 
   s.latency.record(latency_ns);
 }
 
-void Report::merge(const Report& other) noexcept {
+void Report::record_shard(std::size_t i, bool ok, bool down, std::uint64_t latency_ns) noexcept {
+  if (down) {
+    ++shard_down;
+    shard_down_max_ns = std::max(shard_down_max_ns, latency_ns);
+  }
+  if (i >= shards.size()) return;
+  ShardStats& s = shards[i];
+  ++s.ops;
+  if (!ok) ++s.errors;
+  if (down) ++s.shard_down;
+}
+
+void Report::merge(const Report& other) {
   for (std::size_t i = 0; i < kClasses; ++i) {
     classes[i].count += other.classes[i].count;
     classes[i].errors += other.classes[i].errors;
@@ -126,6 +139,15 @@ void Report::merge(const Report& other) noexcept {
   }
   seconds = std::fmax(finite_or_zero(seconds), finite_or_zero(other.seconds));
   mismatches += other.mismatches;
+  shard_down += other.shard_down;
+  shard_down_max_ns = std::max(shard_down_max_ns, other.shard_down_max_ns);
+  if (shards.size() < other.shards.size()) shards.resize(other.shards.size());
+  for (std::size_t i = 0; i < other.shards.size(); ++i) {
+    if (shards[i].server.empty()) shards[i].server = other.shards[i].server;
+    shards[i].ops += other.shards[i].ops;
+    shards[i].errors += other.shards[i].errors;
+    shards[i].shard_down += other.shards[i].shard_down;
+  }
 }
 
 std::uint64_t Report::ops() const noexcept {
@@ -168,6 +190,15 @@ std::string to_text(const Report& r) {
   if (!any) out += "(no operations)\n";
   out += fmt::format("total: {} ops, {} errors, {:.3f} s, {:.1f} ops/s, {} mismatches\n", r.ops(),
                      r.errors(), finite_or_zero(r.seconds), r.ops_per_s(), r.mismatches);
+  if (r.shards.size() > 1 || r.shard_down > 0) {
+    for (const ShardStats& s : r.shards) {
+      out += fmt::format("server {}: {} ops, {} errors, {} shard_down\n", s.server, s.ops, s.errors, s.shard_down);
+    }
+    if (r.shard_down > 0) {
+      out += fmt::format("shard_down: {} ops failed because their server was down (the slowest in {})\n",
+                         r.shard_down, format_ns(r.shard_down_max_ns));
+    }
+  }
   return out;
 }
 
@@ -196,6 +227,12 @@ std::string to_json(const Report& r) {
           rate(static_cast<double>(s.bytes) / 1e6, r.seconds), h.min(), h.mean(),
           h.percentile(50), h.percentile(99), h.percentile(99.9), h.max());
     }
+  }
+  out += fmt::format(R"(],"shard_down":{},"shard_down_max_ns":{},"shards":[)", r.shard_down, r.shard_down_max_ns);
+  for (std::size_t i = 0; i < r.shards.size(); ++i) {
+    const ShardStats& s = r.shards[i];
+    out += fmt::format(R"({}{{"server":"{}","ops":{},"errors":{},"shard_down":{}}})", i == 0 ? "" : ",",
+                       json_escape(s.server), s.ops, s.errors, s.shard_down);
   }
   out += "]}";
   return out;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kv/load/histogram.hpp"
 #include "kv/load/workload.hpp"
@@ -34,6 +35,15 @@ struct ClassStats {
   Histogram latency;         // successful operations, nanoseconds
 };
 
+// One server of a kvload run over several (--server a,b,c): the operations
+// its keys took (placement, proto/placement.hpp). A CALL counts on shard 0.
+struct ShardStats {
+  std::string server;            // its identity ("host:port")
+  std::uint64_t ops = 0;         // completed, failed ones included
+  std::uint64_t errors = 0;      // of which failed (shard_down included)
+  std::uint64_t shard_down = 0;  // of which failed because the server was down (Status::shard_down)
+};
+
 struct Report {
   static constexpr std::size_t kClasses = 8;
 
@@ -41,6 +51,12 @@ struct Report {
   double seconds = 0.0;          // wall time of the run
   std::uint64_t mismatches = 0;  // --verify: GETs that returned other bytes (or a value after a DEL), DELs that found what they should not
   std::array<ClassStats, kClasses> classes;  // indexed by index(kind, size)
+  // Per server, in the order of the list (empty: not recorded). Operations
+  // that failed because their server was down are errors like any other,
+  // and also counted here and in shard_down.
+  std::vector<ShardStats> shards;
+  std::uint64_t shard_down = 0;         // operations that ended with Status::shard_down
+  std::uint64_t shard_down_max_ns = 0;  // the longest of them took, submit -> failure
 
   // get/eager, get/rendezvous, set/eager, set/rendezvous, del/eager,
   // del/rendezvous (a DEL moves no value: it is recorded as eager, and
@@ -54,9 +70,11 @@ struct Report {
 
   // One completed operation. A failed one only bumps count and errors.
   void record(Op::Kind k, SizeClass c, std::uint64_t bytes, std::uint64_t latency_ns, bool ok) noexcept;
+  // One completed operation on shard `i` (< shards.size(), else ignored).
+  void record_shard(std::size_t i, bool ok, bool down, std::uint64_t latency_ns) noexcept;
   // Adds another client's report; seconds becomes the longer of the two
-  // (clients run in parallel).
-  void merge(const Report& other) noexcept;
+  // (clients run in parallel). Shards add up by position.
+  void merge(const Report& other);
 
   [[nodiscard]] std::uint64_t ops() const noexcept;
   [[nodiscard]] std::uint64_t errors() const noexcept;
@@ -71,7 +89,9 @@ struct Report {
 //  "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N},
 //  "classes":[{"op":"get"|"set"|"del"|"call", "size_class":"eager"|"rendezvous", "count":N,
 //    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,
-//    "latency_ns":{...the same six fields...}}, ...]}
+//    "latency_ns":{...the same six fields...}}, ...],
+//  "shard_down":N, "shard_down_max_ns":N,
+//  "shards":[{"server":"host:port", "ops":N, "errors":N, "shard_down":N}, ...]}
 // The top-level latency_ns covers every successful operation of the run (all
 // classes together). All eight classes are always present, in index() order;
 // a class (or a run) without successful operations has all latency fields 0.

@@ -13,7 +13,7 @@
 
 namespace rkv::kv::load {
 
-using client::Client;
+using client::ShardSet;
 using client::Status;
 
 namespace {
@@ -34,10 +34,12 @@ std::string_view to_string(RunState s) noexcept {
   return "invalid";
 }
 
-LoadRun::LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& ops, LoadOptions options)
-    : scheduler_(&scheduler), client_(&client), ops_(&ops), options_(std::move(options)), gate_(scheduler) {
+LoadRun::LoadRun(Scheduler& scheduler, ShardSet& shards, const std::vector<Op>& ops, LoadOptions options)
+    : scheduler_(&scheduler), shards_(&shards), ops_(&ops), options_(std::move(options)), gate_(scheduler) {
   options_.depth = std::clamp(options_.depth, 1u, kMaxDepth);
   report_.name = options_.name;
+  report_.shards.resize(shards.size());
+  for (std::size_t i = 0; i < shards.size(); ++i) report_.shards[i].server = shards.server(i).id;
   if (options_.verify) {
     for (const Op& op : options_.expect) {
       switch (op.kind) {
@@ -84,10 +86,10 @@ void LoadRun::worker() {
   // SET values are built here and reused, so large ones stay registered in
   // the client's pin-down cache; forgotten before the memory goes.
   struct ValueBuffer {
-    Client* client;
+    ShardSet* client;
     std::vector<std::byte> bytes;
     ~ValueBuffer() { client->forget(bytes); }
-  } buf{client_, {}};
+  } buf{shards_, {}};
   while (next_ < ops_->size()) {
     const Op& op = (*ops_)[next_++];
     // Earlier ops on this key are done. A CALL names no key: it waits for nothing.
@@ -97,7 +99,7 @@ void LoadRun::worker() {
       case Op::Kind::call: {
         const std::uint64_t size = value_size(op.value);
         if (size > buf.bytes.capacity()) {
-          client_->forget(buf.bytes);
+          shards_->forget(buf.bytes);
           buf.bytes = std::vector<std::byte>();  // free before allocating the bigger one
         }
         buf.bytes.resize(size);
@@ -125,17 +127,22 @@ void LoadRun::end_op(Clock::time_point now) {
   last_progress_ = now;
 }
 
+void LoadRun::record_shard(std::size_t shard, Status st, std::int64_t ns) noexcept {
+  report_.record_shard(shard, st == Status::ok, st == Status::shard_down, static_cast<std::uint64_t>(ns));
+}
+
 void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
   write_value(op.value, value);
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_set(*scheduler_, *client_, op.key, value);
+  const OpResult r = await_set(*scheduler_, *shards_, op.key, value);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
                  static_cast<std::uint64_t>(ns), ok);
+  record_shard(shards_->shard_of(op.key), r.status, ns);
   if (options_.verify) {
     expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::value, op.value} : Expected{});
   }
@@ -153,7 +160,7 @@ void LoadRun::run_get(const Op& op) {
   const ValueSpec* want_value = want != nullptr && want->state == Expected::State::value ? &want->value : nullptr;
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_get(*scheduler_, *client_, op.key, want_value != nullptr);
+  const OpResult r = await_get(*scheduler_, *shards_, op.key, want_value != nullptr);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
@@ -161,6 +168,7 @@ void LoadRun::run_get(const Op& op) {
   const std::uint64_t size = ok ? r.size : (want_value != nullptr ? value_size(*want_value) : 0);
   report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,
                  static_cast<std::uint64_t>(ns), ok);
+  record_shard(shards_->shard_of(op.key), r.status, ns);
   if (!ok) {
     error_line(op, std::string(to_string(r.status)));
     return;
@@ -183,12 +191,13 @@ void LoadRun::run_del(const Op& op) {
   }
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_del(*scheduler_, *client_, op.key);
+  const OpResult r = await_del(*scheduler_, *shards_, op.key);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  record_shard(shards_->shard_of(op.key), r.status, ns);
   if (options_.verify) {
     if (ok && before == Expected::State::value && !r.found) {
       ++report_.mismatches;
@@ -209,13 +218,14 @@ void LoadRun::run_call(const Op& op, std::span<std::byte> request) {
   write_value(op.value, request);
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_call(*scheduler_, *client_, op.call_op, request);
+  const OpResult r = await_call(*scheduler_, *shards_, 0, op.call_op, request);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::call, size_class(proto::kCallOpSize, request.size()), request.size() + r.size,
                  static_cast<std::uint64_t>(ns), ok);
+  record_shard(0, r.status, ns);
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 
@@ -239,7 +249,7 @@ void LoadRun::check_stall(Clock::time_point now) {
     options_.on_error(options_.name + ": no reply for " + std::to_string(options_.stall_timeout.count()) +
                       " ms with " + std::to_string(in_flight_) + " requests in flight; closing the connection");
   }
-  client_->close();  // every pending op completes with Status::closed; later submits are refused
+  shards_->close();  // every pending op completes with Status::closed; later submits are refused
 }
 
 }  // namespace rkv::kv::load

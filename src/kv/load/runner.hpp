@@ -5,10 +5,10 @@
 // start() spawns min(depth, ops) worker fibers on the given Scheduler. Each
 // worker takes the next operation in file order, waits (KeyGate) until this
 // run's earlier operations on the same key have completed, submits it to the
-// Client and parks until the reply: up to `depth` requests in flight, one per
+// ShardSet (its key's server) and parks until the reply: up to `depth` requests in flight, one per
 // key at a time, so a GET after a SET of the same key in the file sees that
 // SET (or a later write by another client). Operations on different keys
-// overtake each other freely. Several LoadRuns (several Clients) may share one
+// overtake each other freely. Several LoadRuns (several ShardSets) may share one
 // Scheduler and Reactor.
 //
 // Recording (kv::load::Report): latency is submit -> reply (time spent waiting for
@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/shard_set.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/key_gate.hpp"
@@ -48,7 +49,7 @@
 
 namespace rkv::kv::load {
 
-using client::Client;
+using client::ShardSet;
 
 inline constexpr unsigned kDefaultDepth = 16;
 inline constexpr unsigned kMaxDepth = 1024;
@@ -82,8 +83,9 @@ enum class RunState : std::uint8_t {
 
 class LoadRun {
  public:
-  // `scheduler`, `client` and `ops` must outlive the run.
-  LoadRun(Scheduler& scheduler, Client& client, const std::vector<Op>& ops, LoadOptions options);
+  // `scheduler`, `shards` and `ops` must outlive the run. Each op goes to its
+  // key's server (a CALL to the first: kvload refuses CALLs with several).
+  LoadRun(Scheduler& scheduler, ShardSet& shards, const std::vector<Op>& ops, LoadOptions options);
 
   LoadRun(const LoadRun&) = delete;
   LoadRun& operator=(const LoadRun&) = delete;
@@ -121,9 +123,10 @@ class LoadRun {
   void error_line(const Op& op, const std::string& what);
   void begin_op();
   void end_op(Clock::time_point now);
+  void record_shard(std::size_t shard, client::Status st, std::int64_t ns) noexcept;
 
   Scheduler* scheduler_;
-  Client* client_;
+  ShardSet* shards_;
   const std::vector<Op>* ops_;
   LoadOptions options_;
   KeyGate gate_;
