@@ -153,6 +153,16 @@ int CHandle::check(std::string_view key, std::size_t value_len, const char* what
       return set_error(E2BIG, std::string(what) + ": value of " + std::to_string(value_len) +
                                   " bytes is over the server's limit of " + std::to_string(max));
     }
+    if (shards_->state(shard) != ShardState::up) {
+      // Down: if its backoff passed, try it now (outside any reactor callback:
+      // check() runs at an entry point), so a caller that only retries this
+      // key sees the server come back.
+      try {
+        shards_->maintain();
+      } catch (const std::exception& e) {
+        spdlog::warn("kv: reconnecting {}: {}", shards_->server(shard).id, e.what());
+      }
+    }
     if (const Status u = shards_->usable(shard); u != Status::ok) return status_error(u, what, shard);
     return 0;
   } catch (...) {

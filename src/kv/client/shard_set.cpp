@@ -124,17 +124,23 @@ void ShardSet::mark_down(std::size_t i) noexcept {
     s.failure = s.client ? s.client->failure() : std::string();
     spdlog::warn("client: shard {} is down ({}); reconnecting in {} ms", s.addr.id,
                  s.failure.empty() ? "connection failed" : s.failure, s.backoff.count());
-    s.retry = reactor_->after(s.backoff, [this, i] {
-      Shard& sh = shards_[i];
-      if (sh.state != ShardState::down) return;
-      sh.state = ShardState::retry_due;
-      if (shard_options_.on_retry_due) shard_options_.on_retry_due();
-    });
+    start_retry_timer(i);
   } catch (const std::exception& e) {
     // No timer: the next maintain() retries at once.
     spdlog::error("client: shard {}: cannot start its retry timer: {}", s.addr.id, e.what());
     s.state = ShardState::retry_due;
   }
+}
+
+void ShardSet::start_retry_timer(std::size_t i) {
+  Shard& s = shards_[i];
+  s.retry_at = reactor::Reactor::now() + s.backoff;
+  s.retry = reactor_->after(s.backoff, [this, i] {
+    Shard& sh = shards_[i];
+    if (sh.state != ShardState::down) return;
+    sh.state = ShardState::retry_due;
+    if (shard_options_.on_retry_due) shard_options_.on_retry_due();
+  });
 }
 
 Callback ShardSet::wrap(std::size_t i, Callback cb) {
@@ -221,12 +227,7 @@ void ShardSet::try_reconnect(std::size_t i) {
     s.backoff = std::min(s.backoff * 2, shard_options_.backoff_max);
     s.state = ShardState::down;
     SPDLOG_DEBUG("client: shard {}: reconnect failed: {}; next in {} ms", s.addr.id, e.what(), s.backoff.count());
-    s.retry = reactor_->after(s.backoff, [this, i] {
-      Shard& sh = shards_[i];
-      if (sh.state != ShardState::down) return;
-      sh.state = ShardState::retry_due;
-      if (shard_options_.on_retry_due) shard_options_.on_retry_due();
-    });
+    start_retry_timer(i);
   }
 }
 
@@ -247,6 +248,13 @@ bool ShardSet::maintain() {
       case ShardState::down:
         if (s.client) {
           retire(s);
+          changed = true;
+        }
+        // Its timer fires only while the reactor runs; a caller that only
+        // retries this shard's keys (refused at once) does not run it.
+        if (reactor::Reactor::now() >= s.retry_at) {
+          s.retry.reset();
+          try_reconnect(i);
           changed = true;
         }
         break;

@@ -127,6 +127,8 @@ class ShardSet {
     ShardState state = ShardState::up;
     std::chrono::milliseconds backoff{0};
     reactor::Timer retry;
+    reactor::Reactor::Clock::time_point retry_at{};  // when `retry` fires (maintain() also checks it:
+                                                      // a caller that does not run the reactor still retries)
     std::uint64_t max_value = 0;
     std::string failure;     // why it went down
     ClientCounters past{};   // counters of the Clients it had before
@@ -145,6 +147,7 @@ class ShardSet {
   void mark_down(std::size_t i) noexcept;  // up -> down, retry timer started
   void retire(Shard& s) noexcept;          // close and drop its Client (not from its callbacks)
   void try_reconnect(std::size_t i);
+  void start_retry_timer(std::size_t i);  // down: retry_due after the backoff
 
   reactor::Reactor* reactor_;
   ClientOptions options_;
