@@ -4,10 +4,16 @@
 // rows are kvd's one table (kv/server/counters.hpp + the gauges of
 // Server::stats_rows), so SIGUSR1, the STATS reply and this tool never differ.
 //
+// Several servers (--server a,b,c, as kv_open and kvload take them): each
+// one's rows under a "# server ID" line, or with --json one object per
+// server {"ID": {...}, ...}; a server that cannot be asked is reported on
+// stderr and the others are still printed (exit status 1).
+//
 // Exit status: 0 printed, 1 connection failed or a malformed reply, 2 bad flags.
 #include "rkv_stats.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -19,7 +25,9 @@
 #include "cli.hpp"
 #include "kv/client/client.hpp"
 #include "kv/conn/auth_token.hpp"
+#include "kv/load/report.hpp"  // json_escape
 #include "kv/store/stats.hpp"
+#include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
@@ -63,6 +71,36 @@ bool parse_rows(std::string_view text, std::vector<Row>& out, std::string& bad) 
   return true;
 }
 
+// One server's STATS rows; false (message printed) when it cannot be asked.
+bool fetch_rows(const proto::ServerAddr& server, const std::string& auth_token, std::vector<Row>& rows) {
+  std::string text;
+  try {
+    reactor::Reactor reactor;
+    kv::client::ClientOptions copt;
+    copt.max_in_flight = 1;
+    copt.send_count = 1;
+    copt.auth_token = auth_token;
+    auto client = kv::client::Client::connect(reactor, server.host, server.port, copt);
+    const kv::client::Status st = client->stats_sync(text);
+    if (st != kv::client::Status::ok) {
+      std::fprintf(stderr, "rkv stats: STATS to %s failed: %s%s%s\n", server.id.c_str(),
+                   std::string(kv::client::to_string(st)).c_str(), client->failure().empty() ? "" : ": ",
+                   client->failure().c_str());
+      return false;
+    }
+    client->close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rkv stats: %s\n", e.what());
+    return false;
+  }
+  std::string bad;
+  if (!parse_rows(text, rows, bad)) {
+    std::fprintf(stderr, "rkv stats: malformed STATS reply from %s: line \"%s\"\n", server.id.c_str(), bad.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int stats_main(int argc, char** argv) {
@@ -72,8 +110,11 @@ int stats_main(int argc, char** argv) {
   CLI::App app{"rkv stats: a kvd's counters and gauges (uptime, connections, operations by kind, bytes, memory, "
                "durability), from its STATS reply"};
   app.name("rkv stats");
-  app.add_option("--server", server, "kvd's address")->required();
-  app.add_option("--port", port, "kvd's port")->capture_default_str();
+  app.add_option("--server", server,
+                 "kvd's address (host, host:port, [v6]:port), or a comma-separated list of them: each server's "
+                 "counters in turn")
+      ->required();
+  app.add_option("--port", port, "kvd's port (for --server entries without one)")->capture_default_str();
   app.add_flag("--json", json, "one JSON object {\"name\": value, ...} instead of name/value lines");
   std::string auth_token_file;
   app.add_option("--auth-token-file", auth_token_file,
@@ -89,49 +130,42 @@ int stats_main(int argc, char** argv) {
     }
   }
 
-  std::string text;
-  try {
-    reactor::Reactor reactor;
-    kv::client::ClientOptions copt;
-    copt.max_in_flight = 1;
-    copt.send_count = 1;
-    copt.auth_token = auth_token;
-    auto client = kv::client::Client::connect(reactor, server, port, copt);
-    const kv::client::Status st = client->stats_sync(text);
-    if (st != kv::client::Status::ok) {
-      std::fprintf(stderr, "rkv stats: STATS to %s:%u failed: %s%s%s\n", server.c_str(), unsigned{port},
-                   std::string(kv::client::to_string(st)).c_str(), client->failure().empty() ? "" : ": ",
-                   client->failure().c_str());
-      return 1;
+  std::vector<proto::ServerAddr> servers;
+  if (std::string why; !proto::parse_server_list(server, port, servers, why)) {
+    std::fprintf(stderr, "rkv stats: --server: %s\n", why.c_str());
+    return 2;
+  }
+  bool failed = false;
+  std::string json_all;
+  for (const proto::ServerAddr& srv : servers) {
+    std::vector<Row> rows;
+    if (!fetch_rows(srv, auth_token, rows)) {
+      failed = true;
+      continue;
     }
-    client->close();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rkv stats: %s\n", e.what());
-    return 1;
-  }
-
-  std::vector<Row> rows;
-  std::string bad;
-  if (!parse_rows(text, rows, bad)) {
-    std::fprintf(stderr, "rkv stats: malformed STATS reply from %s:%u: line \"%s\"\n", server.c_str(),
-                 unsigned{port}, bad.c_str());
-    return 1;
-  }
-  kv::store::StatRows view;
-  view.reserve(rows.size());
-  std::size_t width = 0;
-  for (const Row& r : rows) {
-    view.push_back({r.name, r.value, {}});
-    width = std::max(width, r.name.size());
-  }
-  if (json) {
-    std::printf("%s\n", kv::store::format_stats_json(view).c_str());
-  } else {
+    kv::store::StatRows view;
+    view.reserve(rows.size());
+    std::size_t width = 0;
+    for (const Row& r : rows) {
+      view.push_back({r.name, r.value, {}});
+      width = std::max(width, r.name.size());
+    }
+    if (json) {
+      if (servers.size() == 1) {
+        std::printf("%s\n", kv::store::format_stats_json(view).c_str());
+      } else {
+        json_all += (json_all.empty() ? "{\"" : ",\"") + kv::load::json_escape(srv.id) + "\":" +
+                    kv::store::format_stats_json(view);
+      }
+      continue;
+    }
+    if (servers.size() > 1) std::printf("# server %s\n", srv.id.c_str());
     for (const Row& r : rows) {
       std::printf("%-*s %llu\n", static_cast<int>(width), r.name.c_str(), static_cast<unsigned long long>(r.value));
     }
   }
-  return 0;
+  if (json && servers.size() > 1) std::printf("%s}\n", json_all.empty() ? "{" : json_all.c_str());
+  return failed ? 1 : 0;
 }
 
 }  // namespace rkv::apps
