@@ -114,7 +114,8 @@ class Client(_Client):
 
     Client(server, get_mode=None, poll_us=None)
 
-    server    "host" or "host:port" (port 7471 when omitted; "[v6addr]:port")
+    server    "host" or "host:port" (port 7471 when omitted; "[v6addr]:port"),
+              or a comma-separated list of them (keys spread over the servers, kv.h)
     get_mode  "rpc" (GET messages answered by the server) or "read"
               (one-sided: GETs by RDMA READ of the server's index, no message);
               None: the RKV_GET_MODE environment variable, else "rpc"

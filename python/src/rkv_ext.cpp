@@ -70,7 +70,8 @@ PyObject* error_type(int code, const std::string& msg) {
     case ENETUNREACH:
     case ENOTCONN:
     case EPROTO:
-    case ENODEV: return g_err.connection;
+    case ENODEV:
+    case EHOSTDOWN: return g_err.connection;  // several servers: the key's server is down (reconnecting)
     case EIO:
       // EIO is both "the connection failed during the request" and "the
       // server failed it": the handle's message names the status.
