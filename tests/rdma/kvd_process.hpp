@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -72,7 +73,10 @@ class KvdProcess {
              std::chrono::milliseconds startup = 120s) {
     int out[2];
     if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(detail::errno_text("pipe2"));
-    std::vector<std::string> args = {exe, "--bind", addr, "--port", "0"};
+    // --port 0 (the kernel picks one) unless `extra` names a port (a test
+    // that restarts a kvd where its clients look for it).
+    std::vector<std::string> args = {exe, "--bind", addr};
+    if (std::find(extra.begin(), extra.end(), "--port") == extra.end()) args.insert(args.end(), {"--port", "0"});
     args.insert(args.end(), extra.begin(), extra.end());
     auto argv = detail::argv_of(args);
     pid_ = ::fork();
