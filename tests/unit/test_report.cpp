@@ -383,5 +383,39 @@ TEST(Report, TextTable) {
   EXPECT_NE(f.find(" -"), std::string::npos) << f;
 }
 
+// Several servers: per-server counts, shard_down and its slowest, merged by position.
+TEST(Report, ShardCountsAddUpAndPrint) {
+  Report a;
+  a.shards = {{"h1:7471", 0, 0, 0}, {"h2:7471", 0, 0, 0}};
+  a.record_shard(0, true, false, 10);
+  a.record_shard(1, false, true, 1'500'000'000);
+  a.record_shard(1, false, false, 7);
+  a.record_shard(5, true, false, 1);  // no such shard: only the totals would count a shard_down
+  Report b;
+  b.shards = {{"h1:7471", 0, 0, 0}, {"h2:7471", 0, 0, 0}};
+  b.record_shard(1, false, true, 20);
+  a.merge(b);
+  ASSERT_EQ(a.shards.size(), 2u);
+  EXPECT_EQ(a.shards[0].ops, 1u);
+  EXPECT_EQ(a.shards[0].errors, 0u);
+  EXPECT_EQ(a.shards[1].ops, 3u);
+  EXPECT_EQ(a.shards[1].errors, 3u);
+  EXPECT_EQ(a.shards[1].shard_down, 2u);
+  EXPECT_EQ(a.shard_down, 2u);
+  EXPECT_EQ(a.shard_down_max_ns, 1'500'000'000u);
+  const std::string j = to_json(a);
+  EXPECT_NE(j.find(R"("shard_down":2,"shard_down_max_ns":1500000000,"shards":[{"server":"h1:7471","ops":1,"errors":0,"shard_down":0},{"server":"h2:7471","ops":3,"errors":3,"shard_down":2}]})"),
+            std::string::npos)
+      << j;
+  const std::string t = to_text(a);
+  EXPECT_NE(t.find("server h2:7471: 3 ops, 3 errors, 2 shard_down\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("shard_down: 2 ops failed"), std::string::npos) << t;
+  // One server and no failures: no per-server lines in the text.
+  Report one;
+  one.shards = {{"h1:7471", 0, 0, 0}};
+  one.record_shard(0, true, false, 1);
+  EXPECT_EQ(to_text(one).find("server h1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rkv::kv::load
