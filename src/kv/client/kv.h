@@ -21,6 +21,9 @@
  *   EAGAIN        kv_*_async: the pipeline is full (see below)
  *   EACCES        kv_open: the server requires an auth token and none, or a
  *                 wrong one, was given (RKV_AUTH_TOKEN_FILE)
+ *   EHOSTDOWN     a handle over several servers: the key's server is down
+ *                 (its connection failed); the handle reconnects it in the
+ *                 background and its keys work again once it is back
  *   EOPNOTSUPP, EREMOTEIO, EDOM  kv_call, kv_incr, kv_cas (see there)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
@@ -49,7 +52,19 @@ extern "C" {
 /* Port used when servername has no ":port". */
 #define KV_DEFAULT_PORT 7471
 
-/* servername: "host" or "host:port" ("[v6addr]:port" for IPv6).
+/* servername: "host" or "host:port" ("[v6addr]:port" for IPv6), or a
+ * comma-separated list of them ("h1:7471,h2:7472,h3:7473"): one connection
+ * per server, all driven by the handle's one event loop, and every key on
+ * the server rendezvous hashing picks (docs/protocol.md "Several servers":
+ * every client must list the servers the same way; the order does not
+ * matter). A bad list (empty entry, bad port, a server twice): EINVAL. Every
+ * server must accept at kv_open. Later, an operation whose server is down
+ * fails with EHOSTDOWN at once (pending ones as soon as the failure is seen)
+ * while the other servers keep serving; the handle retries that server with
+ * a backoff (100 ms doubling to 2 s) at its calls (kv_fd becomes readable
+ * when a retry is due). kv_call (no key) is EINVAL on such a handle; kv_stats
+ * gives each server's counters under a "# shard ID up|down" line; kv_counters
+ * the sum over the servers plus shard_failures and reconnects lines.
  * Environment: RKV_GET_MODE=rpc (default) or read. With "read", kv_get reads
  * values with one-sided RDMA READs of the server's index and memory, sending
  * no message (it falls back to a message GET when the index cannot answer, or
