@@ -543,8 +543,9 @@ class Handle {
     while (left > 0) {
       if (const int p = take(-1); p < 0) return fail_rest(b, -p, h, done, n, n, left);
     }
+    // Completions only: a refused submit (tag still 0; tags start at 1) was counted above.
     for (const auto& c : done) {
-      if (c.status != 0 && c.status != ENOENT) note(b, c.status, kv_last_error(h));
+      if (c.tag != 0 && c.status != 0 && c.status != ENOENT) note(b, c.status, kv_last_error(h));
     }
     return b;
   }
