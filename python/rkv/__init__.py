@@ -12,6 +12,8 @@
         # in a coroutine: await c.aget(b"a"), await c.aset(b"a", b"3")
         c.incr(b"hits"); c.cas(b"a", b"1", b"9"); c.call(0x1000, b"req")   # user operations
 
+    rkv.Client("10.0.0.1:7471,10.0.0.2:7471,10.0.0.3:7471")   # keys spread over three servers
+
 Keys and values are any bytes-like object (bytes, bytearray, memoryview,
 numpy arrays and anything else with the buffer protocol, C-contiguous) or str
 (stored as its UTF-8 bytes). A key is 1 to 1024 bytes; a value up to the
@@ -49,7 +51,8 @@ one thread, and its async calls to one event loop.
 
 Errors (all rkv.Error, with .errno and .message from the C API):
     rkv.ConnectionError   no server, refused, unreachable, timed out, the
-                          connection failed or the client is closed
+                          connection failed or the client is closed; over
+                          several servers: the key's server is down (EHOSTDOWN)
     rkv.TooLargeError     key over 1024 bytes, value over the server's limit,
                           value longer than get_into's buffer (a ValueError)
     rkv.InvalidArgument   empty key, bad server name or option (a ValueError)
@@ -110,12 +113,18 @@ Key = Union[bytes, bytearray, memoryview, str, Any]  # anything with the buffer 
 
 
 class Client(_Client):
-    """A connection to one kvd server.
+    """A connection to one kvd server, or to several (one connection each).
 
     Client(server, get_mode=None, poll_us=None)
 
     server    "host" or "host:port" (port 7471 when omitted; "[v6addr]:port"),
-              or a comma-separated list of them (keys spread over the servers, kv.h)
+              or a comma-separated list of them: each key then lives on the
+              server placement picks (docs/protocol.md "Several servers"); a
+              server that is down makes its keys raise rkv.ConnectionError
+              (errno EHOSTDOWN) while the others keep serving, and it is
+              reconnected in the background; call() (no key) raises
+              rkv.InvalidArgument; stats() gives {server: its counters or
+              None while down}
     get_mode  "rpc" (GET messages answered by the server) or "read"
               (one-sided: GETs by RDMA READ of the server's index, no message);
               None: the RKV_GET_MODE environment variable, else "rpc"

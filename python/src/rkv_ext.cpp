@@ -24,12 +24,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -187,9 +189,6 @@ enum class AsyncKind : std::uint8_t { set, get, del, get_into };
 class Handle {
  public:
   Handle(const std::string& servers, py::object get_mode, py::object poll_us) : owner_(std::this_thread::get_id()) {
-    if (servers.find(',') != std::string::npos) {
-      raise_error(EINVAL, "rkv.Client: one server per client (\"host:port\"); a list is not supported yet");
-    }
     std::string mode = get_mode.is_none() ? std::string() : py::cast<std::string>(get_mode);
     std::string poll;
     if (!poll_us.is_none()) {
@@ -336,7 +335,32 @@ class Handle {
     return as_memoryview(reply, reply_len);
   }
 
-  py::dict stats() { return parse_lines(text_call(&kv_stats)); }
+  // One server: its counters. Several (kv_stats: "# shard ID up|down" and
+  // then that server's lines): {ID: counters, or None while it is down}.
+  py::dict stats() {
+    const std::string text = text_call(&kv_stats);
+    constexpr std::string_view kShard = "# shard ";
+    if (!text.starts_with(kShard)) return parse_lines(text);
+    py::dict per_server;
+    std::size_t at = 0;
+    while (at < text.size()) {
+      std::size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      const std::string head = text.substr(at, end - at);  // "# shard ID up|down"
+      std::size_t next = text.find("\n# shard ", end);  // the next server's line
+      next = next == std::string::npos ? text.size() : next + 1;
+      const std::size_t sp = head.rfind(' ');
+      const std::string id = head.substr(kShard.size(), sp > kShard.size() ? sp - kShard.size() : 0);
+      if (head.ends_with(" up")) {
+        const std::size_t body = std::min(end + 1, next);
+        per_server[py::str(id)] = parse_lines(text.substr(body, next - body));
+      } else {
+        per_server[py::str(id)] = py::none();
+      }
+      at = next;
+    }
+    return per_server;
+  }
   py::dict counters() { return parse_lines(text_call(&kv_counters)); }
 
   // ---- pipelined batches ----
@@ -644,7 +668,8 @@ PYBIND11_MODULE(_rkv, m) {
                          "Base of rkv's errors. .errno: the C API's errno code (kv.h); .message: its text.", nullptr);
   g_err.connection = new_error(m, "ConnectionError",
                                "The connection could not be made or failed: ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, "
-                               "ENOTCONN (closed or failed earlier), EIO (failed during the request), ENODEV.",
+                               "ENOTCONN (closed or failed earlier), EIO (failed during the request), ENODEV; EHOSTDOWN: a "
+                               "client over several servers, the key's server is down (reconnecting).",
                                g_err.base);
   {
     py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_ValueError));
@@ -714,7 +739,10 @@ PYBIND11_MODULE(_rkv, m) {
            "(bytes-like or str) and return its reply as a read-only memoryview. rkv.NoHandlerError: no such "
            "handler; rkv.HandlerFailedError: it failed; rkv.RefusedError: it refused the request. Calls are not "
            "ordered with the keyed operations.")
-      .def("stats", &Handle::stats, "The server's counters (its STATS reply) as a dict name -> int.")
+      .def("stats", &Handle::stats,
+           "The server's counters (its STATS reply) as a dict name -> int. A client over several servers: "
+           "{server: that dict, or None while the server is down}, each server by its identity "
+           "(\"host:port\", docs/protocol.md).")
       .def("counters", &Handle::counters,
            "This client's counters as a dict name -> int (bytes_copied: value bytes the client copied; "
            "gets_into_direct: get_into calls that landed by RDMA; registrations; ...).")

@@ -18,7 +18,8 @@ MAX_VALUE = 96 << 20  # the kvd's --max-value: 64 MiB values fit, 96 MiB + 1 doe
 
 
 class Kvd:
-    """`kvd --bind ADDR --port 0 ...` until its `kvd: listening on ADDR:PORT` line."""
+    """`kvd --bind ADDR --port 0 ...` until its `kvd: listening on ADDR:PORT` line
+    (`--port N` in extra: that port, for a kvd restarted where its clients look)."""
 
     def __init__(self, *extra: str) -> None:
         exe = os.environ["RKV_KVD"]
@@ -26,7 +27,7 @@ class Kvd:
         if not self.addr:
             raise RuntimeError("SOFTROCE_ADDR is not set: run through tests/python/run.sh (scripts/softroce exec)")
         self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            [exe, "--bind", self.addr, "--port", "0", *extra],
+            [exe, "--bind", self.addr, *([] if "--port" in extra else ["--port", "0"]), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 120  # an ASan kvd in a TCG guest
