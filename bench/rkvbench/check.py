@@ -10,7 +10,7 @@ from .common import HEADERS, PLOTS, SUMMARY_TABLE_HEADER
 # ------------------------------------------------------------------ --check
 def is_kv_row(name, row):
     """True for rows that measure kvd/kvload (or bench/onesided, bench/durability), not a reference tool."""
-    if name in ("sweep.csv", "scaling.csv", "onesided.csv", "durability.csv"):
+    if name in ("sweep.csv", "scaling.csv", "shards.csv", "onesided.csv", "durability.csv"):
         return True
     if name == "busypoll.csv":
         return row.get("op") != "pingpong"  # every polling mode and the idle rows; not ibv_rc_pingpong
@@ -59,7 +59,7 @@ def check_outputs(d):
             problems.append("summary.md: no environment line")
         if SUMMARY_TABLE_HEADER not in text:
             problems.append("summary.md: no ratio table")
-        for exp in ("sweep", "latency", "polling", "scaling", "one-sided", "durability", "tcp"):
+        for exp in ("sweep", "latency", "polling", "scaling", "shards", "one-sided", "durability", "tcp"):
             if not re.search(rf"^\| {exp} \|", text, re.M):
                 problems.append(f"summary.md: no '{exp}' row in the ratio table")
     for p in PLOTS:

@@ -31,6 +31,9 @@ HEADERS = {
     "scaling.csv": [
         "clients", "depth", "depth_effective", "size", "ops_total", "errors", "max_seconds",
         "aggregate_ops_per_s", "sum_client_ops_per_s", "speedup_vs_1", "status"],
+    "shards.csv": [
+        "servers", "clients", "depth", "size", "ops_total", "errors", "max_seconds", "aggregate_ops_per_s",
+        "speedup_vs_1", "ops_per_server", "server_cpu_us_per_op", "status"],
     "durability.csv": ["fsync", "size", "depth", "ops", "ops_per_s", "p50_us", "p99_us", "errors", "log_fsyncs",
                        "status"],
     "onesided.csv": ["op", "size", "ops", "seconds", "ops_per_s", "mean_us", "messages_sent", "status"],

@@ -276,6 +276,14 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                       default=None)
             L.append(f"| scaling | best aggregate, 32 B | {fmt(top)} ops/s | ib_send_bw 32 B message rate | "
                      f"{fmt(send32[0]['msg_rate_per_s'])} msg/s | {fmt(ratio(top, send32[0]['msg_rate_per_s']))} |")
+        sh = self.rows["shards.csv"]
+        one = [r for r in sh if r["servers"] == 1 and r["status"] == "ok"]
+        for r in sh:
+            kv = (f"{fmt(r['aggregate_ops_per_s'])} ops/s (per server {r['ops_per_server']})"
+                  if r["status"].startswith(("ok", "partial")) else r["status"])
+            ref = f"{fmt(one[0]['aggregate_ops_per_s'])} ops/s" if one else "not run"
+            L.append(f"| shards | {r['servers']} kvd, {r['clients']} client{'s' if r['clients'] > 1 else ''} over "
+                     f"the list, 32 B, depth 32 | {kv} | 1 kvd | {ref} | {fmt(r['speedup_vs_1'])} |")
         osd = self.rows["onesided.csv"]
         for r in osd:
             if r["op"] == "GET (message)":

@@ -16,12 +16,13 @@ from .environment import active_mtu, build_info, cpu_model, gid_index, git_state
 from .fabric import FabricExperiments
 from .lab import LabExperiments
 from .load import LoadExperiments
+from .shards import ShardExperiments
 from .tcp import TcpExperiments
 from .output import Outputs
 
 
 # ------------------------------------------------------------------ the session
-class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, Outputs):
+class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments, TcpExperiments, Outputs):
     def __init__(self, args):
         self.args = args
         self.smoke = args.smoke
@@ -62,15 +63,18 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
         self.durability_sizes = "32 64k"  # experiment 7
         self.scaling_clients = (1, 2, 4, 8)  # experiment 4
         self.polling_ops = ("get", "set")  # experiment 3
+        self.shard_counts, self.shard_clients, self.shard_keys = (1, 2, 3), 2, 200  # experiment 8
         self.idle_settle, self.idle_seconds = 1.0, 2.0  # experiment 3's idle CPU: wait, then measure
         if self.smoke:
             # Depth 32 runs in experiments 4 (scaling) and 7 (group commit), so 1, 3 and 5
             # run at depth 1 only (the latency experiment reads the depth-1 sweep points).
             # Experiment 3 runs each polling mode (and its idle CPU) with GETs, experiment 4
             # one and several clients (1, 2), experiment 7 every fsync mode
-            # at 64 KiB (a rendezvous SET through the log); each kvd or client started costs
-            # seconds in the guest with a sanitized build.
+            # at 64 KiB (a rendezvous SET through the log), experiment 8 one client over two kvd
+            # (the session's and one more: the list's code path; one server is experiment 4's);
+            # each kvd or client started costs seconds in the guest with a sanitized build.
             self.scaling_clients = (1, 2)
+            self.shard_counts, self.shard_clients, self.shard_keys = (2,), 1, 10
             self.polling_ops = ("get",)  # each polling mode once (SET takes the same paths)
             self.durability_sizes = "64k"
             self.sizes, self.depths, self.durability_depths = [32, 65536], [1], "32"
@@ -80,6 +84,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.tcp_sizes = (32,)
             self.scaling_keys = 10
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 50, 20, 10
+            self.shard_ops = 10
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 10, 4, 10, 2
             self.idle_settle, self.idle_seconds = 0.5, 0.5
         elif self.fast:
@@ -87,11 +92,13 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.warm, self.measured = 50, 400
             self.byte_budget = min(self.byte_budget or 16 * MIB, 16 * MIB)
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 1000, 300, 200
+            self.shard_ops = 400
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 300, 40, 1000, 2
         else:
             self.sizes = [1 << i for i in range(21)]
             self.warm, self.measured = 1000, 6000
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 20000, self.measured, self.measured
+            self.shard_ops = self.measured
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 100_000, 2000, 6000, 6
         self.next_port = 17400 + (os.getpid() % 500) * 4
         self.kvd_proc = None
@@ -260,6 +267,7 @@ class Bench(FabricExperiments, LoadExperiments, LabExperiments, TcpExperiments, 
             self.stage("latency", self.latency)
             self.stage("polling", self.busypoll)
             self.stage("scaling", self.scaling)
+            self.stage("shards", self.shards)
             self.stage("onesided", self.onesided)
             self.stage("durability", self.durability)
             self.stop_kvd()
