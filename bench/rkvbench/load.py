@@ -185,7 +185,13 @@ class LoadExperiments:
             argv = [self.kvload, "--server", self.addr, "--port", str(self.kvd_port), "--file", p, "--json",
                     "--depth", str(depth), "-q"]
             procs.append(Proc(argv))
-        timeout = 240 + nops * len(paths) * (0.05 if self.sanitized else 0.02)
+        return self._wait_clients(procs, nops)
+
+    def _wait_clients(self, procs, nops):
+        """Waits for concurrent kvload processes (each with --json) and
+        returns one {"rc", "report" (the parsed JSON or None), "stderr"} each;
+        also used by the shard experiment (shards.py)."""
+        timeout = 240 + nops * len(procs) * (0.05 if self.sanitized else 0.02)
         results = []
         for pr in procs:
             rc, out, err = pr.wait(timeout)

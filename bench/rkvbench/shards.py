@@ -1,7 +1,6 @@
 """Experiment 8: several servers. 1, 2, 3 kvd on the one device, kvload clients each over the whole
 list (`--server a,b,c`: every key on its placement's server), aggregate ops/s."""
 
-import json
 import os
 import re
 import signal
@@ -114,16 +113,4 @@ class ShardExperiments:
     def _shard_clients(self, servers, paths, depth, nops):
         procs = [Proc([self.kvload, "--server", servers, "--file", p, "--json", "--depth", str(depth), "-q"])
                  for p in paths]
-        timeout = 240 + nops * len(paths) * (0.05 if self.sanitized else 0.02)
-        results = []
-        for pr in procs:
-            rc, out, err = pr.wait(timeout)
-            rep = None
-            for line in out.splitlines():
-                if line.strip().startswith("{"):
-                    try:
-                        rep = json.loads(line)
-                    except ValueError:
-                        pass
-            results.append({"rc": rc, "report": rep, "stderr": err})
-        return results
+        return self._wait_clients(procs, nops)

@@ -21,19 +21,22 @@ constexpr std::size_t data_crc = 36;
 constexpr std::size_t flags = 40;
 }  // namespace off
 
-std::uint64_t hash64(std::string_view key) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  for (const char c : key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;  // FNV-1a 64 prime
-  }
-  // MurmurHash3 fmix64.
+std::uint64_t fmix64(std::uint64_t h) noexcept {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53ull;
   h ^= h >> 33;
   return h;
+}
+
+std::uint64_t hash64(std::string_view key) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;  // FNV-1a 64 prime
+  }
+  return fmix64(h);
 }
 
 std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept {

@@ -44,8 +44,12 @@ inline constexpr std::uint32_t kFlagUsed = 1u << 0;      // the bucket holds a k
 inline constexpr std::uint32_t kFlagOverflow = 1u << 1;  // a key homed HERE may be missing: ask by message
 inline constexpr std::uint32_t kFlagRpcOnly = 1u << 2;   // used, but the value is not readable: ask by message
 
-// hash64: FNV-1a 64 over the key bytes, then the MurmurHash3 fmix64
-// finalizer (so the low bits, which pick the bucket, depend on every byte).
+// MurmurHash3's 64-bit finalizer (fmix64): every output bit depends on
+// every input bit. Used by hash64 and by placement (placement.hpp).
+[[nodiscard]] std::uint64_t fmix64(std::uint64_t h) noexcept;
+
+// hash64: FNV-1a 64 over the key bytes, then fmix64 (so the low bits, which
+// pick the bucket, depend on every byte).
 // Fixed forever: clients and servers of any build must agree.
 [[nodiscard]] std::uint64_t hash64(std::string_view key) noexcept;
 

@@ -8,19 +8,6 @@
 
 namespace rkv::proto {
 
-namespace {
-
-std::uint64_t fmix64(std::uint64_t h) noexcept {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-}  // namespace
-
 std::string server_id(std::string_view host, std::uint16_t port) {
   std::string id;
   const bool v6 = host.find(':') != std::string_view::npos;
