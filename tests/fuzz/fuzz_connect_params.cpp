@@ -12,11 +12,16 @@
 //   framing reason, never accepted;
 // - trailing bytes (rdma_cm pads private data) do not change the result;
 // - what a client takes from the server's index fields (usable_index) is a
-//   shape it can probe: a power of two of buckets within kMaxIndexBuckets.
+//   shape it can probe: a power of two of buckets within kMaxIndexBuckets;
+// - a REJECT's private data (decode_reject, what a client reads when kvd
+//   refuses it) is a known reason or nothing, and a known one re-encodes to
+//   the bytes it came from.
+#include <algorithm>
 #include <bit>
 #include <vector>
 
 #include "fuzz_target.hpp"
+#include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/index_format.hpp"
 
@@ -63,11 +68,23 @@ void one_direction(std::span<const std::byte> data, Role expected) {
   }
 }
 
+// The client reading a REJECT's private data.
+void reject(std::span<const std::byte> data) {
+  const auto r = decode_reject(data);
+  if (!r) return;
+  FUZZ_CHECK(*r == RejectReason::auth_required || *r == RejectReason::auth_failed);
+  FUZZ_CHECK(!to_string(*r).empty());
+  FUZZ_CHECK(data.size() >= kRejectSize);
+  const auto again = encode_reject(*r);
+  FUZZ_CHECK(std::equal(again.begin(), again.end(), data.begin()));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto bytes = rkv::fuzz::as_bytes(data, size);
   one_direction(bytes, Role::client);  // kvd reading a connect request
   one_direction(bytes, Role::server);  // a client reading the accept data
+  reject(bytes);                       // a client reading a REJECT
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "durable/files.hpp"
 #include "durable/record.hpp"
+#include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/crc32c.hpp"
 #include "proto/encode.hpp"
@@ -91,6 +92,11 @@ void connect_params() {
   put("connect_params", "server-index", padded);
   padded.resize(proto::kMaxConnectPrivateData, std::byte{0});
   put("connect_params", "server-index-padded", padded);
+  // The same target reads a REJECT's private data (decode_reject).
+  const auto rej = proto::encode_reject(proto::RejectReason::auth_failed);
+  Bytes reject(rej.begin(), rej.end());
+  reject.resize(proto::kMaxConnectPrivateData, std::byte{0});  // rdma_cm pads it
+  put("connect_params", "reject-auth-failed-padded", reject);
 }
 
 // ctl | max_value selector | key_len | key | neighborhood | block
