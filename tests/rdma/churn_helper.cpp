@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -109,7 +110,7 @@ void take_replies(Slot& s) {
   }
 }
 
-int run(const std::string& addr, std::uint16_t port, int first, int clients, int connects) {
+int run(const std::string& addr, std::uint16_t port, int first, int clients, int connects, bool polite) {
   std::vector<Slot> slots(static_cast<std::size_t>(clients));
   int started = 0;
   int established = 0;
@@ -120,7 +121,7 @@ int run(const std::string& addr, std::uint16_t port, int first, int clients, int
     s.in_flight = 0;
     s.next_req = 1;
     s.pulled.reset();
-    s.leave_early = started % 3 == 2;
+    s.leave_early = !polite && started % 3 == 2;
     s.since = std::chrono::steady_clock::now();
     ++started;
   };
@@ -185,13 +186,17 @@ int run(const std::string& addr, std::uint16_t port, int first, int clients, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: churn_helper ADDR PORT FIRST CLIENTS CONNECTS\n");
+  // "polite": no connection leaves mid-operation, so every key is written
+  // (the test's warm-up: a client leaving during its large SET's READ would
+  // leave that key unwritten, and a later round would then add it).
+  const bool polite = argc == 7 && std::string_view(argv[6]) == "polite";
+  if (argc != 6 && !polite) {
+    std::fprintf(stderr, "usage: churn_helper ADDR PORT FIRST CLIENTS CONNECTS [polite]\n");
     return 2;
   }
   try {
     return run(argv[1], static_cast<std::uint16_t>(std::stoul(argv[2])), std::stoi(argv[3]), std::stoi(argv[4]),
-               std::stoi(argv[5]));
+               std::stoi(argv[5]), polite);
   } catch (const std::exception& e) {
     die(e.what());
   }

@@ -195,10 +195,11 @@ TEST(Churn, ThousandConnectsOf64ClientsLeaveKvdAsItWas) {
   }
   const auto started = std::chrono::steady_clock::now();
 
-  // Warm-up: each of the 64 clients connects once and writes its keys.
+  // Warm-up: each of the 64 clients connects once and writes all its keys
+  // (polite: none leaves mid-operation).
   {
     Spawned warm({RKV_CHURN_HELPER_PATH, addr, std::to_string(kvd.port()), "0",
-                  std::to_string(kProcesses * kPerProcess), std::to_string(kProcesses * kPerProcess)});
+                  std::to_string(kProcesses * kPerProcess), std::to_string(kProcesses * kPerProcess), "polite"});
     const int st = warm.wait(180s);
     ASSERT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << "warm-up churn_helper: status " << st;
   }
