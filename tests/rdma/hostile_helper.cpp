@@ -8,7 +8,9 @@
 //       the server's RDMA READ of the value cannot finish; prints "go".
 //   hostile_helper ADDR PORT get-write KEY SIZE  GET offering a SIZE-byte buffer:
 //       once the server's RDMA WRITE has put the value's first byte there,
-//       the QP stops answering, so the WRITE cannot finish; prints "go".
+//       the QP stops answering, so the WRITE cannot finish; prints "go", or
+//       "late" if the value's last byte had landed too (the WRITE finished
+//       before the QP stopped: a busy guest let it win; the test tries again).
 //   hostile_helper ADDR PORT get-pull KEY SIZE   GET without an offer: the
 //       reply's descriptor is READ from the server (SIZE bytes); prints "go"
 //       once the READ is posted.
@@ -83,7 +85,14 @@ int run(const std::string& addr, std::uint16_t port, const std::string& mode, co
       die("the server's WRITE never started");
     }
     if (c.stop_answering() != 0) die("to_error failed");
-    go(c);
+    // rxe places a WRITE's packets in order: the last byte lands last.
+    volatile const std::byte* last = buf.data() + buf.size() - 1;
+    if (*last != std::byte{0}) {
+      std::printf("late %s\n", c.local_address().c_str());
+      std::fflush(stdout);
+    } else {
+      go(c);
+    }
   } else if (mode == "get-pull") {
     const auto& mr = c.register_memory(buf, rkv::verbs::Access::local_write);
     if (c.send_request(rkv::proto::msg::get_request(1, key)) != 0) die("post of the GET failed");
