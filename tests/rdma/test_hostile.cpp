@@ -259,6 +259,15 @@ class Hostile : public ::testing::Test {
                       clients);
   }
 
+  // A transfer that was to be cut short finished first: says so, closes
+  // `bad` (its cm_id goes, so kvd tears the connection down) and waits for that.
+  static void lost_race(std::unique_ptr<RawClient> bad, RawClient& good, const std::string& transfer) {
+    std::printf("hostile_e2e: %s finished before the QP went; again\n", transfer.c_str());
+    const std::string peer = bad->local_address();
+    bad.reset();
+    EXPECT_TRUE(wait_teardown_logged(peer, {&good})) << "kvd did not tear down " << peer;
+  }
+
   // Waits for kvd to drop `bad` (its teardown logged, DISCONNECTED seen by
   // it) and for `counter` to move by `by`, exactly.
   void expect_dropped(RawClient& bad, RawClient& good, const std::string& counter, std::int64_t by = 1) {
@@ -490,10 +499,7 @@ TEST_F(Hostile, QpDestroyedDuringTheServersReadOfASetValue) {
     const bool watched =
         wait_stats([&](const Stats& st) { return moved(st, "transfer_timeouts") >= 1; }, kStep, nullptr, {good.get()});
     if (!watched && attempt < 2 && stored(key)) {
-      std::printf("hostile_e2e: kvd's READ of %s finished before the QP went; again\n", key.c_str());
-      const std::string peer = bad->local_address();
-      bad.reset();  // the cm_id goes: kvd tears the connection down
-      EXPECT_TRUE(wait_teardown_logged(peer, {good.get()})) << "kvd did not tear down " << peer;
+      lost_race(std::move(bad), *good, "kvd's READ of " + key);
       continue;
     }
     expect_dropped(*bad, *good, "transfer_timeouts");
@@ -523,10 +529,7 @@ TEST_F(Hostile, QpDestroyedDuringTheServersWriteOfAGetValue) {
     // rxe places a WRITE's packets in order: the last byte lands last.
     volatile const std::byte* last = landing.data() + landing.size() - 1;
     if (*last != std::byte{0} && attempt < 2) {
-      std::printf("hostile_e2e: kvd's WRITE of vanish-get finished before the QP went; again\n");
-      const std::string peer = bad->local_address();
-      bad.reset();  // the cm_id goes: kvd tears the connection down
-      EXPECT_TRUE(wait_teardown_logged(peer, {good.get()})) << "kvd did not tear down " << peer;
+      lost_race(std::move(bad), *good, "kvd's WRITE of vanish-get");
       continue;
     }
     expect_dropped(*bad, *good, "transfer_timeouts");
