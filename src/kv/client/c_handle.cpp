@@ -182,8 +182,7 @@ Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte
   op.value = value;
   op.into = into;
   op.tag = tag;
-  // kv_call's line (the empty key) is refused by c_api.cpp on several servers: shard 0 is its one server.
-  op.shard = key.empty() ? 0 : shards_->shard_of(key);
+  op.shard = shard_for(key);
   auto it = lines_.find(key);
   const bool fresh = it == lines_.end();
   if (fresh) it = lines_.emplace(std::string(key), Line{}).first;
@@ -378,7 +377,7 @@ int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte
   shards_->maintain();  // a shard whose retry is due reconnects before its keys are tried
   SlotKey k{};
   if (const Status st = add(kind, key, value, tag, false, into, k); st != Status::ok) {
-    return status_error(st, what, key.empty() ? 0 : shards_->shard_of(key));
+    return status_error(st, what, shard_for(key));
   }
   ++async_in_flight_;
   signal();  // kv_poll sends what is queued (requests go out together at the end of a turn)
@@ -389,7 +388,7 @@ int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> v
                  const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   enter();
   shards_->maintain();
-  const std::size_t shard = key.empty() ? 0 : shards_->shard_of(key);
+  const std::size_t shard = shard_for(key);
   SlotKey k{};
   if (const Status st = add(kind, key, value, 0, true, into, k, call_op); st != Status::ok) {
     leave();

@@ -140,6 +140,11 @@ class CHandle {
   int set_error(int code, std::string_view msg) noexcept;
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] bool sharded() const noexcept { return shards_->sharded(); }
+  // The server of an op on `key`. kv_call's line is the empty key: c_api.cpp
+  // refuses kv_call on several servers, so it is shard 0, the one server.
+  [[nodiscard]] std::size_t shard_for(std::string_view key) const noexcept {
+    return key.empty() ? 0 : shards_->shard_of(key);
+  }
 
  private:
   enum class OpState : std::uint8_t {
