@@ -259,13 +259,18 @@ class Hostile : public ::testing::Test {
                       clients);
   }
 
-  // A transfer that was to be cut short finished first: says so, closes
-  // `bad` (its cm_id goes, so kvd tears the connection down) and waits for that.
-  static void lost_race(std::unique_ptr<RawClient> bad, RawClient& good, const std::string& transfer) {
-    std::printf("hostile_e2e: %s finished before the QP went; again\n", transfer.c_str());
+  // A transfer that was to be cut short finished first (the test then runs
+  // its race again): says so and waits until kvd tore down the connection of
+  // `peer`, which the caller closed (its cm_id or its process is gone).
+  static void lost_race(const std::string& transfer, const std::string& peer, RawClient& good) {
+    std::printf("hostile_e2e: %s finished before the client stopped answering; again\n", transfer.c_str());
+    EXPECT_TRUE(wait_teardown_logged(peer, {&good})) << "kvd did not tear down " << peer;
+  }
+  // The same for an in-process client: closes `bad` (its cm_id goes) first.
+  static void lost_race(const std::string& transfer, std::unique_ptr<RawClient> bad, RawClient& good) {
     const std::string peer = bad->local_address();
     bad.reset();
-    EXPECT_TRUE(wait_teardown_logged(peer, {&good})) << "kvd did not tear down " << peer;
+    lost_race(transfer, peer, good);
   }
 
   // Waits for kvd to drop `bad` (its teardown logged, DISCONNECTED seen by
@@ -499,7 +504,7 @@ TEST_F(Hostile, QpDestroyedDuringTheServersReadOfASetValue) {
     const bool watched =
         wait_stats([&](const Stats& st) { return moved(st, "transfer_timeouts") >= 1; }, kStep, nullptr, {good.get()});
     if (!watched && attempt < 2 && stored(key)) {
-      lost_race(std::move(bad), *good, "kvd's READ of " + key);
+      lost_race("kvd's READ of " + key, std::move(bad), *good);
       continue;
     }
     expect_dropped(*bad, *good, "transfer_timeouts");
@@ -529,7 +534,7 @@ TEST_F(Hostile, QpDestroyedDuringTheServersWriteOfAGetValue) {
     // rxe places a WRITE's packets in order: the last byte lands last.
     volatile const std::byte* last = landing.data() + landing.size() - 1;
     if (*last != std::byte{0} && attempt < 2) {
-      lost_race(std::move(bad), *good, "kvd's WRITE of vanish-get");
+      lost_race("kvd's WRITE of vanish-get", std::move(bad), *good);
       continue;
     }
     expect_dropped(*bad, *good, "transfer_timeouts");
@@ -631,7 +636,7 @@ TEST_F(Hostile, KilledDuringTheServersReadOfASetValue) {
     const bool aborted =
         wait_stats([&](const Stats& st) { return moved(st, "transfers_aborted") >= 1; }, kStep, &s, {good.get()});
     if (!aborted && stored(key) && attempt < 2) {
-      std::printf("hostile_e2e: the READ of %s finished before the kill; again\n", key.c_str());
+      lost_race("kvd's READ of " + key, h.peer(), *good);
       before_ = stats();
       continue;
     }
@@ -658,9 +663,8 @@ TEST_F(Hostile, KilledDuringTheServersWriteOfAGetValue) {
     Helper h(addr_, kvd_->port(), "get-write", "killed-get");
     const auto started = h.wait_go(kStep);
     if (!started && h.late() && attempt < 2) {
-      std::printf("hostile_e2e: kvd's WRITE of killed-get finished before the helper stopped its QP; again\n");
       h.kill();
-      EXPECT_TRUE(wait_teardown_logged(h.peer(), {good.get()})) << "kvd did not tear down " << h.peer();
+      lost_race("kvd's WRITE of killed-get", h.peer(), *good);
       continue;
     }
     ASSERT_TRUE(started) << "hostile_helper did not see kvd's WRITE start";
