@@ -53,6 +53,7 @@
 #include "kv/server/server.hpp"
 #include "kv/server/server_conn.hpp"
 #include "kv/store/store.hpp"
+#include "proto/crc32c.hpp"
 #include "proto/encode.hpp"
 #include "proto/endian.hpp"
 
@@ -383,9 +384,11 @@ int main(int argc, char** argv) {
   }
 
   std::printf("# server_cost: ServerConn + Store through the Link seam (no verbs), %zu B values, %zu B keys, %u keys; "
-              "median of %u x %llu ops after %llu warm-up; credits %u, send buffers %u x %u B, reply batch %u\n",
+              "median of %u x %llu ops after %llu warm-up; credits %u, send buffers %u x %u B, reply batch %u\n"
+              "# crc32c: %.*s\n",
               o.value_size, kKeyLen, o.keys, o.reps, static_cast<unsigned long long>(o.ops),
-              static_cast<unsigned long long>(o.warmup), o.credits, o.send_buffers, o.buf_size, o.reply_batch);
+              static_cast<unsigned long long>(o.warmup), o.credits, o.send_buffers, o.buf_size, o.reply_batch,
+              static_cast<int>(rkv::proto::crc32c_implementation().size()), rkv::proto::crc32c_implementation().data());
   std::printf("%-5s %-3s %5s %10s %10s %10s %10s %8s %10s\n", "index", "op", "batch", "ops", "ns/op", "min", "max",
               "Mops/s", "cpu ns/op");
   std::vector<Row> rows;

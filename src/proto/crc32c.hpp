@@ -8,7 +8,8 @@
 // more bytes: crc32c(a + b) == crc32c_extend(crc32c(a), b).
 // Uses the SSE4.2 crc32 instruction when the CPU has it and it beats the
 // table there (checked and timed once at run time: emulated CPUs run it
-// slower), a slicing-by-8 table otherwise; both give the same result.
+// slower; RKV_CRC32C=sse4.2|table decides instead), a slicing-by-8 table
+// otherwise; both give the same result.
 // Pure function, any thread.
 
 #include <cstddef>
@@ -29,6 +30,10 @@ namespace rkv::proto {
 [[nodiscard]] inline std::uint32_t crc32c(std::string_view data) noexcept {
   return crc32c(data.data(), data.size());
 }
+
+// Which implementation this process uses: "sse4.2" or "table" (decided at
+// the first call; RKV_CRC32C=sse4.2|table overrides the timing, see crc32c.cpp).
+[[nodiscard]] std::string_view crc32c_implementation() noexcept;
 
 // The portable (table) implementation, exposed so tests can compare the two.
 [[nodiscard]] std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* data,
