@@ -126,6 +126,26 @@ TEST(Arena, BlocksOutliveTheArena) {
   EXPECT_EQ(reg.live, 0);
 }
 
+TEST(Arena, RecordsAreRecycledAndTheStateGoesWithTheLastBlock) {
+  FakeRegistrar reg;
+  std::shared_ptr<LargeValue> kept;
+  {
+    Arena a(reg, {});
+    Arena arena(std::move(a));  // the state moves with it
+    for (int i = 0; i < 3000; ++i) {  // more than the spare records kept: some are freed
+      std::vector<std::shared_ptr<LargeValue>> batch;
+      for (int j = 0; j < (i % 3 == 0 ? 1100 : 2); ++j) batch.push_back(arena.allocate(100));
+      ASSERT_TRUE(batch.back());
+      if (i == 2999) kept = batch.front();
+    }
+    EXPECT_EQ(arena.stats().blocks_in_use, 1u);
+  }
+  EXPECT_EQ(reg.live, 1) << "the kept block's chunk is still registered";
+  kept->bytes[0] = std::byte{1};
+  kept.reset();
+  EXPECT_EQ(reg.live, 0) << "the state (and its spare records) went with the last block";
+}
+
 TEST(RegCache, HitByContainmentAndLru) {
   FakeRegistrar reg;
   RegCache cache(reg, 3 * 4096);

@@ -57,13 +57,49 @@ struct Arena::State {
   std::shared_ptr<store::MemoryBudget> budget;  // null: none
   bool limit_logged = false;  // the last growth failed for the limit (logged once until one succeeds)
 
-  State() = default;
+  // Memory of the records allocate() hands out (one per block: the block's
+  // LargeValue and shared_ptr control block), recycled here instead of a
+  // malloc and a free per SET. Lifetime: the state goes when the Arena is
+  // gone and the last record's memory came back (nodes_out == 0).
+  static constexpr std::size_t kSpareNodes = 1024;
+  std::vector<void*> spare_nodes;
+  std::size_t node_size = 0;  // of the one record type allocated through NodeAllocator
+  std::size_t nodes_out = 0;
+  bool arena_gone = false;
+
+  State() { spare_nodes.reserve(kSpareNodes); }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   State(State&&) = delete;
   State& operator=(State&&) = delete;
   ~State() {
     if (budget) budget->release(stats.reserved_bytes);
+    for (void* p : spare_nodes) ::operator delete(p);
+  }
+
+  void* take_node(std::size_t size) {
+    void* p = nullptr;
+    if (size == node_size && !spare_nodes.empty()) {
+      p = spare_nodes.back();
+      spare_nodes.pop_back();
+    } else {
+      p = ::operator new(size);  // may throw: nothing counted yet
+      if (node_size == 0) node_size = size;
+    }
+    ++nodes_out;
+    return p;
+  }
+
+  // Last use of the state by a record: deletes it when the Arena is gone and
+  // this was the last record out.
+  static void give_node(State* s, void* p, std::size_t size) noexcept {
+    --s->nodes_out;
+    if (s->arena_gone || size != s->node_size || s->spare_nodes.size() >= kSpareNodes) {
+      ::operator delete(p);
+    } else {
+      s->spare_nodes.push_back(p);  // capacity reserved: never allocates
+    }
+    if (s->arena_gone && s->nodes_out == 0) delete s;
   }
 
   // Refused for a limit: logged once until the next growth succeeds (a full
@@ -126,8 +162,32 @@ struct Arena::State {
   }
 };
 
+void Arena::Orphan::operator()(State* s) const noexcept {
+  if (s->nodes_out == 0) {
+    delete s;
+  } else {
+    s->arena_gone = true;  // the last record to come back deletes it
+  }
+}
+
+namespace {
+// allocate_shared's allocator: the record's memory from the state's spares.
+template <class T>
+struct NodeAllocator {
+  using value_type = T;
+  Arena::State* state;
+  explicit NodeAllocator(Arena::State* s) noexcept : state(s) {}
+  template <class U>
+  NodeAllocator(const NodeAllocator<U>& o) noexcept : state(o.state) {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) { return static_cast<T*>(state->take_node(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { Arena::State::give_node(state, p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const NodeAllocator<U>& o) const noexcept { return state == o.state; }
+};
+}  // namespace
+
 Arena::Arena(Registrar& registrar, ArenaConfig config, std::shared_ptr<store::MemoryBudget> budget)
-    : state_(std::make_shared<State>()), registrar_(&registrar) {
+    : state_(new State()), registrar_(&registrar) {
   config.min_block = std::bit_ceil(std::max<std::size_t>(config.min_block, 64));
   state_->config = config;
   state_->budget = std::move(budget);
@@ -153,17 +213,16 @@ std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
   }
   auto& k = s.classes[c];
   if (k.free.empty() && !s.grow(c, *registrar_)) return nullptr;
-  // One allocation per block handed out: the LargeValue and what gives the
-  // block back when the last reference goes (shared_ptr's control block
-  // included: make_shared), instead of a LargeValue plus a control block
-  // holding a deleter.
+  // One record per block handed out: the LargeValue and what gives the block
+  // back when the last reference goes, in the memory of shared_ptr's control
+  // block (allocate_shared), which the state recycles (NodeAllocator).
   struct Handed {
     LargeValue value;
-    std::shared_ptr<State> state;
+    State* state;  // outlives the record: see State::give_node
     std::size_t cls;
     Block block;
-    Handed(const LargeValue& v, std::shared_ptr<State> st, std::size_t c, const Block& b) noexcept
-        : value(v), state(std::move(st)), cls(c), block(b) {}
+    Handed(const LargeValue& v, State* st, std::size_t c, const Block& b) noexcept
+        : value(v), state(st), cls(c), block(b) {}
     Handed(const Handed&) = delete;
     Handed& operator=(const Handed&) = delete;
     ~Handed() {
@@ -176,7 +235,8 @@ std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
   const Block b = k.free.back();
   std::shared_ptr<Handed> h;
   try {
-    h = std::make_shared<Handed>(LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block}, state_, c, b);
+    h = std::allocate_shared<Handed>(NodeAllocator<Handed>(&s),
+                                     LargeValue{{b.data, n}, b.addr, b.lkey, b.rkey, k.block}, &s, c, b);
   } catch (const std::bad_alloc&) {
     return nullptr;  // nothing taken yet
   }

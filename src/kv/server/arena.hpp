@@ -22,7 +22,9 @@
 // SET answers no_memory), and given back when the arena's state goes.
 //
 // The arena's state lives until the last block is gone (blocks may outlive
-// the Arena object, e.g. in a Store destroyed after the Server).
+// the Arena object, e.g. in a Store destroyed after the Server): counted
+// without atomics, and each block's record (LargeValue + control block) is
+// recycled by the state instead of malloc'd per allocation.
 // Reactor thread only.
 
 #include <cstddef>
@@ -73,9 +75,16 @@ class Arena {
   // Block size used for a value of n bytes (0 if n is 0).
   [[nodiscard]] std::size_t block_size(std::size_t n) const noexcept;
 
+ public:
+  struct State;  // defined in arena.cpp (public for its allocator)
+
  private:
-  struct State;
-  std::shared_ptr<State> state_;
+  // Deletes the state, or leaves that to the last block's record (blocks may
+  // outlive the Arena).
+  struct Orphan {
+    void operator()(State* s) const noexcept;
+  };
+  std::unique_ptr<State, Orphan> state_;
   Registrar* registrar_;
 };
 
