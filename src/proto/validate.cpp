@@ -1,6 +1,7 @@
 #include "proto/validate.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace rkv::proto {
 
@@ -60,6 +61,24 @@ constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   return {false, false, false, false, false};
 }
 
+// rules_for() per wire opcode byte and FOUND flag, looked up instead of
+// decided per message (check_header runs for every message sent and received).
+struct OpEntry {
+  bool known = false;
+  Opcode op = Opcode::set;
+  OpRules rules[2] = {};  // [found]
+};
+constexpr std::array<OpEntry, 256> make_op_table() noexcept {
+  std::array<OpEntry, 256> t{};
+  for (std::size_t v = 0; v < t.size(); ++v) {
+    const auto op = opcode_from_wire(static_cast<std::uint8_t>(v));
+    if (!op) continue;
+    t[v] = {true, *op, {rules_for(*op, false), rules_for(*op, true)}};
+  }
+  return t;
+}
+constexpr std::array<OpEntry, 256> kOps = make_op_table();
+
 std::optional<Reason> check_request_fields(const RawHeader& h) noexcept {
   if (h.status != 0) return Reason::status_in_request;
   if (h.credits != 0) return Reason::credits_in_request;
@@ -116,15 +135,16 @@ std::optional<Reason> check_value(Opcode op, const RawHeader& h, const OpRules& 
 std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noexcept {
   if (h.magic != kMagic) return Reason::bad_magic;
   if (h.version != kVersion) return Reason::bad_version;
-  const auto op = opcode_from_wire(h.opcode);
-  if (!op) return Reason::unknown_opcode;
+  const OpEntry& e = kOps[h.opcode];
+  if (!e.known) return Reason::unknown_opcode;
+  const Opcode op = e.op;
   if ((h.flags & ~kKnownFlags) != 0) return Reason::reserved_flags;
-  if (auto r = is_request(*op) ? check_request_fields(h) : check_reply_fields(h)) return r;
-  const OpRules rules = rules_for(*op, (h.flags & kFlagFound) != 0);
-  if (auto r = check_flags(*op, h, rules)) return r;
+  if (auto r = is_request(op) ? check_request_fields(h) : check_reply_fields(h)) return r;
+  const OpRules& rules = e.rules[(h.flags & kFlagFound) != 0 ? 1 : 0];
+  if (auto r = check_flags(op, h, rules)) return r;
   if (auto r = check_key(h, rules, limits)) return r;
-  if (auto r = check_call_key(*op, h)) return r;
-  return check_value(*op, h, rules, limits);
+  if (auto r = check_call_key(op, h)) return r;
+  return check_value(op, h, rules, limits);
 }
 
 Header to_header(const RawHeader& h) noexcept {

@@ -38,41 +38,6 @@ std::string_view to_string(Status s) noexcept {
 }
 
 // Exhaustive switches: adding an enumerator without updating these is a -Wswitch error.
-std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept {
-  const auto op = static_cast<Opcode>(v);
-  switch (op) {
-    case Opcode::set:
-    case Opcode::get:
-    case Opcode::stats:
-    case Opcode::release:
-    case Opcode::del:
-    case Opcode::call:
-    case Opcode::set_reply:
-    case Opcode::get_reply:
-    case Opcode::stats_reply:
-    case Opcode::del_reply:
-    case Opcode::call_reply: return op;
-  }
-  return std::nullopt;
-}
-
-std::optional<Status> status_from_wire(std::uint16_t v) noexcept {
-  const auto s = static_cast<Status>(v);
-  switch (s) {
-    case Status::ok:
-    case Status::too_large:
-    case Status::bad_request:
-    case Status::no_memory:
-    case Status::internal:
-    case Status::remote_access:
-    case Status::io_error:
-    case Status::no_handler:
-    case Status::handler_failed:
-    case Status::refused: return s;
-  }
-  return std::nullopt;
-}
-
 RawHeader read_raw_header(std::span<const std::byte, kHeaderSize> in) noexcept {
   RawHeader h;
   h.magic = load_le<std::uint16_t>(in, hdr_off::magic);

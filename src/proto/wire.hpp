@@ -109,9 +109,41 @@ inline constexpr std::uint16_t kFirstUserOp = 0x1000;
 [[nodiscard]] std::string_view to_string(Opcode op) noexcept;
 [[nodiscard]] std::string_view to_string(Status s) noexcept;
 
-// Wire value -> enum, nullopt for values this version does not know.
-[[nodiscard]] std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept;
-[[nodiscard]] std::optional<Status> status_from_wire(std::uint16_t v) noexcept;
+// Wire value -> enum, nullopt for values this version does not know (inline:
+// every message's validation asks).
+[[nodiscard]] constexpr std::optional<Opcode> opcode_from_wire(std::uint8_t v) noexcept {
+  const auto op = static_cast<Opcode>(v);
+  switch (op) {
+    case Opcode::set:
+    case Opcode::get:
+    case Opcode::stats:
+    case Opcode::release:
+    case Opcode::del:
+    case Opcode::call:
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply:
+    case Opcode::del_reply:
+    case Opcode::call_reply: return op;
+  }
+  return std::nullopt;
+}
+[[nodiscard]] constexpr std::optional<Status> status_from_wire(std::uint16_t v) noexcept {
+  const auto s = static_cast<Status>(v);
+  switch (s) {
+    case Status::ok:
+    case Status::too_large:
+    case Status::bad_request:
+    case Status::no_memory:
+    case Status::internal:
+    case Status::remote_access:
+    case Status::io_error:
+    case Status::no_handler:
+    case Status::handler_failed:
+    case Status::refused: return s;
+  }
+  return std::nullopt;
+}
 
 [[nodiscard]] constexpr bool is_request(Opcode op) noexcept {
   return (static_cast<std::uint8_t>(op) & 0x80u) == 0;
