@@ -20,7 +20,7 @@ class FabricExperiments:
             warm = self.ops_for(size, self.warm)
             meas = self.ops_for(size, self.measured)
             for op in ("set", "get"):
-                for depth in self.depths:
+                for depth in self.sweep_depths(size):
                     wl = [self._line(op, keys[i % len(keys)], size, i) for i in range(warm)]
                     if op == "get":  # the values must exist: the warm-up SETs every key first
                         wl = [self._line("set", k, size, 7) for k in keys] + wl
@@ -34,6 +34,13 @@ class FabricExperiments:
                     self.rows["sweep.csv"].append(self._sweep_row(op, size, depth, warm, meas, r))
                     row = self.rows["sweep.csv"][-1]
                     log(f"  {op} {size} B depth {depth}: {row['status']} {fmt(row['ops_per_s'])} ops/s")
+
+    def sweep_depths(self, size):
+        """The sweep's depths at one size: 1 MiB values and larger also at large_depth (the depth
+        issue 12 states its large-value figures at), between the others."""
+        if size < MIB or self.large_depth in self.depths:
+            return list(self.depths)
+        return sorted(self.depths + [self.large_depth])
 
     @staticmethod
     def _line(op, key, size, seed):

@@ -56,6 +56,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         #          client count and fsync mode) and writes well-formed output: a check,
         #          not figures (the bench_smoke test)
         self.depths = [1, 32]         # experiments 1, 3 and 5
+        self.large_depth = 8          # experiment 1: values of 1 MiB and more also at this depth (issue 12's figure)
         self.max_keys = 1000          # distinct keys per sweep / busy-poll point
         self.tcp_sizes = (32, 4096)   # experiment 5
         self.scaling_keys = 200       # experiment 4: keys per client (its warm-up SETs them)
