@@ -164,6 +164,7 @@ int kvload_run_file(const KvloadFlags& f) {
     client->close();  // before the scheduler goes: callbacks wake its fibers
     report = run.report();
   }
+  for (const auto& c : kv::client::kClientCounterTable) report->client.emplace_back(c.name, counters.*c.member);
   if (!f.quiet) {
     for (std::size_t i = 0; i < client->size(); ++i) {
       const std::string why = client->failure(i);

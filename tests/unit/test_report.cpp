@@ -417,5 +417,18 @@ TEST(Report, ShardCountsAddUpAndPrint) {
   EXPECT_EQ(to_text(one).find("server h1"), std::string::npos);
 }
 
+TEST(Report, ClientCountersGoIntoTheJsonAndAddUpByName) {
+  Report a;
+  EXPECT_EQ(to_json(a).find(R"("client")"), std::string::npos);  // none recorded: no key
+  a.client = {{"sends_posted", 3}, {"onesided_fallbacks", 1}};
+  Report b;
+  b.client = {{"onesided_fallbacks", 4}, {"rdma_reads", 7}};
+  a.merge(b);
+  const std::string j = to_json(a);
+  EXPECT_NE(j.find(R"("shards":[],"client":{"sends_posted":3,"onesided_fallbacks":5,"rdma_reads":7}})"), std::string::npos) << j;
+  Json parsed;
+  EXPECT_TRUE(parse_json(j, parsed)) << j;
+}
+
 }  // namespace
 }  // namespace rkv::kv::load

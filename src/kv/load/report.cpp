@@ -148,6 +148,14 @@ void Report::merge(const Report& other) {
     shards[i].errors += other.shards[i].errors;
     shards[i].shard_down += other.shards[i].shard_down;
   }
+  for (const auto& [name, value] : other.client) {
+    const auto mine = std::find_if(client.begin(), client.end(), [&](const auto& c) { return c.first == name; });
+    if (mine == client.end()) {
+      client.emplace_back(name, value);
+    } else {
+      mine->second += value;
+    }
+  }
 }
 
 std::uint64_t Report::ops() const noexcept {
@@ -234,7 +242,15 @@ std::string to_json(const Report& r) {
     out += fmt::format(R"({}{{"server":"{}","ops":{},"errors":{},"shard_down":{}}})", i == 0 ? "" : ",",
                        json_escape(s.server), s.ops, s.errors, s.shard_down);
   }
-  out += "]}";
+  out += "]";
+  if (!r.client.empty()) {
+    out += R"(,"client":{)";
+    for (std::size_t i = 0; i < r.client.size(); ++i) {
+      out += fmt::format(R"({}"{}":{})", i == 0 ? "" : ",", json_escape(r.client[i].first), r.client[i].second);
+    }
+    out += "}";
+  }
+  out += "}";
   return out;
 }
 

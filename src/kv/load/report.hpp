@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kv/load/histogram.hpp"
@@ -57,6 +58,9 @@ struct Report {
   std::vector<ShardStats> shards;
   std::uint64_t shard_down = 0;         // operations that ended with Status::shard_down
   std::uint64_t shard_down_max_ns = 0;  // the longest of them took, submit -> failure
+  // The client's counters by name (kvload fills them from the client's one
+  // counter table; to_json prints them as "client"; merge adds them by name).
+  std::vector<std::pair<std::string, std::uint64_t>> client;
 
   // get/eager, get/rendezvous, set/eager, set/rendezvous, del/eager,
   // del/rendezvous (a DEL moves no value: it is recorded as eager, and
