@@ -13,14 +13,14 @@ class FabricExperiments:
     # -------------------------------------------------------------- experiment 1
     def sweep(self):
         log(f"sweep: sizes {self.sizes[0]}..{self.sizes[-1]} B, depth {self.depths}, "
-            f"{self.warm} warm-up + {self.measured} measured ops per point"
+            f"{self.warm} warm-up + {self.measured} measured ops per point at depth 1, {self.measured_deep} deeper"
             + ("" if self.depth_works else " (kvload runs one op at a time in this build: depth 32 is effective depth 1)"))
         for size in self.sizes:
             keys = self.keys_for(size)
             warm = self.ops_for(size, self.warm)
-            meas = self.ops_for(size, self.measured)
             for op in ("set", "get"):
                 for depth in self.sweep_depths(size):
+                    meas = self.ops_for(size, self.measured_at(depth))
                     wl = [self._line(op, keys[i % len(keys)], size, i) for i in range(warm)]
                     if op == "get":  # the values must exist: the warm-up SETs every key first
                         wl = [self._line("set", k, size, 7) for k in keys] + wl

@@ -96,7 +96,7 @@ class LoadExperiments:
         """One point against the mode's kvd (busypoll() started it with the same flags)."""
         keys = self.keys_for(size)
         wl = [self._line("set", k, size, 1) for k in keys]
-        ml = [self._line(op, keys[i % len(keys)], size, i) for i in range(self.measured)]
+        ml = [self._line(op, keys[i % len(keys)], size, i) for i in range(self.ops_for(size, self.measured_at(depth)))]
         self.kvload_run(self.write_workload("bp-w.txt", wl), depth, len(wl), flags)
         r = self.kvload_run(self.write_workload("bp-m.txt", ml), depth, len(ml), flags)
         row = self._sweep_row(op, size, depth, len(wl), len(ml), r)
@@ -138,13 +138,14 @@ class LoadExperiments:
     # -------------------------------------------------------------- experiment 4
     def scaling(self):
         size, depth = 32, 32
-        per_client = self.scaling_ops
         counts = ", ".join(map(str, self.scaling_clients))
-        log(f"scaling: {counts} concurrent kvload clients, {size} B, depth {depth}, {per_client} ops each "
+        log(f"scaling: {counts} concurrent kvload clients, {size} B, depth {depth}, "
+            f"{self.scaling_ops} ops each or {self.measured_deep} split among them if more "
             "(alternating SET and GET)")
         base = None
         self.ensure_kvd()
         for n in self.scaling_clients:
+            per_client = max(self.scaling_ops, self.measured_deep // n)  # each point lasts, however many clients
             paths = []
             for c in range(n):
                 keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]

@@ -161,6 +161,62 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             self.notes.append(f"gnuplot {name} failed: {_last_line(r.stderr)}")
             log(f"gnuplot {name}: {r.stderr.strip()[-400:]}")
 
+    def _targets(self):
+        """Issue 12's figures, each a ratio of this session, with the bound it asks for."""
+        L = ["## Targets (issue 12)\n",
+             "| figure | this store | reference, same session | ratio | wanted | met |", "|---|---|---|---|---|---|"]
+
+        def ok(r):
+            return r is not None and str(r.get("status", "")).startswith("ok")
+
+        def one(rows, **kw):
+            got = [r for r in rows if all(r.get(k) == v for k, v in kw.items())]
+            return got[0] if got else None
+
+        def row(name, kv, kv_text, ref, ref_text, want, bound, lower_is_better=False):
+            if kv is None or (ref is None and not lower_is_better):
+                L.append(f"| {name} | {kv_text or 'not measured'} | {ref_text or 'not measured'} | | {want} | "
+                         "not measured in this mode |")
+                return
+            q = ratio(kv, ref) if not lower_is_better else kv
+            met = (q is not None) and (q < bound if lower_is_better else q >= bound)
+            L.append(f"| {name} | {kv_text} | {ref_text} | {'' if lower_is_better else fmt(q)} | {want} | "
+                     f"{'yes' if met else 'no'} |")
+
+        tc = self.rows["tcp.csv"]
+        for depth, want, bound in ((1, "≥ 5", 5.0), (32, "≥ 1.0", 1.0)):
+            for op in ("set", "get"):
+                k = one(tc, system="rdmakv", op=op, size=32, depth=depth)
+                r = one(tc, system="redis", op=op, size=32, depth=depth)
+                k, r = (k if ok(k) else None), (r if ok(r) else None)
+                row(f"32 B {op.upper()} depth {depth}, default flags / redis-benchmark `-P {depth}`",
+                    k and k["ops_per_s"], k and f"{fmt(k['ops_per_s'])} ops/s ({k['ops']} ops)",
+                    r and r["ops_per_s"], r and f"{fmt(r['ops_per_s'])} ops/s ({r['ops']} ops)", want, bound)
+            if depth == 1:
+                idle = one(self.rows["busypoll.csv"], mode="idle: default")
+                v = idle["server_cpu_us_per_op"] if ok(idle) else None
+                row("idle kvd, default flags, one connection open (% of a core)", v,
+                    "" if v is None else f"{fmt(v)} %", None, "", "< 2 %", 2.0,
+                    lower_is_better=True)
+        sw = self.rows["sweep.csv"]
+        for op, tool in (("set", "ib_read_bw"), ("get", "ib_write_bw")):
+            k = one(sw, op=op, size=MIB, depth=self.large_depth)
+            k = k if ok(k) and k.get("ref_mbps") not in (None, "") else None
+            row(f"1 MiB {op.upper()} depth {self.large_depth} / `{tool}` 1 MiB",
+                k and k["mbps"], k and f"{fmt(k['mbps'])} Mbit/s",
+                k and k["ref_mbps"], k and f"{fmt(k['ref_mbps'])} Mbit/s", "≥ 0.9", 0.9)
+        osd = self.rows["onesided.csv"]
+        k = one(osd, op="GET (RDMA READ)", size=32, depth=32)
+        r = one(osd, op="GET (message)", size=32, depth=32)
+        k, r = (k if ok(k) else None), (r if ok(r) else None)
+        row("32 B GET by RDMA READ depth 32 / GET by message depth 32", k and k["ops_per_s"],
+            k and f"{fmt(k['ops_per_s'])} ops/s ({k['ops']} ops)", r and r["ops_per_s"],
+            r and f"{fmt(r['ops_per_s'])} ops/s", "≥ 1.0", 1.0)
+        L.append("| server CPU per 32 B op, native | `bench/cpu` (outside the guest; not part of this session) | | | "
+                 "≤ 300 ns | |")
+        L.append("")
+        return L
+
     def summary(self):
         L = []
         e = self.env
@@ -170,7 +226,8 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                 if self.smoke else "fast (few sizes, few ops: a quick look, noisier than the full run)"
                 if self.fast else "full")
         L.append(f"Mode: {mode}; "
-                 f"{self.warm} warm-up + {self.measured} measured ops per point"
+                 f"{self.warm} warm-up + {self.measured} measured ops per point at depth 1, "
+                 f"{self.measured_deep} at a greater depth"
                  + (f", at most {self.byte_budget // MIB} MiB of values per point (fewer ops for large values; "
                     "the `ops` column says how many)" if self.byte_budget else "") + ".\n")
         if e["mode"].startswith("guest"):
@@ -179,6 +236,7 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         if self.sanitized or self.binfo.get("buildtype") not in ("release", "plain"):
             L.append(f"**Build is {self.binfo.get('buildtype')} with sanitizers {self.binfo.get('sanitize')}:** "
                      "the KV figures are not representative.\n")
+        L.extend(self._targets())
         L.append("## Notes\n")
         notes = list(self.notes)
         if not self.depth_works:
@@ -289,12 +347,12 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             if r["op"] == "GET (message)":
                 continue
             ref_op = "GET (message)"
-            o = [x for x in osd if x["op"] == ref_op and x["size"] == r["size"]]
+            o = [x for x in osd if x["op"] == ref_op and x["size"] == r["size"] and x["depth"] == r["depth"]]
             o = o[0] if o else {"status": "not run", "ops_per_s": "", "mean_us": ""}
             kv = (f"{fmt(r['ops_per_s'])} ops/s, mean {fmt(r['mean_us'])} µs, {r['messages_sent']} messages"
                   if r["status"] == "ok" else r["status"])
             ref = f"{fmt(o['ops_per_s'])} ops/s, mean {fmt(o['mean_us'])} µs" if o["status"] == "ok" else o["status"]
-            L.append(f"| one-sided | {r['op']} {_hsize(r['size'])} depth 1, {r['ops']} ops | {kv} | "
+            L.append(f"| one-sided | {r['op']} {_hsize(r['size'])} depth {r['depth']}, {r['ops']} ops | {kv} | "
                      f"{ref_op} | {ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
         du = self.rows["durability.csv"]
         for r in du:

@@ -49,7 +49,8 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
             self.byte_budget = int(args.byte_budget * MIB)
         # Each mode's sizes and operation counts, in one place. The experiments read
         # these attributes; a mode is nothing but its numbers.
-        #   full   1 B .. 1 MiB, 1,000 + 6,000 ops per point: the figures to quote
+        #   full   1 B .. 1 MiB, 1,000 + 6,000 ops per point at depth 1 and 60,000
+        #          at depth > 1: the figures to quote
         #   fast   3 sizes, 50 + 400: figures for a quick look, in minutes
         #   smoke  the fewest ops with which every experiment runs each kind of
         #          measurement it makes (eager and rendezvous, event and busy-poll, each
@@ -80,6 +81,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
             self.durability_sizes = "64k"
             self.sizes, self.depths, self.durability_depths = [32, 65536], [1], "32"
             self.warm, self.measured = 2, 10
+            self.measured_deep = 10
             self.byte_budget = 1 * MIB
             self.max_keys = 10
             self.tcp_sizes = (32,)
@@ -91,6 +93,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         elif self.fast:
             self.sizes = [32, 4096, 65536]
             self.warm, self.measured = 50, 400
+            self.measured_deep = 2000
             self.byte_budget = min(self.byte_budget or 16 * MIB, 16 * MIB)
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 1000, 300, 200
             self.shard_ops = 400
@@ -98,8 +101,13 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         else:
             self.sizes = [1 << i for i in range(21)]
             self.warm, self.measured = 1000, 6000
+            # A pipelined point of 6,000 small ops lasts ~0.1 s in the guest, so one
+            # descheduling of a vCPU (10-20 ms) moved it by a third, and the same build
+            # measured 27k and 60k GETs/s at depth 32 in one session. 60,000 last ~1 s;
+            # the byte budget still caps large values (docs/performance.md, "Method").
+            self.measured_deep = 60_000
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 20000, self.measured, self.measured
-            self.shard_ops = self.measured
+            self.shard_ops = self.measured_deep // self.shard_clients
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 100_000, 2000, 6000, 6
         self.next_port = 17400 + (os.getpid() % 500) * 4
         self.kvd_proc = None
@@ -244,6 +252,10 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         # 5-byte keys, distinct per size: a GET never finds a value of another size
         letter = chr(ord("a") + size.bit_length() % 26)
         return [f"{letter}{i:04d}" for i in range(n)]
+
+    def measured_at(self, depth):
+        """Measured ops of a point at this depth (before the byte budget: ops_for)."""
+        return self.measured if depth <= 1 else self.measured_deep
 
     def ops_for(self, size, wanted):
         if self.byte_budget and size * wanted > self.byte_budget:

@@ -16,7 +16,6 @@ class TcpExperiments:
     # -------------------------------------------------------------- experiment 5
     def tcp(self):
         sizes = self.tcp_sizes
-        n = self.tcp_ops
         log(f"tcp: redis-benchmark and memcaslap on 127.0.0.1, {sizes} B, depth {self.depths}")
         sweep = {(r["op"], r["size"], r["depth"]): r for r in self.rows["sweep.csv"]}
         for size in sizes:
@@ -33,7 +32,7 @@ class TcpExperiments:
                         if s["depth_effective"] != depth:
                             row["concurrency"] = f"1 connection, effective depth {s['depth_effective']}"
                     self.rows["tcp.csv"].append(row)
-        self._redis(sizes, n)
+        self._redis(sizes)
         self._memcached(sizes)
 
     def _free_port(self):
@@ -53,7 +52,7 @@ class TcpExperiments:
                 time.sleep(0.2)
         return False
 
-    def _redis(self, sizes, n):
+    def _redis(self, sizes):
         port = self._free_port()
         rdir = os.path.join(self.tmp, "redis")
         os.makedirs(rdir, exist_ok=True)
@@ -70,6 +69,7 @@ class TcpExperiments:
                 return
             for size in sizes:
                 for depth in self.depths:
+                    n = self.tcp_ops if depth <= 1 else self.measured_deep  # as many as the store's point
                     base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(depth),
                             "-d", str(size), "-r", "1000", "--csv"]
                     run_timed(base + ["-t", "set,get", "-n", str(self.warm)], 300)  # warm-up, fills the keys
