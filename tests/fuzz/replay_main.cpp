@@ -30,12 +30,10 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__has_include)
-#if __has_include(<sanitizer/common_interface_defs.h>)
-#include <sanitizer/common_interface_defs.h>
-#define RKV_HAVE_SANITIZER_CALLBACK 1
-#endif
-#endif
+// A sanitizer runtime, when one is linked, calls this back before it exits;
+// weak, so a build without sanitizers (e.g. release with tests) still links
+// (the header alone says nothing about whether the runtime is there).
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
@@ -203,9 +201,7 @@ int main(int argc, char** argv) {
   ::signal(SIGSEGV, on_signal);
   ::signal(SIGFPE, on_signal);
   ::signal(SIGILL, on_signal);
-#ifdef RKV_HAVE_SANITIZER_CALLBACK
-  __sanitizer_set_death_callback(dump_current);
-#endif
+  if (__sanitizer_set_death_callback != nullptr) __sanitizer_set_death_callback(dump_current);
 
   std::vector<Bytes> corpus;
   for (const fs::path& p : paths) {
