@@ -261,6 +261,85 @@ TEST_F(ClientRdv, GetIntoASmallBufferOffersNothingAndGetsTheValueInTheReply) {
   EXPECT_EQ(seen, "small") << "the caller copies it from the reply";
 }
 
+// Depth 32 of 5,000-byte values (over the eager limit): the GETs that found
+// no spare were pulled into buffers registered at their size; those come back
+// to the pool, which keeps as many as requests can be in flight (not a fixed
+// 16), so the next 32 GETs are all offered a landing buffer and WRITTEN: no
+// pull, no registration.
+TEST(ClientRdvDepth, ThePoolKeepsALandingBufferForEveryRequestInFlight) {
+  constexpr std::uint32_t kDepth = 32;
+  FakeLink link;
+  FakeRegistrar reg;
+  BufferPool recv(kDepth, 8192), send(kDepth, 8192);
+  RdvOptions o;
+  o.landing_size = 16384;
+  o.landing_spares = 1;
+  ClientConn cc(link, recv, send, &reg, o);
+  ASSERT_EQ(cc.post_receives(), 0);
+  cc.on_established(kDepth, 8192, 1u << 20);
+  ASSERT_EQ(cc.max_in_flight(), kDepth);
+  std::size_t next_recv = 0;
+  auto reply = [&](const proto::MessageSpec& spec) {
+    cc.on_completion(FakeLink::deliver(link.recvs[next_recv++ % link.recvs.size()], pack({spec})));
+  };
+  std::vector<std::byte> server(5000, std::byte{'s'});
+  int done = 0;
+  auto round = [&](bool pulls) {
+    const std::size_t first_send = link.sends.size();
+    for (std::uint32_t i = 0; i < kDepth; ++i) {
+      ASSERT_EQ(cc.submit_get("k" + std::to_string(i), [&](Status st, bool found, std::span<const std::byte> v) {
+        EXPECT_EQ(st, Status::ok);
+        EXPECT_TRUE(found);
+        EXPECT_EQ(v.size(), 5000u);
+        ++done;
+      }),
+                Status::ok);
+    }
+    ASSERT_GE(cc.flush(), 1u);
+    std::vector<proto::MessageView> gets;
+    for (std::size_t i = first_send; i < link.sends.size(); ++i) {
+      for (const auto& m : decode(link.sends[i].bytes)) {
+        if (m.opcode() == Opcode::get) gets.push_back(m);
+      }
+    }
+    ASSERT_EQ(gets.size(), kDepth);
+    // All in flight at once: the pull replies come first, their READs all
+    // posted before any completes; the WRITTEN ones are answered last.
+    const std::size_t first_read = link.reads.size();
+    for (const auto& m : gets) {
+      if (!m.rdv) {  // none to offer: the value is pulled
+        reply(proto::msg::get_reply_pull(m.header.req_id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9},
+                                         server.size()));
+      }
+    }
+    for (std::size_t r = first_read; r < link.reads.size(); ++r) {
+      std::memcpy(link.reads[r].target.data(), server.data(), server.size());
+      cc.on_completion(FakeLink::complete(link.reads[r], CompletionOpcode::rdma_read, server.size()));
+    }
+    for (const auto& m : gets) {
+      if (m.rdv) {  // offered: the server WRITES the value, then replies
+        std::memcpy(reinterpret_cast<std::byte*>(m.rdv->addr), server.data(), server.size());
+        reply(proto::msg::get_reply_rdv(m.header.req_id, 1, *m.rdv, server.size()));
+      }
+    }
+    if (pulls) {
+      EXPECT_GE(cc.flush(), 1u) << "the RELEASEs of the pulls";
+    } else {
+      EXPECT_EQ(cc.flush(), 0u) << "nothing was pulled: nothing to release";
+    }
+  };
+  round(true);
+  EXPECT_EQ(done, 32);
+  EXPECT_EQ(cc.counters().gets_written, 1u) << "one spare at connect";
+  EXPECT_EQ(cc.counters().gets_pulled, kDepth - 1);
+  const auto registered = reg.registrations();
+  round(false);
+  EXPECT_EQ(done, 64);
+  EXPECT_EQ(cc.counters().gets_written, 1u + kDepth) << "every GET of the second round offered a spare";
+  EXPECT_EQ(cc.counters().gets_pulled, kDepth - 1);
+  EXPECT_EQ(reg.registrations(), registered) << "and none registered anything";
+}
+
 TEST_F(ClientRdv, ReleaseIsFoldedIntoTheNextRequest) {
   ASSERT_EQ(cc_->submit_get("k", nullptr), Status::ok);
   ASSERT_EQ(cc_->flush(), 1u);

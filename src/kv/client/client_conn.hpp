@@ -191,10 +191,11 @@ struct RdvOptions {
   std::size_t landing_size = std::size_t{1} << 20;   // capacity of the landing buffers offered with GETs
   std::uint32_t landing_spares = 2;                  // registered landing buffers made ready up front
   // Buffers that come back (a GET done, one created for a pull) are kept as
-  // spares up to this many and this many bytes in all: the pool grows to the
-  // large GETs a caller keeps in flight, so at depth they are WRITTEN into
-  // ready memory instead of each pulled into a fresh registration.
-  std::uint32_t max_landing_spares = 16;
+  // spares up to this many (and never more than requests can be in flight)
+  // and keep_landing_max bytes in all: the pool grows to the large GETs a
+  // caller keeps in flight, so at depth they are WRITTEN into ready memory
+  // instead of each pulled into a fresh registration.
+  std::uint32_t max_landing_spares = 1024;
   std::size_t keep_landing_max = std::size_t{64} << 20;
   std::size_t reg_cache_bytes = std::size_t{256} << 20;  // pin-down cache budget (SET sources)
 };
@@ -394,6 +395,10 @@ class ClientConn {
   // The same for a GET into the caller's memory (the value is in it).
   void deliver_into(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
+  // Into the pool at its place by size; false: out of memory, lb is gone.
+  [[nodiscard]] bool put_spare(std::unique_ptr<LandingBuffer> lb) noexcept;
+  // The biggest spare landing buffer, out of the pool (null if there is none).
+  [[nodiscard]] std::unique_ptr<LandingBuffer> take_spare() noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
   void free_slot(SlotKey key) noexcept;
@@ -417,7 +422,8 @@ class ClientConn {
   RdvOptions rdv_;
   std::unique_ptr<RegCache> cache_;  // before slots_/queue_: their leases go first
   std::uint64_t max_value_ = 0;
-  std::vector<std::unique_ptr<LandingBuffer>> spares_;
+  std::vector<std::unique_ptr<LandingBuffer>> spares_;  // smallest first: the biggest is offered first
+  std::size_t spare_bytes_ = 0;                          // their capacities, summed
   std::vector<std::unique_ptr<Registration>> retired_;  // of adopted buffers: deregistered after a SEND
   std::unique_ptr<LandingBuffer> delivering_;           // during a large GET's callback
   std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND

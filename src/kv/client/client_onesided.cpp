@@ -204,10 +204,7 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     value_dst = s.into.bytes.first(len);
     value_lkey = s.into.reg->lkey();
   } else {
-    if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {
-      s.landing = std::move(spares_.back());
-      spares_.pop_back();
-    }
+    if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) s.landing = take_spare();
     if (!s.landing || s.landing->capacity() <= len) {
       recycle(std::move(s.landing));
       try {

@@ -37,25 +37,40 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
   }
   if (spares_.empty()) return proto::msg::get_request(id, r.key);
   // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
-  s.landing = std::move(spares_.back());
-  spares_.pop_back();
+  s.landing = take_spare();
   return proto::msg::get_request_rdv(id, r.key, {s.landing->addr(), s.landing->rkey()},
                                      s.landing->capacity() - 1);
 }
 
 void ClientConn::recycle(std::unique_ptr<LandingBuffer> lb) noexcept {
   if (!lb || !lb->registered()) return;
-  std::size_t kept = lb->capacity();
-  for (const auto& s : spares_) kept += s->capacity();
-  if (spares_.size() < std::max(rdv_.landing_spares, rdv_.max_landing_spares) && kept <= rdv_.keep_landing_max) {
-    try {
-      spares_.push_back(std::move(lb));  // biggest last: offered first
-      for (std::size_t i = spares_.size() - 1; i > 0 && spares_[i - 1]->capacity() > spares_[i]->capacity(); --i) {
-        std::swap(spares_[i - 1], spares_[i]);
-      }
-    } catch (...) {
-    }
+  // As many as requests can be in flight (each offers one), within the budget.
+  const std::size_t most =
+      std::max<std::size_t>(rdv_.landing_spares, std::min<std::size_t>(rdv_.max_landing_spares, slots_.max_slots()));
+  if (spares_.size() >= most || spare_bytes_ + lb->capacity() > rdv_.keep_landing_max) return;  // lb goes
+  if (!put_spare(std::move(lb))) spdlog::debug("client: out of memory keeping a spare landing buffer: dropped");
+}
+
+bool ClientConn::put_spare(std::unique_ptr<LandingBuffer> lb) noexcept {
+  const std::size_t capacity = lb->capacity();
+  try {
+    spares_.push_back(std::move(lb));
+  } catch (...) {
+    return false;  // lb goes
   }
+  spare_bytes_ += capacity;
+  for (std::size_t i = spares_.size() - 1; i > 0 && spares_[i - 1]->capacity() > spares_[i]->capacity(); --i) {
+    std::swap(spares_[i - 1], spares_[i]);  // biggest last: offered first
+  }
+  return true;
+}
+
+std::unique_ptr<LandingBuffer> ClientConn::take_spare() noexcept {
+  if (spares_.empty()) return nullptr;
+  auto lb = std::move(spares_.back());
+  spares_.pop_back();
+  spare_bytes_ -= lb->capacity();
+  return lb;
 }
 
 void ClientConn::replenish() noexcept {
@@ -69,8 +84,7 @@ void ClientConn::replenish() noexcept {
   }
   while (spares_.size() + lent < rdv_.landing_spares) {
     try {
-      auto lb = LandingBuffer::create(*registrar_, rdv_.landing_size + 1);
-      spares_.insert(spares_.begin(), std::move(lb));
+      if (!put_spare(LandingBuffer::create(*registrar_, rdv_.landing_size + 1))) break;
     } catch (const std::exception& e) {
       spdlog::warn("client: no spare landing buffer: {}", e.what());
       break;
@@ -110,8 +124,7 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
   // Pull: READ it from the server, then RELEASE its pin.
   ++(s.op == proto::Opcode::call ? counters_.calls_pulled : counters_.gets_pulled);
   if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {  // a CALL offered none: a spare fits
-    s.landing = std::move(spares_.back());
-    spares_.pop_back();
+    s.landing = take_spare();
   }
   const std::uint32_t id = req_id(key);
   if (max_value_ != 0 && len > max_value_) {
