@@ -92,6 +92,7 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.get_mode = f.get_mode;
   copt.request_batch = f.request_batch;
   copt.auth_token = f.auth_token;
+  copt.op_timeout = std::chrono::milliseconds(f.stall_timeout_ms);  // the client's watchdog agrees with --stall-timeout
   std::unique_ptr<kv::client::ShardSet> client;  // one Client per server, all on this reactor
   try {
     client = kv::client::ShardSet::connect(reactor, f.servers, copt);

@@ -22,6 +22,8 @@
  *    caller buffers byte-exactly (large ones by RDMA into the buffer:
  *    kv_counters' gets_into_direct), E2BIG for a buffer too small, ENOENT;
  *    kv_stats and kv_counters texts; kv_open_opts' own options.
+ *  - RKV_TIMEOUT_MS: EINVAL for a bad value; with kvd SIGSTOPped, async
+ *    operations come back from kv_poll(-1) with an error after the timeout.
  * Fails (never skips) without $SOFTROCE_ADDR. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -585,6 +587,62 @@ static void test_open_opts(const char *server) {
   CHECK_RC(kv_close(h), 0);
 }
 
+/* RKV_TIMEOUT_MS: a bad value is EINVAL; async requests to a kvd that is
+ * stopped (SIGSTOP: its transport still acknowledges) come back from
+ * kv_poll(-1) with an error once the timeout passed, instead of never. Runs
+ * last: the handle's connection is failed afterwards. */
+/* Until /proc says the process is stopped (kill() returns before it is). */
+static int wait_stopped(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 500; ++i) {
+    FILE *f = fopen(path, "r");
+    char state = '?';
+    if (f != NULL) {
+      if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = '?';
+      fclose(f);
+    }
+    if (state == 'T') return 1;
+    struct timespec ten_ms = {0, 10 * 1000 * 1000};
+    nanosleep(&ten_ms, NULL);
+  }
+  return 0;
+}
+
+static void test_stopped_server(const char *server) {
+  void *h = NULL;
+  setenv("RKV_GET_MODE", "rpc", 1); /* a one-sided GET needs no server CPU: it would succeed */
+  setenv("RKV_TIMEOUT_MS", "soon", 1);
+  CHECK_RC(kv_open((char *)server, &h), EINVAL);
+  CHECK(strstr(kv_last_error(NULL), "RKV_TIMEOUT_MS") != NULL);
+  setenv("RKV_TIMEOUT_MS", "1000", 1);
+  CHECK_RC(kv_open((char *)server, &h), 0);
+  unsetenv("RKV_TIMEOUT_MS");
+  if (h == NULL) return;
+  CHECK_RC(kv_set_bin(h, "stop", 4, "v", 1), 0);
+  CHECK(kill(kvd_pid, SIGSTOP) == 0);
+  CHECK(wait_stopped(kvd_pid));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_RC(kv_get_async(h, "stop", 4, 7), 0);
+  CHECK_RC(kv_set_async(h, "other", 5, "x", 1, 8), 0);
+  kv_completion c[2];
+  int got = 0;
+  while (got < 2) {
+    const int n = kv_poll(h, c + got, 2 - got, 20000);
+    if (n <= 0) break;
+    got += n;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  CHECK(kill(kvd_pid, SIGCONT) == 0);
+  const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fprintf(stderr, "stopped kvd: %d of 2 completions after %.2f s\n", got, secs);
+  CHECK(got == 2);
+  CHECK(secs >= 1.0 && secs < 10.0);
+  for (int i = 0; i < got; ++i) CHECK(c[i].status != 0);
+  CHECK_RC(kv_close(h), 0);
+}
+
 static void run_config(const char *server, const char *get_mode, const char *poll_us) {
   fprintf(stderr, "--- RKV_GET_MODE=%s RKV_POLL_US=%s\n", get_mode, poll_us);
   setenv("RKV_GET_MODE", get_mode, 1);
@@ -629,6 +687,7 @@ int main(void) {
   run_config(server, "read", "200"); /* one-sided GETs */
   run_config(server, "rpc", "0");    /* completion events only */
   run_config(server, "read", "busy"); /* never sleeps inside the handle */
+  test_stopped_server(server);
   stop_kvd();
   if (failures > 0) {
     fprintf(stderr, "FAIL: %d checks failed\n", failures);

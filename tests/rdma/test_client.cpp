@@ -1,12 +1,16 @@
 // client_e2e: kv::client::Client against a real kvd child process over Soft-RoCE.
 // Two clients at once, SET/GET round trips, missing keys, the eager size
 // boundary, coalescing of async requests, refused connections.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv/client/client.hpp"
@@ -156,6 +160,54 @@ TEST_F(ClientE2E, ServerExitFailsTheClientNotHangs) {
   const Status st = c->get_sync("k", v, found);
   EXPECT_NE(st, Status::ok);
   EXPECT_EQ(c->state(), ConnState::failed) << to_string(st);
+}
+
+// A server that stops answering while its transport still acknowledges
+// (SIGSTOP: the kernel's rxe keeps the QP alive): async requests must not
+// wait forever. The watchdog fails the connection after op_timeout without a
+// reply; an idle connection is never failed by it.
+TEST_F(ClientE2E, AStoppedServerFailsAsyncRequestsAfterTheOpTimeout) {
+  ClientOptions opt;
+  opt.op_timeout = 2s;
+  auto c = Client::connect(reactor_, addr_, kvd_->port(), opt);
+  ASSERT_EQ(c->set_sync("k", "v"), Status::ok);
+  // Idle for three op timeouts: nothing in flight, nothing fails.
+  const auto idle_until = reactor::Reactor::now() + 6s;
+  while (reactor::Reactor::now() < idle_until) reactor_.run_once(500ms);
+  ASSERT_EQ(c->state(), ConnState::established);
+  std::string v;
+  bool found = false;
+  ASSERT_EQ(c->get_sync("k", v, found), Status::ok);
+  ASSERT_EQ(v, "v");
+
+  ASSERT_EQ(::kill(kvd_->pid(), SIGSTOP), 0);
+  // kill() returns before the process is stopped: wait until /proc says so.
+  const auto stat_path = "/proc/" + std::to_string(kvd_->pid()) + "/stat";
+  bool stopped = false;
+  for (int i = 0; i < 500 && !stopped; ++i) {
+    std::ifstream f(stat_path);
+    std::string line;
+    std::getline(f, line);
+    const auto paren = line.rfind(')');
+    stopped = paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
+    if (!stopped) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(stopped) << "kvd did not stop";
+  std::vector<Status> got;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(c->get("k", [&](Status st, bool, std::span<const std::byte>) { got.push_back(st); }), Status::ok);
+  }
+  const bool finished = c->wait_idle(30s);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(::kill(kvd_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(finished) << "async requests to a stopped server never completed";
+  EXPECT_GE(waited, 2s);
+  EXPECT_LT(waited, 10s);
+  ASSERT_EQ(got.size(), 3u);
+  for (const Status st : got) EXPECT_EQ(st, Status::connection_failed) << to_string(st);
+  EXPECT_EQ(c->state(), ConnState::failed);
+  EXPECT_NE(c->failure().find("no reply for"), std::string::npos) << c->failure();
 }
 
 }  // namespace

@@ -92,6 +92,16 @@ bool parse_poll_budget(const char* text, std::chrono::microseconds& out) noexcep
   return true;
 }
 
+// RKV_TIMEOUT_MS: the op timeout in milliseconds (0: none), at most a day.
+bool parse_timeout_ms(const char* text, std::chrono::milliseconds& out) noexcept {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > 86'400'000ull) return false;
+  out = std::chrono::milliseconds(static_cast<std::int64_t>(v));
+  return true;
+}
+
 // "<what>: <msg>" as the last error.
 int arg_error(CHandle* h, int code, const char* what, const char* msg) noexcept {
   try {
@@ -156,6 +166,10 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
         return set_error(nullptr, EINVAL, std::string(own_poll ? "kv_open: poll_us '" : "kv_open: RKV_POLL_US='") +
                                               poll + "' is not valid (expected microseconds 0..10000000, or 'busy')");
       }
+    }
+    if (const char* t = std::getenv("RKV_TIMEOUT_MS"); t != nullptr && *t != '\0' && !parse_timeout_ms(t, opt.op_timeout)) {
+      return set_error(nullptr, EINVAL, std::string("kv_open: RKV_TIMEOUT_MS='") + t +
+                                            "' is not valid (expected milliseconds 0..86400000)");
     }
     if (const char* file = std::getenv("RKV_AUTH_TOKEN_FILE"); file != nullptr && *file != '\0') {
       try {

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -350,7 +351,53 @@ bool Client::after_cq(int n, const char* what) noexcept {
 // Submissions of one loop turn (or of the fibers run between two turns) go
 // out together at the end of the turn: the flush poller runs after the fd
 // callbacks, and wake() keeps the next epoll_wait from sleeping first.
+std::chrono::milliseconds Client::watchdog_period() const noexcept {
+  return std::clamp<std::chrono::milliseconds>(options_.op_timeout / 4, std::chrono::milliseconds(1),
+                                               std::chrono::milliseconds(1000));
+}
+
+void Client::arm_watchdog() noexcept {
+  if (options_.op_timeout.count() <= 0 || watchdog_.pending()) return;
+  watch_progress_ = progress();
+  watch_since_ = reactor::Reactor::now();
+  try {
+    watchdog_ = reactor_->every(watchdog_period(), [this] { on_watchdog(); });
+  } catch (const std::exception& e) {
+    spdlog::warn("client: no request watchdog for {}: {}", peer_, e.what());
+  }
+}
+
+std::uint64_t Client::progress() const noexcept {
+  if (!conn_) return 0;
+  const ClientCounters& c = conn_->counters();
+  return c.completed + c.recv_completions + c.rdma_reads;
+}
+
+void Client::on_watchdog() noexcept {
+  if (!conn_ || closed_ || conn_->state() != ConnState::established || conn_->pending() == 0) {
+    watchdog_.reset();  // nothing in flight: the next submit arms it again
+    return;
+  }
+  const auto now = reactor::Reactor::now();
+  if (const std::uint64_t p = progress(); p != watch_progress_) {
+    watch_progress_ = p;
+    watch_since_ = now;
+    return;
+  }
+  // A period past the op timeout: a sync helper waiting as long (wait_for)
+  // returns its own timeout first.
+  if (now - watch_since_ < options_.op_timeout + watchdog_period()) return;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch_since_).count();
+  watchdog_.reset();
+  try {
+    conn_->fail(fmt::format("no reply for {} ms with {} requests in flight", ms, conn_->pending()));
+  } catch (...) {
+    conn_->fail("no reply within the op timeout");
+  }
+}
+
 void Client::schedule_flush(bool rendezvous) {
+  arm_watchdog();
   // A full batch goes now, and so does a rendezvous SET: its transfer, not
   // its message, is what costs, so the server starts pulling it while the
   // caller prepares the next (not from inside a CQ pass: its callbacks run
@@ -444,7 +491,10 @@ Status Client::await_reply(const std::optional<Status>& status, std::string_view
 
 Status Client::wait_for(const std::function<bool()>& done, std::string_view what) {
   do_flush();
-  if (!run_until(done, options_.op_timeout)) {
+  // op_timeout 0: no limit (a year stands for it).
+  const std::chrono::milliseconds limit =
+      options_.op_timeout.count() > 0 ? options_.op_timeout : std::chrono::hours(24 * 365);
+  if (!run_until(done, limit)) {
     if (conn_) conn_->fail(std::string(what) + " got no reply within " + std::to_string(options_.op_timeout.count()) + " ms");
     return Status::timeout;
   }

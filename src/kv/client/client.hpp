@@ -51,7 +51,13 @@ struct ClientOptions {
   std::uint32_t send_size = 8192;    // each send buffer (a coalesced batch of requests)
   std::chrono::milliseconds resolve_timeout{10'000};  // address and route resolution, each
   std::chrono::milliseconds connect_timeout{30'000};  // rdma_connect -> ESTABLISHED
-  std::chrono::milliseconds op_timeout{30'000};       // sync helpers
+  // The sync helpers' wait (then Status::timeout), and the watchdog of every
+  // request: while requests are in flight and no reply or completion came
+  // for op_timeout plus a quarter of it (at most 1 s more; looked at every
+  // such quarter), the connection fails with "no reply for N ms" and its
+  // requests complete with connection_failed; e.g. a server that is stopped
+  // but whose transport still acknowledges. 0: neither (waits forever).
+  std::chrono::milliseconds op_timeout{30'000};
   std::chrono::milliseconds close_timeout{5'000};     // DISCONNECTED wait, and the flush drain
   RdvOptions rdv{};  // large values: landing buffers, registration cache (client_conn.hpp)
   // Spin budget of the client's CQ poller (reactor.hpp, "Spin, then block"):
@@ -218,6 +224,12 @@ class Client {
   // Completions handled (n >= 0) or a CQ error (negative errno): the flush or the failure.
   bool after_cq(int n, const char* what) noexcept;
   void schedule_flush(bool rendezvous = false);
+  // The request watchdog (ClientOptions::op_timeout): armed when a request is
+  // submitted and none is pending, gone again when nothing is in flight.
+  void arm_watchdog() noexcept;
+  void on_watchdog() noexcept;
+  [[nodiscard]] std::chrono::milliseconds watchdog_period() const noexcept;  // a quarter of op_timeout, <= 1 s
+  [[nodiscard]] std::uint64_t progress() const noexcept;  // replies and completions so far
   bool on_flush_poll() noexcept;
   void do_flush() noexcept;
   Status await_reply(const std::optional<Status>& status, std::string_view what);
@@ -263,6 +275,9 @@ class Client {
   reactor::Registration cq_watch_;  // the CQ's first completion after it was armed
   reactor::Poller cq_poller_;       // polls while unarmed; arms before the loop sleeps
   reactor::Poller flush_poller_;    // end-of-turn flush (schedule_flush)
+  reactor::Timer watchdog_;         // while requests are in flight (arm_watchdog)
+  std::uint64_t watch_progress_ = 0;                 // progress() at the last look
+  reactor::Reactor::Clock::time_point watch_since_;  // when it last moved
 };
 
 // errno-style code for a Status (0 for ok), for the C API and tools.

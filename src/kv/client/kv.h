@@ -73,6 +73,12 @@ extern "C" {
  * RKV_POLL_US=N (default 200): after each completion or request the handle
  * keeps polling for N microseconds before it sleeps until a completion event
  * (0: events only; "busy": never sleeps). Anything else: EINVAL.
+ * RKV_TIMEOUT_MS=N (default 30000): a request, sync or async, that has had
+ * no reply for N ms (while nothing else on its connection moved either)
+ * fails its connection: the sync call returns ETIMEDOUT, every request in
+ * flight on it completes with its error (kv_poll returns them), e.g. when
+ * the server is stopped but its host still acknowledges. 0: no limit.
+ * Anything but 0..86400000: EINVAL.
  * RKV_AUTH_TOKEN_FILE=PATH: present the token in PATH (the file's bytes
  * without the trailing newline) to a kvd started with --auth-token-file;
  * a file that cannot be read, or an empty one, makes kv_open fail with
