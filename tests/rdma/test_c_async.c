@@ -22,6 +22,8 @@
  *    caller buffers byte-exactly (large ones by RDMA into the buffer:
  *    kv_counters' gets_into_direct), E2BIG for a buffer too small, ENOENT;
  *    kv_stats and kv_counters texts; kv_open_opts' own options.
+ *  - kv_call_async: INCRs complete in order with their replies, EOPNOTSUPP,
+ *    EINVAL.
  *  - RKV_TIMEOUT_MS: EINVAL for a bad value; with kvd SIGSTOPped, async
  *    operations come back from kv_poll(-1) with an error after the timeout.
  * Fails (never skips) without $SOFTROCE_ADDR. */
@@ -591,6 +593,49 @@ static void test_open_opts(const char *server) {
  * stopped (SIGSTOP: its transport still acknowledges) come back from
  * kv_poll(-1) with an error once the timeout passed, instead of never. Runs
  * last: the handle's connection is failed afterwards. */
+/* kv_call_async of kvd's INCR (0x0100; request: key_len u16 | key | delta
+ * i64 little-endian; reply: the new value, i64): five in flight complete in
+ * order with 1..5 as their replies; an opcode kvd has no handler for
+ * completes with EOPNOTSUPP; a NULL request with a length is EINVAL. */
+static void test_call_async(void *h) {
+  static int round = 0;
+  char key[32];
+  snprintf(key, sizeof key, "call-async-%d", round++);
+  const size_t klen = strlen(key);
+  unsigned char req[2 + 32 + 8];
+  req[0] = (unsigned char)klen;
+  req[1] = 0;
+  memcpy(req + 2, key, klen);
+  req[2 + klen] = 1; /* delta 1 */
+  memset(req + 3 + klen, 0, 7);
+  for (uint64_t tag = 1; tag <= 5; ++tag) CHECK_RC(kv_call_async(h, 0x0100, req, 2 + klen + 8, tag), 0);
+  CHECK_RC(kv_call_async(h, 0x7E57, "x", 1, 6), 0);
+  CHECK_RC(kv_call_async(h, 0x0100, NULL, 3, 7), EINVAL);
+  kv_completion c[6];
+  int got = 0;
+  while (got < 6) {
+    const int n = kv_poll(h, c + got, 6 - got, 10000);
+    if (n <= 0) break;
+    got += n;
+  }
+  CHECK(got == 6);
+  for (int i = 0; i < got; ++i) {
+    CHECK(c[i].tag == (uint64_t)(i + 1)); /* one at a time, in submission order */
+    if (c[i].tag == 6) {
+      CHECK(c[i].status == EOPNOTSUPP && c[i].value == NULL);
+      continue;
+    }
+    CHECK(c[i].status == 0 && c[i].value != NULL && c[i].value_len == 8);
+    if (c[i].value != NULL && c[i].value_len == 8) {
+      const unsigned char *r = c[i].value;
+      int64_t v = 0;
+      for (int b = 7; b >= 0; --b) v = (int64_t)(((uint64_t)v << 8) | r[b]);
+      CHECK(v == (int64_t)c[i].tag);
+    }
+    kv_release(c[i].value);
+  }
+}
+
 /* Until /proc says the process is stopped (kill() returns before it is). */
 static int wait_stopped(pid_t pid) {
   char path[64];
@@ -660,6 +705,7 @@ static void run_config(const char *server, const char *get_mode, const char *pol
   test_del(h, h2);
   test_pipeline(h, server);
   test_get_into(h);
+  test_call_async(h);
   CHECK_RC(kv_close(h), 0);
   CHECK_RC(kv_close(h2), 0);
   fprintf(stderr, "--- %s/%s: %d failed checks\n", get_mode, poll_us, failures - before);

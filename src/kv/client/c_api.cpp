@@ -429,6 +429,23 @@ int kv_get_into_async(void* kv_handle, const void* key, size_t key_len, void* bu
   }
 }
 
+int kv_call_async(void* kv_handle, uint16_t op, const void* req, size_t req_len, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  if (h == nullptr) return arg_error(nullptr, EINVAL, "kv_call_async", "handle is NULL");
+  if (req == nullptr && req_len != 0) return arg_error(h, EINVAL, "kv_call_async", "req is NULL");
+  if (h->sharded()) {
+    return arg_error(h, EINVAL, "kv_call_async",
+                     "a handle on several servers has no server for a CALL without a key (a handler may touch any "
+                     "key); use a handle on the one server the handler should run on");
+  }
+  if (int rc = h->check(" ", req_len, "kv_call_async"); rc != 0) return rc;  // the value limit's check, as kv_call
+  try {
+    return h->submit(OpKind::call, {}, bytes_of(req, req_len), tag, "kv_call_async", {}, op);
+  } catch (...) {
+    return exception_error(h, "kv_call_async");
+  }
+}
+
 int kv_poll(void* kv_handle, kv_completion* out, int max, int timeout_ms) {
   CHandle* h = handle_of(kv_handle);
   if (h == nullptr) return -set_error(nullptr, EINVAL, "kv_poll: handle is NULL");

@@ -37,7 +37,7 @@ const char* async_name(OpKind k) noexcept {
     case OpKind::get: return "kv_get_async";
     case OpKind::del: return "kv_del_async";
     case OpKind::get_into: return "kv_get_into_async";
-    case OpKind::call: return "kv_call";
+    case OpKind::call: return "kv_call_async";
   }
   return "kv_*_async";
 }
@@ -369,14 +369,14 @@ void CHandle::leave() {
 // ---- the calls ---------------------------------------------------------
 
 int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    const char* what, std::span<std::byte> into) {
+                    const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   if (async_in_flight_ + ready_count_ >= kMaxPending) {
     return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
                                  " operations submitted and not yet returned by kv_poll)");
   }
   shards_->maintain();  // a shard whose retry is due reconnects before its keys are tried
   SlotKey k{};
-  if (const Status st = add(kind, key, value, tag, false, into, k); st != Status::ok) {
+  if (const Status st = add(kind, key, value, tag, false, into, k, call_op); st != Status::ok) {
     return status_error(st, what, shard_for(key));
   }
   ++async_in_flight_;

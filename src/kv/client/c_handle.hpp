@@ -115,9 +115,9 @@ class CHandle {
   // (the message in last_error); the value bytes stay the caller's until the
   // op's completion. Throws std::bad_alloc.
   // get_into: `into` (the caller's memory) stays the caller's until the
-  // op's completion too.
+  // op's completion too. A CALL: as run()'s (`value` the request, `call_op`).
   [[nodiscard]] int submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           const char* what, std::span<std::byte> into = {});
+                           const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0);
   // Sync: the op joins its key's line like an async one and the reactor runs
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.

@@ -210,9 +210,10 @@ typedef struct kv_completion {
   uint64_t tag;     /* as submitted */
   int status;       /* 0; ENOENT: GET or DEL of a missing key; else an errno as above
                        (EIO, ENOTCONN when the connection failed or was closed, ...) */
-  void *value;      /* GET with status 0: the value, as kv_get_bin gives it (free
+  void *value;      /* GET with status 0: the value, as kv_get_bin gives it; CALL
+                       with status 0: the reply, as kv_call gives it (free either
                        with kv_release); NULL otherwise */
-  size_t value_len; /* GET with status 0: the value's length; 0 otherwise */
+  size_t value_len; /* their length; 0 otherwise */
 } kv_completion;
 
 KV_API int kv_set_async(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
@@ -226,6 +227,12 @@ KV_API int kv_del_async(void *kv_handle, const void *key, size_t key_len, uint64
  * until the completion is returned by kv_poll. */
 KV_API int kv_get_into_async(void *kv_handle, const void *key, size_t key_len, void *buf, size_t buf_len,
                              uint64_t tag);
+/* kv_call's async form: `req` stays the caller's until the completion is
+ * returned by kv_poll; the completion carries the reply (value, value_len)
+ * or kv_call's errors. Like kv_call it runs in order with the handle's other
+ * kv_calls and kv_call_asyncs, one at a time (not with the keyed
+ * operations); EINVAL on a handle of several servers. */
+KV_API int kv_call_async(void *kv_handle, uint16_t op, const void *req, size_t req_len, uint64_t tag);
 
 /* Runs the handle's event loop and writes up to `max` completions to `out`.
  * timeout_ms: 0 never blocks; -1 waits until at least one completion is
