@@ -593,6 +593,17 @@ static void test_open_opts(const char *server) {
  * stopped (SIGSTOP: its transport still acknowledges) come back from
  * kv_poll(-1) with an error once the timeout passed, instead of never. Runs
  * last: the handle's connection is failed afterwards. */
+/* Up to n completions into c, each kv_poll waiting at most timeout_ms; how many came. */
+static int poll_n(void *h, kv_completion *c, int n, int timeout_ms) {
+  int got = 0;
+  while (got < n) {
+    const int k = kv_poll(h, c + got, n - got, timeout_ms);
+    if (k <= 0) break;
+    got += k;
+  }
+  return got;
+}
+
 /* kv_call_async of kvd's INCR (0x0100; request: key_len u16 | key | delta
  * i64 little-endian; reply: the new value, i64): five in flight complete in
  * order with 1..5 as their replies; an opcode kvd has no handler for
@@ -612,12 +623,7 @@ static void test_call_async(void *h) {
   CHECK_RC(kv_call_async(h, 0x7E57, "x", 1, 6), 0);
   CHECK_RC(kv_call_async(h, 0x0100, NULL, 3, 7), EINVAL);
   kv_completion c[6];
-  int got = 0;
-  while (got < 6) {
-    const int n = kv_poll(h, c + got, 6 - got, 10000);
-    if (n <= 0) break;
-    got += n;
-  }
+  const int got = poll_n(h, c, 6, 10000);
   CHECK(got == 6);
   for (int i = 0; i < got; ++i) {
     CHECK(c[i].tag == (uint64_t)(i + 1)); /* one at a time, in submission order */
@@ -672,12 +678,7 @@ static void test_stopped_server(const char *server) {
   CHECK_RC(kv_get_async(h, "stop", 4, 7), 0);
   CHECK_RC(kv_set_async(h, "other", 5, "x", 1, 8), 0);
   kv_completion c[2];
-  int got = 0;
-  while (got < 2) {
-    const int n = kv_poll(h, c + got, 2 - got, 20000);
-    if (n <= 0) break;
-    got += n;
-  }
+  const int got = poll_n(h, c, 2, 20000);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   CHECK(kill(kvd_pid, SIGCONT) == 0);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;

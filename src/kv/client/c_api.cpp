@@ -78,27 +78,33 @@ std::string_view key_of(const void* key, std::size_t key_len) noexcept {
   return {static_cast<const char*>(key), key_len};
 }
 
+// A decimal count 0..max and nothing else (no sign, no space, no suffix).
+bool parse_count(const char* text, unsigned long long max, std::int64_t& out) noexcept {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > max) return false;
+  out = static_cast<std::int64_t>(v);
+  return true;
+}
+
 // RKV_POLL_US: the spin budget in microseconds, or "busy" (never sleep).
 bool parse_poll_budget(const char* text, std::chrono::microseconds& out) noexcept {
   if (std::strcmp(text, "busy") == 0) {
     out = rkv::reactor::kSpinForever;
     return true;
   }
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > 10'000'000ull) return false;
-  out = std::chrono::microseconds(static_cast<std::int64_t>(v));
+  std::int64_t v = 0;
+  if (!parse_count(text, 10'000'000ull, v)) return false;
+  out = std::chrono::microseconds(v);
   return true;
 }
 
 // RKV_TIMEOUT_MS: the op timeout in milliseconds (0: none), at most a day.
 bool parse_timeout_ms(const char* text, std::chrono::milliseconds& out) noexcept {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > 86'400'000ull) return false;
-  out = std::chrono::milliseconds(static_cast<std::int64_t>(v));
+  std::int64_t v = 0;
+  if (!parse_count(text, 86'400'000ull, v)) return false;
+  out = std::chrono::milliseconds(v);
   return true;
 }
 
