@@ -75,7 +75,8 @@ extern "C" {
  * (0: events only; "busy": never sleeps). Anything else: EINVAL.
  * RKV_TIMEOUT_MS=N (default 30000): a request, sync or async, that has had
  * no reply for N ms (while nothing else on its connection moved either)
- * fails its connection: the sync call returns ETIMEDOUT, every request in
+ * fails its connection: the sync call returns ETIMEDOUT (EIO when requests
+ * on it had been waiting longer and failed it first), every request in
  * flight on it completes with its error (kv_poll returns them), e.g. when
  * the server is stopped but its host still acknowledges. 0: no limit.
  * Anything but 0..86400000: EINVAL.
