@@ -589,10 +589,6 @@ static void test_open_opts(const char *server) {
   CHECK_RC(kv_close(h), 0);
 }
 
-/* RKV_TIMEOUT_MS: a bad value is EINVAL; async requests to a kvd that is
- * stopped (SIGSTOP: its transport still acknowledges) come back from
- * kv_poll(-1) with an error once the timeout passed, instead of never. Runs
- * last: the handle's connection is failed afterwards. */
 /* Up to n completions into c, each kv_poll waiting at most timeout_ms; how many came. */
 static int poll_n(void *h, kv_completion *c, int n, int timeout_ms) {
   int got = 0;
@@ -660,6 +656,10 @@ static int wait_stopped(pid_t pid) {
   return 0;
 }
 
+/* RKV_TIMEOUT_MS: a bad value is EINVAL; async requests to a kvd that is
+ * stopped (SIGSTOP: its transport still acknowledges) come back from
+ * kv_poll(-1) with an error once the timeout passed, instead of never. Runs
+ * last: the handle's connection is failed afterwards. */
 static void test_stopped_server(const char *server) {
   void *h = NULL;
   setenv("RKV_GET_MODE", "rpc", 1); /* a one-sided GET needs no server CPU: it would succeed */

@@ -399,6 +399,8 @@ class ClientConn {
   [[nodiscard]] bool put_spare(std::unique_ptr<LandingBuffer> lb) noexcept;
   // The biggest spare landing buffer, out of the pool (null if there is none).
   [[nodiscard]] std::unique_ptr<LandingBuffer> take_spare() noexcept;
+  // The same if it holds `len` bytes and the NUL after them; else null (the pool unchanged).
+  [[nodiscard]] std::unique_ptr<LandingBuffer> take_spare_over(std::uint64_t len) noexcept;
   void replenish() noexcept;  // registers spare landing buffers up to the target
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
   void free_slot(SlotKey key) noexcept;

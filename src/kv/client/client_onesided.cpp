@@ -204,7 +204,7 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     value_dst = s.into.bytes.first(len);
     value_lkey = s.into.reg->lkey();
   } else {
-    if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) s.landing = take_spare();
+    if (!s.landing) s.landing = take_spare_over(len);
     if (!s.landing || s.landing->capacity() <= len) {
       recycle(std::move(s.landing));
       try {

@@ -73,6 +73,11 @@ std::unique_ptr<LandingBuffer> ClientConn::take_spare() noexcept {
   return lb;
 }
 
+std::unique_ptr<LandingBuffer> ClientConn::take_spare_over(std::uint64_t len) noexcept {
+  if (spares_.empty() || spares_.back()->capacity() <= len) return nullptr;
+  return take_spare();
+}
+
 void ClientConn::replenish() noexcept {
   if (registrar_ == nullptr || state_ != ConnState::established) return;
   // Landing buffers lent to GETs in flight come back: count them as spares.
@@ -123,9 +128,7 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
   }
   // Pull: READ it from the server, then RELEASE its pin.
   ++(s.op == proto::Opcode::call ? counters_.calls_pulled : counters_.gets_pulled);
-  if (!s.landing && !spares_.empty() && spares_.back()->capacity() > len) {  // a CALL offered none: a spare fits
-    s.landing = take_spare();
-  }
+  if (!s.landing) s.landing = take_spare_over(len);  // a CALL offered none: a spare that fits
   const std::uint32_t id = req_id(key);
   if (max_value_ != 0 && len > max_value_) {
     fail("GET reply larger than the server's own limit");
