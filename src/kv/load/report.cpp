@@ -148,12 +148,15 @@ void Report::merge(const Report& other) {
     shards[i].errors += other.shards[i].errors;
     shards[i].shard_down += other.shards[i].shard_down;
   }
-  for (const auto& [name, value] : other.client) {
-    const auto mine = std::find_if(client.begin(), client.end(), [&](const auto& c) { return c.first == name; });
+  // Not a structured binding: a lambda may not capture one in C++20 (clang 14
+  // refuses it; GCC 12 accepts it), and scripts/fuzz builds this with clang.
+  for (const auto& counter : other.client) {
+    const auto mine =
+        std::find_if(client.begin(), client.end(), [&](const auto& c) { return c.first == counter.first; });
     if (mine == client.end()) {
-      client.emplace_back(name, value);
+      client.push_back(counter);
     } else {
-      mine->second += value;
+      mine->second += counter.second;
     }
   }
 }
