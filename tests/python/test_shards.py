@@ -192,16 +192,26 @@ def test_dead_server_then_back(cluster: Cluster) -> None:
         cluster.kvd[VICTIM].kill()
 
         # Its keys fail with EHOSTDOWN (the first call may be the one that finds
-        # the connection failed, while in flight: EHOSTDOWN as well).
-        t0 = time.monotonic()
-        for k in on_victim[:5]:
+        # the connection failed, while in flight: EHOSTDOWN as well). Each call
+        # fails without waiting for the dead server: the bound is that property
+        # with a margin for a slow guest, not a speed. What it rules out is a
+        # call waiting out the op timeout (30 s by default); NO_WAIT is half of
+        # it, and the longest call is printed (a few hundred ms here).
+        NO_WAIT = 15.0
+        waits = []
+
+        def fails_down(call) -> None:
+            t0 = time.monotonic()
             with pytest.raises(rkv.ConnectionError) as e:
-                c.get(k)
+                call()
+            waits.append(time.monotonic() - t0)
             assert e.value.errno == errno.EHOSTDOWN, e.value.message
-        with pytest.raises(rkv.ConnectionError) as e:
-            c.set(on_victim[0], b"lost")
-        assert e.value.errno == errno.EHOSTDOWN
-        assert time.monotonic() - t0 < 10  # fails fast: no waiting for the dead server
+
+        for k in on_victim[:5]:
+            fails_down(lambda: c.get(k))
+        fails_down(lambda: c.set(on_victim[0], b"lost"))
+        print(f"calls for the dead server's keys failed after at most {max(waits) * 1000:.0f} ms")
+        assert max(waits) < NO_WAIT
 
         # The other servers' keys keep working, alone and in batches.
         got = c.get_many(elsewhere)

@@ -311,19 +311,30 @@ TEST(Shards, ThreeServersTwoClientsThenOneKilledAndBack) {
   const int st = c.kvd[kVictim]->kill_hard();
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 
-  // The handle: the victim's keys fail with EHOSTDOWN within 2 s, the others' work.
+  // The handle: the victim's keys fail with EHOSTDOWN, the others' work.
+  // Wall-clock bounds here are the property under test with a margin for a
+  // slow guest, never a speed: the death is noticed by an event (the
+  // kernel tears the dead process's connection down and the handle sees it
+  // fail), and a GET for a down shard fails without waiting for the server.
+  // The mechanism they rule out is waiting out a timeout: the op timeout
+  // (RKV_TIMEOUT_MS, 30 s by default) would answer after 30 s or more, so
+  // the bound is kNoWait = 15 s, printed figures a few hundred ms here. The
+  // loop's own deadline (60 s) only ends a test that would otherwise hang.
+  constexpr auto kNoWait = 15s;
   int rc = 0;
-  while ((rc = get(victim_key)) == 0 && Clock::now() - killed_at < 5s) std::this_thread::sleep_for(10ms);
+  while ((rc = get(victim_key)) == 0 && Clock::now() - killed_at < 60s) std::this_thread::sleep_for(10ms);
   const auto noticed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed_at);
   EXPECT_EQ(rc, EHOSTDOWN) << kv_last_error(h);
-  EXPECT_LE(noticed.count(), 2000) << "EHOSTDOWN only " << noticed.count() << " ms after the kill";
+  EXPECT_LT(noticed, kNoWait) << "EHOSTDOWN only " << noticed.count() << " ms after the kill";
   std::printf("the handle saw EHOSTDOWN %lld ms after the kill: %s\n", static_cast<long long>(noticed.count()),
               kv_last_error(h));
   EXPECT_EQ(get(other_key), 0) << kv_last_error(h);
   EXPECT_EQ(get(victim_key), EHOSTDOWN) << kv_last_error(h);  // again: fails fast while down
   const auto fast_from = Clock::now();
   EXPECT_EQ(get(victim_key), EHOSTDOWN);
-  EXPECT_LT(Clock::now() - fast_from, 1s);
+  const auto fast = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - fast_from);
+  EXPECT_LT(fast, kNoWait);
+  std::printf("a GET for the down shard failed after %lld ms\n", static_cast<long long>(fast.count()));
 
   load.join();
   ASSERT_FALSE(lr.timed_out) << "kvload hung after a server died:\n" << lr.err;
@@ -332,7 +343,11 @@ TEST(Shards, ThreeServersTwoClientsThenOneKilledAndBack) {
   const double down = json_number(lr.out, "shard_down");
   EXPECT_GT(down, 0) << lr.out;
   EXPECT_EQ(json_number(lr.out, "errors"), down) << "errors other than shard_down:\n" << lr.out;
-  EXPECT_LE(json_number(lr.out, "shard_down_max_ns"), 2e9) << lr.out;
+  // The longest an op of kvload waited before it failed with shard_down: the
+  // same property and bound as kNoWait above (kvload's op timeout is its
+  // --stall-timeout, 60 s by default).
+  EXPECT_LT(json_number(lr.out, "shard_down_max_ns"), 1e9 * std::chrono::seconds(kNoWait).count()) << lr.out;
+  std::printf("kvload's longest wait for a shard_down: %.0f ms\n", json_number(lr.out, "shard_down_max_ns") / 1e6);
   for (std::size_t i = 0; i < kServers; ++i) {
     const auto at = lr.out.find("\"server\":\"" + c.ids[i] + "\"");
     ASSERT_NE(at, std::string::npos) << lr.out;
