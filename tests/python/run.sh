@@ -2,7 +2,8 @@
 # python (rdma suite): the Python package's pytest suite (tests/python) in
 # the Soft-RoCE environment, against kvd children (conftest.py).
 #
-#   tests/python/run.sh PYTHON PKG_DIR KVD [PYTEST ARGS...]   (meson test `python`, via scripts/softroce exec)
+#   tests/python/run.sh PYTHON PKG_DIR KVD [TEST FILE...]   (meson tests `python` and `python_shards`,
+#                                                           via scripts/softroce exec; default: every file)
 #
 # PYTHON: the interpreter the extension was built for; PKG_DIR: the
 # directory holding the assembled package (BUILD/python); KVD: the kvd to run.
@@ -11,7 +12,7 @@
 # embedded in a program linked with the sanitizers; tests/python/meson.build),
 # so the extension's ASan runtime is already the process's first library.
 set -uo pipefail
-[ $# -ge 3 ] || { echo "usage: $0 PYTHON PKG_DIR KVD [PYTEST ARGS...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 PYTHON PKG_DIR KVD [TEST FILE...]" >&2; exit 2; }
 PY=$1 PKG=$2 KVD=$3
 shift 3
 HERE=$(cd "$(dirname "$0")" && pwd -P)
@@ -20,4 +21,5 @@ ext=$(ls "$PKG"/rkv/_rkv*.so 2>/dev/null | head -n1)
 export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 RKV_KVD=$KVD
 # --capture=sys leaves native writes to fd 2 (ASan's and UBSan's reports) in
 # the log instead of pytest's capture.
-exec "$PY" -m pytest -p no:cacheprovider --capture=sys -v -rA "$HERE" "$@"
+[ $# -gt 0 ] || set -- "$HERE"
+exec "$PY" -m pytest -p no:cacheprovider --capture=sys -v -rA "$@"
