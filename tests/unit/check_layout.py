@@ -10,7 +10,8 @@ src/verbs, and no memcpy-like call (memcpy, memmove, std::copy,
 std::ranges::copy, ...) in the data path (src/kv/{store,conn,server,client},
 src/durable, src/proto/encode.cpp) except through proto::copy_bytes
 (proto/copy.hpp), which counts what it copies; a copy whose size is a sizeof
-(one fixed-size object) is allowed. Exits 1 and names each offending line
+(one fixed-size object) is allowed. And docs/architecture.md names only
+functions, types and files that exist. Exits 1 and names each offending line
 otherwise.
 """
 import pathlib
@@ -72,6 +73,50 @@ for p in copy_files:
         if m.group(1).startswith("copy") and start > 0 and code[start - 1] in ".>":
             continue
         problems.append(f"{p.relative_to(ROOT)}:{n}: {m.group(1)} outside proto::copy_bytes (uncounted copy)")
+
+# docs/architecture.md cannot drift from the code: every `Type::member` it
+# names must be declared or defined in src/ (or apps/, bench/, examples/),
+# and every file it names (`kv/server/arena.cpp`, `tests/unit/...`, or a
+# bare `arena.cpp`) must exist.
+CODE_DIRS = [ROOT / d for d in ("src", "apps", "bench", "examples", "python")]
+code = {p: p.read_text() for d in CODE_DIRS for p in sorted(d.rglob("*")) if p.suffix in SOURCES}
+doc = ROOT / "docs" / "architecture.md"
+text = doc.read_text()
+names = set()
+for n, line in enumerate(text.splitlines(), 1):
+    for tick in re.findall(r"`([^`]+)`", line):
+        for m in re.finditer(r"\b([A-Za-z_][A-Za-z0-9_]*)::(~?[A-Za-z_][A-Za-z0-9_]*)\b", tick):
+            names.add((m.group(1), m.group(2), n))
+        for m in re.finditer(r"^([A-Za-z0-9_./-]+\.(?:cpp|hpp|h|c|py|sh|in|build))$", tick.strip()):
+            names.add((None, m.group(1), n))
+all_files = [p for p in ROOT.rglob("*") if ".git" not in p.parts and "build" not in p.parts[len(ROOT.parts)][:5]]
+for owner, name, n in sorted(names, key=lambda t: (t[2], t[1])):
+    if owner is None:  # a file: a path from the root, from src/, or a bare name anywhere
+        if any((d / (name + ext)).exists() for d in (ROOT, ROOT / "src") for ext in ("", ".in")):
+            continue
+        if any(p.as_posix().endswith("/" + name) or p.as_posix().endswith("/" + name + ".in") for p in all_files):
+            continue
+        problems.append(f"docs/architecture.md:{n}: names {name}, which does not exist")
+        continue
+    if owner in ("std", "spdlog", "fmt", "boost"):
+        continue
+    qualified = re.compile(r"\b" + re.escape(owner) + r"::" + re.escape(name) + r"\b")
+    scope = re.compile(r"\b(?:class|struct|enum class|namespace)\s+(?:\w+::)*" + re.escape(owner) + r"\b")
+    # declared or defined: the name followed by what follows one in a
+    # declaration (a function's parameters, a member's initializer or end, an
+    # enumerator's comma), not merely the word in a comment
+    member = re.compile(r"\b" + re.escape(name.lstrip("~")) + r"\s*(?:[(;{=,]|:(?!:)|$)", re.M)
+    if not any(qualified.search(t) or (scope.search(t) and member.search(t)) for t in code.values()):
+        problems.append(f"docs/architecture.md:{n}: names {owner}::{name}, which no source declares")
+
+# The same for the sources' own comments: a path under src/ that one names
+# (`kv/store/durability.hpp`, `verbs/cq.cpp`) must exist.
+src_path = re.compile(r"\b((?:kv|verbs|reactor|proto|durable)/[a-z_/]+\.(?:hpp|cpp|h))\b")
+for p, t in code.items():
+    for n, line in enumerate(t.splitlines(), 1):
+        for m in src_path.finditer(line):
+            if not (ROOT / "src" / m.group(1)).exists():
+                problems.append(f"{p.relative_to(ROOT)}:{n}: names {m.group(1)}, which does not exist in src/")
 
 for line in problems:
     print(line)

@@ -27,7 +27,7 @@
 // that were posted (counted at flush time, i.e. when the client could first
 // see them); a SEND arriving when received > granted is an overrun.
 //
-// Durability (optional, kv/durability.hpp): a SET or DEL is applied to the
+// Durability (optional, kv/store/durability.hpp): a SET or DEL is applied to the
 // Store at once, then recorded (a DEL as a tombstone); when the Durability
 // answers `later` its reply is deferred like a rendezvous SET's (the
 // buffer's credit rides on the next reply that goes out) until the owner
