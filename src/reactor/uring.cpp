@@ -17,7 +17,10 @@
 
 namespace rkv::reactor {
 
-namespace {
+// Named, not anonymous: Arena::State / Uring::State (external linkage) hold
+// these, which GCC refuses (-Wsubobject-linkage) once the file is part of a
+// unity build.
+namespace uring_detail {
 
 // One submitted operation, kept in the SlotTable until its completion is
 // taken. The kernel gets pointers into the stored Op (iov, path, path2),
@@ -29,7 +32,8 @@ struct Op {
   std::string path2;
 };
 
-}  // namespace
+}  // namespace uring_detail
+using uring_detail::Op;
 
 struct Uring::State {
   io_uring ring{};

@@ -15,7 +15,10 @@ using conn::Registrar;
 using conn::Registration;
 using store::LargeValue;
 
-namespace {
+// Named, not anonymous: Arena::State / Uring::State (external linkage) hold
+// these, which GCC refuses (-Wsubobject-linkage) once the file is part of a
+// unity build.
+namespace arena_detail {
 struct Block {
   std::byte* data;
   std::uint64_t addr;
@@ -40,7 +43,10 @@ struct Chunk {
   Mapping mem;                        // declared first: unmapped after deregistration
   std::unique_ptr<Registration> reg;  // deregistered first
 };
-}  // namespace
+}  // namespace arena_detail
+using arena_detail::Block;
+using arena_detail::Mapping;
+using arena_detail::Chunk;
 
 struct Arena::State {
   ArenaConfig config;
