@@ -54,9 +54,22 @@ inline std::string errno_text(const char* what) { return std::string(what) + ": 
 
 }  // namespace detail
 
-// Waits for `pid` to exit within `timeout`; returns its wait status, or -1 on timeout.
+// Every timeout these helpers take ends a wait for an event (a process's
+// exit, a line it prints, a command's end, kvd's stats) that would otherwise
+// hang the test: none is an expectation of speed. What a test passes is
+// about what the event may take here with room; each wait allows
+// kDeadlineScale times that, so a slow machine or a CPU hog beside the guest
+// (scripts/test --repeat, docs/architecture.md "Tests") never hits one, and
+// a real hang still ends the test, with the helper's message, before meson's
+// own timeout.
+inline constexpr int kDeadlineScale = 4;
+[[nodiscard]] inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + timeout * kDeadlineScale;
+}
+
+// Waits for `pid` to exit within `timeout` (scaled); returns its wait status, or -1 on timeout.
 inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     int status = 0;
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
@@ -91,7 +104,7 @@ class KvdProcess {
     ::close(out[1]);
     fd_ = out[0];
     std::string line;
-    const auto deadline = std::chrono::steady_clock::now() + startup;
+    const auto deadline = deadline_after(startup);
     while (port_ == 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
@@ -155,7 +168,7 @@ class KvdProcess {
     std::unique_lock lock(mu_);
     const std::uint64_t seen = stats_seq_;
     if (pid_ <= 0 || ::kill(pid_, SIGUSR1) != 0) return std::nullopt;
-    if (!cv_.wait_for(lock, timeout, [&] { return stats_seq_ != seen; })) return std::nullopt;
+    if (!cv_.wait_until(lock, deadline_after(timeout), [&] { return stats_seq_ != seen; })) return std::nullopt;
     std::map<std::string, std::uint64_t> out;
     std::istringstream words(stats_line_);
     std::string word;
@@ -273,7 +286,7 @@ class Spawned {
 
   // The next line it printed (without the newline), nullopt at EOF or timeout.
   std::optional<std::string> next_line(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = deadline_after(timeout);
     for (;;) {
       if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
         std::string line = buf_.substr(0, nl);
@@ -356,7 +369,7 @@ inline CommandResult run_command(std::vector<std::string> args, const std::strin
   }
   ::close(in[1]);
   CommandResult r;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open = 2;
   while (open > 0) {

@@ -136,7 +136,7 @@ std::string describe(const Footprint& f) {
 }
 
 bool wait_idle(KvdProcess& kvd, std::chrono::milliseconds timeout, Stats& s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto st = kvd.stats()) {
       s = *st;

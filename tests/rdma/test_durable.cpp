@@ -173,7 +173,7 @@ TEST(DurableE2E, AcknowledgedSetsSurviveSigkill) {
     KvdProcess kvd(RKV_KVD_PATH, addr, {"--data-dir", data, "--fsync", "always"});
     const pid_t load = spawn({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
                               wl_path, "--depth", "16", "--ack-log", acks, "-q"});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+    const auto deadline = deadline_after(std::chrono::seconds(240));
     while (count_lines(acks) < 300 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -245,7 +245,7 @@ TEST(DurableE2E, AcknowledgedDeletesSurviveSigkill) {
     }
     const pid_t load = spawn({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file", wl,
                               "--depth", "16", "--ack-log", acks, "-q"});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const auto deadline = deadline_after(std::chrono::seconds(120));
     while (count_lines(acks) < 100 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -272,7 +272,7 @@ TEST(KvloadE2E, PollModesBothSidesRunAndVerify) {
     ASSERT_TRUE(s1.has_value());
     auto s2 = s1;
     bool seen = false;
-    for (const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (const auto deadline = deadline_after(60s);
          !seen && std::chrono::steady_clock::now() < deadline;) {
       std::this_thread::sleep_for(300ms);
       s1 = s2;

@@ -247,7 +247,7 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
 
   // The server tears connections down asynchronously: poll until idle.
   std::map<std::string, std::uint64_t> last;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto deadline = deadline_after(60s);
   for (;;) {
     const auto s = kvd.stats();
     ASSERT_TRUE(s);
@@ -283,7 +283,7 @@ TEST(KvloadMany, ServerDeathMidRunEndsEveryOperationWithAnError) {
   });
   // Kill kvd once the run is well under way.
   bool under_way = false;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto deadline = deadline_after(60s);
   while (!under_way && std::chrono::steady_clock::now() < deadline) {
     const auto s = kvd.stats(10s);
     under_way = s && s->count("sets") != 0 && s->at("sets") >= 500;

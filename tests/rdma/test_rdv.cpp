@@ -75,7 +75,7 @@ class RdvE2E : public test::KvdTest {
   // Polls STATS until pred holds (true) or the timeout passes (false).
   template <class Pred>
   static bool wait_stats(Client& c, Pred pred, std::chrono::seconds timeout, Stats* last = nullptr) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = test::deadline_after(timeout);
     for (;;) {
       Stats s = stats(c);
       if (last) *last = s;

@@ -301,7 +301,7 @@ TEST(Shards, ThreeServersTwoClientsThenOneKilledAndBack) {
     }
   } joiner{load};
   bool under_way = false;
-  for (const auto deadline = Clock::now() + 60s; !under_way && Clock::now() < deadline;) {
+  for (const auto deadline = deadline_after(60s); !under_way && Clock::now() < deadline;) {
     const auto s = c.kvd[kVictim]->stats(10s);
     under_way = s && s->count("sets") != 0 && s->at("sets") >= sets_before + 150;
     if (!under_way) std::this_thread::sleep_for(100ms);
@@ -369,7 +369,7 @@ TEST(Shards, ThreeServersTwoClientsThenOneKilledAndBack) {
   c.start(kVictim);
   std::string got;
   rc = EHOSTDOWN;
-  for (const auto deadline = Clock::now() + 30s; rc == EHOSTDOWN && Clock::now() < deadline;) {
+  for (const auto deadline = deadline_after(30s); rc == EHOSTDOWN && Clock::now() < deadline;) {
     rc = get(victim_key, &got);
     if (rc == EHOSTDOWN) std::this_thread::sleep_for(100ms);
   }
