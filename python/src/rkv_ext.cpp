@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "kv/client/errors.hpp"
 #include "kv/client/kv.h"
 
 namespace py = pybind11;
@@ -58,36 +59,29 @@ struct Errors {
 };
 Errors g_err;
 
-PyObject* error_type(int code, const std::string& msg) {
-  switch (code) {
-    case E2BIG: return g_err.too_large;
-    case EINVAL: return g_err.invalid;
-    case ENOMEM: return g_err.no_memory;
-    case EOPNOTSUPP: return g_err.no_handler;
-    case EREMOTEIO: return g_err.handler_failed;
-    case EDOM: return g_err.refused;
-    case ECONNREFUSED:
-    case ETIMEDOUT:
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-    case ENOTCONN:
-    case EPROTO:
-    case ENODEV:
-    case EHOSTDOWN: return g_err.connection;  // several servers: the key's server is down (reconnecting)
-    case EIO:
-      // EIO is both "the connection failed during the request" and "the
-      // server failed it": the handle's message names the status.
-      if (msg.find("connection_failed") != std::string::npos || msg.find("closed") != std::string::npos) {
-        return g_err.connection;
-      }
-      return g_err.server;
-    default: return g_err.base;
+// The class for a C API code: its row of the one error table
+// (kv/client/errors.hpp); rkv.Error for a code the table lacks.
+PyObject* error_type(int code) {
+  using rkv::kv::client::PyError;
+  const rkv::kv::client::ErrnoInfo* row = rkv::kv::client::errno_info(code);
+  switch (row != nullptr ? row->py : PyError::base) {
+    case PyError::none:
+    case PyError::base: return g_err.base;
+    case PyError::connection: return g_err.connection;
+    case PyError::too_large: return g_err.too_large;
+    case PyError::invalid: return g_err.invalid;
+    case PyError::server: return g_err.server;
+    case PyError::no_memory: return g_err.no_memory;
+    case PyError::no_handler: return g_err.no_handler;
+    case PyError::handler_failed: return g_err.handler_failed;
+    case PyError::refused: return g_err.refused;
   }
+  return g_err.base;
 }
 
 // An exception instance for an errno from the C API, with .errno and .message.
 py::object make_error(int code, const std::string& msg) {
-  py::handle type(error_type(code, msg));
+  py::handle type(error_type(code));
   py::object e = type(py::str(msg));
   e.attr("errno") = code;
   e.attr("message") = py::str(msg);
@@ -652,9 +646,17 @@ class Handle {
   std::deque<kv_completion> stash_;
 };
 
-PyObject* new_error(py::module_& m, const char* name, const char* doc, PyObject* bases) {
+// A class of rkv's errors; its doc ends with the codes the error table gives it.
+PyObject* new_error(py::module_& m, const char* name, rkv::kv::client::PyError cls, const char* doc,
+                    PyObject* bases) {
   const std::string full = std::string("rkv.") + name;
-  PyObject* t = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  std::string text = doc;
+  std::string codes;
+  for (const auto& row : rkv::kv::client::kErrnoTable) {
+    if (row.py == cls) codes += (codes.empty() ? "" : ", ") + std::string(row.name);
+  }
+  if (!codes.empty()) text += " Codes: " + codes + ".";
+  PyObject* t = PyErr_NewExceptionWithDoc(full.c_str(), text.c_str(), bases, nullptr);
   if (t == nullptr) throw py::error_already_set();
   m.attr(name) = py::handle(t);
   return t;
@@ -664,38 +666,51 @@ PyObject* new_error(py::module_& m, const char* name, const char* doc, PyObject*
 
 PYBIND11_MODULE(_rkv, m) {
   m.doc() = "The C extension under the rkv package (use `import rkv`).";
-  g_err.base = new_error(m, "Error",
+  using rkv::kv::client::PyError;
+  g_err.base = new_error(m, "Error", PyError::base,
                          "Base of rkv's errors. .errno: the C API's errno code (kv.h); .message: its text.", nullptr);
-  g_err.connection = new_error(m, "ConnectionError",
-                               "The connection could not be made or failed: ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, "
-                               "ENOTCONN (closed or failed earlier), EIO (failed during the request), ENODEV; EHOSTDOWN: a "
-                               "client over several servers, the key's server is down (reconnecting).",
+  g_err.connection = new_error(m, "ConnectionError", PyError::connection,
+                               "The connection could not be made, was closed or failed (ECONNRESET: during the "
+                               "request); EHOSTDOWN: a client over several servers, the key's server is down "
+                               "(reconnecting).",
                                g_err.base);
   {
     py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_ValueError));
-    g_err.too_large = new_error(m, "TooLargeError",
-                                "E2BIG: a key over 1024 bytes, a value over the server's limit, or (get_into) a value "
+    g_err.too_large = new_error(m, "TooLargeError", PyError::too_large,
+                                "A key over 1024 bytes, a value over the server's limit, or (get_into) a value "
                                 "longer than the buffer.",
                                 bases.ptr());
-    g_err.invalid = new_error(m, "InvalidArgument", "EINVAL: an empty key, a bad server name or option.", bases.ptr());
+    g_err.invalid =
+        new_error(m, "InvalidArgument", PyError::invalid, "An empty key, a bad server name or option.", bases.ptr());
   }
-  g_err.server = new_error(m, "ServerError", "EIO from the server: it failed the request (internal or disk error).",
-                           g_err.base);
+  g_err.server = new_error(m, "ServerError", PyError::server,
+                           "The server failed the request (internal, remote access or disk error).", g_err.base);
   {
     py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_MemoryError));
-    g_err.no_memory = new_error(m, "OutOfMemory", "ENOMEM: out of memory here or in the server's store.", bases.ptr());
+    g_err.no_memory = new_error(m, "OutOfMemory", PyError::no_memory, "Out of memory here or in the server's store.",
+                                bases.ptr());
   }
-  g_err.no_handler = new_error(m, "NoHandlerError", "EOPNOTSUPP: the server has no handler for the call's opcode.",
-                               g_err.base);
-  g_err.handler_failed = new_error(m, "HandlerFailedError",
-                                   "EREMOTEIO: the server's handler of the call failed (it logs why).", g_err.server);
+  g_err.no_handler = new_error(m, "NoHandlerError", PyError::no_handler,
+                               "The server has no handler for the call's opcode.", g_err.base);
+  g_err.handler_failed = new_error(m, "HandlerFailedError", PyError::handler_failed,
+                                   "The server's handler of the call failed (it logs why).", g_err.server);
   {
     py::tuple bases = py::make_tuple(py::handle(g_err.base), py::handle(PyExc_ValueError));
-    g_err.refused = new_error(m, "RefusedError",
-                              "EDOM: the handler refused the request (incr: the value is not a 64-bit decimal "
+    g_err.refused = new_error(m, "RefusedError", PyError::refused,
+                              "The handler refused the request (incr: the value is not a 64-bit decimal "
                               "integer, or the sum overflows; nothing changed).",
                               bases.ptr());
   }
+  // The error table, for tests/python: (errno, name, kv_strerror text) per
+  // row, and the exception the extension raises for a code.
+  m.def("_error_table", [] {
+    py::list rows;
+    for (const auto& row : rkv::kv::client::kErrnoTable) {
+      rows.append(py::make_tuple(row.err, std::string(row.name), std::string(kv_strerror(row.err))));
+    }
+    return rows;
+  });
+  m.def("_error_for", [](int code, const std::string& msg) { return make_error(code, msg); });
   m.attr("MAX_PENDING") = KV_MAX_PENDING;
   m.attr("OP_INCR") = 0x0100;
   m.attr("OP_CAS") = 0x0101;

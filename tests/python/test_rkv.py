@@ -9,6 +9,7 @@ dead server."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import struct
 
@@ -284,12 +285,14 @@ def test_dead_server() -> None:
         c = rkv.Client(k.server, poll_us=0)
         c.set(b"before", b"alive")
         k.kill()
-        with pytest.raises(rkv.ConnectionError):
+        with pytest.raises(rkv.ConnectionError) as e:
             for _ in range(3):  # the first call may find the connection failed, or fail during the request
                 c.set(b"after", b"dead")
                 c.get(b"before")
-        with pytest.raises(rkv.ConnectionError):
+        assert e.value.errno in (errno.ECONNRESET, errno.ENOTCONN), e.value.message
+        with pytest.raises(rkv.ConnectionError) as e:
             c.get(b"before")
+        assert e.value.errno == errno.ENOTCONN, e.value.message
 
         async def aget() -> None:
             await c.aget(b"before")
@@ -299,3 +302,35 @@ def test_dead_server() -> None:
         c.close()
     finally:
         k.stop()
+
+
+# The one error table (src/kv/client/errors.hpp), every row through Python:
+# the exception for each code carries it, and is of the class whose docstring
+# lists it (the extension writes each class's codes from the same table).
+# A connection's failure and a server's are different classes by code alone.
+def codes_of(cls: type) -> list[str]:
+    doc = cls.__doc__ or ""
+    return doc.split("Codes: ", 1)[1].rstrip(".").split(", ") if "Codes: " in doc else []
+
+
+def test_error_table() -> None:
+    from rkv import _rkv
+
+    rows = _rkv._error_table()
+    assert len(rows) >= 20
+    classes = [rkv.ConnectionError, rkv.TooLargeError, rkv.InvalidArgument, rkv.ServerError, rkv.OutOfMemory,
+               rkv.NoHandlerError, rkv.RefusedError]
+    for code, name, text in rows:
+        if code == 0:
+            continue
+        e = _rkv._error_for(code, f"test: {name}")
+        assert isinstance(e, rkv.Error), name
+        assert e.errno == code and e.message == f"test: {name}", name
+        assert text and text != "unknown error", name
+        if code == errno.EREMOTEIO:
+            assert type(e) is rkv.HandlerFailedError
+        documented = [c for c in [rkv.Error, *classes, rkv.HandlerFailedError] if name in codes_of(c)]
+        assert documented == [type(e)], (name, documented)
+    assert type(_rkv._error_for(errno.ECONNRESET, "m")) is rkv.ConnectionError
+    assert type(_rkv._error_for(errno.EIO, "m")) is rkv.ServerError
+    assert type(_rkv._error_for(errno.EBADF, "m")) is rkv.Error  # not a code of kv.h

@@ -482,25 +482,8 @@ int kv_close(void* kv_handle) {
 }
 
 const char* kv_strerror(int code) {
-  switch (code) {
-    case 0: return "success";
-    case EINVAL: return "invalid argument";
-    case E2BIG: return "key or value too large";
-    case ECONNREFUSED: return "connection refused";
-    case ETIMEDOUT: return "timed out";
-    case EHOSTUNREACH: return "server unreachable";
-    case ENETUNREACH: return "no route to the server";
-    case ENOTCONN: return "not connected";
-    case EIO: return "connection or server error";
-    case ENOMEM: return "out of memory";
-    case EPROTO: return "protocol error";
-    case ENODEV: return "no RDMA device";
-    case ENOENT: return "no such key";
-    case EAGAIN: return "pipeline full";
-    case EACCES: return "authentication token missing or refused";
-    case EHOSTDOWN: return "the key's server is down (reconnecting)";
-    default: return "unknown error";
-  }
+  const rkv::kv::client::ErrnoInfo* row = rkv::kv::client::errno_info(code);
+  return row != nullptr ? row->message.data() : "unknown error";  // the table's literals end with a NUL
 }
 
 const char* kv_last_error(void* kv_handle) {

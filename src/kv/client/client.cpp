@@ -97,28 +97,6 @@ std::string describe(const verbs::CmEvent& ev) {
 
 }  // namespace
 
-int to_errno(Status s) noexcept {
-  switch (s) {
-    case Status::ok: return 0;
-    case Status::bad_key: return EINVAL;
-    case Status::too_large: return E2BIG;
-    case Status::bad_request: return EINVAL;
-    case Status::no_memory: return ENOMEM;
-    case Status::server_error: return EIO;
-    case Status::io_error: return EIO;
-    case Status::no_handler: return EOPNOTSUPP;
-    case Status::handler_failed: return EREMOTEIO;
-    case Status::refused: return EDOM;
-    case Status::not_connected: return ENOTCONN;
-    case Status::connection_failed: return EIO;
-    case Status::closed: return ENOTCONN;
-    case Status::timeout: return ETIMEDOUT;
-    case Status::invalid_use: return EINVAL;
-    case Status::shard_down: return EHOSTDOWN;
-  }
-  return EIO;
-}
-
 Client::Client(reactor::Reactor& reactor, const ClientOptions& options)
     : reactor_(&reactor), options_(options), flush_poller_(reactor.add_poller([this] { return on_flush_poll(); })) {}
 

@@ -280,7 +280,6 @@ class Client {
   reactor::Reactor::Clock::time_point watch_since_;  // when it last moved
 };
 
-// errno-style code for a Status (0 for ok), for the C API and tools.
-[[nodiscard]] int to_errno(Status s) noexcept;
+// to_errno(Status), the C API's code for a Status: kv/client/errors.hpp.
 
 }  // namespace rkv::kv::client

@@ -22,44 +22,6 @@ using conn::BufferPool;
 using conn::Link;
 using conn::Registrar;
 
-std::string_view to_string(Status s) noexcept {
-  switch (s) {
-    case Status::ok: return "ok";
-    case Status::bad_key: return "bad_key";
-    case Status::too_large: return "too_large";
-    case Status::bad_request: return "bad_request";
-    case Status::no_memory: return "no_memory";
-    case Status::server_error: return "server_error";
-    case Status::io_error: return "io_error";
-    case Status::no_handler: return "no_handler";
-    case Status::handler_failed: return "handler_failed";
-    case Status::refused: return "refused";
-    case Status::not_connected: return "not_connected";
-    case Status::connection_failed: return "connection_failed";
-    case Status::closed: return "closed";
-    case Status::shard_down: return "shard_down";
-    case Status::timeout: return "timeout";
-    case Status::invalid_use: return "invalid_use";
-  }
-  return "invalid";
-}
-
-Status from_wire(proto::Status s) noexcept {
-  switch (s) {
-    case proto::Status::ok: return Status::ok;
-    case proto::Status::too_large: return Status::too_large;
-    case proto::Status::bad_request: return Status::bad_request;
-    case proto::Status::no_memory: return Status::no_memory;
-    case proto::Status::internal: return Status::server_error;
-    case proto::Status::remote_access: return Status::server_error;
-    case proto::Status::io_error: return Status::io_error;
-    case proto::Status::no_handler: return Status::no_handler;
-    case proto::Status::handler_failed: return Status::handler_failed;
-    case proto::Status::refused: return Status::refused;
-  }
-  return Status::server_error;
-}
-
 std::string_view to_string(ConnState s) noexcept {
   switch (s) {
     case ConnState::connecting: return "connecting";

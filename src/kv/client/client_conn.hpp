@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "kv/conn/buffer_pool.hpp"
+#include "kv/client/errors.hpp"
 #include "kv/client/landing.hpp"
 #include "kv/conn/link.hpp"
 #include "kv/client/reg_cache.hpp"
@@ -67,29 +68,7 @@ using conn::MessageChannel;
 using conn::Registrar;
 using conn::Registration;
 
-// Outcome of one client operation.
-enum class Status : std::uint8_t {
-  ok,
-  bad_key,            // key empty or longer than proto::kMaxKey (refused at submit)
-  too_large,          // key + value does not fit (refused at submit) or the server said so
-  bad_request,        // the server refused the request
-  no_memory,          // the server's store is full
-  server_error,       // the server failed (internal error, remote access)
-  io_error,           // SET/DEL/CALL: the server could not make it durable (disk error); not applied for sure
-  no_handler,         // CALL: the server has no handler for this opcode
-  handler_failed,     // CALL: the handler threw (logged by the server)
-  refused,            // CALL: the handler refused the request (e.g. INCR of a value that is not an integer)
-  not_connected,      // submitted while the connection is not usable
-  connection_failed,  // the connection failed while the request was pending
-  closed,             // the connection was closed locally while it was pending
-  timeout,            // a sync helper gave up waiting (the connection is failed)
-  invalid_use,        // API misuse, e.g. a sync helper called from a reactor callback
-  shard_down,         // several servers (ShardSet): the key's server is down (reconnecting in the background)
-};
-
-[[nodiscard]] std::string_view to_string(Status s) noexcept;
-// Client status for a reply's wire status.
-[[nodiscard]] Status from_wire(proto::Status s) noexcept;
+// Status, to_string(Status), from_wire: kv/client/errors.hpp.
 
 enum class ConnState : std::uint8_t {
   connecting,   // receives may be posted; requests queue until established

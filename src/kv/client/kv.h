@@ -14,8 +14,14 @@
  *   ECONNREFUSED  nothing accepted the connection on that address/port
  *   ETIMEDOUT     no answer in time (connect, or a request)
  *   EHOSTUNREACH  the address cannot be resolved/reached over RDMA
+ *   ENETUNREACH   no route to the server's address over RDMA
+ *   ENODEV        no RDMA device on this machine, or it was removed
+ *   EPROTO        connecting: the server sent bad connect parameters, or an
+ *                 unexpected connection event
  *   ENOTCONN      the handle's connection is closed or failed earlier
- *   EIO           the connection failed during the request, or a server error
+ *   ECONNRESET    the connection failed while the request was pending
+ *   EIO           the server failed the request (internal, remote access or
+ *                 disk error)
  *   ENOMEM        out of memory (here or in the server's store)
  *   ENOENT        kv_get_bin, kv_del, a GET or DEL completion: no such key
  *   EAGAIN        kv_*_async: the pipeline is full (see below)
@@ -27,6 +33,8 @@
  *   EOPNOTSUPP, EREMOTEIO, EDOM  kv_call, kv_incr, kv_cas (see there)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last
  * failure's full message. Output parameters are written only on success.
+ * (These codes, their kv_strerror texts and the Python classes are one table:
+ * src/kv/client/errors.hpp.)
  */
 #ifndef RKV_KV_H
 #define RKV_KV_H
@@ -75,7 +83,7 @@ extern "C" {
  * (0: events only; "busy": never sleeps). Anything else: EINVAL.
  * RKV_TIMEOUT_MS=N (default 30000): a request, sync or async, that has had
  * no reply for N ms (while nothing else on its connection moved either)
- * fails its connection: the sync call returns ETIMEDOUT (EIO when requests
+ * fails its connection: the sync call returns ETIMEDOUT (ECONNRESET when requests
  * on it had been waiting longer and failed it first), every request in
  * flight on it completes with its error (kv_poll returns them), e.g. when
  * the server is stopped but its host still acknowledges. 0: no limit.
@@ -210,7 +218,7 @@ KV_API int kv_cas(void *kv_handle, const void *key, size_t key_len, const void *
 typedef struct kv_completion {
   uint64_t tag;     /* as submitted */
   int status;       /* 0; ENOENT: GET or DEL of a missing key; else an errno as above
-                       (EIO, ENOTCONN when the connection failed or was closed, ...) */
+                       (ECONNRESET, ENOTCONN when the connection failed or was closed, ...) */
   void *value;      /* GET with status 0: the value, as kv_get_bin gives it; CALL
                        with status 0: the reply, as kv_call gives it (free either
                        with kv_release); NULL otherwise */
