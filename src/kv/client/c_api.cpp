@@ -69,6 +69,17 @@ int exception_error(CHandle* h, const char* what) noexcept {
   }
 }
 
+// Runs a C call's body; an exception that reaches the C boundary becomes its
+// code and message there (exception_error), so no call lets one escape.
+template <typename Body>
+int guarded(CHandle* h, const char* what, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return exception_error(h, what);
+  }
+}
+
 std::span<const std::byte> bytes_of(const void* p, std::size_t n) noexcept {
   static const std::byte kNone{};
   return {p != nullptr ? static_cast<const std::byte*>(p) : &kNone, p != nullptr ? n : 0};
@@ -201,12 +212,10 @@ int kv_set(void* kv_handle, const char* key, const char* value) {
   if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, true, value, value_len, "kv_set"); rc != 0) {
     return rc;
   }
-  try {
+  return guarded(h, "kv_set", [&] {
     OpResult r;
     return h->run(OpKind::set, key, bytes_of(value, value_len), r, "kv_set");
-  } catch (...) {
-    return exception_error(h, "kv_set");
-  }
+  });
 }
 
 int kv_get(void* kv_handle, const char* key, char** value) {
@@ -215,7 +224,7 @@ int kv_get(void* kv_handle, const char* key, char** value) {
   if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get"); rc != 0) {
     return rc;
   }
-  try {
+  return guarded(h, "kv_get", [&] {
     OpResult r;
     if (int rc = h->run(OpKind::get, key, {}, r, "kv_get"); rc != 0) return rc;
     if (r.value == nullptr) {  // a missing key: ""
@@ -224,20 +233,16 @@ int kv_get(void* kv_handle, const char* key, char** value) {
     }
     *value = static_cast<char*>(r.value);
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_get");
-  }
+  });
 }
 
 int kv_set_bin(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len) {
   CHandle* h = handle_of(kv_handle);
   if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_bin"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_set_bin", [&] {
     OpResult r;
     return h->run(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), r, "kv_set_bin");
-  } catch (...) {
-    return exception_error(h, "kv_set_bin");
-  }
+  });
 }
 
 int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, size_t* value_len) {
@@ -246,29 +251,25 @@ int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, s
     return arg_error(h, EINVAL, "kv_get_bin", value == nullptr ? "value pointer is NULL" : "value_len pointer is NULL");
   }
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_get_bin", [&] {
     OpResult r;
     if (int rc = h->run(OpKind::get, key_of(key, key_len), {}, r, "kv_get_bin"); rc != 0) return rc;
     if (!r.found) return arg_error(h, ENOENT, "kv_get_bin", "no such key");
     *value = r.value;
     *value_len = r.value_len;
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_get_bin");
-  }
+  });
 }
 
 int kv_del(void* kv_handle, const void* key, size_t key_len) {
   CHandle* h = handle_of(kv_handle);
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_del", [&] {
     OpResult r;
     if (int rc = h->run(OpKind::del, key_of(key, key_len), {}, r, "kv_del"); rc != 0) return rc;
     if (!r.found) return arg_error(h, ENOENT, "kv_del", "no such key");
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_del");
-  }
+  });
 }
 
 int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, size_t* value_len) {
@@ -276,7 +277,7 @@ int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, siz
   if (h != nullptr && value_len == nullptr) return arg_error(h, EINVAL, "kv_get_into", "value_len pointer is NULL");
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into", "buf is NULL");
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_get_into", [&] {
     OpResult r;
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
     if (int rc = h->run(OpKind::get_into, key_of(key, key_len), {}, r, "kv_get_into", into); rc != 0) {
@@ -289,40 +290,34 @@ int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, siz
     if (!r.found) return arg_error(h, ENOENT, "kv_get_into", "no such key");
     *value_len = r.value_len;
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_get_into");
-  }
+  });
 }
 
 int kv_stats(void* kv_handle, char** text) {
   CHandle* h = handle_of(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_stats: handle is NULL");
   if (text == nullptr) return arg_error(h, EINVAL, "kv_stats", "text pointer is NULL");
-  try {
+  return guarded(h, "kv_stats", [&] {
     std::string out;
     if (int rc = h->stats(out, "kv_stats"); rc != 0) return rc;
     void* v = rkv::kv::client::copy_value(std::as_bytes(std::span<const char>(out.data(), out.size())));
     if (v == nullptr) return arg_error(h, ENOMEM, "kv_stats", "out of memory");
     *text = static_cast<char*>(v);
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_stats");
-  }
+  });
 }
 
 int kv_counters(void* kv_handle, char** text) {
   CHandle* h = handle_of(kv_handle);
   if (h == nullptr) return set_error(nullptr, EINVAL, "kv_counters: handle is NULL");
   if (text == nullptr) return arg_error(h, EINVAL, "kv_counters", "text pointer is NULL");
-  try {
+  return guarded(h, "kv_counters", [&] {
     const std::string out = h->counters_text();
     void* v = rkv::kv::client::copy_value(std::as_bytes(std::span<const char>(out.data(), out.size())));
     if (v == nullptr) return arg_error(h, ENOMEM, "kv_counters", "out of memory");
     *text = static_cast<char*>(v);
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_counters");
-  }
+  });
 }
 
 int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void** reply, size_t* reply_len) {
@@ -339,15 +334,13 @@ int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void*
   }
   // The line of kv_calls is the empty key (c_handle.hpp); the check is the value limit's.
   if (int rc = h->check(" ", req_len, "kv_call"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_call", [&] {
     OpResult r;
     if (int rc = h->run(OpKind::call, {}, bytes_of(req, req_len), r, "kv_call", {}, op); rc != 0) return rc;
     *reply = r.value;
     *reply_len = r.value_len;
     return 0;
-  } catch (...) {
-    return exception_error(h, "kv_call");
-  }
+  });
 }
 
 
@@ -355,7 +348,7 @@ int kv_incr(void* kv_handle, const void* key, size_t key_len, int64_t delta, int
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && result == nullptr) return arg_error(h, EINVAL, "kv_incr", "result pointer is NULL");
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_incr"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_incr", [&] {
     const std::string request = rkv::proto::ops::incr_request(key_of(key, key_len), delta);
     return keyed_call(h, rkv::proto::ops::kIncr, key_of(key, key_len), request, "kv_incr",
                       [result](std::span<const std::byte> b) {
@@ -363,9 +356,7 @@ int kv_incr(void* kv_handle, const void* key, size_t key_len, int64_t delta, int
                         if (v) *result = *v;
                         return v.has_value();
                       });
-  } catch (...) {
-    return exception_error(h, "kv_incr");
-  }
+  });
 }
 
 int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expected, size_t expected_len,
@@ -374,7 +365,7 @@ int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expecte
   if (h != nullptr && swapped == nullptr) return arg_error(h, EINVAL, "kv_cas", "swapped pointer is NULL");
   if (h != nullptr && expected == nullptr && expected_len != 0) return arg_error(h, EINVAL, "kv_cas", "expected is NULL");
   if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_cas"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_cas", [&] {
     const auto as_text = [](const void* p, std::size_t n) {
       return std::string_view(p != nullptr ? static_cast<const char*>(p) : "", p != nullptr ? n : 0);
     };
@@ -387,52 +378,42 @@ int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expecte
                         if (v) *swapped = *v ? 1 : 0;
                         return v.has_value();
                       });
-  } catch (...) {
-    return exception_error(h, "kv_cas");
-  }
+  });
 }
 
 int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
                  uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_async"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_set_async", [&] {
     return h->submit(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_async");
-  } catch (...) {
-    return exception_error(h, "kv_set_async");
-  }
+  });
 }
 
 int kv_get_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_get_async", [&] {
     return h->submit(OpKind::get, key_of(key, key_len), {}, tag, "kv_get_async");
-  } catch (...) {
-    return exception_error(h, "kv_get_async");
-  }
+  });
 }
 
 int kv_del_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del_async"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_del_async", [&] {
     return h->submit(OpKind::del, key_of(key, key_len), {}, tag, "kv_del_async");
-  } catch (...) {
-    return exception_error(h, "kv_del_async");
-  }
+  });
 }
 
 int kv_get_into_async(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into_async", "buf is NULL");
   if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async"); rc != 0) return rc;
-  try {
+  return guarded(h, "kv_get_into_async", [&] {
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
     return h->submit(OpKind::get_into, key_of(key, key_len), {}, tag, "kv_get_into_async", into);
-  } catch (...) {
-    return exception_error(h, "kv_get_into_async");
-  }
+  });
 }
 
 int kv_call_async(void* kv_handle, uint16_t op, const void* req, size_t req_len, uint64_t tag) {
@@ -445,11 +426,9 @@ int kv_call_async(void* kv_handle, uint16_t op, const void* req, size_t req_len,
                      "key); use a handle on the one server the handler should run on");
   }
   if (int rc = h->check(" ", req_len, "kv_call_async"); rc != 0) return rc;  // the value limit's check, as kv_call
-  try {
+  return guarded(h, "kv_call_async", [&] {
     return h->submit(OpKind::call, {}, bytes_of(req, req_len), tag, "kv_call_async", {}, op);
-  } catch (...) {
-    return exception_error(h, "kv_call_async");
-  }
+  });
 }
 
 int kv_poll(void* kv_handle, kv_completion* out, int max, int timeout_ms) {
