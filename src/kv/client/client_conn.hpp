@@ -104,7 +104,6 @@ struct ClientCounters {
   std::uint64_t rdma_reads = 0;       // RDMA READs posted
   std::uint64_t read_posts = 0;       // posts that carried them (one-sided GETs chain theirs: several per post)
   std::uint64_t reads_unsignaled = 0; // of rdma_reads: posted without a completion of their own
-  std::uint64_t rdma_writes = 0;      // RDMA WRITEs posted (none: the client never writes)
   std::uint64_t stale_reads = 0;      // RDMA READ completions for a request slot freed since (dropped)
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t reg_cache_hits = 0;   // large SET sources found registered in the pin-down cache
@@ -149,7 +148,6 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"rdma_reads", &ClientCounters::rdma_reads},
     ClientCounterInfo{"read_posts", &ClientCounters::read_posts},
     ClientCounterInfo{"reads_unsignaled", &ClientCounters::reads_unsignaled},
-    ClientCounterInfo{"rdma_writes", &ClientCounters::rdma_writes},
     ClientCounterInfo{"stale_reads", &ClientCounters::stale_reads},
     ClientCounterInfo{"registrations", &ClientCounters::registrations},
     ClientCounterInfo{"reg_cache_hits", &ClientCounters::reg_cache_hits},
