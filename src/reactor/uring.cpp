@@ -17,7 +17,7 @@
 
 namespace rkv::reactor {
 
-// Named, not anonymous: Arena::State / Uring::State (external linkage) hold
+// Named, not anonymous: Uring::State (external linkage) holds
 // these, which GCC refuses (-Wsubobject-linkage) once the file is part of a
 // unity build.
 namespace uring_detail {

@@ -15,7 +15,7 @@ using conn::Registrar;
 using conn::Registration;
 using store::LargeValue;
 
-// Named, not anonymous: Arena::State / Uring::State (external linkage) hold
+// Named, not anonymous: Arena::State (external linkage) holds
 // these, which GCC refuses (-Wsubobject-linkage) once the file is part of a
 // unity build.
 namespace arena_detail {
