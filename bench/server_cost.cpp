@@ -139,7 +139,8 @@ class Harness {
     cfg.max_pins = 32;
     cfg.reply_batch = o.reply_batch;
     cfg.label = "bench";
-    conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, std::move(cfg), &arena_, nullptr);
+    cfg.stats = [] { return rkv::kv::store::StatRows{}; };  // no STATS in this bench
+    conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, std::move(cfg));
     if (conn_->start() != Verdict::keep) throw std::runtime_error("ServerConn::start failed");
     conn_->on_established();
     build_templates();

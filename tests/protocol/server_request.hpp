@@ -5,13 +5,25 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "fake_link.hpp"
 #include "wire_helpers.hpp"
+#include "kv/server/counters.hpp"
 #include "kv/server/server_conn.hpp"
 
 namespace rkv::test {
+
+// What a Server answers STATS with, from these two (ServerConnConfig::stats).
+inline std::function<kv::store::StatRows()> stats_of(const kv::server::ServerCounters& counters,
+                                                     const kv::store::Store& store) {
+  return [&counters, &store] {
+    kv::store::StatRows rows = kv::server::counter_rows(counters);
+    store.append_stats(rows);
+    return rows;
+  };
+}
 
 inline kv::server::Verdict deliver_request(kv::server::ServerConn& sc, FakeLink& link, std::size_t& next_recv,
                                            const std::vector<std::byte>& bytes) {

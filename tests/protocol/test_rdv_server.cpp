@@ -39,7 +39,8 @@ class ServerRdv : public ::testing::Test {
     cfg.max_value = 1u << 20;
     cfg.max_transfers = 2;
     cfg.max_pins = 2;
-    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg, &arena_);
+    cfg.stats = test::stats_of(counters_, store_);
+    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
   }

@@ -73,7 +73,8 @@ class ServerCall : public ::testing::Test {
     cfg.max_transfers = 2;
     cfg.max_pins = 2;
     cfg.handlers = &handlers_;
-    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg, &arena_, durable ? &dur_ : nullptr);
+    cfg.stats = test::stats_of(counters_, store_);
+    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, durable ? &dur_ : nullptr);
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
     EXPECT_TRUE(store_.set("c", "to delete"));

@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "fake_link.hpp"
+#include "fake_registrar.hpp"
+#include "server_request.hpp"
 #include "wire_helpers.hpp"
+#include "kv/server/arena.hpp"
 #include "kv/server/server_conn.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
@@ -63,7 +66,7 @@ std::vector<Reply> decode_all(const std::vector<std::byte>& send) {
 class ServerConnTest : public ::testing::Test {
  protected:
   explicit ServerConnTest(std::uint32_t send_count = 8, std::size_t send_size = 8192)
-      : recv_(kCredits, 8192), send_(send_count, send_size) {}
+      : recv_(kCredits, 8192), send_(send_count, send_size), arena_(reg_, {4096, 1u << 20, 64u << 20}) {}
 
   void SetUp() override { make(); }
 
@@ -74,7 +77,8 @@ class ServerConnTest : public ::testing::Test {
     cfg.generation = kGen;
     cfg.peer_recv_size = 8192;
     cfg.label = "fake-peer";
-    conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg);
+    cfg.stats = test::stats_of(counters_, store_);
+    conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);
     ASSERT_EQ(conn_->start(), Verdict::keep);
     ASSERT_EQ(link_.recvs.size(), kCredits);
     conn_->on_established();
@@ -106,6 +110,8 @@ class ServerConnTest : public ::testing::Test {
   BufferPool send_;
   Store store_;
   ServerCounters counters_;
+  test::FakeRegistrar reg_;
+  Arena arena_;
   std::unique_ptr<ServerConn> conn_;
   std::size_t next_recv_ = 0;
   std::size_t next_send_ = 0;
@@ -486,21 +492,6 @@ TEST_F(ServerConnTest, EagerBoundary4095) {
   bad.resize(bad.size() + 4095, std::byte{'z'});
   EXPECT_EQ(deliver(bad), Verdict::disconnect);
   EXPECT_NE(conn_->disconnect_reason().find(to_string(proto::Reason::eager_too_large)), std::string::npos);
-}
-
-TEST_F(ServerConnTest, RendezvousIsRefusedWithoutDisconnect) {
-  ASSERT_EQ(deliver(pack({proto::msg::set_request_rdv(1, "big", {0x1000, 42}, 100000),
-                          proto::msg::get_request_rdv(2, "big", {0x2000, 43}, 100000)})),
-            Verdict::keep);
-  const auto r = flush_replies();
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].header.opcode, Opcode::set_reply);
-  EXPECT_EQ(r[0].header.status, Status::bad_request);
-  EXPECT_EQ(r[1].header.opcode, Opcode::get_reply);
-  EXPECT_EQ(r[1].header.status, Status::bad_request);
-  EXPECT_EQ(store_.size(), 0u);
-  EXPECT_EQ(counters_.rdv_refused, 2u);
-  EXPECT_EQ(conn_->state(), ConnState::established);
 }
 
 TEST_F(ServerConnTest, ErrorCompletionDisconnectsAndFlushesDrain) {

@@ -43,7 +43,8 @@ class ServerDurable : public ::testing::Test {
     cfg.max_transfers = 2;
     cfg.max_pins = 2;
     cfg.token = kToken;
-    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, counters_, cfg, &arena_, &dur_);
+    cfg.stats = test::stats_of(counters_, store_);
+    sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, &dur_);
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
   }

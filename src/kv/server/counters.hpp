@@ -42,7 +42,6 @@ struct ServerCounters {
   std::uint64_t calls = 0;
   std::uint64_t calls_no_handler = 0;
   std::uint64_t calls_failed = 0;
-  std::uint64_t rdv_refused = 0;
   std::uint64_t error_replies = 0;
   std::uint64_t pauses = 0;
   std::uint64_t messages_received = 0;
@@ -98,7 +97,6 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"calls", &ServerCounters::calls, "CALL requests (user-defined operations)"},
     CounterInfo{"calls_no_handler", &ServerCounters::calls_no_handler, "CALLs of an opcode with no handler (answered no_handler)"},
     CounterInfo{"calls_failed", &ServerCounters::calls_failed, "CALLs whose handler threw (answered handler_failed)"},
-    CounterInfo{"rdv_refused", &ServerCounters::rdv_refused, "rendezvous requests refused with bad_request (no registered memory)"},
     CounterInfo{"error_replies", &ServerCounters::error_replies, "replies with a non-ok status"},
     CounterInfo{"pauses", &ServerCounters::pauses, "times a received buffer waited for a free send buffer or transfer"},
     CounterInfo{"messages_received", &ServerCounters::messages_received, "requests decoded and executed (RELEASE included)"},

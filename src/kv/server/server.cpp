@@ -304,8 +304,8 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;
-    auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, counters_,
-                                           std::move(scfg), arena_.get(), durability_);
+    auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, *arena_, counters_,
+                                           std::move(scfg), durability_);
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
     }

@@ -47,8 +47,7 @@ void Handlers::assert_owner() const noexcept {
 }
 
 namespace {
-// A reply over the value limit (or too large without an arena): answered
-// too_large. Its own type, so a handler's own std::length_error stays a
+// A reply over the value limit: answered too_large. Its own type, so a handler's own std::length_error stays a
 // handler failure.
 struct ReplyTooLarge : std::length_error {
   using std::length_error::length_error;
@@ -104,7 +103,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
     assert_owner();
     if (key.empty() || key.size() > proto::kMaxKey || value.size() > c_->config_.max_value) return false;
     const std::string_view text = proto::as_string_view(value);
-    if (proto::eager_fits(key.size(), value.size()) || c_->arena_ == nullptr) {
+    if (proto::eager_fits(key.size(), value.size())) {
       try {
         if (!c_->store_->set(key, text)) {  // a small-arena block with the index on (Store::set)
           ++c_->counters_->no_memory;  // over kvd --max-memory: nothing changed
@@ -182,7 +181,6 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   // The reply moves to (or grows in) an arena block of at least n bytes.
   void grow(std::size_t n) {
     if (block_ && block_->capacity >= n) return;
-    if (c_->arena_ == nullptr) throw ReplyTooLarge("CALL reply too large for a SEND (no arena)");
     const std::size_t want = std::max(n, block_ ? block_->capacity * 2 : n);
     auto b = c_->arena_->allocate(want);
     if (!b) throw std::bad_alloc();
@@ -211,10 +209,7 @@ std::size_t ServerConn::call_reply_room() const noexcept {
 ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   ++counters_->calls;
   const std::uint32_t id = m.header.req_id;
-  if (reply.status != Status::ok) {  // plan_reply refused it: RDV without registered memory, a tiny client buffer
-    if (m.rdv) ++counters_->rdv_refused;
-    return Outcome::reply;
-  }
+  if (reply.status != Status::ok) return Outcome::reply;  // plan_reply refused it: a tiny client buffer
   const std::uint16_t op = proto::call_op(m.key);
   if (!m.rdv) return run_call(id, op, m.value, reply);
   // Large request: READ it into an arena block, run the handler when it is there (on_transfer).

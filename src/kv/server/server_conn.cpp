@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <new>
+#include <stdexcept>
 #include <utility>
 #include <variant>
 
@@ -22,16 +23,17 @@ using proto::Status;
 using verbs::CompletionStatus;
 using verbs::WrKind;
 
-ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-                       ServerConnConfig config, Arena* arena, Durability* durability)
+ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, Arena& arena,
+                       ServerCounters& counters, ServerConnConfig config, Durability* durability)
     : store_(&store),
       counters_(&counters),
       config_(std::move(config)),
       recv_(&recv),
       channel_(link, recv, send, config_.generation, config_.peer_recv_size),
       granted_(config_.credits),
-      arena_(arena),
+      arena_(&arena),
       durability_(durability) {
+  if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
   transfers_.resize(config_.max_transfers);
   free_transfers_.reserve(config_.max_transfers);
   for (std::uint32_t i = config_.max_transfers; i > 0; --i) free_transfers_.push_back(i - 1);
@@ -254,8 +256,7 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
                                  ? std::max(proto::encoded_size(reply), call_reply_room())
                                  : proto::encoded_size(reply);
     if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
-    if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && arena_ != nullptr &&
-        transfers_full()) {
+    if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && transfers_full()) {
       return Progress::paused;  // resumes when a READ/WRITE completes
     }
     const Outcome out = execute(m, reply);
@@ -311,15 +312,10 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
   const std::uint32_t id = m.header.req_id;
   proto::MessageSpec reply;
   switch (m.opcode()) {
-    case Opcode::set:
-      reply = m.rdv && arena_ == nullptr ? proto::msg::error_reply(Opcode::set, id, 0, Status::bad_request)
-                                         : proto::msg::set_reply(id, 0);
-      break;
+    case Opcode::set: reply = proto::msg::set_reply(id, 0); break;
     case Opcode::release: reply = proto::msg::set_reply(id, 0); break;  // none is sent; sized like one
     case Opcode::get:
-      if (m.rdv && arena_ == nullptr) {
-        reply = proto::msg::error_reply(Opcode::get, id, 0, Status::bad_request);
-      } else if (const auto hit = store_->get(m.key); hit.found && hit.large) {
+      if (const auto hit = store_->get(m.key); hit.found && hit.large) {
         reply = proto::msg::get_reply_pull(id, 0, {}, hit.value.size());  // the largest it can become
       } else if (hit.found) {
         reply = proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
@@ -329,14 +325,7 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       break;
     case Opcode::stats:
       try {
-        store::StatRows rows;
-        if (config_.stats) {
-          rows = config_.stats();
-        } else {  // no Server (protocol tests): the counters and the Store's rows
-          rows = counter_rows(*counters_);
-          store_->append_stats(rows);
-        }
-        stats_text_ = store::format_stats_lines(rows);
+        stats_text_ = store::format_stats_lines(config_.stats());
       } catch (const std::bad_alloc&) {
         reply = proto::msg::error_reply(Opcode::stats, id, 0, Status::no_memory);
         break;
@@ -345,8 +334,7 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       break;
     case Opcode::del: reply = proto::msg::del_reply(id, 0, false); break;  // execute() says whether it was found
     case Opcode::call:  // sized as a pulled reply; process() keeps room for an eager one (call_reply_room)
-      reply = m.rdv && arena_ == nullptr ? proto::msg::error_reply(Opcode::call, id, 0, Status::bad_request)
-                                         : proto::msg::call_reply_pull(id, 0, {}, 0);
+      reply = proto::msg::call_reply_pull(id, 0, {}, 0);
       break;
     case Opcode::set_reply:
     case Opcode::get_reply:
@@ -368,10 +356,6 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
   switch (m.opcode()) {
     case Opcode::set:
       ++counters_->sets;
-      if (m.rdv && arena_ == nullptr) {  // no registered memory: answered bad_request, connection kept
-        ++counters_->rdv_refused;
-        return Outcome::reply;
-      }
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
       try {
@@ -389,9 +373,7 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       return record_durable(m.key, m.value_text(), {}, m.header.req_id, reply);
     case Opcode::get:
       ++counters_->gets;
-      if (m.rdv && arena_ == nullptr) {
-        ++counters_->rdv_refused;
-      } else if (reply.found) {
+      if (reply.found) {
         ++counters_->get_hits;
         if (reply.rdv) return execute_get_large(m, store_->get(m.key).large, reply);
       }
@@ -498,7 +480,7 @@ Verdict ServerConn::flush() noexcept {
     fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
     return Verdict::disconnect;
   }
-  if (arena_ != nullptr) arena_->top_up();  // replies are on the wire: grow the arena now, if it must
+  arena_->top_up();  // replies are on the wire: grow the arena now, if it must
   if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
     granted_ += granted_pending_;
     granted_pending_ = 0;

@@ -150,7 +150,7 @@ struct ServerConnConfig {
   std::uint32_t max_transfers = 16;  // RDMA READ/WRITEs in flight (the QP's rdma depth)
   std::uint32_t max_pins = 16;       // pulled GETs awaiting RELEASE (client's max requests in flight)
   std::string label;                // for logs, e.g. the peer address
-  // The rows of the STATS reply (Server::stats_rows()); empty: the counter table and the Store's rows.
+  // The rows of the STATS reply (Server::stats_rows()). Required: the constructor refuses an empty one.
   std::function<store::StatRows()> stats;
   std::uint64_t token = 0;          // the owner's slot + generation: passed to Durability::record_set
   // The handlers CALLs run (handler.hpp; owned by the Server, outlives this).
@@ -164,11 +164,11 @@ struct ServerConnConfig {
 
 class ServerConn {
  public:
-  // `arena` (optional, outlives this): registered memory for the rendezvous
-  // path; without it RDV requests are refused with bad_request.
-  // `durability` (optional, outlives this): records every SET (see above).
-  ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, ServerCounters& counters,
-             ServerConnConfig config, Arena* arena = nullptr, Durability* durability = nullptr);
+  // `arena` (outlives this): registered memory for the rendezvous path and
+  // CALLs. `durability` (optional, outlives this): records every SET (see
+  // above). Throws std::invalid_argument without config.stats.
+  ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& store, Arena& arena, ServerCounters& counters,
+             ServerConnConfig config, Durability* durability = nullptr);
 
   ServerConn(const ServerConn&) = delete;
   ServerConn& operator=(const ServerConn&) = delete;
@@ -347,7 +347,7 @@ class ServerConn {
   std::uint32_t owed_ = 0;             // re-posted buffers not yet returned in a reply
   std::string stats_text_;             // storage behind a STATS reply until it is appended
 
-  Arena* arena_ = nullptr;
+  Arena* arena_;  // never null
   std::vector<Transfer> transfers_;
   std::vector<std::uint32_t> free_transfers_;
   std::size_t transfers_in_flight_ = 0;
