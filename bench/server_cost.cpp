@@ -124,6 +124,7 @@ class Harness {
         send_(o.send_buffers, o.buf_size),
         arena_(registrar_, o.kvd.arena),
         version_(o.keys, 0) {
+    store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     if (index) {  // kvd's defaults: ServerOptions::index_buckets, small_arena
       small_ = std::make_unique<Arena>(registrar_, o.kvd.small_arena);
       index_ = std::make_unique<IndexRegion>(registrar_, o.kvd.index_buckets);
@@ -151,7 +152,7 @@ class Harness {
 
   ~Harness() {
     conn_.reset();
-    store_.detach_index();
+    store_.detach();
   }
 
   // Runs `msgs` SENDs of `batch` requests each (keys in turn, cycling).

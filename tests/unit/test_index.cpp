@@ -321,7 +321,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
   ASSERT_EQ(probe("gone", e), ProbeResult::found);
   EXPECT_EQ(e.value_len, 5u);
   EXPECT_EQ(index_.stats().used, 1u);
-  s.detach_index();
+  s.detach();
 }
 
 TEST_F(StoreIndexTest, AReaderRacingTheEraseSeesATornEntry) {

@@ -80,7 +80,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
 Server::~Server() {
   reactor_->assert_owner_thread();
   poller_.reset();
-  store_->detach_index();  // the index and the small arena go with the Server
+  store_->detach();  // the index and the arenas go with the Server
   store_->budget()->release(index_charged_);
   events_watch_.reset();
   // Each Conn dies watch, deadline, Endpoint (the QP; it disconnects the
@@ -92,6 +92,7 @@ void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
+  store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); });
   if (options_.index_buckets != 0) {
     small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena, store_->budget());
     index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
@@ -105,9 +106,11 @@ void Server::make_pd(const verbs::CmId& id) {
 }
 
 // Values loaded before the PD existed (recovery: docs/durability.md) are
-// plain strings. Large ones move into the arena so the rendezvous path can
-// serve them; with the index on, small ones are SET again so they land in
-// index blocks and one-sided readers find them (not ask-by-message entries).
+// plain strings. Each is kept again as the Store keeps a value of its size
+// (Store::put, as every SET is): large ones move into the arena so the
+// rendezvous path can serve them; with the index on, small ones land in
+// index blocks so one-sided readers find them (not ask-by-message entries).
+// Nothing is recorded: they came from the log.
 void Server::migrate_large_values() noexcept {
   try {
     std::vector<std::string> keys;
@@ -116,27 +119,20 @@ void Server::migrate_large_values() noexcept {
     });
     std::size_t moved = 0, bytes = 0, republished = 0;
     for (const auto& k : keys) {
-      const std::string value(store_->get(k).value);  // a copy: the set below replaces what it views
-      if (proto::eager_fits(k.size(), value.size())) {
-        if (store_->set(k, value)) ++republished;  // else it stays as it was: GET by message
-        continue;
+      const std::string value(store_->get(k).value);  // a copy: the put below replaces what it views
+      switch (store_->put(k, value)) {  // on no_memory the string it would replace stays
+        case Store::Kept::small: ++republished; break;
+        case Store::Kept::large:
+          bytes += value.size();
+          ++moved;
+          break;
+        case Store::Kept::no_memory:
+          if (!proto::eager_fits(k.size(), value.size())) {  // a small one stays as it was: GET by message
+            spdlog::error("server: no registered memory (arena or memory limit) for the recovered value of {} "
+                          "({} bytes): rendezvous GETs of it fail", k, value.size());
+          }
+          break;
       }
-      const std::size_t tail = store_->indexed() ? k.size() : 0;  // [value][key] blocks (docs/protocol.md)
-      auto block = arena_->allocate(value.size() + tail);
-      if (!block) {
-        spdlog::error("server: no arena memory for the recovered value of {} ({} bytes): GETs of it fail", k,
-                      value.size());
-        continue;
-      }
-      block->bytes = block->bytes.first(value.size());
-      proto::copy_bytes(block->bytes, proto::as_bytes(value));
-      if (!store_->set_large(k, std::move(block))) {  // the string it replaces stays
-        spdlog::error("server: over the memory limit moving the recovered value of {} into registered memory: "
-                      "rendezvous GETs of it fail", k);
-        continue;
-      }
-      bytes += value.size();
-      ++moved;
     }
     if (moved + republished > 0) {
       spdlog::info("server: moved {} large values ({} bytes) into registered memory; {} small values into the "

@@ -6,6 +6,7 @@
 #include "kv/store/readable_index.hpp"
 #include "proto/copy.hpp"
 #include "proto/crc32c.hpp"
+#include "proto/wire.hpp"
 
 namespace rkv::kv::store {
 
@@ -22,9 +23,10 @@ void Store::attach_index(ReadableIndex& index, BlockSource small_blocks) {
   }
 }
 
-void Store::detach_index() noexcept {
+void Store::detach() noexcept {
   index_ = nullptr;
   small_blocks_ = nullptr;
+  large_blocks_ = nullptr;
   for (auto& kv : map_) kv.second.bucket = ReadableIndex::kNoBucket;
 }
 
@@ -128,6 +130,30 @@ bool Store::large_fits(std::string_view key) const noexcept {
   const std::size_t charge = entry_charge(key.size(), 0);
   if (const auto it = map_.find(key); it != map_.end() && entry_charge(it->first, it->second) >= charge) return true;
   return budget_->available() >= charge;
+}
+
+std::shared_ptr<LargeValue> Store::value_block(std::string_view key, std::size_t len) const noexcept {
+  if (!large_blocks_ || !large_fits(key)) return {};
+  const std::size_t tail = index_ != nullptr ? key.size() : 0;  // the key follows the value (reindex)
+  std::shared_ptr<LargeValue> b;
+  try {
+    b = large_blocks_(len + tail);
+  } catch (...) {
+    return {};
+  }
+  if (!b || b->capacity < len + tail) return {};
+  b->bytes = b->bytes.first(len);
+  return b;
+}
+
+Store::Kept Store::put(std::string_view key, std::string_view value) {
+  if (proto::eager_fits(key.size(), value.size()) || !large_blocks_) {
+    return set(key, value) ? Kept::small : Kept::no_memory;
+  }
+  auto block = value_block(key, value.size());
+  if (!block) return Kept::no_memory;
+  proto::copy_bytes(block->bytes.data(), value.data(), value.size());
+  return set_large(key, std::move(block)) ? Kept::large : Kept::no_memory;
 }
 
 Store::Lookup Store::get(std::string_view key) const {

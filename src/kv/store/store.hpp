@@ -93,9 +93,23 @@ class Store {
   // key instead of reading the value through again.
   [[nodiscard]] bool set_large(std::string_view key, LargeRef value,
                                std::optional<std::uint32_t> value_crc = std::nullopt);
-  // Whether set_large(key, ...) would fit the memory limit now (the server
-  // asks before it READs a rendezvous value it could not keep).
+  // How a value is kept (put()).
+  enum class Kept : std::uint8_t { no_memory, small, large };
+  // Stores a copy of `value` the way the Store keeps a value of its size: one
+  // too large to travel eagerly (proto::eager_fits) in a value_block() (a
+  // large value, served by the rendezvous path) when a block source is
+  // attached, any other by set(). no_memory: over the memory limit or no
+  // block (nothing changed); an allocation failure throws std::bad_alloc.
+  [[nodiscard]] Kept put(std::string_view key, std::string_view value);
+  // Whether set_large(key, ...) would fit the memory limit now (value_block
+  // asks before a block is taken for a value that could not be kept).
   [[nodiscard]] bool large_fits(std::string_view key) const noexcept;
+  // A block for a large value of `len` bytes under `key`, sized and laid
+  // out as the Store keeps one ([value][key] with the index on; bytes is the
+  // value's `len` bytes, for the caller to fill: a READ, a copy), for
+  // set_large(key, ...). Null when no block source is attached, the key's
+  // entry would not fit the memory limit, or the source has no block.
+  [[nodiscard]] std::shared_ptr<LargeValue> value_block(std::string_view key, std::size_t len) const noexcept;
   // Never allocates (heterogeneous lookup: the view is hashed directly).
   [[nodiscard]] Lookup get(std::string_view key) const;
   // Removes the key (DEL). True if it existed. With an index its entry is
@@ -111,12 +125,16 @@ class Store {
   // the contents.
   void prefetch(std::string_view key) const noexcept;
 
+  // Large values' blocks come from `large_blocks` (the rendezvous arena)
+  // from now on, until detach(). Without it put() keeps every value as set().
+  void attach_large_blocks(BlockSource large_blocks) { large_blocks_ = std::move(large_blocks); }
   // From now on every set publishes into `index`; small values go into
-  // blocks from `small_blocks`. Both are used until detach_index(). Keys
+  // blocks from `small_blocks`. Both are used until detach(). Keys
   // already stored get ask-by-message entries until their next SET.
   void attach_index(ReadableIndex& index, BlockSource small_blocks);
-  // Stops using the index (its owner is going away); values stay.
-  void detach_index() noexcept;
+  // Stops using the index and both block sources (their owner is going
+  // away); values stay.
+  void detach() noexcept;
   [[nodiscard]] bool indexed() const noexcept { return index_ != nullptr; }
   // Calls fn(key, lookup) for every entry, in no particular order. fn must
   // not insert into or erase from the Store.
@@ -211,6 +229,7 @@ class Store {
   std::size_t bytes_ = 0;
   ReadableIndex* index_ = nullptr;
   BlockSource small_blocks_;
+  BlockSource large_blocks_;
 };
 
 }  // namespace rkv::kv::store
