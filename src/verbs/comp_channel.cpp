@@ -19,7 +19,8 @@ CompletionChannel::CompletionChannel(const CmId& id) {
     ibv_destroy_comp_channel(ch);
     throw;
   }
-  // drain() reads events until EAGAIN; a blocking fd would hang it.
+  // take_event() reads when the fd may have nothing (a spurious wakeup, an
+  // event a poll pass already served): a blocking fd would hang it.
   const int flags = fcntl(ch->fd, F_GETFL);
   if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     detail::throw_error("fcntl(O_NONBLOCK) on completion channel", errno);

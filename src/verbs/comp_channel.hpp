@@ -1,8 +1,8 @@
 #pragma once
 // CompletionChannel: an ibv_comp_channel with a non-blocking fd. Exactly one
-// CompletionQueue may be bound to it, so that CompletionQueue::drain() owns
-// every event the fd reports (a shared channel would hand one CQ's events
-// to another CQ's drain).
+// CompletionQueue may be bound to it, so that its take_event() owns every
+// event the fd reports (a shared channel would hand one CQ's events to
+// another CQ).
 
 #include <memory>
 
@@ -25,7 +25,7 @@ class CompletionChannel {
   // The channel is destroyed after its CQ (which holds a reference).
   ~CompletionChannel() = default;
 
-  // Readable => call CompletionQueue::drain() on the CQ bound to it.
+  // Readable => CompletionQueue::take_event() on the CQ bound to it, then poll.
   [[nodiscard]] int fd() const noexcept;
   [[nodiscard]] bool valid() const noexcept { return handle_ != nullptr; }
 

@@ -24,32 +24,9 @@ CompletionQueue::CompletionQueue(const CompletionChannel& channel, int min_entri
   }
   ch->bound = true;
   // Armed once here; from now on only arm_and_poll() arms (a new CQ is empty).
-  if (const DrainStats st = arm_and_poll([](const Completion&) noexcept {}); st.error != 0) {
+  if (const ArmStats st = arm_and_poll([](const Completion&) noexcept {}); st.error != 0) {
     detail::throw_error("ibv_req_notify_cq", st.error);
   }
-}
-
-int CompletionQueue::take_events() noexcept {
-  auto& h = *handle_;
-  int taken = 0;
-  for (;;) {
-    ibv_cq* ev_cq = nullptr;
-    void* ev_ctx = nullptr;
-    if (ibv_get_cq_event(h.channel->channel, &ev_cq, &ev_ctx) != 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return -errno;
-    }
-    // One CQ per channel (enforced at creation), so ev_cq == h.cq.
-    ++taken;
-    ++h.unacked_events;
-    h.armed = false;
-  }
-  // Acking takes a mutex in libibverbs; batch it.
-  if (h.unacked_events >= kAckBatch) {
-    ibv_ack_cq_events(h.cq, h.unacked_events);
-    h.unacked_events = 0;
-  }
-  return taken;
 }
 
 int CompletionQueue::take_event() noexcept {

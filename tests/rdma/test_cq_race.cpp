@@ -5,22 +5,24 @@
 // receives posted (credit-like; rnr_retry_count = 0, so any RNR would surface
 // as an error instead of a silent retry). The server waits ONLY via poll(2)
 // on its completion-channel fd, with a timeout that fails the test, and
-// drains with CompletionQueue::drain(), re-posting receives as one chain.
+// serves its CQ as kvd does (service(), loopback.hpp: take the events, poll,
+// CompletionQueue::arm_and_poll), re-posting receives as one chain.
 //
 // Making the race likely and a lost completion visible:
 //  - rxe processes a user QP's SEND inline in the ibv_post_send syscall,
 //    loopback delivery and the receiver's completion included. With sender
-//    and receiver on one thread every completion already exists when drain()
-//    runs, so the window between drain's last poll and its re-arm is never
+//    and receiver on one thread every completion already exists when the
+//    pass runs, so the window between its last poll and its re-arm is never
 //    hit. The main test therefore posts from a second thread, one SEND per
 //    syscall, so completions land while the receiver drains and re-arms
-//    (DrainStats::after_arm counts the hits; the test requires some).
+//    (ServiceStats::after_arm counts the hits; the test requires some).
 //  - A completion that lands in that window raises no event; it is only
 //    "rescued" when a later completion raises one. So the sender works in
 //    bursts (1..16 messages) and waits until the receiver has consumed the
 //    whole burst before the next: a missed last completion of a burst is then
-//    a stall that fails the test. (Checked: with step (e) removed from
-//    drain(), this test fails; a continuously streaming sender did not.)
+//    a stall that fails the test. (Checked: with the poll after the arm
+//    removed from arm_and_poll(), this test fails; a continuously streaming
+//    sender did not.)
 // The single-thread variant keeps the reactor-like interleaving (post a
 // batch, drain, post ...) for coverage of that pattern.
 #include <gtest/gtest.h>
@@ -129,7 +131,7 @@ struct Race {
   // Receiver step, called when its channel fd is readable. 0 or errno.
   int drain_receiver() {
     n_reposts = 0;
-    const DrainStats st = lb->server.cq->drain([this](const Completion& c) noexcept { on_recv(c); });
+    const ServiceStats st = service(*lb->server.cq, [this](const Completion& c) noexcept { on_recv(c); });
     if (st.error != 0) return st.error;
     ++drains;
     events += st.events;
@@ -161,7 +163,7 @@ struct Race {
   }
 
   int drain_sender() {
-    return lb->client.cq->drain([this](const Completion& c) noexcept { on_send(c); }).error;
+    return service(*lb->client.cq, [this](const Completion& c) noexcept { on_send(c); }).error;
   }
 
   void report(const char* name, std::uint64_t count) const {

@@ -304,9 +304,9 @@ bool Client::on_cq_poll() noexcept {
 bool Client::on_cq_arm() noexcept {
   if (!ep_ || !conn_) return false;
   in_cq_pass_ = true;
-  const verbs::DrainStats st = ep_->cq().arm_and_poll(feed_);
+  const verbs::ArmStats st = ep_->cq().arm_and_poll(feed_);
   in_cq_pass_ = false;
-  return after_cq(st.error != 0 ? -st.error : static_cast<int>(st.completions()), "completion queue");
+  return after_cq(st.error != 0 ? -st.error : static_cast<int>(st.completions), "completion queue");
 }
 
 int Client::poll_cq() noexcept {

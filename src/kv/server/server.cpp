@@ -441,7 +441,7 @@ Verdict Server::service(Conn& c, CqPass pass, std::size_t& handled) noexcept {
     case CqPass::arm: {
       const auto st = c.ep->cq().arm_and_poll(feed);
       error = st.error;
-      handled = st.completions();
+      handled = st.completions;
       break;
     }
   }
