@@ -259,7 +259,7 @@ int kvd_main(int argc, char** argv) {
     server_ptr = &server;
     register_kvd_ops(server);  // INCR and CAS through the public handler API
     if (log) {
-      log->set_sink([&server](std::uint64_t tok, std::uint32_t req_id, bool ok) { server.on_durable(tok, req_id, ok); });
+      log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
     }
     std::printf("kvd: listening on %s:%u\n", opt.bind_address.c_str(), static_cast<unsigned>(server.port()));
     std::fflush(stdout);

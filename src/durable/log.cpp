@@ -113,16 +113,16 @@ Log::Log(reactor::Reactor& reactor, kv::store::Store& store, LogOptions options,
 Log::~Log() { close_sync(); }
 
 kv::store::DurableAck Log::record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                               std::uint64_t conn_token, std::uint32_t req_id) noexcept {
-  return record(key, value, large, false, conn_token, req_id);
+                               std::uint64_t conn_token, std::uint32_t wait) noexcept {
+  return record(key, value, large, false, conn_token, wait);
 }
 
-kv::store::DurableAck Log::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t req_id) noexcept {
-  return record(key, {}, {}, true, conn_token, req_id);
+kv::store::DurableAck Log::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t wait) noexcept {
+  return record(key, {}, {}, true, conn_token, wait);
 }
 
 kv::store::DurableAck Log::record(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                                  bool del, std::uint64_t conn_token, std::uint32_t req_id) noexcept {
+                                  bool del, std::uint64_t conn_token, std::uint32_t wait) noexcept {
   if (closed_) return kv::store::DurableAck::failed;
   try {
     if (queue_.empty() || queue_.back().size >= options_.batch_bytes ||
@@ -130,8 +130,8 @@ kv::store::DurableAck Log::record(std::string_view key, std::string_view value, 
       queue_.emplace_back();
     }
     Batch& b = queue_.back();
-    const bool wait = options_.mode == FsyncMode::always || failing_;
-    if (wait) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
+    const bool defer = options_.mode == FsyncMode::always || failing_;
+    if (defer) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
     if (del) {
       b.add_del(key, next_seq_++);
       ++stats_.deletes;
@@ -139,8 +139,8 @@ kv::store::DurableAck Log::record(std::string_view key, std::string_view value, 
       b.add(key, value, large, next_seq_++);
     }
     ++stats_.records;
-    if (!wait) return kv::store::DurableAck::now;
-    b.waiters.push_back({conn_token, req_id});
+    if (!defer) return kv::store::DurableAck::now;
+    b.waiters.push_back({conn_token, wait});
     return kv::store::DurableAck::later;
   } catch (const std::bad_alloc&) {
     ++stats_.failed_sets;
@@ -217,7 +217,7 @@ void Log::finish_batch(int write_res, int sync_res) noexcept {
   std::vector<Waiter> waiters = std::move(inflight_.waiters);
   inflight_ = Batch{};  // unpins the large values
   if (sink_) {
-    for (const auto& w : waiters) sink_(w.token, w.req_id, ok);
+    for (const auto& w : waiters) sink_(w.token, w.wait, ok);
   }
   if (step_ == CompactStep::switching) try_switch();
   maybe_compact();

@@ -80,8 +80,8 @@ struct LogStats {
   bool failing = false;
 };
 
-// (conn_token, req_id, ok) for a SET or DEL that was answered DurableAck::later.
-using DurableSink = std::function<void(std::uint64_t conn_token, std::uint32_t req_id, bool ok)>;
+// (conn_token, wait, ok) for a SET or DEL that was answered DurableAck::later.
+using DurableSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait, bool ok)>;
 
 class Log final : public kv::store::Durability {
  public:
@@ -93,9 +93,9 @@ class Log final : public kv::store::Durability {
   void set_sink(DurableSink sink) { sink_ = std::move(sink); }
 
   [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                                          std::uint64_t conn_token, std::uint32_t req_id) noexcept override;
+                                          std::uint64_t conn_token, std::uint32_t wait) noexcept override;
   [[nodiscard]] kv::store::DurableAck record_del(std::string_view key, std::uint64_t conn_token,
-                                                 std::uint32_t req_id) noexcept override;
+                                                 std::uint32_t wait) noexcept override;
   void flush() noexcept override;
   void append_stats(kv::store::StatRows& rows) const override;
 
@@ -110,7 +110,7 @@ class Log final : public kv::store::Durability {
  private:
   struct Waiter {
     std::uint64_t token;
-    std::uint32_t req_id;
+    std::uint32_t wait;
   };
   // Records to write with one writev.
   struct Batch {
@@ -150,7 +150,7 @@ class Log final : public kv::store::Durability {
   // record_set/record_del: `del` = a tombstone (value and large unused).
   [[nodiscard]] kv::store::DurableAck record(std::string_view key, std::string_view value,
                                              const kv::store::LargeRef& large, bool del, std::uint64_t conn_token,
-                                             std::uint32_t req_id) noexcept;
+                                             std::uint32_t wait) noexcept;
   void submit_next() noexcept;
   void finish_batch(int write_res, int sync_res) noexcept;
   void on_tick() noexcept;

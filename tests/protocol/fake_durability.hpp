@@ -18,7 +18,7 @@ class FakeDurability final : public kv::store::Durability {
     const char* value_ptr;  // where the value was read from (zero-copy checks)
     kv::store::LargeRef large;     // the pin the log would hold until written
     std::uint64_t token;
-    std::uint32_t req_id;
+    std::uint32_t wait;  // what on_durable() is called with
     bool del = false;  // a record_del(): a tombstone, no value
   };
   kv::store::DurableAck answer = kv::store::DurableAck::later;
@@ -26,12 +26,12 @@ class FakeDurability final : public kv::store::Durability {
   int flushes = 0;
 
   kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                            std::uint64_t token, std::uint32_t req_id) noexcept override {
-    records.push_back({std::string(key), std::string(value), value.data(), large, token, req_id});
+                            std::uint64_t token, std::uint32_t wait) noexcept override {
+    records.push_back({std::string(key), std::string(value), value.data(), large, token, wait});
     return answer;
   }
-  kv::store::DurableAck record_del(std::string_view key, std::uint64_t token, std::uint32_t req_id) noexcept override {
-    records.push_back({std::string(key), std::string(), nullptr, {}, token, req_id, true});
+  kv::store::DurableAck record_del(std::string_view key, std::uint64_t token, std::uint32_t wait) noexcept override {
+    records.push_back({std::string(key), std::string(), nullptr, {}, token, wait, true});
     return answer;
   }
   void flush() noexcept override { ++flushes; }

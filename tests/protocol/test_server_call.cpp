@@ -74,6 +74,7 @@ class ServerCall : public ::testing::Test {
     cfg.max_pins = 2;
     cfg.handlers = &handlers_;
     cfg.stats = test::stats_of(counters_, store_);
+    store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, durable ? &dur_ : nullptr);
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
@@ -145,10 +146,10 @@ TEST_F(ServerCall, LargeRequestIsReadIntoTheArenaAndLargeReplyIsPulled) {
   // The descriptor names the reply block: the echo of what the READ brought.
   const auto* reply = reinterpret_cast<const unsigned char*>(r[0].rdv->addr);
   for (std::size_t i = 0; i < 50000; i += 997) ASSERT_EQ(reply[i], static_cast<unsigned char>(i));
-  EXPECT_EQ(counters_.pinned, 1u) << "the reply is pinned until RELEASE (the request block is gone)";
-  EXPECT_EQ(counters_.transfers, 0u);
+  EXPECT_EQ(sc_->pins(), 1u) << "the reply is pinned until RELEASE (the request block is gone)";
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u);
   ASSERT_EQ(request(pack({proto::msg::release(9)})), Verdict::keep);
-  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(sc_->pins(), 0u);
   // A large reply of an eager request.
   const std::size_t before = link_.sends.size();
   ASSERT_EQ(request(pack({call(10, kBig, "")})), Verdict::keep);
@@ -157,9 +158,9 @@ TEST_F(ServerCall, LargeRequestIsReadIntoTheArenaAndLargeReplyIsPulled) {
   ASSERT_TRUE(r[0].rdv.has_value());
   EXPECT_EQ(r[0].header.value_len, 100000u);
   EXPECT_EQ(reinterpret_cast<const char*>(r[0].rdv->addr)[99999], 'r');
-  EXPECT_EQ(counters_.pinned, 1u);
+  EXPECT_EQ(sc_->pins(), 1u);
   ASSERT_EQ(request(pack({proto::msg::release(10)})), Verdict::keep);
-  EXPECT_EQ(counters_.pinned, 0u);
+  EXPECT_EQ(sc_->pins(), 0u);
 }
 
 class ServerCallDurable : public ServerCall {
@@ -171,26 +172,29 @@ TEST_F(ServerCallDurable, TheReplyWaitsForEveryRecordOfTheCall) {
   ASSERT_EQ(request(pack({call(1, kWrite, "v1")})), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
   ASSERT_EQ(dur_.records.size(), 3u);  // SET a, SET b, DEL c
-  for (const auto& rec : dur_.records) EXPECT_EQ(rec.req_id, 1u);
+  for (const auto& rec : dur_.records) EXPECT_EQ(rec.wait, dur_.records[0].wait) << "one CALL, one entry";
+  const std::uint32_t first = dur_.records[0].wait;
   EXPECT_TRUE(dur_.records[2].del);
-  EXPECT_EQ(counters_.durable_waits, 3u);
-  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
+  EXPECT_EQ(sc_->durable_waits(), 3u);
+  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty()) << "one record is not durable yet";
-  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].header.status, Status::ok);
   EXPECT_EQ(r[0].value_text(), "done");
   EXPECT_EQ(r[0].header.credits, 1u);
-  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(sc_->durable_waits(), 0u);
   // One record fails: io_error, not the bytes.
   ASSERT_EQ(request(pack({call(2, kWrite, "v2")})), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(2, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(2, false), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(2, true), Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 6u);
+  const std::uint32_t second = dur_.records[3].wait;
+  ASSERT_EQ(sc_->on_durable(second, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(second, false), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(second, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(1);
   ASSERT_EQ(r.size(), 1u);
@@ -211,7 +215,7 @@ TEST_F(ServerCallDurable, ThrowingHandlerStillWaitsForItsWrites) {
   ASSERT_EQ(request(pack({call(1, kThrow, "")})), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
   ASSERT_EQ(dur_.records.size(), 1u);
-  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);

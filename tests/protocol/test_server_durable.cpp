@@ -44,6 +44,7 @@ class ServerDurable : public ::testing::Test {
     cfg.max_pins = 2;
     cfg.token = kToken;
     cfg.stats = test::stats_of(counters_, store_);
+    store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, &dur_);
     EXPECT_EQ(sc_->start(), Verdict::keep);
     sc_->on_established();
@@ -71,9 +72,8 @@ TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
   EXPECT_EQ(dur_.records[0].key, "k");
   EXPECT_EQ(dur_.records[0].value, v);
   EXPECT_EQ(dur_.records[0].token, kToken);
-  EXPECT_EQ(dur_.records[0].req_id, 1u);
   EXPECT_FALSE(dur_.records[0].large);
-  EXPECT_EQ(counters_.durable_waits, 1u);
+  EXPECT_EQ(sc_->durable_waits(), 1u);
   EXPECT_EQ(sc_->durable_waits(), 1u);
   EXPECT_EQ(store_.get("k").value, v) << "applied at once: a GET may see a value not yet durable";
   // A GET meanwhile is answered at once and returns both buffers' credits.
@@ -84,7 +84,7 @@ TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
   EXPECT_EQ(r[0].header.credits, 2u);
   // Durable: the SET's reply goes out.
   const std::size_t before = link_.sends.size();
-  ASSERT_EQ(sc_->on_durable(1, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(before);
   ASSERT_EQ(r.size(), 1u);
@@ -92,15 +92,17 @@ TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
   EXPECT_EQ(r[0].header.req_id, 1u);
   EXPECT_EQ(r[0].header.status, proto::Status::ok);
   EXPECT_EQ(r[0].header.credits, 0u);
-  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(sc_->durable_waits(), 0u);
 }
 
 TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
   ASSERT_EQ(request(pack({proto::msg::set_request(7, "a", b("1")), proto::msg::set_request(8, "b", b("2"))})),
             Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
-  ASSERT_EQ(sc_->on_durable(8, false), Verdict::keep);  // disk error for one
-  ASSERT_EQ(sc_->on_durable(7, true), Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 2u);
+  EXPECT_NE(dur_.records[0].wait, dur_.records[1].wait);
+  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, false), Verdict::keep);  // disk error for one (req 8)
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 2u);
@@ -111,7 +113,7 @@ TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
   EXPECT_EQ(r[1].header.status, proto::Status::ok);
   EXPECT_EQ(counters_.io_errors, 1u);
   EXPECT_EQ(counters_.error_replies, 1u);
-  EXPECT_EQ(sc_->on_durable(7, true), Verdict::keep) << "a late duplicate is ignored";
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep) << "a late duplicate is ignored";
   EXPECT_EQ(counters_.stale_completions, 1u);
 }
 
@@ -125,7 +127,7 @@ TEST_F(ServerDurable, NowRepliesAtOnceAndFailedIsIoError) {
   EXPECT_EQ(r[0].header.status, proto::Status::ok);
   EXPECT_EQ(r[1].header.status, proto::Status::io_error);
   EXPECT_EQ(r[1].opcode(), Opcode::set_reply);
-  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(sc_->durable_waits(), 0u);
   EXPECT_EQ(proto::to_string(proto::Status::io_error), "I/O error");
   EXPECT_EQ(proto::status_from_wire(6), proto::Status::io_error);
 }
@@ -145,8 +147,7 @@ TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
   ASSERT_TRUE(hit.large);
   EXPECT_EQ(dur_.records[0].large, hit.large) << "the log pins the block";
   EXPECT_EQ(dur_.records[0].value_ptr, hit.value.data()) << "no copy: the value is read from the arena";
-  EXPECT_EQ(counters_.bytes_copied, 0u);
-  ASSERT_EQ(sc_->on_durable(5, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);
@@ -158,13 +159,13 @@ TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
 TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
   ASSERT_EQ(request(pack({proto::msg::set_request(1, "a", b("1")), proto::msg::set_request(2, "b", b("2"))})),
             Verdict::keep);
-  EXPECT_EQ(counters_.durable_waits, 2u);
+  EXPECT_EQ(sc_->durable_waits(), 2u);
   EXPECT_EQ(sc_->begin_draining(CloseCause::peer_left, "peer left"), Verdict::disconnect);
-  EXPECT_EQ(sc_->on_durable(1, true), Verdict::keep);  // nothing is sent any more
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);  // nothing is sent any more
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
+  EXPECT_EQ(sc_->durable_waits(), 0u) << "the waiting replies went with the close";
   sc_.reset();
-  EXPECT_EQ(counters_.durable_waits, 0u);
 }
 
 // DEL: erased at once, recorded as a tombstone (found or not), and with
@@ -184,17 +185,16 @@ TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
   for (std::size_t i = 2; i < 5; ++i) {
     EXPECT_TRUE(dur_.records[i].del);
     EXPECT_EQ(dur_.records[i].token, kToken);
-    EXPECT_EQ(dur_.records[i].req_id, i + 1);
     EXPECT_TRUE(dur_.records[i].value.empty());
   }
   EXPECT_EQ(dur_.records[2].key, "a");
   EXPECT_EQ(dur_.records[3].key, "missing") << "a DEL of a missing key is logged too";
   EXPECT_FALSE(store_.get("a").found) << "applied at once";
   EXPECT_FALSE(store_.get("b").found);
-  EXPECT_EQ(counters_.durable_waits, 3u);
-  ASSERT_EQ(sc_->on_durable(4, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(3, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(5, false), Verdict::keep);  // the disk failed under this one
+  EXPECT_EQ(sc_->durable_waits(), 3u);
+  ASSERT_EQ(sc_->on_durable(dur_.records[3].wait, true), Verdict::keep);   // req 4
+  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, true), Verdict::keep);   // req 3
+  ASSERT_EQ(sc_->on_durable(dur_.records[4].wait, false), Verdict::keep);  // req 5: the disk failed under this one
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(before);
   ASSERT_EQ(r.size(), 3u);
@@ -208,13 +208,13 @@ TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
   EXPECT_EQ(r[2].header.req_id, 5u);
   EXPECT_EQ(r[2].header.status, proto::Status::io_error);
   EXPECT_FALSE(r[2].found()) << "an error reply is bare";
-  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(sc_->durable_waits(), 0u);
   EXPECT_EQ(counters_.io_errors, 1u);
   EXPECT_EQ(counters_.dels, 3u);
   EXPECT_EQ(counters_.del_hits, 2u);
   // A SET deferred after those is still answered with a SET_REPLY.
   ASSERT_EQ(request(pack({proto::msg::set_request(3, "a", b("again"))})), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(3, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[5].wait, true), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_EQ(replies_since(before + 1).back().opcode(), Opcode::set_reply);
 }
@@ -233,16 +233,29 @@ TEST_F(ServerDurable, DelNowAndFailed) {
   EXPECT_TRUE(r[0].found());
   EXPECT_EQ(r[1].opcode(), Opcode::del_reply);
   EXPECT_EQ(r[1].header.status, proto::Status::io_error);
-  EXPECT_EQ(counters_.durable_waits, 0u);
+  EXPECT_EQ(sc_->durable_waits(), 0u);
   EXPECT_EQ(counters_.io_errors, 1u);
-  EXPECT_EQ(sc_->on_durable(1, true), Verdict::keep) << "nothing waits: ignored";
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep) << "nothing waits: ignored";
   EXPECT_EQ(counters_.stale_completions, 1u);
 }
 
-TEST_F(ServerDurable, ADelReusingAWaitingDelsReqIdIsAProtocolError) {
+// Each waiting request has its own entry: a req_id the client reuses while
+// the first DEL still waits confuses nothing on the server.
+TEST_F(ServerDurable, TwoDelsWithOneReqIdEachGetTheirReply) {
   ASSERT_EQ(request(pack({proto::msg::del_request(7, "a")})), Verdict::keep);
-  EXPECT_EQ(request(pack({proto::msg::del_request(7, "b")})), Verdict::disconnect);
-  EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
+  ASSERT_EQ(request(pack({proto::msg::del_request(7, "b")})), Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 2u);
+  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 2u);
+  for (const auto& m : r) {
+    EXPECT_EQ(m.opcode(), Opcode::del_reply);
+    EXPECT_EQ(m.header.req_id, 7u);
+  }
+  EXPECT_EQ(sc_->durable_waits(), 0u);
+  EXPECT_EQ(sc_->state(), ConnState::established);
 }
 
 }  // namespace

@@ -164,7 +164,6 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
     auto d = [&](const char* name) { return s1.at(name) - s0.at(name); };
     check(k0, k1, d);
     EXPECT_EQ(d("registrations"), 0u) << "the server registers nothing per operation";
-    EXPECT_EQ(d("bytes_copied"), 0u) << "no value bytes copied on the server";
     EXPECT_EQ(k1.bytes_copied - k0.bytes_copied, 0u) << "no value bytes copied on the client";
     EXPECT_LT(d("bytes_copied_total"), kMessagesOnly) << "kvd's CPU copied more than the messages";
     EXPECT_LT(m1 - m0, kMessagesOnly) << "the client's CPU copied more than the messages";

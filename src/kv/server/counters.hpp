@@ -4,7 +4,10 @@
 // kServerCounterTable. counter_rows() turns the table into StatRows, from
 // which kvd's SIGUSR1/final line, the STATS reply and JSON are all formatted
 // (kv/store/stats.hpp); Server::stats_rows() appends the gauges that are not
-// counters (keys, bytes, arena, index, durability). A counter missing from
+// counters (keys, bytes, arena, index, durability). The rows whose help
+// says "now:" are gauges of the live connections: nothing bumps them,
+// Server::counters() computes them when they are read, so no copy can drift
+// from its source. A counter missing from
 // the table would be printed nowhere: the static_asserts below refuse to
 // compile unless every member is in it exactly once.
 //
@@ -52,7 +55,6 @@ struct ServerCounters {
   std::uint64_t releases = 0;
   std::uint64_t rdma_reads = 0;
   std::uint64_t rdma_writes = 0;
-  std::uint64_t bytes_copied = 0;
   std::uint64_t too_large = 0;
   std::uint64_t no_memory = 0;
   std::uint64_t transfers_aborted = 0;
@@ -75,7 +77,7 @@ struct CounterInfo {
 };
 
 inline constexpr std::array kServerCounterTable{
-    CounterInfo{"connections", &ServerCounters::connections, "live connections (accepted, not yet destroyed)"},
+    CounterInfo{"connections", &ServerCounters::connections, "now: live connections (accepted, not yet destroyed)"},
     CounterInfo{"accepted", &ServerCounters::accepted, "connections accepted"},
     CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
     CounterInfo{"auth_failures", &ServerCounters::auth_failures, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
@@ -107,7 +109,6 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"releases", &ServerCounters::releases, "RELEASE messages received"},
     CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, "RDMA READs posted (large SET values)"},
     CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, "RDMA WRITEs posted (large GET values)"},
-    CounterInfo{"bytes_copied", &ServerCounters::bytes_copied, "value bytes memcpy'd (eager values only)"},
     CounterInfo{"too_large", &ServerCounters::too_large, "requests refused for size before any allocation"},
     CounterInfo{"no_memory", &ServerCounters::no_memory, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
     CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, "RDMA transfers dropped by an error or a disconnect"},

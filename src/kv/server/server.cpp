@@ -144,9 +144,24 @@ void Server::migrate_large_values() noexcept {
   }
 }
 
+ServerCounters Server::counters() const noexcept {
+  ServerCounters c = counters_;
+  c.connections = conns_.live();
+  for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
+    const auto key = conns_.key_at(i);
+    const Conn* conn = key ? conns_.find(*key) : nullptr;
+    if (conn == nullptr || !conn->sc) continue;
+    c.conn_bytes += conn->ep->recv_pool().bytes().size() + conn->ep->send_pool().bytes().size();
+    c.transfers += conn->sc->transfers_in_flight();
+    c.pinned += conn->sc->pins();
+    c.durable_waits += conn->sc->durable_waits();
+  }
+  return c;
+}
+
 ServerStats Server::stats() const noexcept {
   reactor_->assert_owner_thread();
-  return {counters_, store_->size(), store_->bytes()};
+  return {counters(), store_->size(), store_->bytes()};
 }
 
 // The sanitizer runtime's live-heap count, where one is linked (ASan: bytes
@@ -188,7 +203,7 @@ store::StatRows Server::stats_rows() const {
   rows.push_back({"bytes_copied_total", proto::copied_bytes(),
                   "bytes this process copied with the CPU on its data path (every copy goes through "
                   "proto::copy_bytes, which counts it)"});
-  const store::StatRows counted = counter_rows(counters_);
+  const store::StatRows counted = counter_rows(counters());
   rows.insert(rows.end(), counted.begin(), counted.end());
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
   const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
@@ -339,8 +354,6 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     conns_.erase(*key);  // destroying the cm_id (moved into ep, or still in id) rejects the request
     return;
   }
-  ++counters_.connections;
-  counters_.conn_bytes += c.ep->recv_pool().bytes().size() + c.ep->send_pool().bytes().size();
   ++counters_.accepted;
   SPDLOG_DEBUG("server: accepted {} into slot {} (client credits {}, recv_buf_size {})", peer, key->index,
                params.credits, params.recv_buf_size);
@@ -352,7 +365,7 @@ void Server::on_conn_event(Key key, const verbs::CmEvent& ev) {
     case verbs::CmEventType::established:
       if (c.sc->state() == ConnState::connecting) c.deadline.reset();  // the handshake's; not a teardown's
       c.sc->on_established();
-      spdlog::info("server: connected {} (slot {}, {} connections)", c.peer, key.index, counters_.connections);
+      spdlog::info("server: connected {} (slot {}, {} connections)", c.peer, key.index, conns_.live());
       return;
     case verbs::CmEventType::disconnected:
       begin_close(key, CloseCause::peer_left, "peer disconnected");  // answers the DREQ if we did not send one
@@ -530,7 +543,7 @@ void Server::handle(std::uint16_t op, Handler fn) {
   handlers_.add(op, std::move(fn));
 }
 
-void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexcept {
+void Server::on_durable(std::uint64_t tok, std::uint32_t wait, bool ok) noexcept {
   reactor_->assert_owner_thread();
   const Key key = Key::unpack(tok);
   Conn* c = conns_.find(key);
@@ -538,7 +551,7 @@ void Server::on_durable(std::uint64_t tok, std::uint32_t req_id, bool ok) noexce
     ++counters_.stale_completions;
     return;
   }
-  const Verdict v = c->sc->on_durable(req_id, ok);
+  const Verdict v = c->sc->on_durable(wait, ok);
   act(key, v | c->sc->flush());
 }
 
@@ -602,16 +615,14 @@ void Server::destroy(Key key) noexcept {
   c.deadline.reset();
   c.cq_watch.reset();  // before the completion channel fd closes
   c.sc->close();
-  counters_.conn_bytes -= c.ep->recv_pool().bytes().size() + c.ep->send_pool().bytes().size();
   c.ep.reset();  // step 6: QP, CQ, MRs, buffers, channel, cm_id
   c.sc.reset();  // then transfers and pins: no WR can reach their memory any more
   const std::string peer = std::move(c.peer);
   conns_.erase(key);  // the generation moves on: late events for this slot are stale
-  --counters_.connections;
   ++counters_.closed;
   // The reason was logged where it was decided (ServerConn::fail, service()).
-  spdlog::info("server: disconnected {} ({}; {} connections)", peer, to_string(cause), counters_.connections);
-  if (shutting_down_ && counters_.connections == 0 && on_shutdown_done_) {
+  spdlog::info("server: disconnected {} ({}; {} connections)", peer, to_string(cause), conns_.live());
+  if (shutting_down_ && conns_.live() == 0 && on_shutdown_done_) {
     auto done = std::move(on_shutdown_done_);
     on_shutdown_done_ = nullptr;
     done();
@@ -623,13 +634,13 @@ void Server::shutdown(std::function<void()> on_done) {
   if (!shutting_down_) {
     shutting_down_ = true;
     listener_.reset();  // stop accepting
-    spdlog::info("server: shutting down ({} connections)", counters_.connections);
+    spdlog::info("server: shutting down ({} connections)", conns_.live());
   }
   on_shutdown_done_ = std::move(on_done);
   for (std::uint32_t i = 0; i < conns_.slot_count(); ++i) {
     if (const auto key = conns_.key_at(i)) begin_close(*key, CloseCause::shutdown, "server shutdown");
   }
-  if (counters_.connections == 0 && on_shutdown_done_) {
+  if (conns_.live() == 0 && on_shutdown_done_) {
     auto done = std::move(on_shutdown_done_);
     on_shutdown_done_ = nullptr;
     done();

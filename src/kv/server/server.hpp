@@ -42,7 +42,7 @@
 // in the one Handlers table every ServerConn runs CALLs from.
 //
 // Durability (optional): every ServerConn records its SETs with it; its
-// deferred acknowledgements come back through on_durable(token, req_id, ok),
+// deferred acknowledgements come back through on_durable(token, wait, ok),
 // routed by the connection's slot + generation (dropped if it has gone). Large
 // values already in the Store when the arena is created (recovered from disk
 // as plain strings) are moved into the arena then (migrate_large_values), so
@@ -150,7 +150,11 @@ class Server {
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
   [[nodiscard]] const ServerOptions& options() const noexcept { return options_; }
   [[nodiscard]] ServerStats stats() const noexcept;
-  [[nodiscard]] std::size_t connections() const noexcept { return counters_.connections; }
+  // The counter table's values now: what is counted as it happens, and the
+  // "now:" gauges (connections, conn_bytes, transfers, pinned,
+  // durable_waits) computed from the live connections when read.
+  [[nodiscard]] ServerCounters counters() const noexcept;
+  [[nodiscard]] std::size_t connections() const noexcept { return conns_.live(); }
   // Every counter (counters.hpp) and gauge (store, arena, index, durability):
   // the one list the STATS reply, stats_text() and stats_json() print.
   [[nodiscard]] store::StatRows stats_rows() const;
@@ -172,8 +176,8 @@ class Server {
   // std::invalid_argument for a reserved opcode or an empty handler.
   void handle(std::uint16_t op, Handler fn);
 
-  // The Durability's acknowledgement of SET req_id on connection `token`.
-  void on_durable(std::uint64_t token, std::uint32_t req_id, bool ok) noexcept;
+  // The Durability's acknowledgement of the record made under `wait` on connection `token`.
+  void on_durable(std::uint64_t token, std::uint32_t wait, bool ok) noexcept;
 
  private:
   // Members in destruction order (last first): the watch and the deadline go

@@ -19,7 +19,6 @@
 
 namespace rkv::kv::server {
 
-using store::DurableAck;
 using store::LargeRef;
 
 using proto::Opcode;
@@ -57,7 +56,8 @@ struct ReplyTooLarge : std::length_error {
 // One handler run: the reply it writes and the records its writes make.
 class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
  public:
-  CallScope(ServerConn& conn, std::uint32_t req_id) noexcept : c_(&conn), id_(req_id) {}
+  // wait: the CALL's pending entry, which its writes record under.
+  CallScope(ServerConn& conn, std::uint32_t wait) noexcept : c_(&conn), wait_(wait) {}
 
   // --- ReplyWriter ---
   void append(std::span<const std::byte> bytes) override {
@@ -102,45 +102,13 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   [[nodiscard]] bool set(std::string_view key, std::span<const std::byte> value) override {
     assert_owner();
     if (key.empty() || key.size() > proto::kMaxKey || value.size() > c_->config_.max_value) return false;
-    const std::string_view text = proto::as_string_view(value);
-    if (proto::eager_fits(key.size(), value.size())) {
-      try {
-        if (!c_->store_->set(key, text)) {  // a small-arena block with the index on (Store::set)
-          ++c_->counters_->no_memory;  // over kvd --max-memory: nothing changed
-          return false;
-        }
-      } catch (const std::bad_alloc&) {
-        return false;
-      }
-      record(c_->durability_ != nullptr ? c_->durability_->record_set(key, text, {}, c_->config_.token, id_)
-                                        : DurableAck::now);
-      return true;
-    }
-    // As a rendezvous SET's: an arena block laid out [value][key] with the index on.
-    const std::size_t tail = c_->store_->indexed() ? key.size() : 0;
-    auto block = c_->arena_->allocate(value.size() + tail);
-    if (!block) return false;
-    proto::copy_bytes(block->bytes, value);
-    block->bytes = block->bytes.first(value.size());
-    LargeRef ref = std::move(block);
-    try {
-      if (!c_->store_->set_large(key, ref)) {  // over kvd --max-memory: nothing changed
-        ++c_->counters_->no_memory;
-        return false;
-      }
-    } catch (const std::bad_alloc&) {
-      return false;
-    }
-    ++c_->counters_->large_sets;
-    record(c_->durability_ != nullptr ? c_->durability_->record_set(key, ref->view(), ref, c_->config_.token, id_)
-                                      : DurableAck::now);
-    return true;
+    return record(c_->store_value(key, proto::as_string_view(value), wait_));
   }
   bool del(std::string_view key) override {
     assert_owner();
-    const bool found = c_->store_->erase(key);
-    record(c_->durability_ != nullptr ? c_->durability_->record_del(key, c_->config_.token, id_) : DurableAck::now);
-    return found;
+    const Removal r = c_->remove_key(key, wait_);
+    record(r.written);
+    return r.found;
   }
 
   [[nodiscard]] bool refused() const noexcept { return refused_; }
@@ -167,16 +135,18 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   void assert_owner() const noexcept {
     if (c_->config_.handlers != nullptr) c_->config_.handlers->assert_owner();
   }
-  void record(DurableAck ack) noexcept {
-    switch (ack) {
-      case DurableAck::now: return;
-      case DurableAck::later:
+  // Whether the write took; a record that waits or failed is counted for the reply.
+  bool record(Written w) noexcept {
+    switch (w) {
+      case Written::now: return true;
+      case Written::later:
         ++later_;
         ++c_->durable_waits_;
-        ++c_->counters_->durable_waits;
-        return;
-      case DurableAck::failed: failed_ = true; return;
+        return true;
+      case Written::log_failed: failed_ = true; return true;
+      case Written::no_memory: return false;
     }
+    return false;
   }
   // The reply moves to (or grows in) an arena block of at least n bytes.
   void grow(std::size_t n) {
@@ -191,7 +161,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   }
 
   ServerConn* c_;
-  std::uint32_t id_;
+  std::uint32_t wait_;
   std::vector<std::byte> small_;
   std::shared_ptr<LargeValue> block_;  // the reply once it is (or is reserved) 4 KiB or more
   std::size_t size_ = 0;
@@ -210,8 +180,25 @@ ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto:
   ++counters_->calls;
   const std::uint32_t id = m.header.req_id;
   if (reply.status != Status::ok) return Outcome::reply;  // plan_reply refused it: a tiny client buffer
-  const std::uint16_t op = proto::call_op(m.key);
-  if (!m.rdv) return run_call(id, op, m.value, reply);
+  Pending p;
+  p.op = Opcode::call;
+  p.req_id = id;
+  p.call_op = proto::call_op(m.key);
+  if (!m.rdv) {  // the handler runs now, its reply in the entry (Wait::log: for its records, if any)
+    p.wait = Wait::log;
+    const auto k = pending_.try_insert(std::move(p));
+    if (!k) {
+      reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
+      return Outcome::reply;
+    }
+    const Outcome out = run_call(*k, m.value);
+    if (out != Outcome::reply) return out;
+    Pending& done = *pending_.find(*k);
+    call_reply_ = std::move(done.reply_bytes);  // the reply's view moves with the buffer
+    reply = done.reply;
+    close_entry(*k);
+    return Outcome::reply;
+  }
   // Large request: READ it into an arena block, run the handler when it is there (on_transfer).
   const std::uint64_t len = m.header.value_len;
   if (len == 0 || len > config_.max_value) {
@@ -224,24 +211,22 @@ ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto:
     reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
     return Outcome::reply;
   }
-  const std::uint32_t slot = take_transfer();  // process() checked transfers_full()
-  Transfer& t = transfers_[slot];
-  t.kind = TransferKind::call_read;
-  t.req_id = id;
-  t.op = op;
-  return post_request_read(slot, std::move(block), *m.rdv);  // the handler runs when the READ completes
+  p.wait = Wait::read;
+  return post_request_read(std::move(p), std::move(block), *m.rdv, reply);  // the handler runs when it completes
 }
 
-ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std::span<const std::byte> request,
-                                         proto::MessageSpec& reply) noexcept {
+ServerConn::Outcome ServerConn::run_call(Key k, std::span<const std::byte> request) noexcept {
+  Pending& p = *pending_.find(k);
+  const std::uint32_t id = p.req_id;
+  const std::uint16_t op = p.call_op;
   const Handler* fn = config_.handlers != nullptr ? config_.handlers->find(op) : nullptr;
   if (fn == nullptr) {
     ++counters_->calls_no_handler;
     SPDLOG_DEBUG("conn {}: CALL req {} of opcode {:#06x}: no handler", config_.label, id, op);
-    reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_handler);
+    p.reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_handler);
     return Outcome::reply;
   }
-  CallScope scope(*this, id);
+  CallScope scope(*this, k.pack32());
   Status st = Status::ok;
   try {
     (*fn)(request, scope, scope);
@@ -258,6 +243,7 @@ ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std
     spdlog::warn("conn {}: handler of CALL opcode {:#06x} threw a non-exception", config_.label, op);
     st = Status::handler_failed;
   }
+  p.records = scope.later();  // counted in durable_waits_ as they were made: the entry owns them now
   if (st == Status::ok && scope.refused()) st = Status::refused;
   if (scope.record_failed()) {
     ++counters_->io_errors;
@@ -266,55 +252,28 @@ ServerConn::Outcome ServerConn::run_call(std::uint32_t id, std::uint16_t op, std
   // The reply (what the client sees once the handler's records are durable).
   try {
     if (st != Status::ok) {
-      reply = proto::msg::error_reply(Opcode::call, id, 0, st);
+      p.reply = proto::msg::error_reply(Opcode::call, id, 0, st);
     } else if (scope.size() + proto::kHeaderSize <= call_reply_room()) {
-      auto [it, fresh] = call_replies_.insert_or_assign(id, scope.take_small());
-      reply = proto::msg::call_reply(id, 0, it->second);
+      p.reply_bytes = scope.take_small();
+      p.reply = proto::msg::call_reply(id, 0, p.reply_bytes);
     } else if (pulls_.size() >= config_.max_pins || pulls_.contains(id)) {
       fail(CloseCause::protocol_error,
            fmt::format("CALL req {}: {} pulled values not released (limit {})", id, pulls_.size(), config_.max_pins));
-      return Outcome::failed;
+      return Outcome::failed;  // the entry went with the close
     } else {
       LargeRef block = scope.take_block();
       const proto::RdvDesc desc{block->addr, block->rkey};
       const std::uint64_t len = block->bytes.size();
-      pulls_.emplace(id, Pin(std::move(block), *counters_));  // reserved: no rehash below max_pins
-      reply = proto::msg::call_reply_pull(id, 0, desc, len);
+      pulls_.emplace(id, std::move(block));  // reserved: no rehash below max_pins
+      p.reply = proto::msg::call_reply_pull(id, 0, desc, len);
     }
   } catch (const std::bad_alloc&) {
-    reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
+    p.reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
   } catch (const ReplyTooLarge&) {
-    reply = proto::msg::error_reply(Opcode::call, id, 0, Status::too_large);
+    p.reply = proto::msg::error_reply(Opcode::call, id, 0, Status::too_large);
   }
-  if (scope.later() == 0) return Outcome::reply;
-  try {
-    durable_calls_.insert_or_assign(id, CallWait{scope.later(), false, reply});
-  } catch (const std::bad_alloc&) {
-    // Cannot wait for the log: the records may yet fail, so do not say ok.
-    drop_call_reply(id);
-    durable_waits_ -= scope.later();
-    counters_->durable_waits -= scope.later();
-    reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
-    return Outcome::reply;
-  }
-  return Outcome::no_reply;  // on_durable() answers; the credit rides on the next reply
-}
-
-void ServerConn::finish_call_wait(std::uint32_t req_id, CallWait& w) noexcept {
-  proto::MessageSpec reply = w.reply;
-  const bool failed = w.failed;
-  durable_calls_.erase(req_id);
-  if (failed) {
-    ++counters_->io_errors;
-    drop_call_reply(req_id);
-    reply = proto::msg::error_reply(Opcode::call, req_id, 0, Status::io_error);
-  }
-  if (emit(reply)) process_held();
-}
-
-void ServerConn::drop_call_reply(std::uint32_t req_id) noexcept {
-  call_replies_.erase(req_id);
-  pulls_.erase(req_id);  // a pulled reply the client will never see: no RELEASE comes
+  // on_durable() answers once every record is durable; the credit rides on the next reply.
+  return p.records == 0 ? Outcome::reply : Outcome::no_reply;
 }
 
 }  // namespace rkv::kv::server

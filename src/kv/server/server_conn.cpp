@@ -34,18 +34,13 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
       arena_(&arena),
       durability_(durability) {
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
-  transfers_.resize(config_.max_transfers);
-  free_transfers_.reserve(config_.max_transfers);
-  for (std::uint32_t i = config_.max_transfers; i > 0; --i) free_transfers_.push_back(i - 1);
   pulls_.reserve(config_.max_pins);
 }
 
 ServerConn::~ServerConn() {
   // The owner destroyed the QP (or every WR came back): the memory of the
-  // transfers may be reused. Pins go with the members.
-  counters_->transfers -= transfers_in_flight_;
+  // transfers may be reused. Pins go with the entries.
   counters_->transfers_aborted += transfers_in_flight_;
-  counters_->durable_waits -= durable_waits_;  // their replies are dropped with the connection
 }
 
 Verdict ServerConn::start() noexcept {
@@ -61,13 +56,13 @@ void ServerConn::on_established() noexcept {
 
 Verdict ServerConn::begin_draining(CloseCause cause, std::string_view reason) noexcept {
   if (!serving()) return Verdict::keep;  // decided before: the owner acted then
-  state_ = ConnState::draining;
-  cause_ = cause;
+  std::string why;
   try {
-    reason_.assign(reason);
+    why.assign(reason);
   } catch (const std::bad_alloc&) {
-    reason_.clear();  // the cause alone
+    // the cause alone
   }
+  close_decided(cause, std::move(why));
   return Verdict::disconnect;
 }
 
@@ -75,7 +70,10 @@ bool ServerConn::cm_done() noexcept {
   switch (state_) {
     case ConnState::connecting:
     case ConnState::established:
-    case ConnState::draining: state_ = ConnState::flushing; return true;
+    case ConnState::draining:
+      state_ = ConnState::flushing;
+      pulls_.clear();  // the owner moves the QP to error now: the client can no longer READ them
+      return true;
     case ConnState::flushing:
     case ConnState::closed: return false;
   }
@@ -102,13 +100,55 @@ void ServerConn::fail(CloseCause cause, std::string reason) noexcept {
     case CloseCause::shutdown: break;
   }
   spdlog::warn("conn {}: disconnecting ({}): {}", config_.label, to_string(cause), reason);
+  close_decided(cause, std::move(reason));
+}
+
+void ServerConn::close_decided(CloseCause cause, std::string reason) noexcept {
   state_ = ConnState::draining;
   cause_ = cause;
   reason_ = std::move(reason);
   held_.clear();  // their buffers are not re-posted: nothing more is executed
-  ready_.clear();
-  durable_dels_.clear();  // their replies are dropped with the connection
-  pulls_.clear();  // unpinned: the client can no longer READ (its QP goes to error)
+  queued_.clear();
+  for (std::uint32_t i = 0; i < pending_.slot_count(); ++i) {
+    const auto k = pending_.key_at(i);
+    if (!k) continue;
+    switch (pending_.find(*k)->wait) {
+      case Wait::read:
+      case Wait::write: break;  // until the (flushed) completion: the QP may still touch the memory
+      case Wait::log:
+      case Wait::send: close_entry(*k); break;  // the reply is dropped with the connection
+    }
+  }
+}
+
+void ServerConn::close_entry(Key k) noexcept {
+  Pending* p = pending_.find(k);
+  if (p == nullptr) return;
+  switch (p->wait) {
+    case Wait::read:
+    case Wait::write:
+      --transfers_in_flight_;
+      break;
+    case Wait::log:
+      durable_waits_ -= p->records;
+      break;
+    case Wait::send: break;
+  }
+  pending_.erase(k);
+}
+
+void ServerConn::finish(Key k) noexcept {
+  Pending& p = *pending_.find(k);
+  if (queued_.empty() && channel_.can_append(proto::encoded_size(p.reply))) {
+    if (append_reply(p.reply, p.op)) close_entry(k);
+    return;
+  }
+  try {
+    queued_.push_back(k);
+  } catch (const std::bad_alloc&) {
+    return fail(CloseCause::internal, "out of memory queueing a reply");
+  }
+  p.wait = Wait::send;
 }
 
 bool ServerConn::repost(std::uint32_t slot) noexcept {
@@ -213,14 +253,16 @@ void ServerConn::on_send(const verbs::Completion& c) noexcept {
 }
 
 void ServerConn::process_held() noexcept {
-  while (!ready_.empty() && serving()) {  // deferred replies first, in order
-    if (!channel_.can_append(proto::encoded_size(ready_.front()))) {
+  while (!queued_.empty() && serving()) {  // deferred replies first, in order
+    const Key k = queued_.front();
+    Pending& p = *pending_.find(k);  // queued entries close only here or with the connection
+    if (!channel_.can_append(proto::encoded_size(p.reply))) {
       ++counters_->pauses;
       return;
     }
-    proto::MessageSpec r = ready_.front();
-    ready_.pop_front();
-    if (!append_reply(r, r.opcode)) return;
+    queued_.pop_front();
+    if (!append_reply(p.reply, p.op)) return;
+    close_entry(k);
   }
   while (!held_.empty()) {
     switch (process(held_.front())) {
@@ -255,7 +297,7 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     const std::size_t need = m.opcode() == Opcode::call && reply.status == Status::ok
                                  ? std::max(proto::encoded_size(reply), call_reply_room())
                                  : proto::encoded_size(reply);
-    if (!ready_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
+    if (!queued_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
     if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && transfers_full()) {
       return Progress::paused;  // resumes when a READ/WRITE completes
     }
@@ -278,17 +320,6 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
   }
 }
 
-bool ServerConn::emit(proto::MessageSpec reply) noexcept {
-  if (ready_.empty() && channel_.can_append(proto::encoded_size(reply))) return append_reply(reply, reply.opcode);
-  try {
-    ready_.push_back(reply);
-  } catch (const std::bad_alloc&) {
-    fail(CloseCause::internal, "out of memory queueing a reply");
-    return false;
-  }
-  return true;
-}
-
 bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept {
   reply.credits = static_cast<std::uint16_t>(owed_);
   if (reply.status != Status::ok) ++counters_->error_replies;
@@ -299,10 +330,6 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) 
   }
   ++counters_->replies_sent;
   if (outstanding_ > 0) --outstanding_;
-  if (reply.opcode == Opcode::get_reply || reply.opcode == Opcode::call_reply) {
-    counters_->bytes_copied += reply.value.size();  // eager value
-  }
-  if (reply.opcode == Opcode::call_reply && !call_replies_.empty()) call_replies_.erase(reply.req_id);  // copied
   granted_pending_ += owed_;
   owed_ = 0;
   return true;
@@ -358,19 +385,7 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       ++counters_->sets;
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
-      try {
-        if (!store_->set(m.key, m.value_text())) {  // over the memory limit: nothing changed
-          ++counters_->no_memory;
-          reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
-          return Outcome::reply;
-        }
-        counters_->bytes_copied += m.value.size();
-      } catch (const std::bad_alloc&) {
-        ++counters_->no_memory;
-        reply = proto::msg::error_reply(Opcode::set, m.header.req_id, 0, Status::no_memory);
-        return Outcome::reply;
-      }
-      return record_durable(m.key, m.value_text(), {}, m.header.req_id, reply);
+      return execute_write(m, reply);
     case Opcode::get:
       ++counters_->gets;
       if (reply.found) {
@@ -380,7 +395,9 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       return Outcome::reply;
     case Opcode::release: return execute_release(m);
     case Opcode::stats: ++counters_->stats; return Outcome::reply;
-    case Opcode::del: return execute_del(m, reply);
+    case Opcode::del:
+      ++counters_->dels;
+      return execute_write(m, reply);
     case Opcode::call: return execute_call(m, reply);
     case Opcode::set_reply:
     case Opcode::get_reply:
@@ -391,84 +408,24 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
   return Outcome::reply;
 }
 
-// DEL: erased from the Store (its index entry cleared, its value freed when
-// no transfer pins it: Store::erase), then recorded as a tombstone exactly
-// as a SET is recorded, so the reply waits for the same durability.
-ServerConn::Outcome ServerConn::execute_del(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
-  ++counters_->dels;
-  const std::uint32_t id = m.header.req_id;
-  if (durability_ != nullptr) {
-    // Where a deferred reply finds its FOUND flag: taken before anything is
-    // changed, so running out of memory here refuses the DEL whole.
-    try {
-      if (!durable_dels_.try_emplace(id, false).second) {
-        fail(CloseCause::protocol_error, fmt::format("DEL req {} reuses the req_id of a DEL still waiting for the log", id));
-        return Outcome::failed;
-      }
-    } catch (const std::bad_alloc&) {
-      reply = proto::msg::error_reply(Opcode::del, id, 0, Status::no_memory);
-      return Outcome::reply;
-    }
-  }
-  const bool found = store_->erase(m.key);
-  if (found) ++counters_->del_hits;
-  reply = proto::msg::del_reply(id, 0, found);
-  if (durability_ == nullptr) return Outcome::reply;
-  const Outcome out = durable_outcome(durability_->record_del(m.key, config_.token, id), Opcode::del, id, reply);
-  if (out == Outcome::no_reply) {
-    durable_dels_[id] = found;  // the entry exists: no allocation
-  } else {
-    durable_dels_.erase(id);
-  }
-  return out;
-}
-
-ServerConn::Outcome ServerConn::record_durable(std::string_view key, std::string_view value, const LargeRef& large,
-                                               std::uint32_t req_id, proto::MessageSpec& reply) noexcept {
-  if (durability_ == nullptr) return Outcome::reply;
-  return durable_outcome(durability_->record_set(key, value, large, config_.token, req_id), Opcode::set, req_id,
-                         reply);
-}
-
-ServerConn::Outcome ServerConn::durable_outcome(DurableAck ack, Opcode op, std::uint32_t req_id,
-                                                proto::MessageSpec& reply) noexcept {
-  switch (ack) {
-    case DurableAck::now: return Outcome::reply;
-    case DurableAck::later:
-      ++durable_waits_;
-      ++counters_->durable_waits;
-      return Outcome::no_reply;  // on_durable() answers; the credit rides on the next reply
-    case DurableAck::failed: break;
-  }
-  ++counters_->io_errors;
-  reply = proto::msg::error_reply(op, req_id, 0, Status::io_error);
-  return Outcome::reply;
-}
-
-Verdict ServerConn::on_durable(std::uint32_t req_id, bool ok) noexcept {
-  if (!serving() || durable_waits_ == 0) {
+Verdict ServerConn::on_durable(std::uint32_t wait, bool ok) noexcept {
+  const Key k = Key::unpack32(wait);
+  Pending* p = serving() ? pending_.find(k) : nullptr;
+  if (p == nullptr || p->wait != Wait::log || p->records == 0) {
     ++counters_->stale_completions;
     return Verdict::keep;
   }
+  --p->records;
   --durable_waits_;
-  --counters_->durable_waits;
-  if (const auto it = durable_calls_.find(req_id); it != durable_calls_.end()) {  // one of a CALL's records
-    if (!ok) it->second.failed = true;
-    if (--it->second.records == 0) finish_call_wait(req_id, it->second);  // erases it
-    return decided_if(true);
+  if (!ok) p->log_failed = true;
+  if (p->records != 0) return Verdict::keep;  // a CALL's other records
+  if (p->log_failed) {
+    ++counters_->io_errors;
+    pulls_.erase(p->req_id);  // a pulled CALL reply the client will never see: no RELEASE comes
+    p->reply = proto::msg::error_reply(p->op, p->req_id, 0, Status::io_error);
   }
-  if (!ok) ++counters_->io_errors;
-  Opcode op = Opcode::set;
-  bool found = false;
-  if (const auto it = durable_dels_.find(req_id); it != durable_dels_.end()) {  // a DEL's tombstone
-    op = Opcode::del;
-    found = it->second;
-    durable_dels_.erase(it);
-  }
-  const proto::MessageSpec reply = !ok                   ? proto::msg::error_reply(op, req_id, 0, Status::io_error)
-                                   : op == Opcode::del ? proto::msg::del_reply(req_id, 0, found)
-                                                       : proto::msg::set_reply(req_id, 0);
-  if (emit(reply)) process_held();
+  finish(k);
+  process_held();
   return decided_if(true);
 }
 

@@ -27,11 +27,17 @@
 // that were posted (counted at flush time, i.e. when the client could first
 // see them); a SEND arriving when received > granted is an overrun.
 //
+// Pending requests: a request the connection still holds something for (an
+// RDMA READ or WRITE in flight, records not durable yet, a reply waiting for
+// a send buffer) is one entry of pending_ (a SlotTable: its key is the WR's
+// slot and the records' wait id), holding everything its reply needs; the
+// entry closes when its reply is appended (or its WRITE completes).
+//
 // Durability (optional, kv/store/durability.hpp): a SET or DEL is applied to the
-// Store at once, then recorded (a DEL as a tombstone); when the Durability
-// answers `later` its reply is deferred like a rendezvous SET's (the
+// Store at once, then recorded (a DEL as a tombstone) under its entry's key;
+// when the Durability answers `later` its reply waits in the entry (the
 // buffer's credit rides on the next reply that goes out) until the owner
-// calls on_durable(req_id, ok), which emits SET_REPLY / DEL_REPLY (FOUND as
+// calls on_durable(wait, ok), which sends SET_REPLY / DEL_REPLY (FOUND as
 // the erase found it) ok, or io_error. A connection that goes away before that is
 // simply gone: the owner routes on_durable by slot + generation and drops it.
 //
@@ -43,6 +49,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +67,7 @@
 #include "kv/store/store.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
+#include "reactor/slot_table.hpp"
 #include "verbs/completion.hpp"
 
 namespace rkv::kv::server {
@@ -164,6 +172,11 @@ struct ServerConnConfig {
 
 class ServerConn {
  public:
+  // What a write (a value stored, a key removed) came to: its record is
+  // durable now (or there is no log), will be later (on_durable), failed; or
+  // the value was not kept (over the memory limit: nothing changed).
+  enum class Written : std::uint8_t { now, later, log_failed, no_memory };
+
   // `arena` (outlives this): registered memory for the rendezvous path and
   // CALLs. `durability` (optional, outlives this): records every SET (see
   // above). Throws std::invalid_argument without config.stats.
@@ -182,10 +195,11 @@ class ServerConn {
   void on_established() noexcept;
   // Every completion of this connection's CQ, successful or not.
   [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
-  // The record of SET or DEL req_id (answered DurableAck::later) is durable
-  // (ok) or failed: its reply goes out (with the next flush). Unknown/late
-  // calls are ignored.
-  [[nodiscard]] Verdict on_durable(std::uint32_t req_id, bool ok) noexcept;
+  // The record made under `wait` (a SET's, a DEL's, or one of a CALL's, answered
+  // DurableAck::later) is durable (ok) or failed: once the request has no
+  // record left waiting its reply goes out (with the next flush). Unknown or
+  // late calls are ignored (counted stale).
+  [[nodiscard]] Verdict on_durable(std::uint32_t wait, bool ok) noexcept;
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
 
@@ -214,6 +228,8 @@ class ServerConn {
   // RDMA transfers that completed (well or not) so far: the owner's progress mark.
   [[nodiscard]] std::uint64_t transfers_finished() const noexcept { return transfers_finished_; }
   [[nodiscard]] std::size_t pulls_pinned() const noexcept { return pulls_.size(); }
+  // Large values held now: by transfers in flight and by pulls.
+  [[nodiscard]] std::size_t pins() const noexcept { return transfers_in_flight_ + pulls_.size(); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
   [[nodiscard]] std::size_t durable_waits() const noexcept { return durable_waits_; }
 
@@ -227,51 +243,33 @@ class ServerConn {
   enum class Progress : std::uint8_t { finished, paused, failed };
   // What executing a request produced.
   enum class Outcome : std::uint8_t { reply, no_reply, failed };
-  // A large value held for a transfer or a pull; counted in counters.pinned.
-  class Pin {
-   public:
-    Pin() = default;
-    Pin(LargeRef v, ServerCounters& c) noexcept : value_(std::move(v)), counters_(&c) { ++counters_->pinned; }
-    Pin(Pin&& o) noexcept : value_(std::move(o.value_)), counters_(o.counters_) { o.counters_ = nullptr; }
-    Pin& operator=(Pin&& o) noexcept {
-      if (this != &o) {
-        reset();
-        value_ = std::move(o.value_);
-        counters_ = o.counters_;
-        o.counters_ = nullptr;
-      }
-      return *this;
-    }
-    Pin(const Pin&) = delete;
-    Pin& operator=(const Pin&) = delete;
-    ~Pin() { reset(); }
-    void reset() noexcept {
-      if (counters_ != nullptr) --counters_->pinned;
-      counters_ = nullptr;
-      value_.reset();
-    }
-    [[nodiscard]] const LargeRef& value() const noexcept { return value_; }
-
-   private:
-    LargeRef value_;
-    ServerCounters* counters_ = nullptr;
+  // One request the connection still holds something for (eRPC's sslot):
+  // what it waits for, and everything its reply needs. Its key in pending_
+  // rides as the WrId slot of its READ or WRITE (SlotKey::pack32) and as the
+  // wait id of its log records, so a late completion or durability ack of a
+  // finished request is stale by generation.
+  enum class Wait : std::uint8_t {
+    read,   // an RDMA READ of a SET's value / a CALL's request into `pin` is in flight
+    write,  // an RDMA WRITE of a GET's value from `pin` is in flight (its reply went out right after it)
+    log,    // `records` of its writes are not durable yet; then `reply` goes out
+    send,   // `reply` waits for a send buffer (queued_ keeps the order)
   };
-  enum class TransferKind : std::uint8_t { none, set_read, call_read, get_write };
-  // An RDMA READ (SET, CALL) or WRITE (GET) in flight; WrId slot = index in transfers_.
-  struct Transfer {
-    TransferKind kind = TransferKind::none;
+  struct Pending {
+    Wait wait = Wait::read;
+    proto::Opcode op = proto::Opcode::set;
     std::uint32_t req_id = 0;
-    std::uint16_t op = 0;  // CALL: its user opcode
-    std::string key;  // SET: installed under it when the READ completes
-    std::uint32_t value_crc = 0;  // SET: the writer's crc32c of the value (its descriptor)
-    Pin pin;
+    std::uint16_t call_op = 0;    // CALL: its user opcode
+    std::string key;              // SET read: installed under it when the READ completes
+    std::uint32_t value_crc = 0;  // SET read: the writer's crc32c of the value (its descriptor)
+    LargeRef pin;                 // read: the block the READ fills; write: the value the WRITE sends
+    std::uint32_t records = 0;    // log: records answered `later`, not durable yet
+    bool log_failed = false;      // log: one of them failed: the reply becomes io_error
+    proto::MessageSpec reply;     // log, send: the reply (an eager CALL reply views reply_bytes)
+    std::vector<std::byte> reply_bytes;
   };
-  // A CALL whose reply waits for the records its handler made (on_durable).
-  struct CallWait {
-    std::uint32_t records = 0;  // answered `later`, not yet durable
-    bool failed = false;        // one of them failed: the reply becomes io_error
-    proto::MessageSpec reply;   // eager bytes: a view into call_replies_
-  };
+  using Key = reactor::SlotKey;
+  // pending_ keys fit 32 bits (pack32): 16 of index, 16 of generation.
+  static constexpr std::uint32_t kMaxPending = 0xFFFF;
   class CallScope;  // one handler run: its ReplyWriter and StoreAccess (server_call.cpp)
 
   // Internal steps report a decision to close only through fail() (state ->
@@ -291,39 +289,60 @@ class ServerConn {
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
-  // Posts the RDMA READ of a request's bytes at `from` into `block` for the
-  // transfer in `slot` (kind and req_id set): no_reply, or failed (closing).
-  Outcome post_request_read(std::uint32_t slot, std::shared_ptr<store::LargeValue> block,
-                            const proto::RdvDesc& from) noexcept;
+  // Opens the pending entry of a request READ of the bytes at `from` into
+  // `block` and posts the READ: no_reply, or a no_memory reply, or failed (closing).
+  Outcome post_request_read(Pending p, std::shared_ptr<store::LargeValue> block, const proto::RdvDesc& from,
+                            proto::MessageSpec& reply) noexcept;
   // --- CALL (server_call.cpp) ---
   Outcome execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
-  // Runs op's handler on `request` and builds its reply (maybe deferred for the log).
-  Outcome run_call(std::uint32_t req_id, std::uint16_t op, std::span<const std::byte> request,
-                   proto::MessageSpec& reply) noexcept;
+  // Runs the handler of CALL entry `k` (in Wait::log) on `request` and puts
+  // its reply in the entry: reply (final now), no_reply (it waits for the
+  // handler's records), or failed (closing; the entry is gone).
+  Outcome run_call(Key k, std::span<const std::byte> request) noexcept;
   // Room a CALL's reply may need in the open send buffer (the largest eager reply).
   [[nodiscard]] std::size_t call_reply_room() const noexcept;
-  // A deferred CALL's records are all durable (or one failed): its reply goes out.
-  void finish_call_wait(std::uint32_t req_id, CallWait& w) noexcept;
-  // Drops what a CALL reply that is not sent held (its bytes, its pulled block).
-  void drop_call_reply(std::uint32_t req_id) noexcept;
-  // DEL: erase, then record the tombstone (the reply may be deferred or fail).
-  Outcome execute_del(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
-  // Records an applied SET with the Durability (if any); may defer or fail the reply.
-  Outcome record_durable(std::string_view key, std::string_view value, const LargeRef& large, std::uint32_t req_id,
-                         proto::MessageSpec& reply) noexcept;
-  // What the Durability's answer means for the reply to `op` req_id.
-  Outcome durable_outcome(store::DurableAck ack, proto::Opcode op, std::uint32_t req_id,
-                          proto::MessageSpec& reply) noexcept;
+  // --- writes (server_write.cpp): every value in, every key out ---
+  // A copy of `value` kept the way the Store keeps one of its size
+  // (Store::put), counted, and recorded with the Durability under `wait`.
+  Written store_value(std::string_view key, std::string_view value, std::uint32_t wait) noexcept;
+  // The same for a Store::value_block a READ filled (value_crc: the writer's checksum of it).
+  Written store_block(std::string_view key, const LargeRef& block, std::uint32_t value_crc,
+                      std::uint32_t wait) noexcept;
+  struct Removal {
+    bool found;
+    Written written;
+  };
+  // Erases `key` and records its tombstone under `wait`.
+  Removal remove_key(std::string_view key, std::uint32_t wait) noexcept;
+  // The entry a request's writes record under (when there is a log): opened
+  // before anything changes, so a full table refuses the request whole.
+  std::optional<Key> open_log_wait(proto::Opcode op, std::uint32_t req_id) noexcept;
+  // What a write's result means for `reply` (the ok one, to `op`): true if
+  // it waits for the log (the entry `wait`, in Wait::log, holds it now);
+  // false if it goes out now, maybe as an error status.
+  bool deferred(Written w, std::optional<Key> wait, proto::Opcode op, proto::MessageSpec& reply) noexcept;
+  // Executes an eager SET or a DEL: the write, then answer().
+  Outcome execute_write(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // --- pending entries (server_conn.cpp) ---
+  // The entry's reply is final: appended now, or queued behind a full channel; the entry closes once appended.
+  void finish(Key k) noexcept;
+  // Closes an entry (its pin, and the log waits it still counted, go with it).
+  void close_entry(Key k) noexcept;
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
-  std::uint32_t take_transfer() noexcept;
-  void free_transfer(std::uint32_t slot) noexcept;
+  // Opens the entry of a READ/WRITE about to be posted (nullopt: no memory).
+  std::optional<Key> open_transfer(Pending p) noexcept;
+  // The entry's READ/WRITE is posted (false if the post failed: the entry is closed, fail() decided).
+  bool posted_transfer(Key k, int rc, std::string_view what) noexcept;
   void on_transfer(const verbs::Completion& c) noexcept;
-  // Appends a reply now (with the credits owed), or queues it behind a full channel.
-  bool emit(proto::MessageSpec reply) noexcept;
   bool append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept;
   bool repost(std::uint32_t slot) noexcept;
-  // Decides to close (once; logged here, where it is decided).
+  // Decides to close (once; counted and logged here, where it is decided).
   void fail(CloseCause cause, std::string reason) noexcept;
+  // THE close, whoever decided it (fail(), begin_draining()): nothing more
+  // is executed or sent; replies not sent yet are dropped with the
+  // connection. Transfers in flight keep their entries until their
+  // (flushed) completions; pulled values stay pinned until cm_done().
+  void close_decided(CloseCause cause, std::string reason) noexcept;
   [[nodiscard]] bool serving() const noexcept {
     return state_ == ConnState::connecting || state_ == ConnState::established;
   }
@@ -348,19 +367,16 @@ class ServerConn {
   std::string stats_text_;             // storage behind a STATS reply until it is appended
 
   Arena* arena_;  // never null
-  std::vector<Transfer> transfers_;
-  std::vector<std::uint32_t> free_transfers_;
-  std::size_t transfers_in_flight_ = 0;
+  reactor::SlotTable<Pending> pending_{kMaxPending};
+  std::deque<Key> queued_;                 // entries in Wait::send, in reply order
+  std::size_t transfers_in_flight_ = 0;    // entries in Wait::read and Wait::write
   std::uint64_t transfers_finished_ = 0;
-  std::unordered_map<std::uint32_t, Pin> pulls_;  // GET req_id -> value pinned until RELEASE
-  std::deque<proto::MessageSpec> ready_;          // replies (no views) waiting for a send buffer
+  std::size_t durable_waits_ = 0;          // records of entries in Wait::log, not durable yet
+  // Pulled values (a large GET's, a large CALL reply's), pinned until the
+  // client's RELEASE names its req_id (the wire's key for them).
+  std::unordered_map<std::uint32_t, LargeRef> pulls_;
+  std::vector<std::byte> call_reply_;      // an eager CALL reply's bytes until process() appends it
   Durability* durability_ = nullptr;
-  std::size_t durable_waits_ = 0;                 // SETs and DELs answered `later`, reply not emitted yet
-  std::unordered_map<std::uint32_t, bool> durable_dels_;  // DELs among them: req_id -> FOUND
-  std::unordered_map<std::uint32_t, CallWait> durable_calls_;  // CALLs among them (one per CALL, several records)
-  // Eager CALL reply bytes until the reply is appended (replies in ready_ and
-  // durable_calls_ view them; nodes never move).
-  std::unordered_map<std::uint32_t, std::vector<std::byte>> call_replies_;
 };
 
 }  // namespace rkv::kv::server

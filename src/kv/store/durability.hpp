@@ -7,10 +7,12 @@
 // (record_del()). The answer says when the client may be told "ok":
 //   now     acknowledge at once (fsync batch/never while the disk is healthy)
 //   later   the reply waits: the implementation calls the sink given to the
-//           owner (Server::on_durable, wired by kvd) with (conn_token, req_id,
+//           owner (Server::on_durable, wired by kvd) with (conn_token, wait,
 //           status) once the record is durable (ok) or failed (io_error).
-//           The token is the connection's slot + generation, never a pointer:
-//           a completion for a connection that has gone is dropped by its owner.
+//           The token is the connection's slot + generation, `wait` the
+//           connection's key of the waiting request (its pending entry's
+//           slot + generation), never pointers: an acknowledgement for a
+//           connection or a request that has gone is dropped by its owner.
 //   failed  answer io_error at once (nothing was queued)
 // Key and value are copied (small) or pinned through `large` (the value's
 // arena block, written to disk straight from that memory) before it returns.
@@ -48,12 +50,12 @@ class Durability {
 
   // `large` is set iff the value lives in the arena (value == large->view()).
   [[nodiscard]] virtual DurableAck record_set(std::string_view key, std::string_view value, const LargeRef& large,
-                                              std::uint64_t conn_token, std::uint32_t req_id) noexcept = 0;
+                                              std::uint64_t conn_token, std::uint32_t wait) noexcept = 0;
   // A DEL of `key` (a tombstone), whether or not the key existed: its
   // acknowledgement means "absent, durably", which a tombstone written behind
   // every earlier record of the key guarantees. Answered as record_set.
   [[nodiscard]] virtual DurableAck record_del(std::string_view key, std::uint64_t conn_token,
-                                              std::uint32_t req_id) noexcept = 0;
+                                              std::uint32_t wait) noexcept = 0;
   // End of one batch of request processing (the server calls it after each
   // CQ drain): queued records may be submitted now, together.
   virtual void flush() noexcept = 0;
