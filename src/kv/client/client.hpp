@@ -248,9 +248,6 @@ class Client {
   std::uint32_t server_credits_ = 0;
   std::uint32_t server_recv_size_ = 0;
   std::uint64_t server_max_value_ = 0;
-  bool connected_ = false;      // ESTABLISHED was reached (disconnect needed)
-  bool disconnected_ = false;   // DISCONNECTED seen
-  bool closed_ = false;
   bool flush_scheduled_ = false;
   bool in_cq_pass_ = false;     // completions are being handled: submits wait for the pass's flush
   // Feeds one completion to ClientConn (noexcept, as CompletionQueue requires).

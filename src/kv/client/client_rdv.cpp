@@ -190,7 +190,7 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
   const std::size_t at = reads_posted_.find(c.wr_id);
   if (at == reads_posted_.size()) {  // not a READ in flight: a repeated completion, or one never posted
-    if (state_ == ConnState::failed || state_ == ConnState::closed) return;
+    if (ended()) return;
     const SlotKey key = read_key(c.wr_id);
     if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
       ++counters_.stale_reads;
@@ -223,7 +223,7 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
 }
 
 void ClientConn::read_done(const verbs::Completion& c) noexcept {
-  if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
+  if (ended()) return;  // teardown flushes
   const SlotKey key = read_key(c.wr_id);
   const Slot* s = slots_.find(key);
   if (s == nullptr) {  // cannot happen while established: a posted READ's slot lives until it completes
