@@ -345,7 +345,7 @@ void Client::arm_watchdog() noexcept {
 
 std::uint64_t Client::progress() const noexcept {
   if (!conn_) return 0;
-  const ClientCounters& c = conn_->counters();
+  const ClientCounters c = conn_->counters();
   return c.completed + c.recv_completions + c.rdma_reads;
 }
 
@@ -610,7 +610,7 @@ ConnState Client::state() const noexcept {
   return conn_ ? conn_->state() : final_state_;
 }
 
-const ClientCounters& Client::counters() const noexcept {
+ClientCounters Client::counters() const noexcept {
   assert_owner();
   return conn_ ? conn_->counters() : counters_;
 }

@@ -188,7 +188,7 @@ class Client {
 
   [[nodiscard]] ConnState state() const noexcept;
   [[nodiscard]] const std::string& failure() const noexcept;  // why the connection failed
-  [[nodiscard]] const ClientCounters& counters() const noexcept;  // live, or as of close()
+  [[nodiscard]] ClientCounters counters() const noexcept;  // live, or as of close()
   [[nodiscard]] std::uint32_t server_credits() const noexcept {
     assert_owner();
     return server_credits_;

@@ -101,11 +101,9 @@ Status ClientConn::submit_get_into(std::string_view key, std::span<std::byte> in
       dst.reg = registrar_->register_memory(into, verbs::Access::local_write | verbs::Access::remote_write);
     } catch (const std::exception& e) {
       spdlog::warn("client: registering a {}-byte GET destination failed: {}", into.size(), e.what());
-      counters_.registrations = registrar_->registrations();
       ++counters_.refused;
       return Status::no_memory;
     }
-    counters_.registrations = registrar_->registrations();
   }
   const Status st = submit(proto::Opcode::get, key, {}, std::move(cb));
   if (st != Status::ok) return st;  // the registration ends here
@@ -148,10 +146,6 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
       spdlog::warn("client: registering a {}-byte {} value failed: {}", value.size(), proto::to_string(op), e.what());
       st = Status::no_memory;
     }
-    counters_.registrations = registrar_->registrations();
-    const RegCacheStats cs = cache_->stats();
-    counters_.reg_cache_hits = cs.hits;
-    counters_.reg_cache_misses = cs.misses;
   }
   if (st != Status::ok) {
     ++counters_.refused;
@@ -432,6 +426,18 @@ void ClientConn::complete_all(Status st) noexcept {
   releases_.clear();  // the server drops its pins with the connection
   for (auto& cb : cbs) finish(st, false, {}, cb);
   for (auto& r : queued) finish(st, false, {}, r.cb);
+}
+
+ClientCounters ClientConn::counters() const noexcept {
+  ClientCounters c = counters_;
+  // Mirrors of what the registrar and the pin-down cache count themselves.
+  if (registrar_ != nullptr) c.registrations = registrar_->registrations();
+  if (cache_) {
+    const RegCacheStats cs = cache_->stats();
+    c.reg_cache_hits = cs.hits;
+    c.reg_cache_misses = cs.misses;
+  }
+  return c;
 }
 
 bool ClientConn::ended() const noexcept {

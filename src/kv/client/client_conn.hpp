@@ -324,7 +324,9 @@ class ClientConn {
   [[nodiscard]] std::size_t reads_pending() const noexcept { return reads_pending_.size(); }
   // In a chain of READs, every this-many-th is signaled (and always the last).
   static constexpr std::size_t kReadSignalInterval = 16;
-  [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
+  // This connection's counters; registrations, reg_cache_hits and
+  // reg_cache_misses are read from the registrar and the cache now.
+  [[nodiscard]] ClientCounters counters() const noexcept;
 
   // The most request slots a req_id can name (SlotKey::pack32 keeps 16 bits of index).
   static constexpr std::uint32_t kMaxSlots = 1u << 16;
@@ -388,10 +390,10 @@ class ClientConn {
   bool handle_replies(std::span<const std::byte> bytes) noexcept;
   void finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept;
   void complete_all(Status st) noexcept;
-  // --- rendezvous (client_rdv.cpp) ---
-  [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
   // state_ = to, failure_ = reason (logged), every pending request completed with connection_failed.
   void end_requests(ConnState to, std::string_view reason) noexcept;
+  // --- rendezvous (client_rdv.cpp) ---
+  [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
   bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
   // An RDMA READ completion: routed by its slot key to the stage that posted it.
   void on_read(const verbs::Completion& c) noexcept;
@@ -477,7 +479,7 @@ class ClientConn {
   IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
   std::vector<std::byte> os_mem_;              // per slot index: neighborhood, key, small value
   std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
-  ClientCounters counters_;
+  ClientCounters counters_;  // counted here (not the mirrored ones: counters())
 };
 
 }  // namespace rkv::kv::client

@@ -95,7 +95,6 @@ void ClientConn::replenish() noexcept {
       break;
     }
   }
-  counters_.registrations = registrar_->registrations();
 }
 
 void ClientConn::free_slot(SlotKey key) noexcept {
@@ -154,7 +153,6 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
       // the next spare at this size keeps the next GET of it on the WRITE path.
       s.landing = LandingBuffer::create(*registrar_, static_cast<std::size_t>(len) + 1);
     } catch (const std::exception& e) {
-      counters_.registrations = registrar_->registrations();
       spdlog::warn("client: no {}-byte landing buffer for a GET: {}", len, e.what());
       releases_.push_back(id);
       Callback cb = std::move(s.cb);
@@ -162,7 +160,6 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
       finish(Status::no_memory, false, {}, cb);
       return true;
     }
-    counters_.registrations = registrar_->registrations();
   }
   const auto target = s.into.on ? s.into.bytes.first(static_cast<std::size_t>(len))
                                 : s.landing->data().first(static_cast<std::size_t>(len));
