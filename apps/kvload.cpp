@@ -165,7 +165,8 @@ int run_interactive(const Flags& f) {
       }
     }
     std::fflush(stdout);
-    if (client->state() == kv::client::ConnState::failed) {
+    if (const auto cs = client->state();
+        cs == kv::client::ConnState::failed || cs == kv::client::ConnState::disconnected) {
       std::fprintf(stderr, "kvload: connection failed: %s\n", client->failure().c_str());
       return 1;
     }

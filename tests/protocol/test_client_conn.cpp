@@ -43,6 +43,7 @@ class ClientConnTest : public ::testing::Test {
     ASSERT_EQ(conn_->post_receives(), 0);
     ASSERT_EQ(link_.recvs.size(), recv_count);
     EXPECT_EQ(conn_->state(), ConnState::connecting);
+    conn_->on_accepted();
     conn_->on_established(credits, server_recv);
     EXPECT_EQ(conn_->state(), ConnState::established);
   }
@@ -383,14 +384,44 @@ TEST_F(ClientConnTest, CloseCompletesPendingWithClosed) {
   conn_->flush();
   ASSERT_EQ(conn_->submit_get("b", record(1)), Status::ok);
   conn_->close();
-  EXPECT_EQ(conn_->state(), ConnState::closed);
+  EXPECT_EQ(conn_->state(), ConnState::closing);  // established: the owner disconnects next
   EXPECT_EQ(results_[0].status, Status::closed);
   EXPECT_EQ(results_[1].status, Status::closed);
   EXPECT_EQ(calls_[0], 1);
   EXPECT_EQ(calls_[1], 1);
   conn_->fail("later");  // no-op
+  EXPECT_EQ(conn_->state(), ConnState::closing);
+  EXPECT_TRUE(conn_->on_disconnected());  // the owner's disconnect answered
+  EXPECT_EQ(conn_->state(), ConnState::closed);
+  EXPECT_FALSE(conn_->on_disconnected());
+  EXPECT_EQ(calls_[0], 1);
+}
+
+// The server leaves: pending requests fail once; a close() then has nothing to disconnect.
+TEST_F(ClientConnTest, DisconnectedFailsPendingAndCloseNeedsNoDisconnect) {
+  start(2, 4, 4);
+  ASSERT_EQ(conn_->submit_get("a", record(0)), Status::ok);
+  EXPECT_TRUE(conn_->on_disconnected());
+  EXPECT_EQ(conn_->state(), ConnState::disconnected);
+  EXPECT_EQ(results_[0].status, Status::connection_failed);
+  EXPECT_EQ(conn_->failure(), "the server closed the connection");
+  EXPECT_EQ(conn_->submit_get("b", record(1)), Status::not_connected);
+  conn_->close();
   EXPECT_EQ(conn_->state(), ConnState::closed);
   EXPECT_EQ(calls_[0], 1);
+}
+
+// A failure keeps the rdma_cm connection: close() goes on to closing, and
+// cm_done() ends it when no DISCONNECTED comes.
+TEST_F(ClientConnTest, FailedThenClosedWaitsForTheDisconnect) {
+  start(2, 4, 4);
+  conn_->fail("test");
+  EXPECT_EQ(conn_->state(), ConnState::failed);
+  EXPECT_TRUE(conn_->ended());
+  conn_->close();
+  EXPECT_EQ(conn_->state(), ConnState::closing);
+  conn_->cm_done();
+  EXPECT_EQ(conn_->state(), ConnState::closed);
 }
 
 TEST_F(ClientConnTest, PostFailureFailsTheConnection) {
@@ -445,12 +476,14 @@ TEST_F(ClientConnTest, RequestsQueuedWhileConnectingGoOutOnEstablished) {
   ASSERT_EQ(conn_->post_receives(), 0);
   ASSERT_EQ(conn_->submit_get("a", record(0)), Status::ok);
   EXPECT_EQ(conn_->flush(), 0u);
+  conn_->on_accepted();
   conn_->on_established(2, 8192);
   EXPECT_EQ(conn_->flush(), 1u);
 }
 
 TEST(ClientStatus, NamesAndWireMapping) {
   EXPECT_EQ(to_string(ConnState::established), "established");
+  EXPECT_EQ(to_string(ConnState::disconnected), "disconnected");
   EXPECT_EQ(to_string(Status::too_large), "too_large");
   EXPECT_EQ(from_wire(proto::Status::ok), Status::ok);
   EXPECT_EQ(from_wire(proto::Status::internal), Status::server_error);

@@ -50,6 +50,7 @@ class OneSidedClient : public ::testing::Test {
     o.landing_spares = 1;
     cc_ = std::make_unique<ClientConn>(link_, *recv_, *send_, &reg_, o);
     EXPECT_EQ(cc_->post_receives(), 0);
+    cc_->on_accepted();
     cc_->on_established(4, 8192, 1u << 20);
     EXPECT_TRUE(cc_->enable_onesided({reinterpret_cast<std::uintptr_t>(region_.data()), 77, kBuckets}));
     EXPECT_EQ(reg_.last_access, verbs::Access::local_write) << "READ targets only";

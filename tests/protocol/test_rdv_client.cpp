@@ -36,6 +36,7 @@ class ClientRdv : public ::testing::Test {
     o.landing_spares = 1;
     cc_ = std::make_unique<ClientConn>(link_, recv_, send_, &reg_, o);
     EXPECT_EQ(cc_->post_receives(), 0);
+    cc_->on_accepted();
     cc_->on_established(4, 8192, 1u << 20);
   }
   void reply(std::initializer_list<proto::MessageSpec> specs) {
@@ -276,6 +277,7 @@ TEST(ClientRdvDepth, ThePoolKeepsALandingBufferForEveryRequestInFlight) {
   o.landing_spares = 1;
   ClientConn cc(link, recv, send, &reg, o);
   ASSERT_EQ(cc.post_receives(), 0);
+  cc.on_accepted();
   cc.on_established(kDepth, 8192, 1u << 20);
   ASSERT_EQ(cc.max_in_flight(), kDepth);
   std::size_t next_recv = 0;

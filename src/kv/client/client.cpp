@@ -186,7 +186,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
     }
     throw ConnectError(cm_errno(ev), "connection failed: " + describe(ev));
   }
-  connected_ = true;
+  conn_->on_accepted();  // from here on, closing it means disconnecting it
   const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::server);
   if (const auto* err = std::get_if<proto::ConnectError>(&decoded)) {
     throw ConnectError(EPROTO, "server sent bad connect parameters: " + std::string(proto::to_string(*err)));
@@ -247,7 +247,7 @@ void Client::on_cm_readable() noexcept {
       return;
     }
     if (!ev) return;
-    if (!connected_) {
+    if (!conn_ || conn_->state() == ConnState::connecting) {  // the connect path takes it
       try {
         cm_events_.push_back(std::move(*ev));
       } catch (...) {
@@ -263,11 +263,9 @@ void Client::handle_cm_event(const verbs::CmEvent& ev) noexcept {
   SPDLOG_DEBUG("client: cm event {} status {}", verbs::to_string(ev.type), ev.status);
   switch (ev.type) {
     case verbs::CmEventType::disconnected:
-      if (!disconnected_ && ep_) {
-        disconnected_ = true;
+      if (conn_ && conn_->on_disconnected()) {
         ep_->id().disconnect();  // answers the server's DREQ (no-op if we started it)
       }
-      if (conn_) conn_->fail("the server closed the connection");
       return;
     case verbs::CmEventType::device_removal:
     case verbs::CmEventType::rejected:
@@ -347,12 +345,12 @@ void Client::arm_watchdog() noexcept {
 
 std::uint64_t Client::progress() const noexcept {
   if (!conn_) return 0;
-  const ClientCounters& c = conn_->counters();
+  const ClientCounters c = conn_->counters();
   return c.completed + c.recv_completions + c.rdma_reads;
 }
 
 void Client::on_watchdog() noexcept {
-  if (!conn_ || closed_ || conn_->state() != ConnState::established || conn_->pending() == 0) {
+  if (!conn_ || conn_->state() != ConnState::established || conn_->pending() == 0) {
     watchdog_.reset();  // nothing in flight: the next submit arms it again
     return;
   }
@@ -403,7 +401,7 @@ void Client::do_flush() noexcept {
 
 Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
   assert_owner();
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_set(key, value, std::move(cb));
   if (st == Status::ok) schedule_flush(!proto::eager_fits(key.size(), value.size()));
   return st;
@@ -411,7 +409,7 @@ Status Client::set(std::string_view key, std::span<const std::byte> value, Callb
 
 Status Client::get(std::string_view key, Callback cb) {
   assert_owner();
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_get(key, std::move(cb));
   if (st == Status::ok) schedule_flush();
   return st;
@@ -419,7 +417,7 @@ Status Client::get(std::string_view key, Callback cb) {
 
 Status Client::get_into(std::string_view key, std::span<std::byte> into, Callback cb) {
   assert_owner();
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_get_into(key, into, std::move(cb));
   if (st == Status::ok) schedule_flush();
   return st;
@@ -427,7 +425,7 @@ Status Client::get_into(std::string_view key, std::span<std::byte> into, Callbac
 
 Status Client::del(std::string_view key, Callback cb) {
   assert_owner();
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_del(key, std::move(cb));
   if (st == Status::ok) schedule_flush();
   return st;
@@ -435,7 +433,7 @@ Status Client::del(std::string_view key, Callback cb) {
 
 Status Client::call(std::uint16_t op, std::span<const std::byte> request, Callback cb) {
   assert_owner();
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_call(op, request, std::move(cb));
   if (st == Status::ok) schedule_flush();
   return st;
@@ -583,7 +581,7 @@ Status Client::call_sync(std::uint16_t op, std::string_view request, std::string
 Status Client::stats_sync(std::string& out) {
   assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
-  if (!conn_ || closed_) return Status::not_connected;
+  if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   auto result = std::make_shared<SyncResult>();
   Status st = conn_->submit_stats([result](Status s, bool, std::span<const std::byte> v) {
     result->value.assign(reinterpret_cast<const char*>(v.data()), v.size());
@@ -612,7 +610,7 @@ ConnState Client::state() const noexcept {
   return conn_ ? conn_->state() : final_state_;
 }
 
-const ClientCounters& Client::counters() const noexcept {
+ClientCounters Client::counters() const noexcept {
   assert_owner();
   return conn_ ? conn_->counters() : counters_;
 }
@@ -624,15 +622,14 @@ const std::string& Client::failure() const noexcept {
 
 void Client::close() noexcept {
   assert_owner();
-  if (closed_) return;
+  if (!conn_ && !ep_) return;  // torn down already, or never built
   if (conn_) conn_->close();  // pending requests complete with Status::closed
   if (reactor_->state() != reactor::ReactorState::kIdle) {
     // Called from a reactor callback: the loop cannot be run from here, and
     // the CQ may be mid-drain. Stop the traffic now; ~Client finishes.
-    if (ep_ && connected_ && !disconnected_) ep_->id().disconnect();
+    if (conn_ && conn_->state() == ConnState::closing) ep_->id().disconnect();
     return;
   }
-  closed_ = true;
   teardown();
 }
 
@@ -642,12 +639,13 @@ void Client::teardown() noexcept {
   try {
     if (ep_) {
       // Teardown order of verbs/qp.hpp: disconnect, wait DISCONNECTED, to_error, drain.
-      if (connected_ && !disconnected_) {
+      if (conn_ && conn_->state() == ConnState::closing) {
         if (ep_->id().disconnect() == 0) {
-          if (!run_until([&] { return disconnected_; }, options_.close_timeout)) {
+          if (!run_until([&] { return conn_->state() != ConnState::closing; }, options_.close_timeout)) {
             spdlog::warn("client: no DISCONNECTED from {} within {} ms", peer_, options_.close_timeout.count());
           }
         }
+        conn_->cm_done();  // closed, whether DISCONNECTED came or not
       }
       ep_->qp().to_error();
       if (conn_ && (cq_watch_ || cq_poller_) &&

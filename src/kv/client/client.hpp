@@ -188,7 +188,7 @@ class Client {
 
   [[nodiscard]] ConnState state() const noexcept;
   [[nodiscard]] const std::string& failure() const noexcept;  // why the connection failed
-  [[nodiscard]] const ClientCounters& counters() const noexcept;  // live, or as of close()
+  [[nodiscard]] ClientCounters counters() const noexcept;  // live, or as of close()
   [[nodiscard]] std::uint32_t server_credits() const noexcept {
     assert_owner();
     return server_credits_;
@@ -248,9 +248,6 @@ class Client {
   std::uint32_t server_credits_ = 0;
   std::uint32_t server_recv_size_ = 0;
   std::uint64_t server_max_value_ = 0;
-  bool connected_ = false;      // ESTABLISHED was reached (disconnect needed)
-  bool disconnected_ = false;   // DISCONNECTED seen
-  bool closed_ = false;
   bool flush_scheduled_ = false;
   bool in_cq_pass_ = false;     // completions are being handled: submits wait for the pass's flush
   // Feeds one completion to ClientConn (noexcept, as CompletionQueue requires).

@@ -25,8 +25,11 @@ using conn::Registrar;
 std::string_view to_string(ConnState s) noexcept {
   switch (s) {
     case ConnState::connecting: return "connecting";
+    case ConnState::accepted: return "accepted";
     case ConnState::established: return "established";
     case ConnState::failed: return "failed";
+    case ConnState::disconnected: return "disconnected";
+    case ConnState::closing: return "closing";
     case ConnState::closed: return "closed";
   }
   return "invalid";
@@ -60,9 +63,13 @@ int ClientConn::post_receives() noexcept {
   return 0;
 }
 
+void ClientConn::on_accepted() noexcept {
+  if (state_ == ConnState::connecting) state_ = ConnState::accepted;
+}
+
 void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size,
                                 std::uint64_t max_value) noexcept {
-  if (state_ != ConnState::connecting) return;
+  if (state_ != ConnState::accepted) return;
   credits_ = credits;
   max_value_ = max_value;
   channel_.set_peer_recv_size(server_recv_size);
@@ -89,16 +96,14 @@ Status ClientConn::submit_get_into(std::string_view key, std::span<std::byte> in
   // this request only. Kept cached, a remote_write registration of the
   // caller's memory would outlive the request (reg_cache.hpp's caveat).
   if (registrar_ != nullptr && !into.empty() && !proto::eager_fits(key.size(), into.size()) &&
-      state_ != ConnState::failed && state_ != ConnState::closed && !key.empty() && key.size() <= proto::kMaxKey) {
+      !ended() && !key.empty() && key.size() <= proto::kMaxKey) {
     try {
       dst.reg = registrar_->register_memory(into, verbs::Access::local_write | verbs::Access::remote_write);
     } catch (const std::exception& e) {
       spdlog::warn("client: registering a {}-byte GET destination failed: {}", into.size(), e.what());
-      counters_.registrations = registrar_->registrations();
       ++counters_.refused;
       return Status::no_memory;
     }
-    counters_.registrations = registrar_->registrations();
   }
   const Status st = submit(proto::Opcode::get, key, {}, std::move(cb));
   if (st != Status::ok) return st;  // the registration ends here
@@ -120,7 +125,7 @@ Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stat
 
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
   Status st = Status::ok;
-  if (state_ == ConnState::failed || state_ == ConnState::closed) {
+  if (ended()) {
     st = Status::not_connected;
   } else if (op != proto::Opcode::stats && (key.empty() || key.size() > proto::kMaxKey)) {
     st = Status::bad_key;
@@ -141,10 +146,6 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
       spdlog::warn("client: registering a {}-byte {} value failed: {}", value.size(), proto::to_string(op), e.what());
       st = Status::no_memory;
     }
-    counters_.registrations = registrar_->registrations();
-    const RegCacheStats cs = cache_->stats();
-    counters_.reg_cache_hits = cs.hits;
-    counters_.reg_cache_misses = cs.misses;
   }
   if (st != Status::ok) {
     ++counters_.refused;
@@ -286,7 +287,7 @@ void ClientConn::on_completion(const verbs::Completion& c) noexcept {
       SPDLOG_DEBUG("client: unexpected {} completion", verbs::to_string(c.wr_id.kind()));
       break;
   }
-  if (c.ok() || state_ == ConnState::failed || state_ == ConnState::closed) return;
+  if (c.ok() || ended()) return;
   try {
     fail(fmt::format("{} completion {}: {}", verbs::to_string(c.wr_id.kind()), verbs::to_string(c.status),
                      c.status_detail()));
@@ -302,7 +303,7 @@ void ClientConn::on_recv(const verbs::Completion& c) noexcept {
     return;
   }
   if (recvs_posted_ > 0) --recvs_posted_;
-  if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
+  if (ended()) return;  // teardown flushes
   if (!c.ok()) {
     try {
       fail(fmt::format("recv completion {}: {}", verbs::to_string(c.status), c.status_detail()));
@@ -365,7 +366,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     ++counters_.replies;
     if (m.header.rdv()) {
       if (!on_get_rdv(key, m.header, *m.rdv)) return false;
-      if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
+      if (ended()) return true;
       continue;
     }
     if (op == proto::Opcode::get_reply || op == proto::Opcode::call_reply) {
@@ -381,7 +382,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     const bool text = op == proto::Opcode::stats_reply || call_ok;
     finish(st, found, (found && op == proto::Opcode::get_reply) || text ? m.value : std::span<const std::byte>{}, cb);
     // A callback that closed or failed the connection already completed the rest.
-    if (state_ == ConnState::failed || state_ == ConnState::closed) return true;
+    if (ended()) return true;
   }
 }
 
@@ -427,9 +428,35 @@ void ClientConn::complete_all(Status st) noexcept {
   for (auto& r : queued) finish(st, false, {}, r.cb);
 }
 
-void ClientConn::fail(std::string_view reason) noexcept {
-  if (state_ == ConnState::failed || state_ == ConnState::closed) return;
-  state_ = ConnState::failed;
+ClientCounters ClientConn::counters() const noexcept {
+  ClientCounters c = counters_;
+  // Mirrors of what the registrar and the pin-down cache count themselves.
+  if (registrar_ != nullptr) c.registrations = registrar_->registrations();
+  if (cache_) {
+    const RegCacheStats cs = cache_->stats();
+    c.reg_cache_hits = cs.hits;
+    c.reg_cache_misses = cs.misses;
+  }
+  return c;
+}
+
+bool ClientConn::ended() const noexcept {
+  switch (state_) {
+    case ConnState::connecting:
+    case ConnState::accepted:
+    case ConnState::established:
+      return false;
+    case ConnState::failed:
+    case ConnState::disconnected:
+    case ConnState::closing:
+    case ConnState::closed:
+      return true;
+  }
+  return true;
+}
+
+void ClientConn::end_requests(ConnState to, std::string_view reason) noexcept {
+  state_ = to;
   try {
     failure_.assign(reason);
   } catch (...) {
@@ -439,10 +466,64 @@ void ClientConn::fail(std::string_view reason) noexcept {
   complete_all(Status::connection_failed);
 }
 
+void ClientConn::fail(std::string_view reason) noexcept {
+  switch (state_) {
+    case ConnState::connecting:
+      end_requests(ConnState::disconnected, reason);  // no rdma_cm connection yet
+      return;
+    case ConnState::accepted:
+    case ConnState::established:
+      end_requests(ConnState::failed, reason);
+      return;
+    case ConnState::failed:
+    case ConnState::disconnected:
+    case ConnState::closing:
+    case ConnState::closed:
+      return;
+  }
+}
+
 void ClientConn::close() noexcept {
-  if (state_ == ConnState::closed) return;
-  state_ = ConnState::closed;
+  switch (state_) {
+    case ConnState::connecting:
+    case ConnState::disconnected:
+      state_ = ConnState::closed;
+      break;
+    case ConnState::accepted:
+    case ConnState::established:
+    case ConnState::failed:
+      state_ = ConnState::closing;
+      break;
+    case ConnState::closing:
+    case ConnState::closed:
+      return;
+  }
   complete_all(Status::closed);
+}
+
+bool ClientConn::on_disconnected() noexcept {
+  switch (state_) {
+    case ConnState::connecting:
+    case ConnState::accepted:
+    case ConnState::established:
+      // Its callbacks may close(): disconnected -> closed.
+      end_requests(ConnState::disconnected, "the server closed the connection");
+      return true;
+    case ConnState::failed:
+      state_ = ConnState::disconnected;
+      return true;
+    case ConnState::closing:
+      state_ = ConnState::closed;
+      return true;
+    case ConnState::disconnected:
+    case ConnState::closed:
+      return false;
+  }
+  return false;
+}
+
+void ClientConn::cm_done() noexcept {
+  if (state_ == ConnState::closing) state_ = ConnState::closed;
 }
 
 }  // namespace rkv::kv::client

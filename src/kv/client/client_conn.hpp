@@ -70,11 +70,26 @@ using conn::Registration;
 
 // Status, to_string(Status), from_wire: kv/client/errors.hpp.
 
+// One connection's lifecycle, the protocol and the rdma_cm part together
+// (the Client drives the CM transitions; a ClientConn alone, as the protocol
+// suite drives it, goes connecting -> accepted -> established -> ...):
+//
+//   connecting -> accepted -> established
+//   connecting ----------------------------> disconnected -> closed  (fail(), close())
+//   accepted | established -> failed -> disconnected                 (on_disconnected())
+//   accepted | established | failed -> closing -> closed             (close(); on_disconnected() or cm_done())
+//
+// Requests are refused from failed on (ended()).
 enum class ConnState : std::uint8_t {
-  connecting,   // receives may be posted; requests queue until established
-  established,  // requests flow
-  failed,       // terminal: pending requests completed with an error
-  closed,       // terminal: closed locally
+  connecting,    // receives posted, rdma_connect sent, ESTABLISHED not seen: requests queue
+  accepted,      // ESTABLISHED seen, the server's parameters not taken yet: requests queue
+  established,   // requests flow
+  failed,        // an error ended it: requests completed with connection_failed; the rdma_cm connection is still up
+  disconnected,  // requests completed with an error, and no rdma_cm connection is left to end (the server's
+                 // DISCONNECTED seen and answered, or ESTABLISHED never was)
+  closing,       // closed locally (close()): requests completed with Status::closed; the owner disconnects and
+                 // waits for DISCONNECTED (on_disconnected()) or gives up (cm_done())
+  closed,        // closed locally, nothing left to disconnect (the Client then releases the verbs resources)
 };
 
 [[nodiscard]] std::string_view to_string(ConnState s) noexcept;
@@ -215,9 +230,13 @@ class ClientConn {
 
   // Posts every receive buffer (before rdma_connect). 0 or an errno.
   [[nodiscard]] int post_receives() noexcept;
-  // The server's ConnectParams arrived: initial credits, its receive buffer size.
-  // max_value: the server's limit (0: unknown). Registers the spare landing
-  // buffers (connection setup, not the data path).
+  // ESTABLISHED seen (connecting -> accepted): from now on closing the
+  // connection means disconnecting it.
+  void on_accepted() noexcept;
+  // The server's ConnectParams were taken (accepted -> established): initial
+  // credits, its receive buffer size. max_value: the server's limit (0:
+  // unknown). Registers the spare landing buffers (connection setup, not the
+  // data path).
   void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0) noexcept;
 
   // Queue a request. The value bytes must stay alive until the callback
@@ -274,11 +293,21 @@ class ClientConn {
   // One work completion of this connection (any kind, any status).
   void on_completion(const verbs::Completion& c) noexcept;
 
-  // Terminal transitions; both complete every pending request once. No-ops
-  // in a terminal state.
+  // The transitions that end requests; each completes every pending request
+  // once (fail(): connection_failed; close(): Status::closed) and is a no-op
+  // once requests have ended (ended()). close() is also the owner's first
+  // step of teardown, so it moves a failed connection on to closing.
   void fail(std::string_view reason) noexcept;
   void close() noexcept;
+  // The server's DISCONNECTED arrived (the peer left, or answered our
+  // disconnect): fails what is pending ("the server closed the connection").
+  // True the first time: the owner answers it with its own disconnect.
+  [[nodiscard]] bool on_disconnected() noexcept;
+  // The owner's wait for DISCONNECTED is over without it (closing -> closed).
+  void cm_done() noexcept;
 
+  // Requests have ended (failed, disconnected, closing, closed): submits are refused.
+  [[nodiscard]] bool ended() const noexcept;
   [[nodiscard]] ConnState state() const noexcept { return state_; }
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   [[nodiscard]] std::uint32_t credits() const noexcept { return credits_; }
@@ -295,7 +324,9 @@ class ClientConn {
   [[nodiscard]] std::size_t reads_pending() const noexcept { return reads_pending_.size(); }
   // In a chain of READs, every this-many-th is signaled (and always the last).
   static constexpr std::size_t kReadSignalInterval = 16;
-  [[nodiscard]] const ClientCounters& counters() const noexcept { return counters_; }
+  // This connection's counters; registrations, reg_cache_hits and
+  // reg_cache_misses are read from the registrar and the cache now.
+  [[nodiscard]] ClientCounters counters() const noexcept;
 
   // The most request slots a req_id can name (SlotKey::pack32 keeps 16 bits of index).
   static constexpr std::uint32_t kMaxSlots = 1u << 16;
@@ -359,6 +390,8 @@ class ClientConn {
   bool handle_replies(std::span<const std::byte> bytes) noexcept;
   void finish(Status st, bool found, std::span<const std::byte> value, Callback& cb) noexcept;
   void complete_all(Status st) noexcept;
+  // state_ = to, failure_ = reason (logged), every pending request completed with connection_failed.
+  void end_requests(ConnState to, std::string_view reason) noexcept;
   // --- rendezvous (client_rdv.cpp) ---
   [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
   bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
@@ -446,7 +479,7 @@ class ClientConn {
   IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
   std::vector<std::byte> os_mem_;              // per slot index: neighborhood, key, small value
   std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
-  ClientCounters counters_;
+  ClientCounters counters_;  // counted here (not the mirrored ones: counters())
 };
 
 }  // namespace rkv::kv::client

@@ -72,7 +72,6 @@ bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
     spdlog::warn("client: no buffer for one-sided GETs ({}): GETs go by message", e.what());
     return false;
   }
-  counters_.registrations = registrar_->registrations();
   index_ = index;
   return true;
 }
@@ -210,12 +209,10 @@ void ClientConn::on_hood(SlotKey key) noexcept {
       try {
         s.landing = LandingBuffer::create(*registrar_, len + 1);  // size learned just now, as for a pull
       } catch (const std::exception& e) {
-        counters_.registrations = registrar_->registrations();
         spdlog::warn("client: no {}-byte landing buffer for a one-sided GET: {}", len, e.what());
         fallback(key);
         return;
       }
-      counters_.registrations = registrar_->registrations();
     }
     value_dst = s.landing->data().first(len);
     value_lkey = s.landing->lkey();

@@ -95,7 +95,6 @@ void ClientConn::replenish() noexcept {
       break;
     }
   }
-  counters_.registrations = registrar_->registrations();
 }
 
 void ClientConn::free_slot(SlotKey key) noexcept {
@@ -154,7 +153,6 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
       // the next spare at this size keeps the next GET of it on the WRITE path.
       s.landing = LandingBuffer::create(*registrar_, static_cast<std::size_t>(len) + 1);
     } catch (const std::exception& e) {
-      counters_.registrations = registrar_->registrations();
       spdlog::warn("client: no {}-byte landing buffer for a GET: {}", len, e.what());
       releases_.push_back(id);
       Callback cb = std::move(s.cb);
@@ -162,7 +160,6 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
       finish(Status::no_memory, false, {}, cb);
       return true;
     }
-    counters_.registrations = registrar_->registrations();
   }
   const auto target = s.into.on ? s.into.bytes.first(static_cast<std::size_t>(len))
                                 : s.landing->data().first(static_cast<std::size_t>(len));
@@ -190,7 +187,7 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
   const std::size_t at = reads_posted_.find(c.wr_id);
   if (at == reads_posted_.size()) {  // not a READ in flight: a repeated completion, or one never posted
-    if (state_ == ConnState::failed || state_ == ConnState::closed) return;
+    if (ended()) return;
     const SlotKey key = read_key(c.wr_id);
     if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
       ++counters_.stale_reads;
@@ -223,7 +220,7 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
 }
 
 void ClientConn::read_done(const verbs::Completion& c) noexcept {
-  if (state_ == ConnState::failed || state_ == ConnState::closed) return;  // teardown flushes
+  if (ended()) return;  // teardown flushes
   const SlotKey key = read_key(c.wr_id);
   const Slot* s = slots_.find(key);
   if (s == nullptr) {  // cannot happen while established: a posted READ's slot lives until it completes

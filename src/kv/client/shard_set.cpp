@@ -35,9 +35,12 @@ void add_counters(ClientCounters& into, const ClientCounters& c) noexcept {
 bool conn_gone(ConnState cs) noexcept {
   switch (cs) {
     case ConnState::failed:
+    case ConnState::disconnected:
+    case ConnState::closing:
     case ConnState::closed:
       return true;
     case ConnState::connecting:
+    case ConnState::accepted:
     case ConnState::established:
       return false;
   }
