@@ -204,8 +204,9 @@ def test_dead_server_then_back(cluster: Cluster) -> None:
         # the connection failed, while in flight: EHOSTDOWN as well). Each call
         # fails without waiting for the dead server: the bound is that property
         # with a margin for a slow guest, not a speed. What it rules out is a
-        # call waiting out the op timeout (30 s by default); NO_WAIT is half of
-        # it, and the longest call is printed (a few hundred ms here).
+        # call waiting out the op timeout (run.sh: 120 s; 30 s by default);
+        # NO_WAIT is half of the default, and the longest call is printed (a
+        # few hundred ms here).
         NO_WAIT = 15.0
         waits = []
 
