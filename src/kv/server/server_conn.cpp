@@ -293,10 +293,13 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
       return Progress::failed;
     }
     proto::MessageSpec reply = plan_reply(m);
+    std::size_t need = proto::encoded_size(reply);
+    if (need > channel_.max_message() && m.opcode() != Opcode::release) {  // e.g. a small client receive buffer
+      reply = proto::msg::error_reply(m.opcode(), m.header.req_id, 0, Status::too_large);
+      need = proto::encoded_size(reply);
+    }
     // A CALL's reply is known only once its handler ran: room for the largest eager one.
-    const std::size_t need = m.opcode() == Opcode::call && reply.status == Status::ok
-                                 ? std::max(proto::encoded_size(reply), call_reply_room())
-                                 : proto::encoded_size(reply);
+    if (m.opcode() == Opcode::call && reply.status == Status::ok) need = std::max(need, call_reply_room());
     if (!queued_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
     if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && transfers_full()) {
       return Progress::paused;  // resumes when a READ/WRITE completes
@@ -371,11 +374,24 @@ proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept 
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       break;
   }
-  if (m.opcode() == Opcode::release) return reply;
-  if (proto::encoded_size(reply) > channel_.max_message()) {  // e.g. a small client receive buffer
-    reply = proto::msg::error_reply(m.opcode(), id, 0, Status::too_large);
-  }
   return reply;
+}
+
+// An eager SET or a DEL: its log entry (with a log) opened before anything
+// changes, so a full table refuses it whole; then `write(wait id)`, then what
+// its result means for `reply`. A template, so each request's write is
+// inlined here.
+template <class Write>
+ServerConn::Outcome ServerConn::logged(Opcode op, std::uint32_t id, proto::MessageSpec& reply, Write&& write) noexcept {
+  std::optional<Key> wait;
+  if (durability_ != nullptr && !(wait = open_log_wait(op, id))) {
+    reply = proto::msg::error_reply(op, id, 0, Status::no_memory);
+    return Outcome::reply;
+  }
+  const Written w = write(wait ? wait->pack32() : 0);
+  if (w != Written::now && deferred(w, wait, op, reply)) return Outcome::no_reply;
+  if (wait) close_entry(*wait);
+  return Outcome::reply;
 }
 
 ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
@@ -385,7 +401,8 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       ++counters_->sets;
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
-      return execute_write(m, reply);
+      return logged(Opcode::set, m.header.req_id, reply,  // `reply` is the SET_REPLY already
+                    [&](std::uint32_t wait) { return store_value(m.key, m.value_text(), wait); });
     case Opcode::get:
       ++counters_->gets;
       if (reply.found) {
@@ -397,7 +414,12 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
     case Opcode::stats: ++counters_->stats; return Outcome::reply;
     case Opcode::del:
       ++counters_->dels;
-      return execute_write(m, reply);
+      return logged(Opcode::del, m.header.req_id, reply, [&](std::uint32_t wait) {
+        const Removal r = remove_key(m.key, wait);
+        if (r.found) ++counters_->del_hits;
+        reply = proto::msg::del_reply(m.header.req_id, 0, r.found);
+        return r.written;
+      });
     case Opcode::call: return execute_call(m, reply);
     case Opcode::set_reply:
     case Opcode::get_reply:

@@ -321,8 +321,10 @@ class ServerConn {
   // it waits for the log (the entry `wait`, in Wait::log, holds it now);
   // false if it goes out now, maybe as an error status.
   bool deferred(Written w, std::optional<Key> wait, proto::Opcode op, proto::MessageSpec& reply) noexcept;
-  // Executes an eager SET or a DEL: the write, then answer().
-  Outcome execute_write(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // Runs an eager SET's or a DEL's write(wait id) inside its log entry
+  // (server_conn.cpp); the reply as deferred() decides.
+  template <class Write>
+  Outcome logged(proto::Opcode op, std::uint32_t id, proto::MessageSpec& reply, Write&& write) noexcept;
   // --- pending entries (server_conn.cpp) ---
   // The entry's reply is final: appended now, or queued behind a full channel; the entry closes once appended.
   void finish(Key k) noexcept;

@@ -107,29 +107,4 @@ bool ServerConn::deferred(Written w, std::optional<Key> wait, Opcode op, proto::
   return false;
 }
 
-// An eager SET or a DEL: its log entry (with a log) opened before anything
-// changes, so a full table refuses it whole; then the write.
-ServerConn::Outcome ServerConn::execute_write(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
-  const Opcode op = m.opcode();
-  const std::uint32_t id = m.header.req_id;
-  std::optional<Key> wait;
-  if (durability_ != nullptr && !(wait = open_log_wait(op, id))) {
-    reply = proto::msg::error_reply(op, id, 0, Status::no_memory);
-    return Outcome::reply;
-  }
-  const std::uint32_t wait_id = wait ? wait->pack32() : 0;
-  Written w = Written::now;
-  if (op == Opcode::set) {
-    w = store_value(m.key, m.value_text(), wait_id);  // `reply` is the SET_REPLY already
-  } else {
-    const Removal r = remove_key(m.key, wait_id);
-    if (r.found) ++counters_->del_hits;
-    reply = proto::msg::del_reply(id, 0, r.found);
-    w = r.written;
-  }
-  if (deferred(w, wait, op, reply)) return Outcome::no_reply;
-  if (wait) close_entry(*wait);
-  return Outcome::reply;
-}
-
 }  // namespace rkv::kv::server

@@ -146,10 +146,7 @@ std::shared_ptr<LargeValue> Store::value_block(std::string_view key, std::size_t
   return b;
 }
 
-Store::Kept Store::put(std::string_view key, std::string_view value) {
-  if (proto::eager_fits(key.size(), value.size()) || !large_blocks_) {
-    return set(key, value) ? Kept::small : Kept::no_memory;
-  }
+Store::Kept Store::put_large(std::string_view key, std::string_view value) {
   auto block = value_block(key, value.size());
   if (!block) return Kept::no_memory;
   proto::copy_bytes(block->bytes.data(), value.data(), value.size());

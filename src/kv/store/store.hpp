@@ -34,6 +34,7 @@
 #include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
 #include "proto/copy.hpp"
+#include "proto/wire.hpp"
 
 namespace rkv::kv::store {
 
@@ -100,7 +101,12 @@ class Store {
   // large value, served by the rendezvous path) when a block source is
   // attached, any other by set(). no_memory: over the memory limit or no
   // block (nothing changed); an allocation failure throws std::bad_alloc.
-  [[nodiscard]] Kept put(std::string_view key, std::string_view value);
+  [[nodiscard]] Kept put(std::string_view key, std::string_view value) {
+    if (proto::eager_fits(key.size(), value.size()) || !large_blocks_) {
+      return set(key, value) ? Kept::small : Kept::no_memory;
+    }
+    return put_large(key, value);
+  }
   // Whether set_large(key, ...) would fit the memory limit now (value_block
   // asks before a block is taken for a value that could not be kept).
   [[nodiscard]] bool large_fits(std::string_view key) const noexcept;
@@ -219,6 +225,8 @@ class Store {
   // charge does not fit.
   [[nodiscard]] bool recharge(std::size_t old_charge, std::size_t new_charge) noexcept;
 
+  // put() of a value too large to travel eagerly: into a value_block().
+  [[nodiscard]] Kept put_large(std::string_view key, std::string_view value);
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
