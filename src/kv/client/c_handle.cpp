@@ -215,11 +215,11 @@ Status CHandle::send(SlotKey k) noexcept {
   Status st = Status::ok;
   try {
     switch (op.kind) {
-      case OpKind::set: st = shards_->set(op.shard, op.key, op.value, std::move(cb)); break;
+      case OpKind::set: st = shards_->set(op.shard, op.key, op.value, std::move(cb), &op.path); break;
       case OpKind::get: st = shards_->get(op.shard, op.key, std::move(cb)); break;
       case OpKind::del: st = shards_->del(op.shard, op.key, std::move(cb)); break;
       case OpKind::get_into: st = shards_->get_into(op.shard, op.key, op.into, std::move(cb)); break;
-      case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb)); break;
+      case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb), &op.path); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -264,8 +264,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
     }
     if (r.found) r.value_len = v.size();
   }
-  const bool large_call = op->kind == OpKind::call && !proto::eager_fits(proto::kCallOpSize, op->value.size());
-  if ((op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) || large_call) {
+  if (op->path == Path::rendezvous) {  // a SET's or CALL's value, READ by the server
     // The caller may free this buffer once the completion is returned: keep
     // no registration of it (a cached one could outlive the memory, see
     // reg_cache.hpp). The op's own lease ended before this callback.

@@ -164,6 +164,7 @@ class CHandle {
     std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
     std::span<std::byte> into;         // get_into: the caller's memory
     std::uint16_t call_op = 0;         // CALL: the user opcode
+    Path path = Path::eager;           // SET, CALL: how it went (the Client's decision, given back by send())
     std::size_t shard = 0;             // the key's shard (shard_for, once per op)
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)

@@ -164,9 +164,10 @@ Status ShardSet::usable_checked(std::size_t shard) noexcept {
   return usable(shard);
 }
 
-Status ShardSet::set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb) {
+Status ShardSet::set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
+                     Path* path) {
   if (const Status u = usable_checked(shard); u != Status::ok) return u;
-  return shards_[shard].client->set(key, value, wrap(shard, std::move(cb)));
+  return shards_[shard].client->set(key, value, wrap(shard, std::move(cb)), path);
 }
 
 Status ShardSet::get(std::size_t shard, std::string_view key, Callback cb) {
@@ -184,9 +185,10 @@ Status ShardSet::del(std::size_t shard, std::string_view key, Callback cb) {
   return shards_[shard].client->del(key, wrap(shard, std::move(cb)));
 }
 
-Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                      Path* path) {
   if (const Status u = usable_checked(shard); u != Status::ok) return u;
-  return shards_[shard].client->call(op, request, wrap(shard, std::move(cb)));
+  return shards_[shard].client->call(op, request, wrap(shard, std::move(cb)), path);
 }
 
 void ShardSet::forget(std::span<const std::byte> bytes) noexcept {

@@ -96,13 +96,16 @@ class ShardSet {
   // C API in its op, kvload for its per-shard report). With several
   // servers: Status::shard_down at once when the shard is down, and as the
   // callback's status when its connection fails while the op is pending.
-  [[nodiscard]] Status set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb);
+  // `path` (set, call), if given: how an accepted request travels (Client's).
+  [[nodiscard]] Status set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
+                           Path* path = nullptr);
   [[nodiscard]] Status get(std::size_t shard, std::string_view key, Callback cb);
   [[nodiscard]] Status get_into(std::size_t shard, std::string_view key, std::span<std::byte> into, Callback cb);
   [[nodiscard]] Status del(std::size_t shard, std::string_view key, Callback cb);
   // A CALL (kv_incr/kv_cas: on their key's shard; a keyless CALL has no
   // shard, the callers decide: docs/architecture.md).
-  [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb);
+  [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                            Path* path = nullptr);
   // Drops cached registrations of `bytes` in every shard's Client.
   void forget(std::span<const std::byte> bytes) noexcept;
 
