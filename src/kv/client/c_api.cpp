@@ -129,20 +129,22 @@ int arg_error(CHandle* h, int code, const char* what, const char* msg) noexcept 
 }
 
 // The argument checks every key/value call makes before anything is queued.
+// `shard`: the key's (CHandle::shard_for), decided here once for the operation.
 int check_args(CHandle* h, const void* key, std::size_t key_len, bool has_value, const void* value,
-               std::size_t value_len, const char* what) noexcept {
+               std::size_t value_len, const char* what, std::size_t& shard) noexcept {
   if (h == nullptr) return arg_error(nullptr, EINVAL, what, "handle is NULL");
   if (key == nullptr) return arg_error(h, EINVAL, what, "key is NULL");
   if (has_value && value == nullptr && value_len != 0) return arg_error(h, EINVAL, what, "value is NULL");
-  return h->check(key_of(key, key_len), value_len, what);
+  shard = h->shard_for(key_of(key, key_len));
+  return h->check(key_of(key, key_len), shard, value_len, what);
 }
 
-// A CALL of kvd's op on `key`'s line; its reply bytes go to `parse` (then freed).
+// A CALL of kvd's op on `key`'s line (on its shard); its reply bytes go to `parse` (then freed).
 template <typename Parse>
-int keyed_call(CHandle* h, std::uint16_t op, std::string_view key, const std::string& request, const char* what,
-               Parse&& parse) {
+int keyed_call(CHandle* h, std::uint16_t op, std::size_t shard, std::string_view key, const std::string& request,
+               const char* what, Parse&& parse) {
   OpResult r;
-  if (int rc = h->run(OpKind::call, key, rkv::proto::as_bytes(request), r, what, {}, op); rc != 0) return rc;
+  if (int rc = h->run(OpKind::call, shard, key, rkv::proto::as_bytes(request), r, what, {}, op); rc != 0) return rc;
   const bool ok = parse(std::span<const std::byte>(static_cast<const std::byte*>(r.value), r.value_len));
   rkv::kv::client::release_value(r.value);
   if (!ok) return arg_error(h, EIO, what, "the server's reply is not one of this operation");
@@ -209,24 +211,28 @@ int kv_set(void* kv_handle, const char* key, const char* value) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && value == nullptr) return arg_error(h, EINVAL, "kv_set", "value is NULL");
   const std::size_t value_len = value != nullptr ? std::strlen(value) : 0;
-  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, true, value, value_len, "kv_set"); rc != 0) {
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, true, value, value_len, "kv_set", shard);
+      rc != 0) {
     return rc;
   }
   return guarded(h, "kv_set", [&] {
     OpResult r;
-    return h->run(OpKind::set, key, bytes_of(value, value_len), r, "kv_set");
+    return h->run(OpKind::set, shard, key, bytes_of(value, value_len), r, "kv_set");
   });
 }
 
 int kv_get(void* kv_handle, const char* key, char** value) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && value == nullptr) return arg_error(h, EINVAL, "kv_get", "value pointer is NULL");
-  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get"); rc != 0) {
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get", shard);
+      rc != 0) {
     return rc;
   }
   return guarded(h, "kv_get", [&] {
     OpResult r;
-    if (int rc = h->run(OpKind::get, key, {}, r, "kv_get"); rc != 0) return rc;
+    if (int rc = h->run(OpKind::get, shard, key, {}, r, "kv_get"); rc != 0) return rc;
     if (r.value == nullptr) {  // a missing key: ""
       r.value = rkv::kv::client::copy_value({});
       if (r.value == nullptr) return arg_error(h, ENOMEM, "kv_get", "out of memory");
@@ -238,10 +244,11 @@ int kv_get(void* kv_handle, const char* key, char** value) {
 
 int kv_set_bin(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len) {
   CHandle* h = handle_of(kv_handle);
-  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_bin"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_bin", shard); rc != 0) return rc;
   return guarded(h, "kv_set_bin", [&] {
     OpResult r;
-    return h->run(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), r, "kv_set_bin");
+    return h->run(OpKind::set, shard, key_of(key, key_len), bytes_of(value, value_len), r, "kv_set_bin");
   });
 }
 
@@ -250,10 +257,11 @@ int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, s
   if (h != nullptr && (value == nullptr || value_len == nullptr)) {
     return arg_error(h, EINVAL, "kv_get_bin", value == nullptr ? "value pointer is NULL" : "value_len pointer is NULL");
   }
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin", shard); rc != 0) return rc;
   return guarded(h, "kv_get_bin", [&] {
     OpResult r;
-    if (int rc = h->run(OpKind::get, key_of(key, key_len), {}, r, "kv_get_bin"); rc != 0) return rc;
+    if (int rc = h->run(OpKind::get, shard, key_of(key, key_len), {}, r, "kv_get_bin"); rc != 0) return rc;
     if (!r.found) return arg_error(h, ENOENT, "kv_get_bin", "no such key");
     *value = r.value;
     *value_len = r.value_len;
@@ -263,10 +271,11 @@ int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, s
 
 int kv_del(void* kv_handle, const void* key, size_t key_len) {
   CHandle* h = handle_of(kv_handle);
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del", shard); rc != 0) return rc;
   return guarded(h, "kv_del", [&] {
     OpResult r;
-    if (int rc = h->run(OpKind::del, key_of(key, key_len), {}, r, "kv_del"); rc != 0) return rc;
+    if (int rc = h->run(OpKind::del, shard, key_of(key, key_len), {}, r, "kv_del"); rc != 0) return rc;
     if (!r.found) return arg_error(h, ENOENT, "kv_del", "no such key");
     return 0;
   });
@@ -276,11 +285,12 @@ int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, siz
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && value_len == nullptr) return arg_error(h, EINVAL, "kv_get_into", "value_len pointer is NULL");
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into", "buf is NULL");
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into", shard); rc != 0) return rc;
   return guarded(h, "kv_get_into", [&] {
     OpResult r;
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
-    if (int rc = h->run(OpKind::get_into, key_of(key, key_len), {}, r, "kv_get_into", into); rc != 0) {
+    if (int rc = h->run(OpKind::get_into, shard, key_of(key, key_len), {}, r, "kv_get_into", into); rc != 0) {
       if (rc == E2BIG) {
         return arg_error(h, E2BIG, "kv_get_into",
                          ("the value is longer than the buffer of " + std::to_string(buf_len) + " bytes").c_str());
@@ -333,10 +343,11 @@ int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void*
                      "key); use kv_incr/kv_cas, or a handle on the one server the handler should run on");
   }
   // The line of kv_calls is the empty key (c_handle.hpp); the check is the value limit's.
-  if (int rc = h->check(" ", req_len, "kv_call"); rc != 0) return rc;
+  const std::size_t shard = h->shard_for({});
+  if (int rc = h->check(" ", shard, req_len, "kv_call"); rc != 0) return rc;
   return guarded(h, "kv_call", [&] {
     OpResult r;
-    if (int rc = h->run(OpKind::call, {}, bytes_of(req, req_len), r, "kv_call", {}, op); rc != 0) return rc;
+    if (int rc = h->run(OpKind::call, shard, {}, bytes_of(req, req_len), r, "kv_call", {}, op); rc != 0) return rc;
     *reply = r.value;
     *reply_len = r.value_len;
     return 0;
@@ -347,10 +358,11 @@ int kv_call(void* kv_handle, uint16_t op, const void* req, size_t req_len, void*
 int kv_incr(void* kv_handle, const void* key, size_t key_len, int64_t delta, int64_t* result) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && result == nullptr) return arg_error(h, EINVAL, "kv_incr", "result pointer is NULL");
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_incr"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_incr", shard); rc != 0) return rc;
   return guarded(h, "kv_incr", [&] {
     const std::string request = rkv::proto::ops::incr_request(key_of(key, key_len), delta);
-    return keyed_call(h, rkv::proto::ops::kIncr, key_of(key, key_len), request, "kv_incr",
+    return keyed_call(h, rkv::proto::ops::kIncr, shard, key_of(key, key_len), request, "kv_incr",
                       [result](std::span<const std::byte> b) {
                         const auto v = rkv::proto::ops::parse_incr_reply(b);
                         if (v) *result = *v;
@@ -364,15 +376,16 @@ int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expecte
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && swapped == nullptr) return arg_error(h, EINVAL, "kv_cas", "swapped pointer is NULL");
   if (h != nullptr && expected == nullptr && expected_len != 0) return arg_error(h, EINVAL, "kv_cas", "expected is NULL");
-  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_cas"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_cas", shard); rc != 0) return rc;
   return guarded(h, "kv_cas", [&] {
     const auto as_text = [](const void* p, std::size_t n) {
       return std::string_view(p != nullptr ? static_cast<const char*>(p) : "", p != nullptr ? n : 0);
     };
     const std::string request =
         rkv::proto::ops::cas_request(key_of(key, key_len), as_text(expected, expected_len), as_text(value, value_len));
-    if (int rc = h->check(key_of(key, key_len), request.size(), "kv_cas"); rc != 0) return rc;
-    return keyed_call(h, rkv::proto::ops::kCas, key_of(key, key_len), request, "kv_cas",
+    if (int rc = h->check(key_of(key, key_len), shard, request.size(), "kv_cas"); rc != 0) return rc;
+    return keyed_call(h, rkv::proto::ops::kCas, shard, key_of(key, key_len), request, "kv_cas",
                       [swapped](std::span<const std::byte> b) {
                         const auto v = rkv::proto::ops::parse_cas_reply(b);
                         if (v) *swapped = *v ? 1 : 0;
@@ -384,35 +397,39 @@ int kv_cas(void* kv_handle, const void* key, size_t key_len, const void* expecte
 int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
                  uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
-  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_async"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_async", shard); rc != 0) return rc;
   return guarded(h, "kv_set_async", [&] {
-    return h->submit(OpKind::set, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_async");
+    return h->submit(OpKind::set, shard, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_async");
   });
 }
 
 int kv_get_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async", shard); rc != 0) return rc;
   return guarded(h, "kv_get_async", [&] {
-    return h->submit(OpKind::get, key_of(key, key_len), {}, tag, "kv_get_async");
+    return h->submit(OpKind::get, shard, key_of(key, key_len), {}, tag, "kv_get_async");
   });
 }
 
 int kv_del_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del_async"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_del_async", shard); rc != 0) return rc;
   return guarded(h, "kv_del_async", [&] {
-    return h->submit(OpKind::del, key_of(key, key_len), {}, tag, "kv_del_async");
+    return h->submit(OpKind::del, shard, key_of(key, key_len), {}, tag, "kv_del_async");
   });
 }
 
 int kv_get_into_async(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into_async", "buf is NULL");
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async"); rc != 0) return rc;
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async", shard); rc != 0) return rc;
   return guarded(h, "kv_get_into_async", [&] {
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
-    return h->submit(OpKind::get_into, key_of(key, key_len), {}, tag, "kv_get_into_async", into);
+    return h->submit(OpKind::get_into, shard, key_of(key, key_len), {}, tag, "kv_get_into_async", into);
   });
 }
 
@@ -425,9 +442,10 @@ int kv_call_async(void* kv_handle, uint16_t op, const void* req, size_t req_len,
                      "a handle on several servers has no server for a CALL without a key (a handler may touch any "
                      "key); use a handle on the one server the handler should run on");
   }
-  if (int rc = h->check(" ", req_len, "kv_call_async"); rc != 0) return rc;  // the value limit's check, as kv_call
+  const std::size_t shard = h->shard_for({});  // the value limit's check, as kv_call
+  if (int rc = h->check(" ", shard, req_len, "kv_call_async"); rc != 0) return rc;
   return guarded(h, "kv_call_async", [&] {
-    return h->submit(OpKind::call, {}, bytes_of(req, req_len), tag, "kv_call_async", {}, op);
+    return h->submit(OpKind::call, shard, {}, bytes_of(req, req_len), tag, "kv_call_async", {}, op);
   });
 }
 

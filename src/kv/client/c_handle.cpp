@@ -140,14 +140,13 @@ int CHandle::status_error(Status st, const char* what, std::size_t shard) noexce
   }
 }
 
-int CHandle::check(std::string_view key, std::size_t value_len, const char* what) noexcept {
+int CHandle::check(std::string_view key, std::size_t shard, std::size_t value_len, const char* what) noexcept {
   try {
     if (key.empty()) return set_error(EINVAL, std::string(what) + ": empty key");
     if (key.size() > proto::kMaxKey) {
       return set_error(E2BIG, std::string(what) + ": key of " + std::to_string(key.size()) +
                                   " bytes is longer than 1024 bytes");
     }
-    const std::size_t shard = shards_->shard_of(key);
     const std::uint64_t max = shards_->server_max_value(shard);
     if (max != 0 && value_len > max) {
       return set_error(E2BIG, std::string(what) + ": value of " + std::to_string(value_len) +
@@ -172,8 +171,8 @@ int CHandle::check(std::string_view key, std::size_t value_len, const char* what
 
 // ---- lines -------------------------------------------------------------
 
-Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    bool sync, std::span<std::byte> into, SlotKey& out, std::uint16_t call_op) {
+Status CHandle::add(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                    std::uint64_t tag, bool sync, std::span<std::byte> into, SlotKey& out, std::uint16_t call_op) {
   Op op;
   op.kind = kind;
   op.call_op = call_op;
@@ -182,7 +181,7 @@ Status CHandle::add(OpKind kind, std::string_view key, std::span<const std::byte
   op.value = value;
   op.into = into;
   op.tag = tag;
-  op.shard = shard_for(key);
+  op.shard = shard;
   auto it = lines_.find(key);
   const bool fresh = it == lines_.end();
   if (fresh) it = lines_.emplace(std::string(key), Line{}).first;
@@ -216,11 +215,11 @@ Status CHandle::send(SlotKey k) noexcept {
   Status st = Status::ok;
   try {
     switch (op.kind) {
-      case OpKind::set: st = shards_->set(op.key, op.value, std::move(cb)); break;
-      case OpKind::get: st = shards_->get(op.key, std::move(cb)); break;
-      case OpKind::del: st = shards_->del(op.key, std::move(cb)); break;
-      case OpKind::get_into: st = shards_->get_into(op.key, op.into, std::move(cb)); break;
-      case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb)); break;
+      case OpKind::set: st = shards_->set(op.shard, op.key, op.value, std::move(cb), &op.path); break;
+      case OpKind::get: st = shards_->get(op.shard, op.key, std::move(cb)); break;
+      case OpKind::del: st = shards_->del(op.shard, op.key, std::move(cb)); break;
+      case OpKind::get_into: st = shards_->get_into(op.shard, op.key, op.into, std::move(cb)); break;
+      case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb), &op.path); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -265,8 +264,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
     }
     if (r.found) r.value_len = v.size();
   }
-  const bool large_call = op->kind == OpKind::call && !proto::eager_fits(proto::kCallOpSize, op->value.size());
-  if ((op->kind == OpKind::set && !proto::eager_fits(op->key.size(), op->value.size())) || large_call) {
+  if (op->path == Path::rendezvous) {  // a SET's or CALL's value, READ by the server
     // The caller may free this buffer once the completion is returned: keep
     // no registration of it (a cached one could outlive the memory, see
     // reg_cache.hpp). The op's own lease ended before this callback.
@@ -368,29 +366,28 @@ void CHandle::leave() {
 
 // ---- the calls ---------------------------------------------------------
 
-int CHandle::submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                    const char* what, std::span<std::byte> into, std::uint16_t call_op) {
+int CHandle::submit(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                    std::uint64_t tag, const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   if (async_in_flight_ + ready_count_ >= kMaxPending) {
     return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
                                  " operations submitted and not yet returned by kv_poll)");
   }
   shards_->maintain();  // a shard whose retry is due reconnects before its keys are tried
   SlotKey k{};
-  if (const Status st = add(kind, key, value, tag, false, into, k, call_op); st != Status::ok) {
-    return status_error(st, what, shard_for(key));
+  if (const Status st = add(kind, shard, key, value, tag, false, into, k, call_op); st != Status::ok) {
+    return status_error(st, what, shard);
   }
   ++async_in_flight_;
   signal();  // kv_poll sends what is queued (requests go out together at the end of a turn)
   return 0;
 }
 
-int CHandle::run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                 const char* what, std::span<std::byte> into, std::uint16_t call_op) {
+int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                 OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op) {
   enter();
   shards_->maintain();
-  const std::size_t shard = shard_for(key);
   SlotKey k{};
-  if (const Status st = add(kind, key, value, 0, true, into, k, call_op); st != Status::ok) {
+  if (const Status st = add(kind, shard, key, value, 0, true, into, k, call_op); st != Status::ok) {
     leave();
     return status_error(st, what, shard);
   }

@@ -108,24 +108,26 @@ class CHandle {
   }
 
   // Limits and state checked before anything is queued: 0 or an errno, with
-  // the message in last_error. `what` names the C function.
-  [[nodiscard]] int check(std::string_view key, std::size_t value_len, const char* what) noexcept;
+  // the message in last_error. `what` names the C function. `shard`: the
+  // key's, shard_for(key), computed once per operation by the caller and
+  // passed on to run() or submit().
+  [[nodiscard]] int check(std::string_view key, std::size_t shard, std::size_t value_len, const char* what) noexcept;
 
   // Async: 0, or EAGAIN (kMaxPending reached) or why the Client refused it
   // (the message in last_error); the value bytes stay the caller's until the
   // op's completion. Throws std::bad_alloc.
   // get_into: `into` (the caller's memory) stays the caller's until the
   // op's completion too. A CALL: as run()'s (`value` the request, `call_op`).
-  [[nodiscard]] int submit(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0);
+  [[nodiscard]] int submit(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                           std::uint64_t tag, const char* what, std::span<std::byte> into = {},
+                           std::uint16_t call_op = 0);
   // Sync: the op joins its key's line like an async one and the reactor runs
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
   // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
-  [[nodiscard]] int run(OpKind kind, std::string_view key, std::span<const std::byte> value, OpResult& out,
-                        const char* what, std::span<std::byte> into = {},
-                        std::uint16_t call_op = 0);
+  [[nodiscard]] int run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                        OpResult& out, const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0);
   // kv_stats: the server's STATS text, the reactor run until it arrives.
   [[nodiscard]] int stats(std::string& out, const char* what);
   // kv_counters: this handle's client counters, "name value" lines (kClientCounterTable).
@@ -140,8 +142,10 @@ class CHandle {
   int set_error(int code, std::string_view msg) noexcept;
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] bool sharded() const noexcept { return shards_->sharded(); }
-  // The server of an op on `key`. kv_call's line is the empty key: c_api.cpp
-  // refuses kv_call on several servers, so it is shard 0, the one server.
+  // The server of an op on `key`: where an operation's shard is decided (the
+  // one hash of its key; everything after is given the index). kv_call's line
+  // is the empty key: c_api.cpp refuses kv_call on several servers, so it is
+  // shard 0, the one server.
   [[nodiscard]] std::size_t shard_for(std::string_view key) const noexcept {
     return key.empty() ? 0 : shards_->shard_of(key);
   }
@@ -160,7 +164,8 @@ class CHandle {
     std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
     std::span<std::byte> into;         // get_into: the caller's memory
     std::uint16_t call_op = 0;         // CALL: the user opcode
-    std::size_t shard = 0;             // the key's shard (ShardSet::shard_of)
+    Path path = Path::eager;           // SET, CALL: how it went (the Client's decision, given back by send())
+    std::size_t shard = 0;             // the key's shard (shard_for, once per op)
     std::uint64_t tag = 0;
     reactor::SlotKey next{};  // the next op on the same key (generation 0: none)
     OpResult result;          // sync ops, once done
@@ -180,8 +185,8 @@ class CHandle {
 
   // A new op at the back of its key's line; sent now if it is the front.
   // Returns its key, or the Client's refusal (the op is gone then).
-  [[nodiscard]] Status add(OpKind kind, std::string_view key, std::span<const std::byte> value, std::uint64_t tag,
-                           bool sync, std::span<std::byte> into, reactor::SlotKey& out,
+  [[nodiscard]] Status add(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                           std::uint64_t tag, bool sync, std::span<std::byte> into, reactor::SlotKey& out,
                            std::uint16_t call_op = 0);
   [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
   void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;

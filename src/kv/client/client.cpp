@@ -399,11 +399,14 @@ void Client::do_flush() noexcept {
   if (conn_) conn_->flush();
 }
 
-Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
+Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path) {
   assert_owner();
   if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
-  const Status st = conn_->submit_set(key, value, std::move(cb));
-  if (st == Status::ok) schedule_flush(!proto::eager_fits(key.size(), value.size()));
+  Path p = Path::eager;
+  const Status st = conn_->submit_set(key, value, std::move(cb), &p);
+  if (st != Status::ok) return st;
+  if (path != nullptr) *path = p;
+  schedule_flush(p == Path::rendezvous);
   return st;
 }
 
@@ -431,10 +434,10 @@ Status Client::del(std::string_view key, Callback cb) {
   return st;
 }
 
-Status Client::call(std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+Status Client::call(std::uint16_t op, std::span<const std::byte> request, Callback cb, Path* path) {
   assert_owner();
   if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
-  const Status st = conn_->submit_call(op, request, std::move(cb));
+  const Status st = conn_->submit_call(op, request, std::move(cb), path);
   if (st == Status::ok) schedule_flush();
   return st;
 }

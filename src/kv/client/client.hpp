@@ -110,7 +110,9 @@ class Client {
   // from `value`, which is registered through a pin-down cache and STAYS
   // registered for reuse: call forget() before freeing/unmapping such a
   // buffer (or the cache could later serve its stale registration).
-  [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  // `path`, if given: how an accepted request travels (ClientConn::submit decides).
+  [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb,
+                           Path* path = nullptr);
   [[nodiscard]] Status set(std::string_view key, std::string_view value, Callback cb) {
     return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
   }
@@ -133,8 +135,9 @@ class Client {
   // buffer: adopt_landing() inside the callback takes it without a copy
   // (over 64 KiB; see there).
   // Not ordered with other requests: a CALL and a SET behind it may run in
-  // either order (the handler's keys are unknown to the client).
-  [[nodiscard]] Status call(std::uint16_t op, std::span<const std::byte> request, Callback cb);
+  // either order (the handler's keys are unknown to the client). `path`: as set()'s.
+  [[nodiscard]] Status call(std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                            Path* path = nullptr);
 
   // Sync: run the reactor until the op completes or options.op_timeout passes
   // (then the connection is failed and Status::timeout returned).

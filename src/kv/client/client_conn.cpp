@@ -79,8 +79,8 @@ void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv
                server_recv_size, slots_.max_slots());
 }
 
-Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb) {
-  return submit(proto::Opcode::set, key, value, std::move(cb));
+Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path) {
+  return submit(proto::Opcode::set, key, value, std::move(cb), path);
 }
 
 Status ClientConn::submit_get(std::string_view key, Callback cb) {
@@ -116,20 +116,25 @@ Status ClientConn::submit_del(std::string_view key, Callback cb) {
   return submit(proto::Opcode::del, key, {}, std::move(cb));
 }
 
-Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb, Path* path) {
   const auto key = proto::call_op_key(op);
-  return submit(proto::Opcode::call, std::string_view(key.data(), key.size()), request, std::move(cb));
+  return submit(proto::Opcode::call, std::string_view(key.data(), key.size()), request, std::move(cb), path);
 }
 
 Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
 
-Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb) {
+Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb,
+                          Path* path_out) {
+  // Only SET and CALL carry a value, so only they can go by rendezvous.
+  const Path path = op == proto::Opcode::get && onesided()          ? Path::onesided
+                    : proto::eager_fits(key.size(), value.size()) ? Path::eager
+                                                                  : Path::rendezvous;
   Status st = Status::ok;
   if (ended()) {
     st = Status::not_connected;
   } else if (op != proto::Opcode::stats && (key.empty() || key.size() > proto::kMaxKey)) {
     st = Status::bad_key;
-  } else if (!proto::eager_fits(key.size(), value.size())) {
+  } else if (path == Path::rendezvous) {
     // Rendezvous: the server READs the value from this (registered) buffer.
     if (registrar_ == nullptr || (max_value_ != 0 && value.size() > max_value_)) st = Status::too_large;
   } else if (state_ == ConnState::established &&
@@ -137,8 +142,7 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     st = Status::too_large;  // the server's receive buffers are smaller than this request
   }
   RegCache::Lease lease;
-  const bool carries_value = op == proto::Opcode::set || op == proto::Opcode::call;
-  if (st == Status::ok && carries_value && !proto::eager_fits(key.size(), value.size())) {
+  if (st == Status::ok && path == Path::rendezvous) {
     // The rkey travels in the SET: this registration (or cache hit) must precede the SEND.
     try {
       lease = cache_->acquire(value, verbs::Access::remote_read);
@@ -151,9 +155,9 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     ++counters_.refused;
     return st;
   }
-  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease),
-                           op == proto::Opcode::get && onesided()});
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease), path});
   ++counters_.requests;
+  if (path_out != nullptr) *path_out = path;
   SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());
   return Status::ok;
 }
@@ -203,7 +207,7 @@ std::size_t ClientConn::flush() noexcept {
     if (!taken_key) break;  // out of memory: the request stays queued
     const SlotKey key = *taken_key;
     Request& r = queue_.front();
-    if (r.onesided) {  // RDMA READs only: no credit, no send buffer; posted below, chained
+    if (r.path == Path::onesided) {  // RDMA READs only: no credit, no send buffer; posted below, chained
       Request taken = std::move(r);
       queue_.pop_front();
       start_onesided(key, taken);
@@ -245,7 +249,7 @@ std::size_t ClientConn::flush() noexcept {
     s.into = std::move(r.into);
     if (r.op == proto::Opcode::set || r.op == proto::Opcode::call) {
       if (r.op == proto::Opcode::call) ++counters_.calls;
-      if (spec.rdv) {
+      if (r.path == Path::rendezvous) {
         ++(r.op == proto::Opcode::set ? counters_.sets_large : counters_.calls_large);
       } else {
         counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer

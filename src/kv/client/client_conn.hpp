@@ -94,6 +94,15 @@ enum class ConnState : std::uint8_t {
 
 [[nodiscard]] std::string_view to_string(ConnState s) noexcept;
 
+// How a request travels, decided once per request when it is submitted
+// (ClientConn::submit) and kept in its Request; the callers that act on it
+// (Client::set's flush, the C API's forget) are handed that decision.
+enum class Path : std::uint8_t {
+  eager,       // inline in the SEND (key + value under proto::kEagerLimit)
+  rendezvous,  // a SET's or CALL's value READ by the server from its registration (RegCache lease)
+  onesided,    // a GET by RDMA READs of the server's index (read mode), no message
+};
+
 // Completion of one request; `value` (GET hits, CALL replies) is valid only during the call.
 // `found`: GET, the key has a value; DEL, the key existed and was removed; CALL: true when ok.
 using Callback = std::function<void(Status, bool found, std::span<const std::byte> value)>;
@@ -241,8 +250,9 @@ class ClientConn {
 
   // Queue a request. The value bytes must stay alive until the callback
   // (the key is copied). Returns ok, or why it was refused (the callback is
-  // then never called).
-  [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb);
+  // then never called). `path`, if given: how an accepted request travels.
+  [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb,
+                                  Path* path = nullptr);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
   // GET into the caller's memory `into` (it must stay valid until the
   // callback): a large value is RDMA-written into it by the server (the
@@ -258,8 +268,9 @@ class ClientConn {
   // CALL of user opcode `op`: `request` (alive until the callback) goes
   // eagerly or, from 4 KiB, by the server's RDMA READ (registered like a
   // large SET's value); the callback's value is the handler's reply (a large
-  // one READ into a landing buffer: adopt_landing() takes it).
-  [[nodiscard]] Status submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb);
+  // one READ into a landing buffer: adopt_landing() takes it). `path`: as submit_set's.
+  [[nodiscard]] Status submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                                   Path* path = nullptr);
   // Read mode: from now on GETs go by RDMA READ of the server's index
   // (client_onesided.cpp). Registers one buffer with a small area per
   // request slot (local_write). False (logged) if the index is unusable or
@@ -346,9 +357,9 @@ class ClientConn {
     std::string key;
     std::span<const std::byte> value;
     Callback cb;
-    RegCache::Lease lease;  // large SET: the registration of `value`
-    bool onesided = false;  // GET by RDMA READ (read mode)
-    Into into{};            // GET into the caller's memory
+    RegCache::Lease lease;    // rendezvous: the registration of `value`
+    Path path = Path::eager;  // decided by submit (a one-sided GET's fallback: eager)
+    Into into{};              // GET into the caller's memory
   };
   // What a request in flight waits for. At most one RDMA READ per request is
   // in flight, and only in the pull, hood and block stages.
@@ -372,8 +383,9 @@ class ClientConn {
     proto::IndexEntry entry;
   };
 
+  // Decides the request's Path (the one place) and queues it; *path_out gets it when accepted.
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
-                              Callback cb);
+                              Callback cb, Path* path_out = nullptr);
   using SlotKey = reactor::SlotKey;
   [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
   // An RDMA READ's wr_id carries its request's slot key, generation included.

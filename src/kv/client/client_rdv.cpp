@@ -17,7 +17,7 @@ namespace rkv::kv::client {
 
 proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
   if (r.op == proto::Opcode::set) {
-    if (!r.lease) return proto::msg::set_request(id, r.key, r.value);
+    if (r.path == Path::eager) return proto::msg::set_request(id, r.key, r.value);
     // The value's checksum rides in the descriptor: the server publishes it in
     // the one-sided index without reading the value through (docs/protocol.md).
     return proto::msg::set_request_rdv(
@@ -25,7 +25,7 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
         r.value.size());
   }
   if (r.op == proto::Opcode::call) {  // no landing buffer offered: a large reply is pulled
-    if (!r.lease) return proto::msg::call_request(id, r.key, r.value);
+    if (r.path == Path::eager) return proto::msg::call_request(id, r.key, r.value);
     return proto::msg::call_request_rdv(id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey()},
                                         r.value.size());
   }

@@ -158,39 +158,37 @@ Callback ShardSet::wrap(std::size_t i, Callback cb) {
   };
 }
 
-Status ShardSet::set(std::string_view key, std::span<const std::byte> value, Callback cb) {
-  assert_owner();
-  const std::size_t i = shard_of(key);
-  if (const Status u = usable(i); u != Status::ok) return u;
-  return shards_[i].client->set(key, value, wrap(i, std::move(cb)));
-}
-
-Status ShardSet::get(std::string_view key, Callback cb) {
-  assert_owner();
-  const std::size_t i = shard_of(key);
-  if (const Status u = usable(i); u != Status::ok) return u;
-  return shards_[i].client->get(key, wrap(i, std::move(cb)));
-}
-
-Status ShardSet::get_into(std::string_view key, std::span<std::byte> into, Callback cb) {
-  assert_owner();
-  const std::size_t i = shard_of(key);
-  if (const Status u = usable(i); u != Status::ok) return u;
-  return shards_[i].client->get_into(key, into, wrap(i, std::move(cb)));
-}
-
-Status ShardSet::del(std::string_view key, Callback cb) {
-  assert_owner();
-  const std::size_t i = shard_of(key);
-  if (const Status u = usable(i); u != Status::ok) return u;
-  return shards_[i].client->del(key, wrap(i, std::move(cb)));
-}
-
-Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb) {
+Status ShardSet::usable_checked(std::size_t shard) noexcept {
   assert_owner();
   if (shard >= shards_.size()) return Status::invalid_use;
-  if (const Status u = usable(shard); u != Status::ok) return u;
-  return shards_[shard].client->call(op, request, wrap(shard, std::move(cb)));
+  return usable(shard);
+}
+
+Status ShardSet::set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
+                     Path* path) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->set(key, value, wrap(shard, std::move(cb)), path);
+}
+
+Status ShardSet::get(std::size_t shard, std::string_view key, Callback cb) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->get(key, wrap(shard, std::move(cb)));
+}
+
+Status ShardSet::get_into(std::size_t shard, std::string_view key, std::span<std::byte> into, Callback cb) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->get_into(key, into, wrap(shard, std::move(cb)));
+}
+
+Status ShardSet::del(std::size_t shard, std::string_view key, Callback cb) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->del(key, wrap(shard, std::move(cb)));
+}
+
+Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                      Path* path) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->call(op, request, wrap(shard, std::move(cb)), path);
 }
 
 void ShardSet::forget(std::span<const std::byte> bytes) noexcept {

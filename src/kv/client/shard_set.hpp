@@ -91,16 +91,21 @@ class ShardSet {
   // Why the shard is down (its connection's failure), or "" while it is up.
   [[nodiscard]] std::string failure(std::size_t i) const;
 
-  // Async, to the key's shard (Client's contract, client.hpp). With several
+  // Async, on shard `shard` (Client's contract, client.hpp): the key's, from
+  // shard_of(), which the caller computes once per operation and keeps (the
+  // C API in its op, kvload for its per-shard report). With several
   // servers: Status::shard_down at once when the shard is down, and as the
   // callback's status when its connection fails while the op is pending.
-  [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb);
-  [[nodiscard]] Status get(std::string_view key, Callback cb);
-  [[nodiscard]] Status get_into(std::string_view key, std::span<std::byte> into, Callback cb);
-  [[nodiscard]] Status del(std::string_view key, Callback cb);
-  // A CALL on shard `shard` (kv_incr/kv_cas: their key's; a keyless CALL
-  // has no shard, the callers decide: docs/architecture.md).
-  [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb);
+  // `path` (set, call), if given: how an accepted request travels (Client's).
+  [[nodiscard]] Status set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
+                           Path* path = nullptr);
+  [[nodiscard]] Status get(std::size_t shard, std::string_view key, Callback cb);
+  [[nodiscard]] Status get_into(std::size_t shard, std::string_view key, std::span<std::byte> into, Callback cb);
+  [[nodiscard]] Status del(std::size_t shard, std::string_view key, Callback cb);
+  // A CALL (kv_incr/kv_cas: on their key's shard; a keyless CALL has no
+  // shard, the callers decide: docs/architecture.md).
+  [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,
+                            Path* path = nullptr);
   // Drops cached registrations of `bytes` in every shard's Client.
   void forget(std::span<const std::byte> bytes) noexcept;
 
@@ -141,6 +146,8 @@ class ShardSet {
     reactor_->assert_owner_thread();
 #endif
   }
+  // An op's gate: invalid_use for a shard out of range, else usable(shard).
+  [[nodiscard]] Status usable_checked(std::size_t shard) noexcept;
   // Wraps a callback: with several servers, a pending op its shard's failure
   // ended reports shard_down (and marks the shard down).
   [[nodiscard]] Callback wrap(std::size_t i, Callback cb);

@@ -47,24 +47,27 @@ OpResult wait_for(Scheduler& s, const std::shared_ptr<Pending>& p) {
 
 }  // namespace
 
-OpResult await_set(Scheduler& s, ShardSet& c, std::string_view key, std::span<const std::byte> value) {
+OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+                   std::span<const std::byte> value) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
   const Status st =
-      c.set(key, value, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+      c.set(shard, key, value, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }
 
-OpResult await_get(Scheduler& s, ShardSet& c, std::string_view key, bool keep_value) {
+OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key, bool keep_value) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
-  const Status st = c.get(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  const Status st =
+      c.get(shard, key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }
 
-OpResult await_del(Scheduler& s, ShardSet& c, std::string_view key) {
+OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key) {
   auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
-  const Status st = c.del(key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  const Status st =
+      c.del(shard, key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
   if (st != Status::ok) return OpResult{st, false, 0, {}};
   return wait_for(s, p);
 }

@@ -37,10 +37,13 @@ struct OpResult {
 
 // Fiber only. A refused submit returns at once with its status.
 // `value` must stay alive and unchanged until this returns.
-// Each goes to the key's server (ShardSet; one server: its one Client).
-[[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::string_view key, std::span<const std::byte> value);
-[[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::string_view key, bool keep_value);
-[[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::string_view key);
+// Each goes to server `shard`: the key's (ShardSet::shard_of, computed once
+// by the caller; one server: its one Client).
+[[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+                                 std::span<const std::byte> value);
+[[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+                                 bool keep_value);
+[[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key);
 // CALL of user opcode `op` (docs/protocol.md "CALL"): `request` alive until
 // this returns; the reply's bytes in value (found: status ok). On server `shard`.
 [[nodiscard]] OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,

@@ -94,6 +94,8 @@ void LoadRun::worker() {
     const Op& op = (*ops_)[next_++];
     // Earlier ops on this key are done. A CALL names no key: it waits for nothing.
     const KeyGate::Guard key = op.kind == Op::Kind::call ? KeyGate::Guard() : gate_.lock(op.key);
+    // Its server: the key's, placed once here (a CALL's is server 0: run_call).
+    const std::size_t shard = op.kind == Op::Kind::call ? 0 : shards_->shard_of(op.key);
     switch (op.kind) {
       case Op::Kind::set:
       case Op::Kind::call: {
@@ -104,14 +106,14 @@ void LoadRun::worker() {
         }
         buf.bytes.resize(size);
         if (op.kind == Op::Kind::set) {
-          run_set(op, buf.bytes);
+          run_set(op, shard, buf.bytes);
         } else {
           run_call(op, buf.bytes);
         }
         break;
       }
-      case Op::Kind::get: run_get(op); break;
-      case Op::Kind::del: run_del(op); break;
+      case Op::Kind::get: run_get(op, shard); break;
+      case Op::Kind::del: run_del(op, shard); break;
     }
     ++done_;
   }
@@ -131,18 +133,18 @@ void LoadRun::record_shard(std::size_t shard, Status st, std::int64_t ns) noexce
   report_.record_shard(shard, st == Status::ok, st == Status::shard_down, static_cast<std::uint64_t>(ns));
 }
 
-void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
+void LoadRun::run_set(const Op& op, std::size_t shard, std::span<std::byte> value) {
   write_value(op.value, value);
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_set(*scheduler_, *shards_, op.key, value);
+  const OpResult r = await_set(*scheduler_, *shards_, shard, op.key, value);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
                  static_cast<std::uint64_t>(ns), ok);
-  record_shard(shards_->shard_of(op.key), r.status, ns);
+  record_shard(shard, r.status, ns);
   if (options_.verify) {
     expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::value, op.value} : Expected{});
   }
@@ -150,7 +152,7 @@ void LoadRun::run_set(const Op& op, std::span<std::byte> value) {
   if (!ok) error_line(op, set_status_text(r.status));
 }
 
-void LoadRun::run_get(const Op& op) {
+void LoadRun::run_get(const Op& op, std::size_t shard) {
   const Expected* want = nullptr;  // --verify: what this run last did to the key (null: unchecked)
   if (options_.verify) {
     if (const auto it = expected_.find(op.key); it != expected_.end() && it->second.state != Expected::State::unknown) {
@@ -160,7 +162,7 @@ void LoadRun::run_get(const Op& op) {
   const ValueSpec* want_value = want != nullptr && want->state == Expected::State::value ? &want->value : nullptr;
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_get(*scheduler_, *shards_, op.key, want_value != nullptr);
+  const OpResult r = await_get(*scheduler_, *shards_, shard, op.key, want_value != nullptr);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
@@ -168,7 +170,7 @@ void LoadRun::run_get(const Op& op) {
   const std::uint64_t size = ok ? r.size : (want_value != nullptr ? value_size(*want_value) : 0);
   report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,
                  static_cast<std::uint64_t>(ns), ok);
-  record_shard(shards_->shard_of(op.key), r.status, ns);
+  record_shard(shard, r.status, ns);
   if (!ok) {
     error_line(op, std::string(to_string(r.status)));
     return;
@@ -184,20 +186,20 @@ void LoadRun::run_get(const Op& op) {
   }
 }
 
-void LoadRun::run_del(const Op& op) {
+void LoadRun::run_del(const Op& op, std::size_t shard) {
   Expected::State before = Expected::State::unknown;  // --verify: what the key should hold now
   if (options_.verify) {
     if (const auto it = expected_.find(op.key); it != expected_.end()) before = it->second.state;
   }
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_del(*scheduler_, *shards_, op.key);
+  const OpResult r = await_del(*scheduler_, *shards_, shard, op.key);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const bool ok = r.status == Status::ok;
   report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
-  record_shard(shards_->shard_of(op.key), r.status, ns);
+  record_shard(shard, r.status, ns);
   if (options_.verify) {
     if (ok && before == Expected::State::value && !r.found) {
       ++report_.mismatches;

@@ -116,9 +116,10 @@ class LoadRun {
   using Clock = reactor::Reactor::Clock;
 
   void worker();
-  void run_set(const Op& op, std::span<std::byte> value);
-  void run_get(const Op& op);
-  void run_del(const Op& op);
+  // `shard`: the op's key's (ShardSet::shard_of), computed once in worker().
+  void run_set(const Op& op, std::size_t shard, std::span<std::byte> value);
+  void run_get(const Op& op, std::size_t shard);
+  void run_del(const Op& op, std::size_t shard);
   void run_call(const Op& op, std::span<std::byte> request);
   void error_line(const Op& op, const std::string& what);
   void begin_op();
