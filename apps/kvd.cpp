@@ -10,7 +10,8 @@
 //
 // --max-memory BYTES bounds the store (kv/store/memory_budget.hpp; the
 // default is half of the machine's memory or of the cgroup's limit, whichever
-// is smaller): SETs beyond it are answered no_memory.
+// is smaller): SETs beyond it are answered no_memory, or with --eviction
+// lru|lfu make room by dropping cold keys (kv/store/eviction.cpp).
 #include "cli.hpp"
 #include "kvd.hpp"
 #include "kvd_ops.hpp"
@@ -147,6 +148,12 @@ int kvd_main(int argc, char** argv) {
       ->check([](const std::string& v) -> std::string {
         return parse_bytes(v) ? std::string{} : std::string{"must be a size in bytes, e.g. 64m, 2g, 1048576"};
       });
+  std::string eviction = "noeviction";
+  app.add_option("--eviction", eviction,
+                 "what a write that does not fit --max-memory does: noeviction (refused, no_memory), lru (the least "
+                 "recently used of a few sampled keys is dropped until it fits), lfu (the least frequently used)")
+      ->check(CLI::IsMember({"noeviction", "lru", "lfu"}))
+      ->capture_default_str();
   std::string auth_token_file;
   app.add_option("--auth-token-file", auth_token_file,
                  "require clients to present the token in this file (its bytes without the trailing newline, 1 to "
@@ -221,8 +228,10 @@ int kvd_main(int argc, char** argv) {
     }
     reactor::Reactor reactor;
     opt.poll = poll.budget();
-    kv::store::Store store(static_cast<std::size_t>(max_memory));
-    spdlog::info("kvd: memory limit {} bytes{}", max_memory, max_memory_text.empty() ? " (default: half of the machine)" : "");
+    const kv::store::Eviction policy = *kv::store::eviction_from(eviction);
+    kv::store::Store store(static_cast<std::size_t>(max_memory), policy);
+    spdlog::info("kvd: memory limit {} bytes{}, eviction {}", max_memory,
+                 max_memory_text.empty() ? " (default: half of the machine)" : "", kv::store::to_string(policy));
     std::unique_ptr<durable::Log> log;
     if (!lopt.dir.empty()) {
       durable::RecoveryResult rec;

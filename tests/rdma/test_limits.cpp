@@ -6,6 +6,10 @@
 //   no_memory counter), kvd stays up within its budget, every acknowledged SET
 //   reads back byte-exactly (by message and by one-sided READ), the C API
 //   returns ENOMEM for a SET over the limit, and DELs give memory back.
+// - kvd --max-memory 64m --eviction lru: 256 MiB of the same mix all
+//   succeed, memory_used stays within the limit, keys were evicted, and the
+//   most recently written keys of both kinds read back byte-exactly (by
+//   message and by one-sided READ).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -165,6 +169,46 @@ TEST(MemoryLimitE2E, SetsBeyondTheLimitFailAndAcknowledgedOnesReadBack) {
   kv_release(v);
   EXPECT_EQ(kv_close(h), 0);
   EXPECT_NE(kvd.pid(), -1);
+  EXPECT_EQ(kvd.stop(), 0) << "kvd exits cleanly";
+}
+
+TEST(MemoryLimitE2E, WithLruEveryWriteSucceedsWithinTheLimit) {
+  const std::string addr = verbs::test::softroce_addr();
+  TempDir t{"limits-lru"};
+  const std::string wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
+  const auto wl = make_workload(wl_path, std::uint64_t{256} << 20);
+  KvdProcess kvd(RKV_KVD_PATH, addr, {"--max-memory", "64m", "--eviction", "lru"});
+  const auto load = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
+                                 wl_path, "--depth", "16", "--ack-log", acks, "--json"},
+                                {}, std::chrono::seconds(600));
+  ASSERT_FALSE(load.timed_out);
+  EXPECT_EQ(load.exit_code, 0) << "every SET succeeds: room is made by eviction\n" << load.err;
+  const auto acked = read_acks(acks);
+  EXPECT_EQ(acked.size(), wl.size());
+
+  const auto stats = kvd.stats();
+  ASSERT_TRUE(stats) << "kvd did not answer SIGUSR1";
+  EXPECT_LE(stats->at("memory_used"), std::uint64_t{64} << 20);
+  EXPECT_EQ(stats->at("no_memory"), 0u);
+  EXPECT_GT(stats->at("evicted_keys"), 0u);
+  EXPECT_EQ(stats->at("keys") + stats->at("evicted_keys"), wl.size()) << "every key is stored or was evicted";
+  std::fprintf(stderr, "limits_e2e: lru: %zu SETs, %llu keys kept, %llu evicted, memory_used %llu\n", wl.size(),
+               static_cast<unsigned long long>(stats->at("keys")),
+               static_cast<unsigned long long>(stats->at("evicted_keys")),
+               static_cast<unsigned long long>(stats->at("memory_used")));
+
+  // The last writes of each kind: the newest in their pools, never the coldest sampled.
+  std::vector<unsigned> recent;
+  std::size_t eager = 0, large = 0;
+  for (std::size_t n = wl.size(); n > 0 && (eager < 8 || large < 8); --n) {
+    std::size_t& kind = wl[n - 1].size == kLarge ? large : eager;
+    if (kind < 8) {
+      ++kind;
+      recent.push_back(static_cast<unsigned>(n));
+    }
+  }
+  EXPECT_EQ(read_back(addr, kvd.port(), wl, recent, kv::client::GetMode::rpc), 0u);
+  EXPECT_EQ(read_back(addr, kvd.port(), wl, recent, kv::client::GetMode::read), 0u);
   EXPECT_EQ(kvd.stop(), 0) << "kvd exits cleanly";
 }
 

@@ -80,8 +80,9 @@ class StoreAccess {
   StoreAccess(StoreAccess&&) = delete;
   StoreAccess& operator=(StoreAccess&&) = delete;
 
-  // The key's value, or nullopt. The view is valid until the next set()/del()
-  // of that key (or the handler's return).
+  // The key's value, or nullopt. The view is valid until the handler's next
+  // set()/del() (with an eviction policy a set may evict any key to make
+  // room) or its return.
   [[nodiscard]] virtual std::optional<std::string_view> get(std::string_view key) const = 0;
   // Inserts or overwrites (a value of 4 KiB and more goes into the arena,
   // like a rendezvous SET's). False: the key is empty or too long, the value

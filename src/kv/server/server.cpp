@@ -92,13 +92,15 @@ void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
-  store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); });
+  store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); },
+                              [a = arena_.get()](std::size_t n) { return a->block_size(n); });
   if (options_.index_buckets != 0) {
     small_arena_ = std::make_unique<Arena>(*registrar_, options_.small_arena, store_->budget());
     index_ = std::make_unique<IndexRegion>(*registrar_, options_.index_buckets);
     index_charged_ = index_->bytes();
     store_->budget()->charge(index_charged_);  // checked against the limit in the constructor
-    store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); });
+    store_->attach_index(index_->index(), [a = small_arena_.get()](std::size_t n) { return a->allocate(n); },
+                         [a = small_arena_.get()](std::size_t n) { return a->block_size(n); });
     spdlog::info("server: one-sided GET index: {} buckets, {} bytes (remote_read)", options_.index_buckets,
                  index_->bytes());
   }
@@ -119,7 +121,9 @@ void Server::migrate_large_values() noexcept {
     });
     std::size_t moved = 0, bytes = 0, republished = 0;
     for (const auto& k : keys) {
-      const std::string value(store_->get(k).value);  // a copy: the put below replaces what it views
+      const auto hit = store_->peek(k);
+      if (!hit.found) continue;  // evicted to make room for one moved before it
+      const std::string value(hit.value);  // a copy: the put below replaces what it views
       switch (store_->put(k, value)) {  // on no_memory the string it would replace stays
         case Store::Kept::small: ++republished; break;
         case Store::Kept::large:

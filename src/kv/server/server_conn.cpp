@@ -407,7 +407,7 @@ ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::Mess
       ++counters_->gets;
       if (reply.found) {
         ++counters_->get_hits;
-        if (reply.rdv) return execute_get_large(m, store_->get(m.key).large, reply);
+        if (reply.rdv) return execute_get_large(m, store_->peek(m.key).large, reply);  // plan_reply's lookup was the access
       }
       return Outcome::reply;
     case Opcode::release: return execute_release(m);

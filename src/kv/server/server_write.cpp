@@ -45,7 +45,7 @@ ServerConn::Written ServerConn::store_value(std::string_view key, std::string_vi
   }
   if (durability_ == nullptr) return Written::now;
   // A value put in an arena block is logged from there (the log pins it); a small one is copied by the log.
-  const LargeRef block = kept == Store::Kept::large ? store_->get(key).large : LargeRef{};
+  const LargeRef block = kept == Store::Kept::large ? store_->peek(key).large : LargeRef{};
   return written(durability_->record_set(key, block ? block->view() : value, block, config_.token, wait));
 }
 

@@ -10,9 +10,10 @@
 
 namespace rkv::kv::store {
 
-void Store::attach_index(ReadableIndex& index, BlockSource small_blocks) {
+void Store::attach_index(ReadableIndex& index, BlockSource small_blocks, BlockSize block_size) {
   index_ = &index;
   small_blocks_ = std::move(small_blocks);
+  small_size_ = std::move(block_size);
   // Keys stored before: indexed as ask-by-message (their values are not in
   // blocks laid out for readers) until their next SET.
   for (auto it = map_.begin(); it != map_.end(); ++it) {
@@ -27,6 +28,8 @@ void Store::detach() noexcept {
   index_ = nullptr;
   small_blocks_ = nullptr;
   large_blocks_ = nullptr;
+  small_size_ = nullptr;
+  large_size_ = nullptr;
   for (auto& kv : map_) kv.second.bucket = ReadableIndex::kNoBucket;
 }
 
@@ -68,13 +71,24 @@ bool Store::recharge(std::size_t old_charge, std::size_t new_charge) noexcept {
   return true;
 }
 
-bool Store::set(std::string_view key, std::string_view value) {
+bool Store::set_evicting(std::string_view key, std::string_view value) {
+  // With the index on a small value wants a block of its size class first.
+  const std::size_t cls = index_ != nullptr ? small_class(value.size() + key.size()) : 0;
+  for (unsigned evicted = 0; evicted < kMaxEvictionsPerWrite; ++evicted) {
+    if (!make_room(cls, key)) return false;
+    if (set_once(key, value)) return true;
+  }
+  return false;
+}
+
+bool Store::set_once(std::string_view key, std::string_view value) {
   LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
   if (auto it = map_.find(key); it != map_.end()) {
     const std::size_t old = it->second.size();
     const std::size_t old_charge = entry_charge(it->first, it->second);
     if (!recharge(old_charge, charge)) return false;  // the block (if any) goes back to its arena
+    if (pooled()) pool_out(*it);
     try {
       if (block) {
         it->second.assign(std::move(block), false);
@@ -84,10 +98,13 @@ bool Store::set(std::string_view key, std::string_view value) {
     } catch (...) {
       if (charge > old_charge) budget_->release(charge - old_charge);  // back to where it was
       else budget_->charge(old_charge - charge);
+      if (pooled()) pool_in(*it);  // the old value stays
       throw;
     }
     bytes_ = bytes_ - old + value.size();
     if (index_ != nullptr) reindex(it, false);
+    if (pooled()) pool_in(*it);
+    touch(it->second);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
@@ -96,6 +113,8 @@ bool Store::set(std::string_view key, std::string_view value) {
                                 : map_.emplace(std::string(key), Value(value));
     bytes_ += key.size() + value.size();
     if (index_ != nullptr) reindex(it, inserted);
+    if (pooled()) pool_in(*it);
+    touch(it->second);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -104,14 +123,24 @@ bool Store::set(std::string_view key, std::string_view value) {
 }
 
 bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
+  for (unsigned evicted = 0;; ++evicted) {  // only the key's entry can not fit: any key frees one
+    if (set_large_once(key, value, value_crc)) return true;
+    if (evicted == kMaxEvictionsPerWrite || !make_room(0, key)) return false;
+  }
+}
+
+bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc) {
   const std::size_t n = value->bytes.size();
   const std::size_t charge = entry_charge(key.size(), 0);
   if (auto it = map_.find(key); it != map_.end()) {
     const std::size_t old = it->second.size();
     if (!recharge(entry_charge(it->first, it->second), charge)) return false;
+    if (pooled()) pool_out(*it);
     it->second.assign(std::move(value), true);  // the old value goes when its last pin does
     bytes_ = bytes_ - old + n;
     if (index_ != nullptr) reindex(it, false, value_crc);
+    if (pooled()) pool_in(*it);
+    touch(it->second);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
@@ -119,6 +148,8 @@ bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::u
     auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
     bytes_ += key.size() + n;
     if (index_ != nullptr) reindex(it, inserted, value_crc);
+    if (pooled()) pool_in(*it);
+    touch(it->second);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -132,8 +163,18 @@ bool Store::large_fits(std::string_view key) const noexcept {
   return budget_->available() >= charge;
 }
 
-std::shared_ptr<LargeValue> Store::value_block(std::string_view key, std::size_t len) const noexcept {
-  if (!large_blocks_ || !large_fits(key)) return {};
+std::shared_ptr<LargeValue> Store::value_block(std::string_view key, std::size_t len) noexcept {
+  if (!large_blocks_) return {};
+  const std::size_t cls = large_class(len + (index_ != nullptr ? key.size() : 0));
+  for (unsigned evicted = 0;; ++evicted) {
+    if (auto b = value_block_once(key, len)) return b;
+    // Either the key's entry or the block did not fit: a block of its class frees both kinds.
+    if (evicted == kMaxEvictionsPerWrite || !make_room(cls, key)) return {};
+  }
+}
+
+std::shared_ptr<LargeValue> Store::value_block_once(std::string_view key, std::size_t len) const noexcept {
+  if (!large_fits(key)) return {};
   const std::size_t tail = index_ != nullptr ? key.size() : 0;  // the key follows the value (reindex)
   std::shared_ptr<LargeValue> b;
   try {
@@ -156,6 +197,13 @@ Store::Kept Store::put_large(std::string_view key, std::string_view value) {
 Store::Lookup Store::get(std::string_view key) const {
   auto it = map_.find(key);
   if (it == map_.end()) return {};
+  touch(it->second);
+  return {true, it->second.view(), it->second.large()};
+}
+
+Store::Lookup Store::peek(std::string_view key) const {
+  auto it = map_.find(key);
+  if (it == map_.end()) return {};
   return {true, it->second.view(), it->second.large()};
 }
 
@@ -169,6 +217,11 @@ void Store::prefetch(std::string_view key) const noexcept {
 bool Store::erase(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return false;
+  erase(it);
+  return true;
+}
+
+void Store::erase(Map::iterator it) noexcept {
   if (index_ != nullptr) {
     if (it->second.bucket == ReadableIndex::kNoBucket) {
       index_->forget_overflow_key();
@@ -178,8 +231,8 @@ bool Store::erase(std::string_view key) {
   }
   bytes_ -= it->first.size() + it->second.size();
   budget_->release(entry_charge(it->first, it->second));
+  if (pooled()) pool_out(*it);
   map_.erase(it);
-  return true;
 }
 
 }  // namespace rkv::kv::store

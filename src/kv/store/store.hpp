@@ -18,7 +18,13 @@
 // Memory limit (MemoryBudget, kvd --max-memory): every key charges
 // kEntryOverhead + its length, plus the value's length while the value is a
 // std::string; values in registered blocks are charged by their arena when it
-// grows. A set that would go over the limit returns false and changes nothing.
+// grows. A set that would go over the limit returns false and changes nothing,
+// unless an eviction policy (kvd --eviction, Eviction below) makes room: then
+// it drops cold keys first (eviction.cpp: sampled, per block size) and
+// succeeds.
+//
+// Every get() and set of a key is an access (the recency and frequency the
+// policies read); a key read only by one-sided READs is not seen here.
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +36,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
@@ -57,35 +64,65 @@ using LargeRef = std::shared_ptr<const LargeValue>;
 
 class ReadableIndex;
 
+// What a write that does not fit the memory limit does (kvd --eviction).
+enum class Eviction : std::uint8_t {
+  noeviction,  // it is refused (no_memory): nothing stored is ever dropped
+  lru,         // the least recently used of a few sampled keys goes, until it fits
+  lfu,         // the least frequently used (a decaying logarithmic counter) goes
+};
+[[nodiscard]] constexpr std::string_view to_string(Eviction e) noexcept {
+  switch (e) {
+    case Eviction::noeviction: return "noeviction";
+    case Eviction::lru: return "lru";
+    case Eviction::lfu: return "lfu";
+  }
+  return "invalid";
+}
+[[nodiscard]] std::optional<Eviction> eviction_from(std::string_view name) noexcept;
+
 class Store {
  public:
   // A registered block with room for n bytes (capacity >= n, bytes of size
   // n), or null when there is none (the value is then kept unindexed).
   using BlockSource = std::function<std::shared_ptr<LargeValue>(std::size_t n)>;
+  // The capacity of the block a BlockSource gives for n bytes (its size class).
+  using BlockSize = std::function<std::size_t(std::size_t n)>;
 
   struct Lookup {
     bool found = false;
     // Valid until the next set() or erase() of the same key (or the Store's
-    // destruction). Mutations of *other* keys do not invalidate it: entries
-    // are node-based and never move.
+    // destruction). Mutations of *other* keys do not invalidate it (entries
+    // are node-based and never move), except that with an eviction policy
+    // any set may evict this key: then it is valid until the next set.
     std::string_view value;
     // Set iff the value is large; holding it pins the bytes behind `value`
     // (they stay valid and unchanged even across a set() of this key).
     LargeRef large;
   };
 
+  // LFU: where a new key's access counter starts (so it is not the first to go).
+  static constexpr std::uint8_t kLfuInit = 5;
   // Estimated bytes of one map entry besides its key and value (node, hash
   // bucket, allocator overhead): what a key costs against the budget.
   static constexpr std::size_t kEntryOverhead = 128;
 
   // max_memory: the budget's limit (MemoryBudget::kUnlimited: none).
-  explicit Store(std::size_t max_memory = MemoryBudget::kUnlimited)
-      : budget_(std::make_shared<MemoryBudget>(max_memory)) {}
+  explicit Store(std::size_t max_memory = MemoryBudget::kUnlimited, Eviction eviction = Eviction::noeviction)
+      : budget_(std::make_shared<MemoryBudget>(max_memory)), eviction_(eviction) {}
+  // Not copyable: the sampling pools point into this Store's own entries
+  // (a move keeps the entries, and with them the pointers).
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  Store(Store&&) noexcept = default;
+  Store& operator=(Store&&) noexcept = default;
+  ~Store() = default;
 
   // Inserts or overwrites. Overwriting reuses the existing key (no key copy).
   // False (nothing changed) if it would go over the memory limit; an
   // allocation failure throws std::bad_alloc (nothing changed either).
-  [[nodiscard]] bool set(std::string_view key, std::string_view value);
+  [[nodiscard]] bool set(std::string_view key, std::string_view value) {
+    return set_once(key, value) || set_evicting(key, value);
+  }
   // Inserts or overwrites with a large value (no copy: the Store takes a
   // reference). False (nothing changed) if the key's entry would go over the
   // memory limit (the block itself was charged by its arena). value_crc:
@@ -115,9 +152,13 @@ class Store {
   // value's `len` bytes, for the caller to fill: a READ, a copy), for
   // set_large(key, ...). Null when no block source is attached, the key's
   // entry would not fit the memory limit, or the source has no block.
-  [[nodiscard]] std::shared_ptr<LargeValue> value_block(std::string_view key, std::size_t len) const noexcept;
-  // Never allocates (heterogeneous lookup: the view is hashed directly).
+  [[nodiscard]] std::shared_ptr<LargeValue> value_block(std::string_view key, std::size_t len) noexcept;
+  // Never allocates (heterogeneous lookup: the view is hashed directly). An
+  // access of the key (recency, frequency), like every set.
   [[nodiscard]] Lookup get(std::string_view key) const;
+  // The same without counting an access (the server's own bookkeeping:
+  // logging a value it just stored, moving recovered values).
+  [[nodiscard]] Lookup peek(std::string_view key) const;
   // Removes the key (DEL). True if it existed. With an index its entry is
   // cleared (readers get NOT FOUND) and its bucket freed. The value goes
   // as on an overwrite: only the Store's reference is dropped, so a large
@@ -133,11 +174,18 @@ class Store {
 
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
-  void attach_large_blocks(BlockSource large_blocks) { large_blocks_ = std::move(large_blocks); }
+  // `block_size` (optional) tells the capacity large_blocks(n) hands out:
+  // eviction then drops a key whose block has that size first (a freed block
+  // is reused by its own size class only).
+  void attach_large_blocks(BlockSource large_blocks, BlockSize block_size = nullptr) {
+    large_blocks_ = std::move(large_blocks);
+    large_size_ = std::move(block_size);
+  }
   // From now on every set publishes into `index`; small values go into
-  // blocks from `small_blocks`. Both are used until detach(). Keys
-  // already stored get ask-by-message entries until their next SET.
-  void attach_index(ReadableIndex& index, BlockSource small_blocks);
+  // blocks from `small_blocks` (of `block_size`, as above). Both are used
+  // until detach(). Keys already stored get ask-by-message entries until
+  // their next SET.
+  void attach_index(ReadableIndex& index, BlockSource small_blocks, BlockSize block_size = nullptr);
   // Stops using the index and both block sources (their owner is going
   // away); values stay.
   void detach() noexcept;
@@ -162,7 +210,9 @@ class Store {
                              {"max_memory", budget_->unlimited() ? 0 : budget_->limit(),
                               "memory limit of the store, bytes (kvd --max-memory; 0: none)"},
                              {"memory_used", budget_->used(),
-                              "bytes charged against max_memory: index, arena chunks, keys and unindexed values"}});
+                              "bytes charged against max_memory: index, arena chunks, keys and unindexed values"},
+                             {"evicted_keys", evicted_,
+                              "keys dropped to make room for a write (kvd --eviction lru|lfu)"}});
   }
 
  private:
@@ -206,7 +256,16 @@ class Store {
       return nullptr;
     }
     [[nodiscard]] std::size_t size() const noexcept { return view().size(); }
+    // The sampling pool it is in (eviction.cpp): its block's capacity, 0 for a std::string.
+    [[nodiscard]] std::size_t pool() const noexcept {
+      const LargeValue* b = block();
+      return b != nullptr ? b->capacity : 0;
+    }
     std::uint32_t bucket = 0xFFFFFFFFu;  // ReadableIndex::kNoBucket
+    // Eviction bookkeeping (eviction.cpp), mutable: a get() is an access.
+    mutable std::uint64_t touched = 0;      // the Store's access clock at its last access
+    mutable std::uint8_t freq = kLfuInit;   // LFU: logarithmic access counter (new keys start here)
+    std::uint32_t pool_pos = 0xFFFFFFFFu;   // its place in its pool (kNotPooled: none)
 
    private:
     std::variant<std::string, LargeRef> data_;
@@ -227,6 +286,35 @@ class Store {
 
   // put() of a value too large to travel eagerly: into a value_block().
   [[nodiscard]] Kept put_large(std::string_view key, std::string_view value);
+  using Node = Map::value_type;
+  // --- eviction (eviction.cpp) ---
+  static constexpr std::uint32_t kNotPooled = 0xFFFFFFFFu;
+  // Writes that did not fit retry after dropping a key, at most this often.
+  static constexpr unsigned kMaxEvictionsPerWrite = 64;
+  // A write to `key` did not fit: drop one key the policy picks, preferring
+  // a value in a block of `capacity` bytes (0: any, strings first), never
+  // `key` itself. False when the policy is noeviction or there is nothing to drop.
+  bool make_room(std::size_t capacity, std::string_view key) noexcept;
+  // Removes the entry `it` (erase(), make_room()).
+  void erase(Map::iterator it) noexcept;
+  // An access of v (get, set): what lru and lfu read; nothing with noeviction.
+  void touch(const Value& v) const noexcept {
+    if (pooled()) touched(v);
+  }
+  void touched(const Value& v) const noexcept;
+  [[nodiscard]] std::uint64_t random() const noexcept;  // the sampling's and lfu's dice
+  void pool_in(Node& n) noexcept;   // n's value changed or is new: into its pool
+  void pool_out(Node& n) noexcept;  // before its value changes or it goes
+  [[nodiscard]] bool pooled() const noexcept { return eviction_ != Eviction::noeviction; }
+  // The set() that does not evict, and the retries that make room first.
+  [[nodiscard]] bool set_once(std::string_view key, std::string_view value);
+  [[nodiscard]] bool set_evicting(std::string_view key, std::string_view value);
+  [[nodiscard]] bool set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc);
+  [[nodiscard]] std::shared_ptr<LargeValue> value_block_once(std::string_view key, std::size_t len) const noexcept;
+  // The block size class a value of n bytes lands in (0: unknown).
+  [[nodiscard]] std::size_t small_class(std::size_t n) const noexcept { return small_size_ ? small_size_(n) : 0; }
+  [[nodiscard]] std::size_t large_class(std::size_t n) const noexcept { return large_size_ ? large_size_(n) : 0; }
+
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
@@ -238,6 +326,14 @@ class Store {
   ReadableIndex* index_ = nullptr;
   BlockSource small_blocks_;
   BlockSource large_blocks_;
+  BlockSize small_size_;
+  BlockSize large_size_;
+  Eviction eviction_;
+  mutable std::uint64_t clock_ = 0;  // accesses so far (the recency clock)
+  mutable std::uint64_t rng_ = 0x9E3779B97F4A7C15ull;
+  // Sampling pools (eviction.cpp): entries by their block capacity (0: std::string values).
+  std::unordered_map<std::size_t, std::vector<Node*>> pools_;
+  std::uint64_t evicted_ = 0;
 };
 
 }  // namespace rkv::kv::store
