@@ -121,8 +121,12 @@ kv::store::DurableAck Log::record_del(std::string_view key, std::uint64_t conn_t
   return record(key, {}, {}, true, conn_token, wait);
 }
 
+void Log::record_eviction(std::string_view key) noexcept {
+  (void)record(key, {}, {}, true, 0, 0, false);  // `now` or `failed` (counted): nobody to tell
+}
+
 kv::store::DurableAck Log::record(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                                  bool del, std::uint64_t conn_token, std::uint32_t wait) noexcept {
+                                  bool del, std::uint64_t conn_token, std::uint32_t wait, bool waits) noexcept {
   if (closed_) return kv::store::DurableAck::failed;
   try {
     if (queue_.empty() || queue_.back().size >= options_.batch_bytes ||
@@ -130,7 +134,7 @@ kv::store::DurableAck Log::record(std::string_view key, std::string_view value, 
       queue_.emplace_back();
     }
     Batch& b = queue_.back();
-    const bool defer = options_.mode == FsyncMode::always || failing_;
+    const bool defer = waits && (options_.mode == FsyncMode::always || failing_);
     if (defer) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
     if (del) {
       b.add_del(key, next_seq_++);

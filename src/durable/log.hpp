@@ -96,6 +96,7 @@ class Log final : public kv::store::Durability {
                                           std::uint64_t conn_token, std::uint32_t wait) noexcept override;
   [[nodiscard]] kv::store::DurableAck record_del(std::string_view key, std::uint64_t conn_token,
                                                  std::uint32_t wait) noexcept override;
+  void record_eviction(std::string_view key) noexcept override;
   void flush() noexcept override;
   void append_stats(kv::store::StatRows& rows) const override;
 
@@ -147,10 +148,11 @@ class Log final : public kv::store::Durability {
   };
   static std::string_view to_string(CompactStep s) noexcept;
 
-  // record_set/record_del: `del` = a tombstone (value and large unused).
+  // record_set/record_del/record_eviction: `del` = a tombstone (value and
+  // large unused); `waits`: a reply waits for it (not an eviction's).
   [[nodiscard]] kv::store::DurableAck record(std::string_view key, std::string_view value,
                                              const kv::store::LargeRef& large, bool del, std::uint64_t conn_token,
-                                             std::uint32_t wait) noexcept;
+                                             std::uint32_t wait, bool waits = true) noexcept;
   void submit_next() noexcept;
   void finish_batch(int write_res, int sync_res) noexcept;
   void on_tick() noexcept;

@@ -34,6 +34,9 @@ class FakeDurability final : public kv::store::Durability {
     records.push_back({std::string(key), std::string(), nullptr, {}, token, wait, true});
     return answer;
   }
+  void record_eviction(std::string_view key) noexcept override {
+    records.push_back({std::string(key), std::string(), nullptr, {}, 0, 0, true});
+  }
   void flush() noexcept override { ++flushes; }
   void append_stats(kv::store::StatRows& rows) const override { rows.push_back({"fake", 1, "a fake durability"}); }
 };

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "durable/files.hpp"
@@ -125,6 +126,45 @@ TEST(DurableLog, TombstonesAreLoggedAcknowledgedAndRecovered) {
   ASSERT_TRUE(again.wait_acked());
   for (const auto& [k, v] : again.model()) model[k] = v;
   expect_recovers(t.path(), model);
+}
+
+// kvd --eviction with a log: each evicted key is a tombstone (as the Server
+// hooks it: Store::on_evict -> Log::record_eviction), which no reply waits
+// for, so a restart recovers exactly the keys the Store kept.
+TEST(DurableLog, EvictionsAreTombstonesARestartHonours) {
+  TempDir t{"log"};
+  const std::size_t entry = Store::kEntryOverhead + 3 + 100;
+  std::set<std::string> kept;
+  {
+    reactor::Reactor reactor;
+    Store store(10 * entry, kv::store::Eviction::lru);
+    LogOptions opt = always();
+    opt.dir = t.path();
+    const RecoveryResult rec = recover({t.path()}, store);
+    Log log(reactor, store, opt, rec);
+    std::size_t acked = 0, sent = 0;
+    log.set_sink([&acked](std::uint64_t, std::uint32_t, bool ok) { acked += ok ? 1 : 0; });
+    store.on_evict([&log](std::string_view k) { log.record_eviction(k); });
+    for (int i = 0; i < 100; ++i) {
+      const std::string k = "k" + std::to_string(i);
+      ASSERT_TRUE(store.set(k, std::string(100, 'v')));
+      EXPECT_EQ(log.record_set(k, std::string(100, 'v'), {}, 1, 1), DurableAck::later);
+      ++sent;
+    }
+    log.flush();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (acked < sent && std::chrono::steady_clock::now() < deadline) reactor.run_once(100ms);
+    EXPECT_EQ(acked, sent) << "only the SETs wait; the evictions' tombstones call no sink";
+    EXPECT_GE(log.stats().deletes, 90u) << "one tombstone per evicted key";
+    store.for_each([&kept](std::string_view k, const Store::Lookup&) { kept.emplace(k); });
+    EXPECT_LE(kept.size(), 10u);
+    store.on_evict(nullptr);
+    log.close_sync();
+  }
+  Store back;  // no limit: whatever the log holds comes back
+  (void)recover({t.path()}, back);
+  EXPECT_EQ(back.size(), kept.size()) << "no evicted key came back";
+  for (const auto& k : kept) EXPECT_TRUE(back.get(k).found) << k;
 }
 
 TEST(DurableLog, CompactionDropsDeletedKeysAndResurrectsNone) {

@@ -36,6 +36,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
       store_(&store),
       options_(std::move(options)),
       durability_(durability),
+      eviction_log_(store, durability),
       handlers_(&reactor),
       conns_(std::max<std::uint32_t>(1, options_.max_clients)) {
   polled_.reserve(std::min<std::uint32_t>(options_.max_clients, 1024));
@@ -76,6 +77,12 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
+
+Server::EvictionLog::EvictionLog(Store& store, Durability* durability) : store_(&store) {
+  if (durability != nullptr) store.on_evict([durability](std::string_view k) { durability->record_eviction(k); });
+}
+
+Server::EvictionLog::~EvictionLog() { store_->on_evict(nullptr); }
 
 Server::~Server() {
   reactor_->assert_owner_thread();

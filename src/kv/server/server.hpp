@@ -253,6 +253,19 @@ class Server {
   std::size_t index_charged_ = 0;         // its bytes, charged to the Store's MemoryBudget
   std::optional<proto::AuthDigest> auth_;  // what a connect request must carry (options_.auth_token)
   Durability* durability_ = nullptr;
+  // While the Server lives, each key the Store evicts (kvd --eviction) is
+  // recorded as a tombstone with the Durability, if any, so a restart does
+  // not bring it back: hooked in the constructor, unhooked in the destructor.
+  class EvictionLog {
+   public:
+    EvictionLog(Store& store, Durability* durability);
+    EvictionLog(const EvictionLog&) = delete;
+    EvictionLog& operator=(const EvictionLog&) = delete;
+    ~EvictionLog();
+
+   private:
+    Store* store_;
+  } eviction_log_;
   Handlers handlers_;  // CALL handlers, shared by every ServerConn
   std::uint16_t port_ = 0;
   reactor::SlotTable<Conn> conns_;  // bounded by max_clients

@@ -56,6 +56,11 @@ class Durability {
   // every earlier record of the key guarantees. Answered as record_set.
   [[nodiscard]] virtual DurableAck record_del(std::string_view key, std::uint64_t conn_token,
                                               std::uint32_t wait) noexcept = 0;
+  // A key the Store evicted (kvd --eviction): a tombstone no reply waits
+  // for, written with the records around it, so a restart does not bring the
+  // key back. Never answers `later`; a failure is counted by the log, and
+  // the key is gone from memory either way.
+  virtual void record_eviction(std::string_view key) noexcept = 0;
   // End of one batch of request processing (the server calls it after each
   // CQ drain): queued records may be submitted now, together.
   virtual void flush() noexcept = 0;

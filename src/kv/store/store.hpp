@@ -172,6 +172,10 @@ class Store {
   // the contents.
   void prefetch(std::string_view key) const noexcept;
 
+  // Called with each key eviction drops, before it goes (the server records
+  // a tombstone with its Durability: Durability::record_eviction). Null: none.
+  using EvictHook = std::function<void(std::string_view key)>;
+  void on_evict(EvictHook hook) { on_evict_ = std::move(hook); }
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
   // `block_size` (optional) tells the capacity large_blocks(n) hands out:
@@ -334,6 +338,7 @@ class Store {
   // Sampling pools (eviction.cpp): entries by their block capacity (0: std::string values).
   std::unordered_map<std::size_t, std::vector<Node*>> pools_;
   std::uint64_t evicted_ = 0;
+  EvictHook on_evict_;
 };
 
 }  // namespace rkv::kv::store
