@@ -179,7 +179,7 @@ std::size_t ServerConn::call_reply_room() const noexcept {
 ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   ++counters_->calls;
   const std::uint32_t id = m.header.req_id;
-  if (reply.status != Status::ok) return Outcome::reply;  // plan_reply refused it: a tiny client buffer
+  if (reply.status != Status::ok) return Outcome::reply;  // room_for refused it: a tiny client buffer
   Pending p;
   p.op = Opcode::call;
   p.req_id = id;

@@ -292,19 +292,9 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
       fail(CloseCause::internal, "held buffer no longer decodes");
       return Progress::failed;
     }
-    proto::MessageSpec reply = plan_reply(m);
-    std::size_t need = proto::encoded_size(reply);
-    if (need > channel_.max_message() && m.opcode() != Opcode::release) {  // e.g. a small client receive buffer
-      reply = proto::msg::error_reply(m.opcode(), m.header.req_id, 0, Status::too_large);
-      need = proto::encoded_size(reply);
-    }
-    // A CALL's reply is known only once its handler ran: room for the largest eager one.
-    if (m.opcode() == Opcode::call && reply.status == Status::ok) need = std::max(need, call_reply_room());
-    if (!queued_.empty() || !channel_.can_append(need)) return Progress::paused;  // h.offset stays here
-    if ((m.opcode() == Opcode::set || m.opcode() == Opcode::call) && m.rdv && transfers_full()) {
-      return Progress::paused;  // resumes when a READ/WRITE completes
-    }
-    const Outcome out = execute(m, reply);
+    proto::MessageSpec reply;
+    const Outcome out = run(m, reply);
+    if (out == Outcome::paused) return Progress::paused;  // h.offset stays here
     if (out == Outcome::failed) return Progress::failed;
     h.offset += m.size;
     const bool last = h.offset == h.len;
@@ -338,43 +328,15 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) 
   return true;
 }
 
-proto::MessageSpec ServerConn::plan_reply(const proto::MessageView& m) noexcept {
-  const std::uint32_t id = m.header.req_id;
-  proto::MessageSpec reply;
-  switch (m.opcode()) {
-    case Opcode::set: reply = proto::msg::set_reply(id, 0); break;
-    case Opcode::release: reply = proto::msg::set_reply(id, 0); break;  // none is sent; sized like one
-    case Opcode::get:
-      if (const auto hit = store_->get(m.key); hit.found && hit.large) {
-        reply = proto::msg::get_reply_pull(id, 0, {}, hit.value.size());  // the largest it can become
-      } else if (hit.found) {
-        reply = proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
-      } else {
-        reply = proto::msg::get_reply_missing(id, 0);
-      }
-      break;
-    case Opcode::stats:
-      try {
-        stats_text_ = store::format_stats_lines(config_.stats());
-      } catch (const std::bad_alloc&) {
-        reply = proto::msg::error_reply(Opcode::stats, id, 0, Status::no_memory);
-        break;
-      }
-      reply = proto::msg::stats_reply(id, 0, stats_text_);
-      break;
-    case Opcode::del: reply = proto::msg::del_reply(id, 0, false); break;  // execute() says whether it was found
-    case Opcode::call:  // sized as a pulled reply; process() keeps room for an eager one (call_reply_room)
-      reply = proto::msg::call_reply_pull(id, 0, {}, 0);
-      break;
-    case Opcode::set_reply:
-    case Opcode::get_reply:
-    case Opcode::stats_reply:
-    case Opcode::del_reply:
-    case Opcode::call_reply:  // refused on arrival
-      reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
-      break;
+bool ServerConn::room_for(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  std::size_t need = proto::encoded_size(reply);
+  if (need > channel_.max_message() && m.opcode() != Opcode::release) {  // e.g. a small client receive buffer
+    reply = proto::msg::error_reply(m.opcode(), m.header.req_id, 0, Status::too_large);
+    need = proto::encoded_size(reply);
   }
-  return reply;
+  // A CALL's reply is known only once its handler ran: room for the largest eager one.
+  if (m.opcode() == Opcode::call && reply.status == Status::ok) need = std::max(need, call_reply_room());
+  return queued_.empty() && channel_.can_append(need);
 }
 
 // An eager SET or a DEL: its log entry (with a log) opened before anything
@@ -394,40 +356,73 @@ ServerConn::Outcome ServerConn::logged(Opcode op, std::uint32_t id, proto::Messa
   return Outcome::reply;
 }
 
-ServerConn::Outcome ServerConn::execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
-  ++counters_->messages_received;
+ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
+  const std::uint32_t id = m.header.req_id;
   switch (m.opcode()) {
     case Opcode::set:
+      reply = proto::msg::set_reply(id, 0);
+      if (!room_for(m, reply) || (m.rdv && transfers_full())) return Outcome::paused;  // a READ/WRITE completes first
+      ++counters_->messages_received;
       ++counters_->sets;
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
-      return logged(Opcode::set, m.header.req_id, reply,  // `reply` is the SET_REPLY already
+      return logged(Opcode::set, id, reply,  // `reply` is the SET_REPLY already
                     [&](std::uint32_t wait) { return store_value(m.key, m.value_text(), wait); });
-    case Opcode::get:
+    case Opcode::get: {
+      const auto hit = store_->get(m.key);
+      reply = !hit.found   ? proto::msg::get_reply_missing(id, 0)
+              : hit.large  ? proto::msg::get_reply_pull(id, 0, {}, hit.value.size())  // the largest it can become
+                           : proto::msg::get_reply_found(id, 0, proto::as_bytes(hit.value));
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
       ++counters_->gets;
-      if (reply.found) {
-        ++counters_->get_hits;
-        if (reply.rdv) return execute_get_large(m, store_->peek(m.key).large, reply);  // plan_reply's lookup was the access
+      if (!hit.found || reply.status != Status::ok) return Outcome::reply;
+      ++counters_->get_hits;
+      return hit.large ? execute_get_large(m, hit.large, reply) : Outcome::reply;
+    }
+    case Opcode::release:
+      reply = proto::msg::set_reply(id, 0);  // none is sent; sized like one
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      return execute_release(m);
+    case Opcode::stats:
+      try {
+        stats_text_ = store::format_stats_lines(config_.stats());
+        reply = proto::msg::stats_reply(id, 0, stats_text_);
+      } catch (const std::bad_alloc&) {
+        reply = proto::msg::error_reply(Opcode::stats, id, 0, Status::no_memory);
       }
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      ++counters_->stats;
       return Outcome::reply;
-    case Opcode::release: return execute_release(m);
-    case Opcode::stats: ++counters_->stats; return Outcome::reply;
     case Opcode::del:
+      reply = proto::msg::del_reply(id, 0, false);  // the erase says whether it was found
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
       ++counters_->dels;
-      return logged(Opcode::del, m.header.req_id, reply, [&](std::uint32_t wait) {
+      return logged(Opcode::del, id, reply, [&](std::uint32_t wait) {
         const Removal r = remove_key(m.key, wait);
         if (r.found) ++counters_->del_hits;
-        reply = proto::msg::del_reply(m.header.req_id, 0, r.found);
+        reply = proto::msg::del_reply(id, 0, r.found);
         return r.written;
       });
-    case Opcode::call: return execute_call(m, reply);
+    case Opcode::call:  // sized as a pulled reply; room_for keeps room for an eager one
+      reply = proto::msg::call_reply_pull(id, 0, {}, 0);
+      if (!room_for(m, reply) || (m.rdv && transfers_full())) return Outcome::paused;
+      ++counters_->messages_received;
+      return execute_call(m, reply);
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply:
     case Opcode::del_reply:
-    case Opcode::call_reply: return Outcome::reply;
+    case Opcode::call_reply:  // refused on arrival (on_recv); answered bad_request if one ever got here
+      reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      return Outcome::reply;
   }
-  return Outcome::reply;
+  return Outcome::failed;
 }
 
 Verdict ServerConn::on_durable(std::uint32_t wait, bool ok) noexcept {

@@ -242,7 +242,8 @@ class ServerConn {
   };
   enum class Progress : std::uint8_t { finished, paused, failed };
   // What executing a request produced.
-  enum class Outcome : std::uint8_t { reply, no_reply, failed };
+  // What running a request produced (paused: nothing was done, no room yet).
+  enum class Outcome : std::uint8_t { reply, no_reply, failed, paused };
   // One request the connection still holds something for (eRPC's sslot):
   // what it waits for, and everything its reply needs. Its key in pending_
   // rides as the WrId slot of its READ or WRITE (SlotKey::pack32) and as the
@@ -281,10 +282,14 @@ class ServerConn {
   void on_send(const verbs::Completion& c) noexcept;
   void process_held() noexcept;
   Progress process(Held& h) noexcept;
-  // The reply to `m`, before executing it (GET looks the key up now).
-  proto::MessageSpec plan_reply(const proto::MessageView& m) noexcept;
-  // Side effects of `m` (SET stores); may turn `reply` into an error reply.
-  Outcome execute(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // THE one switch on a request's opcode: its reply planned (a GET looks
+  // its key up), room for it checked (paused, nothing done, if there is
+  // none), then its side effects (a SET stores; `reply` may become an error).
+  Outcome run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
+  // Whether the open send buffer has room for `reply` now (turned into
+  // too_large first when it could never fit the client's receive buffer;
+  // a CALL keeps room for its largest eager reply), behind no queued one.
+  bool room_for(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   // --- rendezvous (server_rdv.cpp) ---
   Outcome execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
