@@ -49,6 +49,14 @@ inline void copy_bytes(void* dst, const void* src, std::size_t n) noexcept {
              std::span<const std::byte>(static_cast<const std::byte*>(src), n));
 }
 
+// The same, also adding src.size() to `account` (if not null): a count that
+// comes from the copy itself, never from a second line beside it (a client
+// connection's bytes_copied, the value bytes it copies).
+inline void copy_bytes(std::span<std::byte> dst, std::span<const std::byte> src, std::uint64_t* account) noexcept {
+  copy_bytes(dst, src);
+  if (account != nullptr) *account += src.size();
+}
+
 // Replaces `out` with a copy of `src` and adds its size to the meter. May
 // throw std::bad_alloc (then nothing is counted).
 inline void copy_to_string(std::string& out, std::string_view src) {
@@ -57,6 +65,10 @@ inline void copy_to_string(std::string& out, std::string_view src) {
 }
 inline void copy_to_string(std::string& out, std::span<const std::byte> src) {
   copy_to_string(out, std::string_view(reinterpret_cast<const char*>(src.data()), src.size()));
+}
+inline void copy_to_string(std::string& out, std::span<const std::byte> src, std::uint64_t* account) {
+  copy_to_string(out, src);
+  if (account != nullptr) *account += src.size();
 }
 
 // Bytes copied through copy_bytes and copy_to_string by this process since it started.

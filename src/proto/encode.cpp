@@ -193,14 +193,14 @@ RawHeader raw_header_of(const MessageSpec& m) noexcept {
   return h;
 }
 
-void write_message(std::span<std::byte> out, const MessageSpec& m) noexcept {
+void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t* value_account) noexcept {
   write_raw_header(out.first<kHeaderSize>(), raw_header_of(m));
   copy_bytes(out.subspan(kHeaderSize, m.key.size()), as_bytes(m.key));
   const auto payload = out.subspan(kHeaderSize + m.key.size());
   if (m.rdv) {
     write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
   } else {
-    copy_bytes(payload, m.value);
+    copy_bytes(payload, m.value, value_account);
   }
 }
 
@@ -222,12 +222,12 @@ std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) 
   return check_header(raw_header_of(m), limits);
 }
 
-EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m,
-                    const Limits& limits) noexcept {
+EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m, const Limits& limits,
+                    std::uint64_t* value_account) noexcept {
   if (check_message(m, limits)) return {EncodeStatus::invalid, offset};
   const std::size_t size = encoded_size(m);
   if (offset > buf.size() || size > buf.size() - offset) return {EncodeStatus::no_space, offset};
-  write_message(buf.subspan(offset, size), m);
+  write_message(buf.subspan(offset, size), m, value_account);
   return {EncodeStatus::ok, offset + size};
 }
 

@@ -101,9 +101,11 @@ struct EncodeResult {
 [[nodiscard]] std::optional<Reason> check_message(const MessageSpec& m,
                                                   const Limits& limits = {}) noexcept;
 
-// Appends m at buf[offset..]. Writes nothing unless it returns ok.
+// Appends m at buf[offset..]. Writes nothing unless it returns ok. The bytes
+// of an eager value it copies are added to *value_account (if not null).
 [[nodiscard]] EncodeResult encode(std::span<std::byte> buf, std::size_t offset,
-                                  const MessageSpec& m, const Limits& limits = {}) noexcept;
+                                  const MessageSpec& m, const Limits& limits = {},
+                                  std::uint64_t* value_account = nullptr) noexcept;
 
 // Packs messages back to back into one buffer (one SEND).
 class Encoder {

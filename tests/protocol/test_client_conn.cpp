@@ -120,6 +120,7 @@ TEST_F(ClientConnTest, RequestsCoalesceIntoOneSend) {
   EXPECT_EQ(conn_->counters().sends_posted, 1u);
   EXPECT_EQ(conn_->counters().messages_sent, 3u);
   EXPECT_EQ(conn_->counters().max_coalesced, 3u);
+  EXPECT_EQ(conn_->counters().bytes_copied, 4u) << "the two eager values, counted by the encoder's copy of them";
 }
 
 TEST_F(ClientConnTest, ZeroCreditsPostNothing) {

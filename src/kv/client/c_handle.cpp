@@ -55,13 +55,13 @@ std::string_view to_string(OpKind k) noexcept {
   return "?";
 }
 
-void* copy_value(std::span<const std::byte> v) noexcept {
+void* copy_value(std::span<const std::byte> v, std::uint64_t* account) noexcept {
   auto* base = static_cast<char*>(std::malloc(kValueHeader + v.size() + 1));
   if (base == nullptr) return nullptr;
   const SmallHeader hdr{kMallocMagic};
   std::memcpy(base, &hdr, sizeof hdr);
   char* p = base + kValueHeader;
-  proto::copy_bytes(p, v.data(), v.size());
+  proto::copy_bytes(std::span<std::byte>(reinterpret_cast<std::byte*>(p), v.size()), v, account);
   p[v.size()] = '\0';
   return p;
 }
@@ -244,7 +244,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
       r.value_len = lb->size();
       r.value = lb.release()->data().data();
     } else {
-      r.value = copy_value(v);
+      r.value = copy_value(v, client != nullptr ? client->copy_account() : nullptr);
       r.value_len = v.size();
       if (r.value == nullptr) {
         r.status = Status::no_memory;
@@ -259,7 +259,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
         r.status = Status::too_large;
         r.found = false;
       } else {
-        proto::copy_bytes(op->into, v);
+        proto::copy_bytes(op->into, v, client != nullptr ? client->copy_account() : nullptr);
       }
     }
     if (r.found) r.value_len = v.size();

@@ -80,7 +80,8 @@ struct OpResult {
 // A value handed to a C caller: `len` bytes and a NUL after them, freed by
 // release_value (kv_release). A large GET value stays in the landing buffer
 // it arrived in; small ones are copied into malloc'd memory with a header.
-[[nodiscard]] void* copy_value(std::span<const std::byte> v) noexcept;  // null when out of memory
+// null when out of memory; the copy's bytes are added to *account (if not null: the delivering connection's bytes_copied)
+[[nodiscard]] void* copy_value(std::span<const std::byte> v, std::uint64_t* account = nullptr) noexcept;
 void release_value(void* value) noexcept;                                // any thread
 
 class CHandle {

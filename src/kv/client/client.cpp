@@ -497,10 +497,8 @@ Status Client::set_sync(std::string_view key, std::string_view value) {
 }
 
 Status Client::get_sync(std::string_view key, std::string& out, bool& found) {
-  ClientConn* conn = conn_.get();
-  return get_sync_with(key, found, [&out, conn](std::span<const std::byte> v) {
-    proto::copy_to_string(out, v);
-    conn->note_copy(v.size());
+  return get_sync_with(key, found, [&out, account = copy_account()](std::span<const std::byte> v) {
+    proto::copy_to_string(out, v, account);
   });
 }
 
@@ -511,7 +509,7 @@ Status Client::get_sync(std::string_view key, Value& out, bool& found) {
       out = Value(std::move(lb));  // no copy: the buffer it landed in
     } else {
       std::string copy;  // eager, or copied out of its landing buffer (ClientConn::kCopyOutMax)
-      proto::copy_to_string(copy, v);
+      proto::copy_to_string(copy, v, conn->copy_account());
       out = Value(std::move(copy));
     }
   });
@@ -575,8 +573,7 @@ Status Client::call_sync(std::uint16_t op, std::string_view request, std::string
   Value v;
   const Status st = call_sync(op, proto::as_bytes(request), v);
   if (st == Status::ok) {
-    proto::copy_to_string(reply, v.view());
-    if (conn_) conn_->note_copy(v.size());
+    proto::copy_to_string(reply, proto::as_bytes(v.view()), copy_account());
   }
   return st;
 }

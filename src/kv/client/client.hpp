@@ -178,6 +178,10 @@ class Client {
     assert_owner();
     return conn_ ? conn_->adopt_landing() : nullptr;
   }
+  // The account a copy of a value this connection delivered passes to
+  // proto::copy_bytes / copy_to_string, so it counts in bytes_copied (null:
+  // no connection, nothing counted).
+  [[nodiscard]] std::uint64_t* copy_account() noexcept { return conn_ ? conn_->copy_account() : nullptr; }
   // For callers that track async ops themselves (the C API's sync calls):
   // flush, then run the reactor until done() or options.op_timeout (then the
   // connection is failed, so every pending op completes, and Status::timeout

@@ -45,7 +45,9 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       channel_(link, recv, send, generation),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
       reads_posted_(slots_.max_slots()),
-      scratch_(recv.buffer_size()) {}
+      scratch_(recv.buffer_size()) {
+  channel_.count_value_copies(&counters_.bytes_copied);  // eager values, counted by their copy
+}
 
 ClientConn::~ClientConn() = default;
 
@@ -251,8 +253,6 @@ std::size_t ClientConn::flush() noexcept {
       if (r.op == proto::Opcode::call) ++counters_.calls;
       if (r.path == Path::rendezvous) {
         ++(r.op == proto::Opcode::set ? counters_.sets_large : counters_.calls_large);
-      } else {
-        counters_.bytes_copied += r.value.size();  // eager: encoded into the send buffer
       }
     }
     ++counters_.messages_sent;
@@ -372,9 +372,6 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
       if (!on_get_rdv(key, m.header, *m.rdv)) return false;
       if (ended()) return true;
       continue;
-    }
-    if (op == proto::Opcode::get_reply || op == proto::Opcode::call_reply) {
-      counters_.bytes_copied += m.value.size();  // eager value, copied out
     }
     Callback cb = std::move(s.cb);
     free_slot(key);  // recycles a landing buffer offered but not used (eager value, miss, error)

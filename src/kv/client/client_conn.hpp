@@ -132,7 +132,7 @@ struct ClientCounters {
   std::uint64_t registrations = 0;    // ibv_reg_mr calls (cache misses, landing buffers)
   std::uint64_t reg_cache_hits = 0;   // large SET sources found registered in the pin-down cache
   std::uint64_t reg_cache_misses = 0; // large SET sources registered for the SET (then cached)
-  std::uint64_t bytes_copied = 0;     // value bytes copied (eager values; values up to kCopyOutMax copied out of a landing buffer)
+  std::uint64_t bytes_copied = 0;     // value bytes the library copied, counted by each copy (copy_account())
   // One-sided GET (read mode, docs/protocol.md "One-sided GET"). Each counts GETs except retries.
   std::uint64_t onesided_gets = 0;       // GETs started by RDMA READ of the index
   std::uint64_t onesided_hits = 0;       // answered found from the server's memory
@@ -283,7 +283,7 @@ class ClientConn {
   // Inside a GET callback whose value is large: takes the landing buffer the
   // value is in (no copy) and ends the server's access to it. Null otherwise,
   // and null for a value of at most kCopyOutMax bytes: the caller copies it
-  // out of the callback's view (counted in bytes_copied here) and the buffer,
+  // out of the callback's view (with copy_account(): counted) and the buffer,
   // still registered, serves the next GET. Handing a buffer over costs a
   // fresh registered one (mmap + register landing_size bytes, then
   // deregister + unmap at release), far more than copying a small value
@@ -294,8 +294,10 @@ class ClientConn {
   // that was passed to submit_set).
   void forget(std::span<const std::byte> bytes) noexcept;
   [[nodiscard]] RegCacheStats reg_cache_stats() const noexcept;
-  // A caller copied n value bytes out of a callback's view (counted).
-  void note_copy(std::size_t n) noexcept { counters_.bytes_copied += n; }
+  // Where a copy of a value this connection delivered adds its bytes
+  // (bytes_copied), for proto::copy_bytes / copy_to_string: every count comes
+  // from a copy (the encoder's of an eager value, a caller's copy-out).
+  [[nodiscard]] std::uint64_t* copy_account() noexcept { return &counters_.bytes_copied; }
 
   // Encodes and posts what credits, slots and send buffers allow. Returns the
   // number of SENDs posted. A post failure fails the connection.

@@ -289,7 +289,6 @@ void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {
 std::unique_ptr<LandingBuffer> ClientConn::adopt_landing() noexcept {
   if (!delivering_) return nullptr;
   if (delivering_->size() <= kCopyOutMax) {  // the caller copies it; the buffer is recycled
-    counters_.bytes_copied += delivering_->size();
     return nullptr;
   }
   // The caller owns the bytes now: no remote access any more. The

@@ -66,7 +66,7 @@ AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
   if (open_ && open_size_ + need > max_message()) seal_open();
   if (!open_ && !open_buffer()) return AppendStatus::no_buffer;
   auto buf = send_->buffer(*open_).first(max_message());
-  const auto r = proto::encode(buf, open_size_, m);
+  const auto r = proto::encode(buf, open_size_, m, {}, value_account_);
   switch (r.status) {
     case proto::EncodeStatus::ok:
       open_size_ = r.offset;
