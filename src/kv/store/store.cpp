@@ -65,6 +65,12 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
 }
 
+inline void Store::landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc) noexcept {
+  if (index_ != nullptr) reindex(it, is_new, value_crc);
+  if (pooled()) pool_in(*it);
+  touch(it->second);
+}
+
 bool Store::recharge(std::size_t old_charge, std::size_t new_charge) noexcept {
   if (new_charge > old_charge) return budget_->try_charge(new_charge - old_charge);
   budget_->release(old_charge - new_charge);
@@ -102,9 +108,7 @@ bool Store::set_once(std::string_view key, std::string_view value) {
       throw;
     }
     bytes_ = bytes_ - old + value.size();
-    if (index_ != nullptr) reindex(it, false);
-    if (pooled()) pool_in(*it);
-    touch(it->second);
+    landed(it, false);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
@@ -112,9 +116,7 @@ bool Store::set_once(std::string_view key, std::string_view value) {
     auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
                                 : map_.emplace(std::string(key), Value(value));
     bytes_ += key.size() + value.size();
-    if (index_ != nullptr) reindex(it, inserted);
-    if (pooled()) pool_in(*it);
-    touch(it->second);
+    landed(it, inserted);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -138,18 +140,14 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
     if (pooled()) pool_out(*it);
     it->second.assign(std::move(value), true);  // the old value goes when its last pin does
     bytes_ = bytes_ - old + n;
-    if (index_ != nullptr) reindex(it, false, value_crc);
-    if (pooled()) pool_in(*it);
-    touch(it->second);
+    landed(it, false, value_crc);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
   try {
     auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
     bytes_ += key.size() + n;
-    if (index_ != nullptr) reindex(it, inserted, value_crc);
-    if (pooled()) pool_in(*it);
-    touch(it->second);
+    landed(it, inserted, value_crc);
   } catch (...) {
     budget_->release(charge);
     throw;

@@ -321,6 +321,9 @@ class Store {
 
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
+  // A value was just put in entry `it`: indexed (with one), pooled (with a
+  // policy) and counted as an access. Every set path ends here.
+  void landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
   void reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
 
