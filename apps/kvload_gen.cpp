@@ -18,6 +18,7 @@ namespace rkv::apps {
 int kvload_gen_main(int argc, char** argv) {
   kv::load::GenOptions opt;
   std::string sizes = "64";
+  std::string dist = "uniform";
   std::string out_path;
   bool no_preload = false;
   CLI::App app{"kvload gen: write a workload file (see docs/kvload.md)", "kvload gen"};
@@ -31,6 +32,10 @@ int kvload_gen_main(int argc, char** argv) {
   app.add_option("--sizes", sizes,
                  "value sizes SIZE[:WEIGHT],... with k/m suffixes, e.g. 64:8,4k:2,1m:1 (values of 4 KiB and "
                  "more take the rendezvous path)")
+      ->capture_default_str();
+  app.add_option("--dist", dist,
+                 "which keys the random operations touch: uniform, zipf[:THETA] (YCSB's Zipfian, key 0 the "
+                 "hottest; THETA in (0, 1), default 0.99) or latest[:THETA] (the most recently SET keys hottest)")
       ->capture_default_str();
   app.add_option("--seed", opt.seed, "random seed (values and the op sequence)")->capture_default_str();
   app.add_option("--prefix", opt.key_prefix, "key prefix")->capture_default_str();
@@ -47,6 +52,12 @@ int kvload_gen_main(int argc, char** argv) {
     return 2;
   }
   opt.sizes = *mix;
+  const auto key_dist = kv::load::parse_key_dist(dist, error);
+  if (!key_dist) {
+    std::fprintf(stderr, "kvload gen: --dist: %s\n", error.c_str());
+    return 2;
+  }
+  opt.dist = *key_dist;
   opt.preload = !no_preload;
   if (const std::string why = kv::load::check_options(opt); !why.empty()) {
     std::fprintf(stderr, "kvload gen: %s\n", why.c_str());

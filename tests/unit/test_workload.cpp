@@ -549,6 +549,64 @@ TEST(Generator, InvalidOptionsWriteNothing) {
   bad([](GenOptions& o) { o.sizes = {{kDefaultMaxValue + 1, 1}}; });
   bad([](GenOptions& o) { o.key_prefix = "a b"; });
   bad([](GenOptions& o) { o.key_prefix = std::string(1022, 'p'); });  // + 3 digits
+  bad([](GenOptions& o) { o.dist = {KeyDist::Kind::zipf, 1.0}; });
+  bad([](GenOptions& o) {
+    o.dist.kind = KeyDist::Kind::zipf;
+    o.keys = kMaxZipfKeys + 1;
+  });
+}
+
+// How often each key is the target of a random op in a generated workload.
+std::map<std::string, std::size_t> key_counts(const GenOptions& opt) {
+  const ParseResult r = parse(generate(opt));
+  EXPECT_TRUE(r.ok());
+  std::map<std::string, std::size_t> n;
+  for (std::size_t i = opt.preload ? opt.keys : 0; i < r.ops.size(); ++i) ++n[r.ops[i].key];
+  return n;
+}
+
+TEST(Generator, KeyDistributions) {
+  std::string error;
+  EXPECT_EQ(parse_key_dist("uniform", error)->kind, KeyDist::Kind::uniform);
+  EXPECT_EQ(parse_key_dist("zipf", error)->theta, 0.99);
+  EXPECT_EQ(parse_key_dist("zipf:0.5", error)->theta, 0.5);
+  EXPECT_EQ(parse_key_dist("latest:0.9", error)->kind, KeyDist::Kind::latest);
+  for (const char* bad : {"zipf:1", "zipf:0", "zipf:", "zipf:x", "pareto", "uniform:0.5"}) {
+    EXPECT_FALSE(parse_key_dist(bad, error)) << bad;
+    EXPECT_FALSE(error.empty());
+  }
+
+  GenOptions opt;
+  opt.keys = 1000;
+  opt.ops = 20000;
+  opt.get_ratio = 1.0;
+  opt.seed = 3;
+  const std::string uniform = generate(opt);
+  EXPECT_EQ(uniform.substr(0, uniform.find('\n')).find("dist="), std::string::npos)
+      << "a uniform file keeps the first line it always had";
+  auto top_share = [&](const std::map<std::string, std::size_t>& n, std::size_t top) {
+    std::vector<std::size_t> c;
+    for (const auto& [k, v] : n) c.push_back(v);
+    std::sort(c.rbegin(), c.rend());
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < top && i < c.size(); ++i) sum += c[i];
+    return static_cast<double>(sum) / static_cast<double>(opt.ops);
+  };
+  const auto u = key_counts(opt);
+  EXPECT_LT(top_share(u, 100), 0.15) << "uniform: the top 10 % of keys get about 10 % of the ops";
+
+  opt.dist = {KeyDist::Kind::zipf, 0.99};
+  const auto z = key_counts(opt);
+  // zipf(1000, 0.99): key 0 gets 1/zeta = ~13 %, the top 100 keys ~69 %.
+  EXPECT_GT(top_share(z, 100), 0.6) << "zipf 0.99: the hottest 10 % of keys take most ops";
+  EXPECT_GT(z.at("key000"), z.at("key500") * 20) << "key 0 is the hottest";
+  EXPECT_EQ(generate(opt), generate(opt)) << "deterministic";
+
+  // latest: every op a SET that moves the hot spot, or GETs that follow it.
+  opt.dist = {KeyDist::Kind::latest, 0.99};
+  opt.get_ratio = 1.0;
+  const auto l = key_counts(opt);
+  EXPECT_GT(l.at("key999"), opt.ops / 20) << "with no SETs the preload's last key stays the hottest";
 }
 
 }  // namespace

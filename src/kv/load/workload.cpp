@@ -1,5 +1,8 @@
 #include "kv/load/workload.hpp"
 
+#include <cmath>
+#include <cstdlib>
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -408,8 +411,59 @@ std::string check_options(const GenOptions& opt) {
   }
   const std::size_t digits = std::to_string(opt.keys - 1).size();
   if (opt.key_prefix.size() + digits > kMaxKeyLen) return "key prefix too long";
+  if (opt.dist.kind != KeyDist::Kind::uniform) {
+    if (!(opt.dist.theta > 0.0 && opt.dist.theta < 1.0)) return "the skew must be in (0, 1)";
+    if (opt.keys > kMaxZipfKeys) return "a skewed distribution takes at most 100000000 keys (its setup sums one term per key)";
+  }
   return {};
 }
+
+std::optional<KeyDist> parse_key_dist(std::string_view text, std::string& error) {
+  KeyDist d;
+  const auto colon = text.find(':');
+  const std::string_view name = text.substr(0, colon);
+  if (name == "uniform" && colon == std::string_view::npos) return d;
+  if (name != "zipf" && name != "latest") {
+    error = "unknown key distribution '" + std::string(text) + "' (uniform, zipf[:THETA], latest[:THETA])";
+    return std::nullopt;
+  }
+  d.kind = name == "zipf" ? KeyDist::Kind::zipf : KeyDist::Kind::latest;
+  if (colon != std::string_view::npos) {
+    const std::string theta(text.substr(colon + 1));
+    char* end = nullptr;
+    d.theta = std::strtod(theta.c_str(), &end);
+    if (theta.empty() || end != theta.c_str() + theta.size() || !(d.theta > 0.0 && d.theta < 1.0)) {
+      error = "the skew of '" + std::string(text) + "' must be a number in (0, 1), e.g. zipf:0.99";
+      return std::nullopt;
+    }
+  }
+  return d;
+}
+
+namespace {
+// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record
+// synthetic databases", SIGMOD 1994): ranks 0..n-1, rank 0 the most likely.
+// Setup sums the zeta series once (O(n)); each draw costs one pow().
+class Zipf {
+ public:
+  Zipf(std::uint64_t n, double theta) : n_(n), theta_(theta), alpha_(1.0 / (1.0 - theta)) {
+    for (std::uint64_t i = 1; i <= n; ++i) zetan_ += 1.0 / std::pow(static_cast<double>(i), theta);
+    const double zeta2 = 1.0 + 1.0 / std::pow(2.0, theta);
+    eta_ = (1.0 - std::pow(2.0 / static_cast<double>(n), 1.0 - theta)) / (1.0 - zeta2 / zetan_);
+  }
+  std::uint64_t rank(double u) const noexcept {
+    const double uz = u * zetan_;
+    if (uz < 1.0) return 0;
+    if (uz < 1.0 + std::pow(0.5, theta_)) return n_ > 1 ? 1 : 0;
+    const auto r = static_cast<std::uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1.0, alpha_));
+    return r < n_ ? r : n_ - 1;
+  }
+
+ private:
+  std::uint64_t n_;
+  double theta_, alpha_, zetan_ = 0.0, eta_ = 0.0;
+};
+}  // namespace
 
 void generate_workload(std::ostream& out, const GenOptions& opt) {
   if (!check_options(opt).empty()) {
@@ -448,7 +502,11 @@ void generate_workload(std::ostream& out, const GenOptions& opt) {
     out << line;
   };
 
-  out << "# rkv workload: seed=" << opt.seed << " keys=" << opt.keys << " ops=" << opt.ops
+  out << "# rkv workload: seed=" << opt.seed << " keys=" << opt.keys << " ops=" << opt.ops;
+  if (opt.dist.kind != KeyDist::Kind::uniform) {  // uniform files keep their first line
+    out << " dist=" << (opt.dist.kind == KeyDist::Kind::zipf ? "zipf:" : "latest:") << opt.dist.theta;
+  }
+  out
       << " get_ratio=" << opt.get_ratio << " preload=" << (opt.preload ? 1 : 0) << " sizes=";
   for (std::size_t i = 0; i < opt.sizes.size(); ++i) {
     out << (i ? "," : "") << format_size(opt.sizes[i].size) << "*" << opt.sizes[i].weight;
@@ -460,9 +518,22 @@ void generate_workload(std::ostream& out, const GenOptions& opt) {
       emit_set();
     }
   }
+  std::optional<Zipf> zipf;
+  if (opt.dist.kind != KeyDist::Kind::uniform) zipf.emplace(opt.keys, opt.dist.theta);
+  std::uint64_t latest = opt.keys - 1;  // the key SET last (the preload's last one)
+  auto pick_key = [&]() -> std::uint64_t {
+    switch (opt.dist.kind) {
+      case KeyDist::Kind::uniform: return rng.below(opt.keys);
+      case KeyDist::Kind::zipf: return zipf->rank(rng.unit());
+      case KeyDist::Kind::latest: return (latest + opt.keys - zipf->rank(rng.unit())) % opt.keys;
+    }
+    return 0;
+  };
   for (std::uint64_t i = 0; i < opt.ops; ++i) {
     const bool get = rng.unit() < opt.get_ratio;
-    make_key(rng.below(opt.keys));
+    const std::uint64_t k = pick_key();
+    make_key(k);
+    if (!get) latest = k;
     if (get) {
       out << "GET " << key << '\n';
     } else {

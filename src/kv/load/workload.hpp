@@ -122,8 +122,24 @@ struct SizeWeight {
   std::uint32_t weight = 1;
 };
 
+// Which keys the random operations touch (kvload gen --dist).
+struct KeyDist {
+  enum class Kind : std::uint8_t {
+    uniform,  // every key alike
+    zipf,     // YCSB's Zipfian: key i (0 the hottest) with probability ~ 1 / (i + 1)^theta
+    latest,   // Zipfian over recency: the most recently SET keys are the hottest (YCSB's "latest")
+  };
+  Kind kind = Kind::uniform;
+  double theta = 0.99;  // zipf, latest: the skew, in (0, 1) (YCSB's default 0.99)
+};
+// The most keys a skewed distribution takes (its setup is O(keys)).
+inline constexpr std::uint64_t kMaxZipfKeys = 100'000'000;
+// "uniform", "zipf", "zipf:THETA", "latest" or "latest:THETA"; nullopt with `error` set otherwise.
+[[nodiscard]] std::optional<KeyDist> parse_key_dist(std::string_view text, std::string& error);
+
 struct GenOptions {
   std::uint64_t keys = 1000;     // distinct keys: <key_prefix><zero-padded index>
+  KeyDist dist;                  // which keys the random operations touch
   std::uint64_t ops = 10000;     // random operations after the preload
   double get_ratio = 0.5;        // probability that a random op is a GET
   std::vector<SizeWeight> sizes = {{64, 1}};  // SET value sizes, by weight
