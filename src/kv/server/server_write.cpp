@@ -2,8 +2,8 @@
 // of it, whoever asks (an eager SET, a rendezvous SET whose READ completed, a
 // CALL handler's StoreAccess): the Store sizes and allocates the value's
 // memory (Store::put, Store::value_block), the write is counted here, and it
-// is recorded with the Durability here. What the answer means for a request's
-// reply is decided once, in answer(). Recovery (Server::migrate_large_values)
+// is recorded with the Durability here. What the result means for a request's
+// reply is decided once, in deferred(). Recovery (Server::migrate_large_values)
 // keeps recovered values with the same Store::put and records nothing: they
 // came from the log. Reactor thread only.
 #include <spdlog/spdlog.h>

@@ -44,6 +44,15 @@ std::optional<Eviction> eviction_from(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+namespace {
+// v's LFU counter as of access `now`: one less per kLfuDecay accesses of the
+// whole Store since v's last one (a new key, never touched, is not decayed).
+unsigned decayed_freq(std::uint8_t freq, std::uint64_t touched, std::uint64_t now) noexcept {
+  const std::uint64_t idle = touched == 0 ? 0 : (now - touched) / kLfuDecay;
+  return idle >= freq ? 0u : static_cast<unsigned>(freq - idle);
+}
+}  // namespace
+
 std::uint64_t Store::random() const noexcept {  // xorshift64: cheap, and the same run every time
   rng_ ^= rng_ << 13;
   rng_ ^= rng_ >> 7;
@@ -53,8 +62,7 @@ std::uint64_t Store::random() const noexcept {  // xorshift64: cheap, and the sa
 
 void Store::touched(const Value& v) const noexcept {
   if (eviction_ == Eviction::lfu) {
-    const std::uint64_t idle = v.touched == 0 ? 0 : (clock_ - v.touched) / kLfuDecay;  // 0: a new key
-    v.freq = static_cast<std::uint8_t>(idle >= v.freq ? 0 : v.freq - idle);
+    v.freq = static_cast<std::uint8_t>(decayed_freq(v.freq, v.touched, clock_));
     if (v.freq < std::numeric_limits<std::uint8_t>::max()) {
       const unsigned base = v.freq > kLfuInit ? v.freq - kLfuInit : 0u;
       if (random() % (base * kLfuLogFactor + 1) == 0) ++v.freq;
@@ -101,11 +109,8 @@ bool Store::make_room(std::size_t capacity, std::string_view key) noexcept {
   const std::uint64_t now = clock_;
   auto colder = [this, now](const Node* a, const Node* b) {  // a is colder than b
     if (eviction_ == Eviction::lfu) {
-      auto decayed = [now](const Value& v) {
-        const std::uint64_t idle = (now - v.touched) / kLfuDecay;
-        return idle >= v.freq ? 0u : static_cast<unsigned>(v.freq - idle);
-      };
-      const unsigned fa = decayed(a->second), fb = decayed(b->second);
+      const unsigned fa = decayed_freq(a->second.freq, a->second.touched, now);
+      const unsigned fb = decayed_freq(b->second.freq, b->second.touched, now);
       if (fa != fb) return fa < fb;
     }
     return a->second.touched < b->second.touched;

@@ -77,14 +77,19 @@ bool Store::recharge(std::size_t old_charge, std::size_t new_charge) noexcept {
   return true;
 }
 
+template <class Attempt>
+auto Store::retry_with_room(std::size_t capacity, std::string_view key, Attempt&& attempt) -> decltype(attempt()) {
+  decltype(attempt()) done{};
+  for (unsigned evicted = 0; !done && evicted < kMaxEvictionsPerWrite && make_room(capacity, key); ++evicted) {
+    done = attempt();
+  }
+  return done;
+}
+
 bool Store::set_evicting(std::string_view key, std::string_view value) {
   // With the index on a small value wants a block of its size class first.
   const std::size_t cls = index_ != nullptr ? small_class(value.size() + key.size()) : 0;
-  for (unsigned evicted = 0; evicted < kMaxEvictionsPerWrite; ++evicted) {
-    if (!make_room(cls, key)) return false;
-    if (set_once(key, value)) return true;
-  }
-  return false;
+  return retry_with_room(cls, key, [&] { return set_once(key, value); });
 }
 
 bool Store::set_once(std::string_view key, std::string_view value) {
@@ -125,10 +130,9 @@ bool Store::set_once(std::string_view key, std::string_view value) {
 }
 
 bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
-  for (unsigned evicted = 0;; ++evicted) {  // only the key's entry can not fit: any key frees one
-    if (set_large_once(key, value, value_crc)) return true;
-    if (evicted == kMaxEvictionsPerWrite || !make_room(0, key)) return false;
-  }
+  // Only the key's entry can not fit: any key frees one.
+  return set_large_once(key, value, value_crc) ||
+         retry_with_room(0, key, [&] { return set_large_once(key, value, value_crc); });
 }
 
 bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc) {
@@ -164,11 +168,9 @@ bool Store::large_fits(std::string_view key) const noexcept {
 std::shared_ptr<LargeValue> Store::value_block(std::string_view key, std::size_t len) noexcept {
   if (!large_blocks_) return {};
   const std::size_t cls = large_class(len + (index_ != nullptr ? key.size() : 0));
-  for (unsigned evicted = 0;; ++evicted) {
-    if (auto b = value_block_once(key, len)) return b;
-    // Either the key's entry or the block did not fit: a block of its class frees both kinds.
-    if (evicted == kMaxEvictionsPerWrite || !make_room(cls, key)) return {};
-  }
+  if (auto b = value_block_once(key, len)) return b;
+  // Either the key's entry or the block did not fit: a block of its class frees both kinds.
+  return retry_with_room(cls, key, [&] { return value_block_once(key, len); });
 }
 
 std::shared_ptr<LargeValue> Store::value_block_once(std::string_view key, std::size_t len) const noexcept {

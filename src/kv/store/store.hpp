@@ -299,6 +299,11 @@ class Store {
   // a value in a block of `capacity` bytes (0: any, strings first), never
   // `key` itself. False when the policy is noeviction or there is nothing to drop.
   bool make_room(std::size_t capacity, std::string_view key) noexcept;
+  // After a write to `key` failed once: makes room (make_room(capacity,
+  // key)) and runs `attempt` again, at most kMaxEvictionsPerWrite times.
+  // The one retry loop of set, set_large and value_block (store.cpp).
+  template <class Attempt>
+  auto retry_with_room(std::size_t capacity, std::string_view key, Attempt&& attempt) -> decltype(attempt());
   // Removes the entry `it` (erase(), make_room()).
   void erase(Map::iterator it) noexcept;
   // An access of v (get, set): what lru and lfu read; nothing with noeviction.
