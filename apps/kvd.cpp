@@ -241,9 +241,9 @@ int kvd_main(int argc, char** argv) {
         std::fprintf(stderr, "kvd: %s\n", e.what());
         return 1;
       }
-      std::printf("kvd: recovered %llu records (%llu bytes) in %.1f ms from %s\n",
+      std::printf("kvd: recovered %llu records (%llu bytes) in %.1f ms from %s; %llu had expired\n",
                   static_cast<unsigned long long>(rec.records), static_cast<unsigned long long>(rec.bytes), rec.ms,
-                  lopt.dir.c_str());
+                  lopt.dir.c_str(), static_cast<unsigned long long>(rec.expired));
       std::fflush(stdout);
       log = std::make_unique<durable::Log>(reactor, store, lopt, rec);
     }

@@ -118,7 +118,7 @@ int run_interactive(const Flags& f) {
     }
     switch (op->kind) {
       case kv::load::Op::Kind::set: {
-        const kv::client::Status st = client->set_sync(op->key, value_bytes(op->value));
+        const kv::client::Status st = client->set_sync(op->key, value_bytes(op->value), op->ttl_ms);
         if (st == kv::client::Status::ok) {
           std::printf("OK\n");
         } else {
@@ -149,6 +149,33 @@ int run_interactive(const Flags& f) {
           errors = true;
         } else {
           std::printf("%s\n", quote_value(reply).c_str());
+        }
+        break;
+      }
+      case kv::load::Op::Kind::expire: {
+        bool found = false;
+        const kv::client::Status st = client->expire_sync(op->key, op->ttl_ms, found);
+        if (st != kv::client::Status::ok) {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        } else {
+          std::printf(found ? "OK\n" : "(not found)\n");
+        }
+        break;
+      }
+      case kv::load::Op::Kind::ttl: {
+        bool found = false;
+        std::int64_t left = -1;
+        const kv::client::Status st = client->ttl_sync(op->key, left, found);
+        if (st != kv::client::Status::ok) {
+          std::printf("error: %s\n", std::string(kv::client::to_string(st)).c_str());
+          errors = true;
+        } else if (!found) {
+          std::printf("(not found)\n");
+        } else if (left < 0) {
+          std::printf("(no expiry)\n");
+        } else {
+          std::printf("%lld ms\n", static_cast<long long>(left));
         }
         break;
       }

@@ -11,6 +11,7 @@
         c.set_many({b"a": b"1", b"b": b"2"}); c.get_many([b"a", b"b"])
         # in a coroutine: await c.aget(b"a"), await c.aset(b"a", b"3")
         c.incr(b"hits"); c.cas(b"a", b"1", b"9"); c.call(0x1000, b"req")   # user operations
+        c.set(b"session", b"...", ttl_ms=30_000); c.expire(b"a", 5_000); c.ttl(b"a")  # time to live
 
     rkv.Client("10.0.0.1:7471,10.0.0.2:7471,10.0.0.3:7471")   # keys spread over three servers
 

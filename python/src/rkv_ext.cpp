@@ -112,6 +112,21 @@ py::object as_memoryview(void* ptr, std::size_t len) {
   return py::memoryview(owner);
 }
 
+// A time to live in ms: None or an int >= 0 (0: none). A bool, a float or a
+// negative int: rkv.InvalidArgument (the C API refuses one over its largest).
+std::uint64_t ttl_arg(py::handle ttl, const char* name) {
+  if (ttl.is_none()) return 0;
+  if (!PyLong_Check(ttl.ptr()) || PyBool_Check(ttl.ptr())) {
+    raise_error(EINVAL, std::string(name) + " must be an int (milliseconds) or None");
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(ttl.ptr(), &overflow);
+  if (overflow != 0 || v < 0) {
+    raise_error(EINVAL, std::string(name) + " must be 0 .. 3153600000000 (about 100 years)");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
 // ---- buffers taken from Python objects ---------------------------------------
 
 // A key or value: a str (its UTF-8 bytes) or any object with the buffer
@@ -228,16 +243,46 @@ class Handle {
   [[nodiscard]] const std::string& server() const noexcept { return server_; }
 
   // ---- sync ----
-  void set(py::handle key, py::handle value) {
+  void set(py::handle key, py::handle value, py::object ttl_ms) {
     void* h = live();
     const Bytes k(key, false, "key");
     const Bytes v(value, false, "value");
+    const std::uint64_t ttl = ttl_arg(ttl_ms, "ttl_ms");
     int rc = 0;
     {
       py::gil_scoped_release nogil;  // the server READs a large value straight from v
-      rc = kv_set_bin(h, k.data(), k.size(), v.data(), v.size());
+      rc = ttl != 0 ? kv_set_ttl(h, k.data(), k.size(), v.data(), v.size(), ttl)
+                    : kv_set_bin(h, k.data(), k.size(), v.data(), v.size());
     }
     if (rc != 0) raise_error(rc, kv_last_error(h));
+  }
+
+  bool expire(py::handle key, py::object ttl_ms) {
+    void* h = live();
+    const Bytes k(key, false, "key");
+    const std::uint64_t ttl = ttl_arg(ttl_ms, "ttl_ms");
+    int rc = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = kv_expire(h, k.data(), k.size(), ttl);
+    }
+    if (rc == ENOENT) return false;
+    if (rc != 0) raise_error(rc, kv_last_error(h));
+    return true;
+  }
+
+  py::object ttl(py::handle key) {
+    void* h = live();
+    const Bytes k(key, false, "key");
+    std::int64_t left = -1;
+    int rc = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = kv_ttl(h, k.data(), k.size(), &left);
+    }
+    if (rc == ENOENT) return py::none();
+    if (rc != 0) raise_error(rc, kv_last_error(h));
+    return py::int_(left);
   }
 
   py::object get(py::handle key) {
@@ -730,9 +775,16 @@ PYBIND11_MODULE(_rkv, m) {
            "fail with rkv.ConnectionError.")
       .def_property_readonly("closed", &Handle::closed, "True once close() ran.")
       .def_property_readonly("server", &Handle::server, "The server name the client was opened with.")
-      .def("set", &Handle::set, py::arg("key"), py::arg("value"),
+      .def("set", &Handle::set, py::arg("key"), py::arg("value"), py::arg("ttl_ms") = py::none(),
            "Store value under key. Both bytes-like (or str, as UTF-8). A value of 4 KiB and more is read by the "
-           "server straight from the caller's buffer (no copy), with the GIL released until it is stored.")
+           "server straight from the caller's buffer (no copy), with the GIL released until it is stored. "
+           "ttl_ms (int > 0): the key expires that many milliseconds later; None or 0: no expiry (a TTL the key "
+           "had is cleared).")
+      .def("expire", &Handle::expire, py::arg("key"), py::arg("ttl_ms"),
+           "The key expires ttl_ms milliseconds from now (0: it persists). True if the key exists, False if not.")
+      .def("ttl", &Handle::ttl, py::arg("key"),
+           "The key's remaining time to live in milliseconds, -1 when it has no expiry, None when there is no "
+           "such key.")
       .def("get", &Handle::get, py::arg("key"),
            "The value of key as a read-only memoryview, or None when there is no such key. A large value "
            "(4 KiB and more) is a view of the memory it was RDMA-written into (no copy); that memory is freed "

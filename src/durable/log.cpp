@@ -31,14 +31,20 @@ std::span<const std::byte> as_bytes(std::string_view s) noexcept {
 
 // --- Batch ----------------------------------------------------------------------
 
-void Log::Batch::add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq) {
-  const RecordHeader h = set_header(as_bytes(key), as_bytes(value), seq);
+void Log::Batch::add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq,
+                     kv::store::ExpireAt expire_at) {
+  const RecordHeader h = set_header(as_bytes(key), as_bytes(value), seq, expire_at);
+  const std::size_t at_len = expire_at != kv::store::kNoExpiry ? kExpireAtSize : 0;
   const std::size_t off = buf.size();
-  const std::size_t inline_len = kHeaderSize + key.size() + (large ? 0 : value.size());
+  const std::size_t inline_len = kHeaderSize + key.size() + at_len + (large ? 0 : value.size());
   buf.resize(off + inline_len);
   encode_header(std::span(buf).subspan(off), h);
   proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
-  if (!large) proto::copy_bytes(buf.data() + off + kHeaderSize + key.size(), value.data(), value.size());
+  if (at_len != 0) {
+    const auto at = expire_bytes(expire_at);
+    proto::copy_bytes(buf.data() + off + kHeaderSize + key.size(), at.data(), at.size());
+  }
+  if (!large) proto::copy_bytes(buf.data() + off + kHeaderSize + key.size() + at_len, value.data(), value.size());
   if (!pieces.empty() && pieces.back().ext == nullptr && pieces.back().off + pieces.back().len == off) {
     pieces.back().len += inline_len;
   } else {
@@ -67,6 +73,17 @@ void Log::Batch::add_del(std::string_view key, std::uint64_t seq) {
   encode_header(std::span(buf).subspan(off), del_header(as_bytes(key), seq));
   proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
   add_piece(off, kHeaderSize + key.size());
+  ++records;
+}
+
+void Log::Batch::add_expire(std::string_view key, kv::store::ExpireAt expire_at, std::uint64_t seq) {
+  const std::size_t off = buf.size();
+  buf.resize(off + kHeaderSize + key.size() + kExpireAtSize);
+  encode_header(std::span(buf).subspan(off), expire_header(as_bytes(key), expire_at, seq));
+  proto::copy_bytes(buf.data() + off + kHeaderSize, key.data(), key.size());
+  const auto at = expire_bytes(expire_at);
+  proto::copy_bytes(buf.data() + off + kHeaderSize + key.size(), at.data(), at.size());
+  add_piece(off, kHeaderSize + key.size() + kExpireAtSize);
   ++records;
 }
 
@@ -113,20 +130,28 @@ Log::Log(reactor::Reactor& reactor, kv::store::Store& store, LogOptions options,
 Log::~Log() { close_sync(); }
 
 kv::store::DurableAck Log::record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                               std::uint64_t conn_token, std::uint32_t wait) noexcept {
-  return record(key, value, large, false, conn_token, wait);
+                                      kv::store::ExpireAt expire_at, std::uint64_t conn_token,
+                                      std::uint32_t wait) noexcept {
+  return record(Kind::set, key, value, large, expire_at, conn_token, wait);
 }
 
 kv::store::DurableAck Log::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t wait) noexcept {
-  return record(key, {}, {}, true, conn_token, wait);
+  return record(Kind::del, key, {}, {}, kv::store::kNoExpiry, conn_token, wait);
+}
+
+kv::store::DurableAck Log::record_expire(std::string_view key, kv::store::ExpireAt expire_at,
+                                         std::uint64_t conn_token, std::uint32_t wait) noexcept {
+  return record(Kind::expire, key, {}, {}, expire_at, conn_token, wait);
 }
 
 void Log::record_eviction(std::string_view key) noexcept {
-  (void)record(key, {}, {}, true, 0, 0, false);  // `now` or `failed` (counted): nobody to tell
+  // `now` or `failed` (counted): nobody to tell
+  (void)record(Kind::del, key, {}, {}, kv::store::kNoExpiry, 0, 0, false);
 }
 
-kv::store::DurableAck Log::record(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                                  bool del, std::uint64_t conn_token, std::uint32_t wait, bool waits) noexcept {
+kv::store::DurableAck Log::record(Kind kind, std::string_view key, std::string_view value,
+                                  const kv::store::LargeRef& large, kv::store::ExpireAt expire_at,
+                                  std::uint64_t conn_token, std::uint32_t wait, bool waits) noexcept {
   if (closed_) return kv::store::DurableAck::failed;
   try {
     if (queue_.empty() || queue_.back().size >= options_.batch_bytes ||
@@ -136,11 +161,13 @@ kv::store::DurableAck Log::record(std::string_view key, std::string_view value, 
     Batch& b = queue_.back();
     const bool defer = waits && (options_.mode == FsyncMode::always || failing_);
     if (defer) b.waiters.reserve(b.waiters.size() + 1);  // no throw after the record is in
-    if (del) {
-      b.add_del(key, next_seq_++);
-      ++stats_.deletes;
-    } else {
-      b.add(key, value, large, next_seq_++);
+    switch (kind) {
+      case Kind::set: b.add(key, value, large, next_seq_++, expire_at); break;
+      case Kind::del:
+        b.add_del(key, next_seq_++);
+        ++stats_.deletes;
+        break;
+      case Kind::expire: b.add_expire(key, expire_at, next_seq_++); break;
     }
     ++stats_.records;
     if (!defer) return kv::store::DurableAck::now;

@@ -92,8 +92,11 @@ class Log final : public kv::store::Durability {
 
   void set_sink(DurableSink sink) { sink_ = std::move(sink); }
 
-  [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                                          std::uint64_t conn_token, std::uint32_t wait) noexcept override;
+  [[nodiscard]] kv::store::DurableAck record_set(std::string_view key, std::string_view value,
+                                                 const kv::store::LargeRef& large, kv::store::ExpireAt expire_at,
+                                                 std::uint64_t conn_token, std::uint32_t wait) noexcept override;
+  [[nodiscard]] kv::store::DurableAck record_expire(std::string_view key, kv::store::ExpireAt expire_at,
+                                                    std::uint64_t conn_token, std::uint32_t wait) noexcept override;
   [[nodiscard]] kv::store::DurableAck record_del(std::string_view key, std::uint64_t conn_token,
                                                  std::uint32_t wait) noexcept override;
   void record_eviction(std::string_view key) noexcept override;
@@ -126,8 +129,11 @@ class Log final : public kv::store::Durability {
     std::vector<Waiter> waiters;
     std::uint64_t size = 0;
     std::uint64_t records = 0;
-    void add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq);
+    // A SET record (SET_TTL with expire_at != 0).
+    void add(std::string_view key, std::string_view value, const kv::store::LargeRef& large, std::uint64_t seq,
+             kv::store::ExpireAt expire_at = kv::store::kNoExpiry);
     void add_del(std::string_view key, std::uint64_t seq);
+    void add_expire(std::string_view key, kv::store::ExpireAt expire_at, std::uint64_t seq);
     void add_piece(std::size_t off, std::size_t len);  // buf[off, off + len) joins the write
     void add_end(std::uint64_t count, std::uint64_t seq);
     [[nodiscard]] std::vector<iovec> iovecs() const;
@@ -148,11 +154,15 @@ class Log final : public kv::store::Durability {
   };
   static std::string_view to_string(CompactStep s) noexcept;
 
-  // record_set/record_del/record_eviction: `del` = a tombstone (value and
-  // large unused); `waits`: a reply waits for it (not an eviction's).
-  [[nodiscard]] kv::store::DurableAck record(std::string_view key, std::string_view value,
-                                             const kv::store::LargeRef& large, bool del, std::uint64_t conn_token,
-                                             std::uint32_t wait, bool waits = true) noexcept;
+  // What record() appends.
+  enum class Kind : std::uint8_t { set, del, expire };
+  // record_set/record_del/record_expire/record_eviction: value and large
+  // only for a set, expire_at for a set or an expire; `waits`: a reply waits
+  // for it (not an eviction's).
+  [[nodiscard]] kv::store::DurableAck record(Kind kind, std::string_view key, std::string_view value,
+                                             const kv::store::LargeRef& large, kv::store::ExpireAt expire_at,
+                                             std::uint64_t conn_token, std::uint32_t wait,
+                                             bool waits = true) noexcept;
   void submit_next() noexcept;
   void finish_batch(int write_res, int sync_res) noexcept;
   void on_tick() noexcept;

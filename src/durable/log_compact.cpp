@@ -137,9 +137,11 @@ void Log::write_chunk() noexcept {
     while (next_key_ < keys_.size() && snap_batch_.size < options_.snapshot_chunk &&
            snap_batch_.pins.size() < kSnapshotPins) {
       const std::string& key = keys_[next_key_++];
-      const auto v = store_->get(key);  // the value now: newer ones are also in the new log
+      // The value now (newer ones are also in the new log), read without
+      // counting an access: a snapshot is not a use of every key.
+      const auto v = store_->peek(key);
       if (!v.found) continue;
-      snap_batch_.add(key, v.value, v.large, 0);
+      snap_batch_.add(key, v.value, v.large, 0, v.expire_at);
       ++snap_records_;
     }
     if (next_key_ == keys_.size() && !snap_end_written_ && snap_batch_.size < options_.snapshot_chunk) {

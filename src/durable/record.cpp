@@ -37,13 +37,39 @@ std::array<std::byte, kSnapshotEndSize> snapshot_end_record(std::uint64_t count,
   return out;
 }
 
-RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value, std::uint64_t seq) noexcept {
+std::array<std::byte, kExpireAtSize> expire_bytes(std::int64_t expire_at) noexcept {
+  std::array<std::byte, kExpireAtSize> out{};
+  store_le<std::uint64_t>(out, 0, static_cast<std::uint64_t>(expire_at));
+  return out;
+}
+
+std::int64_t load_expire_at(std::span<const std::byte> in) noexcept {
+  return static_cast<std::int64_t>(load_le<std::uint64_t>(in, 0));
+}
+
+RecordHeader set_header(std::span<const std::byte> key, std::span<const std::byte> value, std::uint64_t seq,
+                        std::int64_t expire_at) noexcept {
   RecordHeader h;
-  h.type = RecordType::set;
+  h.type = expire_at != 0 ? RecordType::set_ttl : RecordType::set;
   h.key_len = static_cast<std::uint16_t>(key.size());
   h.seq = seq;
   h.value_len = value.size();
-  h.body_crc = body_crc(key, value);
+  if (expire_at != 0) {
+    const auto at = expire_bytes(expire_at);
+    h.body_crc = proto::crc32c_extend(body_crc(key, at), value.data(), value.size());
+  } else {
+    h.body_crc = body_crc(key, value);
+  }
+  return h;
+}
+
+RecordHeader expire_header(std::span<const std::byte> key, std::int64_t expire_at, std::uint64_t seq) noexcept {
+  RecordHeader h;
+  h.type = RecordType::expire;
+  h.key_len = static_cast<std::uint16_t>(key.size());
+  h.seq = seq;
+  h.value_len = kExpireAtSize;
+  h.body_crc = body_crc(key, expire_bytes(expire_at));
   return h;
 }
 
@@ -68,9 +94,12 @@ std::variant<RecordHeader, HeaderError> decode_header(std::span<const std::byte>
   h.value_len = load_le<std::uint64_t>(in, 16);
   h.body_crc = load_le<std::uint32_t>(in, 24);
   if (in[5] != std::byte{0}) return HeaderError::bad_field;
-  if (type == static_cast<std::uint8_t>(RecordType::set)) {
-    h.type = RecordType::set;
+  if (type == static_cast<std::uint8_t>(RecordType::set) || type == static_cast<std::uint8_t>(RecordType::set_ttl)) {
+    h.type = static_cast<RecordType>(type);
     if (h.key_len == 0 || h.key_len > kMaxKeyLen || h.value_len > max_value) return HeaderError::bad_field;
+  } else if (type == static_cast<std::uint8_t>(RecordType::expire)) {
+    h.type = RecordType::expire;
+    if (h.key_len == 0 || h.key_len > kMaxKeyLen || h.value_len != kExpireAtSize) return HeaderError::bad_field;
   } else if (type == static_cast<std::uint8_t>(RecordType::del)) {
     h.type = RecordType::del;
     if (h.key_len == 0 || h.key_len > kMaxKeyLen || h.value_len != 0) return HeaderError::bad_field;

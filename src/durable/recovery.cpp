@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <system_error>
@@ -86,9 +87,9 @@ Parsed parse_at(std::span<const std::byte> b, std::uint64_t pos, std::uint64_t m
     p.why = fmt::format("record of {} bytes, only {} left", p.h.record_size(), left);
     return p;
   }
-  const auto key = b.subspan(pos + kHeaderSize, p.h.key_len);
-  const auto value = b.subspan(pos + kHeaderSize + p.h.key_len, p.h.value_len);
-  if (body_crc(key, value) != p.h.body_crc) {
+  // The body is contiguous (key, [expire_at], value): one CRC over it all.
+  const auto body = b.subspan(pos + kHeaderSize, p.h.record_size() - kHeaderSize);
+  if (body_crc(body, {}) != p.h.body_crc) {
     p.why = "body CRC mismatch";
     p.resume = pos + p.h.record_size();
     return p;
@@ -143,14 +144,17 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
       p.why = "snapshot end record in a log";
       p.resume = pos + p.h.record_size();
     }
-    if (p.kind == Parsed::Kind::ok && p.h.type == RecordType::del && snapshot) {
+    if (p.kind == Parsed::Kind::ok && (p.h.type == RecordType::del || p.h.type == RecordType::expire) && snapshot) {
       p.kind = Parsed::Kind::bad;  // a snapshot holds live keys only (docs/durability.md, "Compaction")
-      p.why = "delete record in a snapshot";
+      p.why = fmt::format("{} record in a snapshot", to_string(p.h.type));
       p.resume = pos + p.h.record_size();
     }
     if (p.kind == Parsed::Kind::ok) {
       const auto key = b.subspan(pos + kHeaderSize, p.h.key_len);
-      const auto value = b.subspan(pos + kHeaderSize + p.h.key_len, p.h.value_len);
+      const std::size_t at_len = p.h.type == RecordType::set_ttl ? kExpireAtSize : 0;
+      const std::int64_t expire_at =
+          at_len != 0 ? load_expire_at(b.subspan(pos + kHeaderSize + p.h.key_len, at_len)) : 0;
+      const auto value = b.subspan(pos + kHeaderSize + p.h.key_len + at_len, p.h.value_len);
       if (p.h.type == RecordType::snapshot_end) {
         const auto count = proto::load_le<std::uint64_t>(value, 0);
         if (count != snapshot_sets) {
@@ -174,11 +178,16 @@ FileScan scan_file(const std::string& path, bool snapshot, const RecoveryOptions
         break;
       }
       const std::string_view k(reinterpret_cast<const char*>(key.data()), key.size());
+      // Replayed as of when they were written: nothing expires during the
+      // replay (recover() stops the Store's clock); what has expired since
+      // is dropped at the end.
       if (p.h.type == RecordType::del) {
         store.erase(k);  // a tombstone: the key was deleted (absent already is fine)
         ++s.deletes;
+      } else if (p.h.type == RecordType::expire) {
+        (void)store.expire(k, load_expire_at(value));  // no key: a later SET, or none, decides
       } else {
-        if (!store.set(k, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()))) {
+        if (!store.set(k, std::string_view(reinterpret_cast<const char*>(value.data()), value.size()), expire_at)) {
           throw RecoveryError(fmt::format(
               "{}: the recovered data does not fit the memory limit ({} bytes, kvd --max-memory) at the record "
               "at offset {} (key {}); refusing to start: raise --max-memory",
@@ -240,8 +249,8 @@ void remove_file(const std::string& path) {
 }
 
 void write_all(int fd, const std::string& path, std::span<const std::byte> a, std::span<const std::byte> b = {},
-               std::span<const std::byte> c = {}) {
-  for (auto part : {a, b, c}) {
+               std::span<const std::byte> c = {}, std::span<const std::byte> d = {}) {
+  for (auto part : {a, b, c, d}) {
     while (!part.empty()) {
       const ssize_t n = ::write(fd, part.data(), part.size());
       if (n < 0 && errno == EINTR) continue;
@@ -263,6 +272,16 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::store::Store& store) {
     remove_file(dir + t);
   }
   RecoveryResult r;
+  // The records are replayed as of when they were written: the Store's clock
+  // stands still before every expiry time during the replay (a SET_TTL whose
+  // time has passed may be followed by an EXPIRE that made it persist), and
+  // what has expired since is dropped once it is over.
+  struct StoppedClock {
+    kv::store::Store& store;
+    kv::store::Store::Clock was;
+    ~StoppedClock() { store.set_clock(was); }
+  } stopped{store, store.clock()};
+  store.set_clock([]() noexcept -> kv::store::ExpireAt { return 1; });
   std::uint64_t base = 0;  // newest snapshot's generation (0: none)
   bool repaired = false;
   const auto count = [&r, &repaired](const FileScan& s) {  // one file's share of the totals
@@ -304,6 +323,8 @@ RecoveryResult recover(const RecoveryOptions& opts, kv::store::Store& store) {
     r.generation = logs[i];
     r.log_size = s.good_end;
   }
+  store.set_clock(stopped.was);
+  r.expired = store.expire_due(std::numeric_limits<std::size_t>::max());
   // Obsolete files from a finished compaction.
   for (const auto g : ls.logs) {
     if (g < base) {
@@ -352,8 +373,12 @@ void write_snapshot_sync(const std::string& dir_path, std::uint64_t gen, std::ui
     store.for_each([&](std::string_view key, const kv::store::Store::Lookup& v) {
       const auto k = std::as_bytes(std::span(key.data(), key.size()));
       const auto val = std::as_bytes(std::span(v.value.data(), v.value.size()));
-      encode_header(hdr, set_header(k, val, 0));
-      write_all(fd.get(), tmp, hdr, k, val);
+      encode_header(hdr, set_header(k, val, 0, v.expire_at));
+      if (v.expire_at != 0) {
+        write_all(fd.get(), tmp, hdr, k, expire_bytes(v.expire_at), val);
+      } else {
+        write_all(fd.get(), tmp, hdr, k, val);
+      }
       ++count;
     });
     const auto end = snapshot_end_record(count, last_seq);

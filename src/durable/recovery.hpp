@@ -6,7 +6,9 @@
 // - Missing directory: created. Leftover snapshot-*.tmp files: removed.
 // - The newest snapshot G (if any) is loaded, then every log with gen >= G in
 //   order: a SET record stores its value, a DEL record (tombstone) removes the
-//   key. Files older than G are obsolete (a compaction finished) and removed.
+//   key, a SET_TTL stores its value with its absolute expiry time, an EXPIRE
+//   changes it, all as of when they were written; then the keys whose expiry
+//   time has passed since are dropped. Files older than G are obsolete (a compaction finished) and removed.
 // - A record that does not check out (bad magic/CRC, a length running past the
 //   end, a sequence number that does not increase) is a TORN TAIL when no
 //   valid record follows it in that file: the file is truncated back to the
@@ -42,6 +44,7 @@ struct RecoveryOptions {
 struct RecoveryResult {
   std::uint64_t records = 0;        // SET and DEL records applied (snapshot + logs)
   std::uint64_t deletes = 0;        // of which DEL records (tombstones)
+  std::uint64_t expired = 0;        // keys whose time to live ran out while kvd was down (not brought back)
   std::uint64_t bytes = 0;          // bytes of good records read
   std::uint64_t files = 0;          // snapshot + log files read
   std::uint64_t next_seq = 1;       // first sequence number for new records

@@ -30,6 +30,13 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
   if (raw.key_len != 0) m.key = as_string_view(buf_.subspan(p, raw.key_len));
   p += raw.key_len;
 
+  if (m.header.has_ttl()) {
+    if (buf_.size() - p < kTtlSize) return fail(Reason::truncated_payload);
+    m.ttl = load_le<std::uint64_t>(buf_.subspan(p, kTtlSize), 0);
+    if (auto r = check_ttl(m.header.opcode, m.ttl)) return fail(*r);
+    p += kTtlSize;
+  }
+
   const std::size_t avail = buf_.size() - p;
   if (m.header.rdv()) {
     if (avail < kRdvDescSize) return fail(Reason::truncated_payload);
@@ -59,6 +66,10 @@ MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) n
   std::size_t p = offset + kHeaderSize;
   if (raw.key_len != 0) m.key = as_string_view(buf.subspan(p, raw.key_len));
   p += raw.key_len;
+  if (m.header.has_ttl()) {
+    m.ttl = load_le<std::uint64_t>(buf.subspan(p, kTtlSize), 0);
+    p += kTtlSize;
+  }
   if (m.header.rdv()) {
     const auto desc = buf.subspan(p, kRdvDescSize);
     m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey),

@@ -21,6 +21,7 @@ struct MessageView {
   std::string_view key;              // empty unless SET/GET/DEL
   std::span<const std::byte> value;  // eager value bytes; empty with RDV
   std::optional<RdvDesc> rdv;        // set iff RDV; its length is header.value_len
+  std::uint64_t ttl = 0;             // the TTL field, iff header.has_ttl() (ms; TTL_REPLY: kNoTtl = none)
   std::size_t offset = 0;            // where the message starts in the buffer
   std::size_t size = 0;              // bytes it occupies (header + key + payload)
 

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "proto/copy.hpp"
+#include "proto/endian.hpp"
 
 namespace rkv::proto {
 
@@ -71,6 +72,31 @@ MessageSpec call_request_rdv(std::uint32_t req_id, std::string_view op_key, RdvD
   MessageSpec m = call_request(req_id, op_key, {});
   m.rdv = desc;
   m.rdv_len = len;
+  return m;
+}
+
+MessageSpec expire_request(std::uint32_t req_id, std::string_view key, std::uint64_t ttl_ms) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::expire;
+  m.req_id = req_id;
+  m.key = key;
+  m.ttl = ttl_ms;
+  return m;
+}
+
+MessageSpec ttl_request(std::uint32_t req_id, std::string_view key) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::ttl;
+  m.req_id = req_id;
+  m.key = key;
+  return m;
+}
+
+MessageSpec touch(std::uint32_t req_id, std::span<const std::byte> keys) noexcept {
+  MessageSpec m;
+  m.opcode = Opcode::touch;
+  m.req_id = req_id;
+  m.value = keys;
   return m;
 }
 
@@ -152,6 +178,23 @@ MessageSpec call_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc
   return m;
 }
 
+MessageSpec expire_reply(std::uint32_t req_id, std::uint16_t credits, bool found) noexcept {
+  MessageSpec m = reply(Opcode::expire_reply, req_id, credits);
+  m.found = found;
+  return m;
+}
+
+MessageSpec touch_reply(std::uint32_t req_id, std::uint16_t credits) noexcept {
+  return reply(Opcode::touch_reply, req_id, credits);
+}
+
+MessageSpec ttl_reply(std::uint32_t req_id, std::uint16_t credits, std::optional<std::uint64_t> ttl) noexcept {
+  MessageSpec m = reply(Opcode::ttl_reply, req_id, credits);
+  m.found = ttl.has_value();
+  m.ttl = ttl;
+  return m;
+}
+
 MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
                         Status status) noexcept {
   MessageSpec m = reply(reply_opcode(request), req_id, credits);
@@ -177,6 +220,7 @@ std::uint16_t message_flags(const MessageSpec& m) noexcept {
   if (m.found) flags |= kFlagFound;
   if (m.rdv) flags |= kFlagRdv;
   if (m.pull) flags |= kFlagPull;
+  if (m.ttl) flags |= kFlagTtl;
   return flags;
 }
 
@@ -196,7 +240,12 @@ RawHeader raw_header_of(const MessageSpec& m) noexcept {
 void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t* value_account) noexcept {
   write_raw_header(out.first<kHeaderSize>(), raw_header_of(m));
   copy_bytes(out.subspan(kHeaderSize, m.key.size()), as_bytes(m.key));
-  const auto payload = out.subspan(kHeaderSize + m.key.size());
+  std::size_t at = kHeaderSize + m.key.size();
+  if (m.ttl) {
+    store_le(out.subspan(at, kTtlSize), 0, *m.ttl);
+    at += kTtlSize;
+  }
+  const auto payload = out.subspan(at);
   if (m.rdv) {
     write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
   } else {
@@ -207,19 +256,21 @@ void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t
 }  // namespace
 
 std::size_t encoded_size(const MessageSpec& m) noexcept {
-  return kHeaderSize + m.key.size() + (m.rdv ? kRdvDescSize : m.value.size());
+  return kHeaderSize + m.key.size() + (m.ttl ? kTtlSize : 0) + (m.rdv ? kRdvDescSize : m.value.size());
 }
 
 std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
   // Guards against the u16 truncation in raw_header_of.
   if (m.key.size() > std::numeric_limits<std::uint16_t>::max()) {
     if (m.opcode == Opcode::call) return Reason::bad_call_op;
-    const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get || m.opcode == Opcode::del;
+    const bool keyed = m.opcode == Opcode::set || m.opcode == Opcode::get || m.opcode == Opcode::del ||
+                       m.opcode == Opcode::expire || m.opcode == Opcode::ttl;
     return keyed ? Reason::bad_key_len : Reason::key_not_allowed;
   }
   // Both an eager value and a descriptor would be ambiguous.
   if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
-  return check_header(raw_header_of(m), limits);
+  if (auto r = check_header(raw_header_of(m), limits)) return r;
+  return m.ttl ? check_ttl(m.opcode, *m.ttl) : std::nullopt;
 }
 
 EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m, const Limits& limits,

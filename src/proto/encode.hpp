@@ -26,6 +26,7 @@ struct MessageSpec {
   std::span<const std::byte> value;   // eager value bytes (empty with rdv)
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
   std::uint64_t rdv_len = 0;          // value_len sent with rdv
+  std::optional<std::uint64_t> ttl;   // set: TTL flag, the 8-byte field after the key
 };
 
 // Builders for the common messages.
@@ -49,6 +50,12 @@ MessageSpec del_request(std::uint32_t req_id, std::string_view key) noexcept;
 MessageSpec call_request(std::uint32_t req_id, std::string_view op_key, std::span<const std::byte> request) noexcept;
 MessageSpec call_request_rdv(std::uint32_t req_id, std::string_view op_key, RdvDesc desc,
                              std::uint64_t len) noexcept;
+// Sets the key's time to live to ttl_ms (0: clears it, the key persists).
+MessageSpec expire_request(std::uint32_t req_id, std::string_view key, std::uint64_t ttl_ms) noexcept;
+// Asks for the key's remaining time to live.
+MessageSpec ttl_request(std::uint32_t req_id, std::string_view key) noexcept;
+// Access hints: `keys` is the packed list (u16 LE length + bytes each).
+MessageSpec touch(std::uint32_t req_id, std::span<const std::byte> keys) noexcept;
 // The client finished READing the value the reply to GET (or CALL) `req_id` pinned.
 MessageSpec release(std::uint32_t req_id) noexcept;
 
@@ -75,6 +82,11 @@ MessageSpec call_reply(std::uint32_t req_id, std::uint16_t credits, std::span<co
 // The reply bytes are len bytes of server memory at desc, pinned until the
 // client's RELEASE(req_id) (or its disconnect).
 MessageSpec call_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc, std::uint64_t len) noexcept;
+// found: the key exists and its TTL was set or cleared.
+MessageSpec expire_reply(std::uint32_t req_id, std::uint16_t credits, bool found) noexcept;
+MessageSpec touch_reply(std::uint32_t req_id, std::uint16_t credits) noexcept;
+// nullopt: no such key; kNoTtl: the key has no expiry; else its remaining ms.
+MessageSpec ttl_reply(std::uint32_t req_id, std::uint16_t credits, std::optional<std::uint64_t> ttl) noexcept;
 // Bare non-ok reply answering `request` (SET/GET/STATS/DEL or its reply opcode).
 MessageSpec error_reply(Opcode request, std::uint32_t req_id, std::uint16_t credits,
                         Status status) noexcept;

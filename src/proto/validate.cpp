@@ -28,27 +28,36 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND or a CALL_REPLY carrying RDV";
     case Reason::bad_call_op: return "CALL key is not the 2-byte user opcode";
     case Reason::rdv_without_pull: return "CALL_REPLY with RDV but without PULL";
+    case Reason::ttl_not_allowed: return "TTL flag refused on this message, or missing on EXPIRE or a found TTL_REPLY";
+    case Reason::bad_ttl: return "TTL field out of range (0 on a SET, or above the largest TTL)";
   }
   return "unknown reason";
 }
 
 namespace {
 
+// Whether the TTL field (kFlagTtl) may, or must, follow the key.
+enum class TtlRule : std::uint8_t { refused, optional, required };
+
 // What each opcode may carry.
 struct OpRules {
-  bool key;    // SET/GET/DEL need 1..max_key key bytes; others none
+  bool key;    // SET/GET/DEL/EXPIRE/TTL need 1..max_key key bytes; others none
   bool value;  // eager value bytes allowed
   bool rdv;    // RDV descriptor allowed
   bool found;  // FOUND flag allowed
   bool pull;   // PULL allowed (with RDV; a GET_REPLY also needs FOUND)
+  TtlRule ttl = TtlRule::refused;
 };
 
 constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
-    case Opcode::set: return {true, true, true, false, false};
+    case Opcode::set: return {true, true, true, false, false, TtlRule::optional};
     case Opcode::get: return {true, false, true, false, false};  // RDV = offered buffer
     case Opcode::del: return {true, false, false, false, false};  // the key only
     case Opcode::call: return {true, true, true, false, false};   // key = user opcode; request bytes as a SET's value
+    case Opcode::expire: return {true, false, false, false, false, TtlRule::required};  // key + TTL (0: persist)
+    case Opcode::ttl: return {true, false, false, false, false};  // the key only
+    case Opcode::touch: return {false, true, false, false, false};  // the keys, packed in the eager payload
     case Opcode::stats:    // header only
     case Opcode::release:  // header only; req_id names the pinned GET or CALL
     case Opcode::set_reply: return {false, false, false, false, false};
@@ -57,23 +66,56 @@ constexpr OpRules rules_for(Opcode op, bool found) noexcept {
     case Opcode::stats_reply: return {false, true, false, false, false};
     case Opcode::del_reply: return {false, false, false, true, false};  // FOUND: the key was removed
     case Opcode::call_reply: return {false, true, true, false, true};  // reply bytes, eager or pulled
+    case Opcode::expire_reply: return {false, false, false, true, false};  // FOUND: the key exists
+    // FOUND: the key exists and the TTL field says for how long.
+    case Opcode::ttl_reply: return {false, false, false, true, false, found ? TtlRule::required : TtlRule::refused};
+    case Opcode::touch_reply: return {false, false, false, false, false};  // header only
   }
   return {false, false, false, false, false};
 }
 
+// The flag rules of `op` for one combination of the known flags (the
+// decoder looks the verdict up: flag_verdicts below).
+constexpr std::optional<Reason> flags_reason(Opcode op, std::uint16_t flags, const OpRules& rules) noexcept {
+  if ((flags & kFlagFound) != 0 && !rules.found) return Reason::found_not_allowed;
+  if ((flags & kFlagRdv) != 0 && !rules.rdv) return Reason::rdv_not_allowed;
+  const std::uint16_t pull_needs = op == Opcode::get_reply ? (kFlagRdv | kFlagFound) : kFlagRdv;
+  if ((flags & kFlagPull) != 0 && (!rules.pull || (flags & pull_needs) != pull_needs)) {
+    return Reason::pull_not_allowed;
+  }
+  if (op == Opcode::call_reply && (flags & kFlagRdv) != 0 && (flags & kFlagPull) == 0) {
+    return Reason::rdv_without_pull;
+  }
+  const bool ttl = (flags & kFlagTtl) != 0;
+  if ((ttl && rules.ttl == TtlRule::refused) || (!ttl && rules.ttl == TtlRule::required)) {
+    return Reason::ttl_not_allowed;
+  }
+  return std::nullopt;
+}
+
 // rules_for() per wire opcode byte and FOUND flag, looked up instead of
 // decided per message (check_header runs for every message sent and received).
+// Every combination of the known flags has its verdict (0: allowed, else
+// the Reason + 1), so a message's flags cost one lookup.
+inline constexpr std::size_t kFlagCombos = kKnownFlags + 1;
+static_assert((kKnownFlags & (kKnownFlags + 1)) == 0, "the known flags are the low bits");
 struct OpEntry {
   bool known = false;
   Opcode op = Opcode::set;
   OpRules rules[2] = {};  // [found]
+  std::array<std::uint8_t, kFlagCombos> flag_verdicts{};
 };
 constexpr std::array<OpEntry, 256> make_op_table() noexcept {
   std::array<OpEntry, 256> t{};
   for (std::size_t v = 0; v < t.size(); ++v) {
     const auto op = opcode_from_wire(static_cast<std::uint8_t>(v));
     if (!op) continue;
-    t[v] = {true, *op, {rules_for(*op, false), rules_for(*op, true)}};
+    t[v] = {true, *op, {rules_for(*op, false), rules_for(*op, true)}, {}};
+    for (std::size_t f = 0; f < kFlagCombos; ++f) {
+      const auto flags = static_cast<std::uint16_t>(f);
+      const auto r = flags_reason(*op, flags, t[v].rules[(flags & kFlagFound) != 0 ? 1 : 0]);
+      t[v].flag_verdicts[f] = r ? static_cast<std::uint8_t>(static_cast<unsigned>(*r) + 1) : 0;
+    }
   }
   return t;
 }
@@ -90,19 +132,6 @@ std::optional<Reason> check_reply_fields(const RawHeader& h) noexcept {
   if (!status) return Reason::unknown_status;
   // Errors are bare so a client never mistakes a partial result for data.
   if (*status != Status::ok && (h.flags != 0 || h.value_len != 0)) return Reason::payload_on_error;
-  return std::nullopt;
-}
-
-std::optional<Reason> check_flags(Opcode op, const RawHeader& h, const OpRules& rules) noexcept {
-  if ((h.flags & kFlagFound) != 0 && !rules.found) return Reason::found_not_allowed;
-  if ((h.flags & kFlagRdv) != 0 && !rules.rdv) return Reason::rdv_not_allowed;
-  const std::uint16_t pull_needs = op == Opcode::get_reply ? (kFlagRdv | kFlagFound) : kFlagRdv;
-  if ((h.flags & kFlagPull) != 0 && (!rules.pull || (h.flags & pull_needs) != pull_needs)) {
-    return Reason::pull_not_allowed;
-  }
-  if (op == Opcode::call_reply && (h.flags & kFlagRdv) != 0 && (h.flags & kFlagPull) == 0) {
-    return Reason::rdv_without_pull;
-  }
   return std::nullopt;
 }
 
@@ -124,13 +153,19 @@ std::optional<Reason> check_value(Opcode op, const RawHeader& h, const OpRules& 
                                   const Limits& limits) noexcept {
   const bool rdv = (h.flags & kFlagRdv) != 0;
   if (!rdv && !rules.value && h.value_len != 0) return Reason::value_not_allowed;
-  if ((op == Opcode::set || op == Opcode::call) && !rdv && !eager_fits(h.key_len, h.value_len))
+  if ((op == Opcode::set || op == Opcode::call || op == Opcode::touch) && !rdv && !eager_fits(h.key_len, h.value_len))
     return Reason::eager_too_large;
   if (h.value_len > limits.max_value) return Reason::value_too_large;
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<Reason> check_ttl(Opcode op, std::uint64_t ttl) noexcept {
+  if (op == Opcode::ttl_reply && ttl == kNoTtl) return std::nullopt;
+  if ((op == Opcode::set && ttl == 0) || ttl > kMaxTtlMs) return Reason::bad_ttl;
+  return std::nullopt;
+}
 
 std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noexcept {
   if (h.magic != kMagic) return Reason::bad_magic;
@@ -141,7 +176,7 @@ std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noe
   if ((h.flags & ~kKnownFlags) != 0) return Reason::reserved_flags;
   if (auto r = is_request(op) ? check_request_fields(h) : check_reply_fields(h)) return r;
   const OpRules& rules = e.rules[(h.flags & kFlagFound) != 0 ? 1 : 0];
-  if (auto r = check_flags(op, h, rules)) return r;
+  if (const std::uint8_t verdict = e.flag_verdicts[h.flags]; verdict != 0) return static_cast<Reason>(verdict - 1);
   if (auto r = check_key(h, rules, limits)) return r;
   if (auto r = check_call_key(op, h)) return r;
   return check_value(op, h, rules, limits);

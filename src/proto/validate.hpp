@@ -40,12 +40,17 @@ enum class Reason : std::uint8_t {
   pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND or a CALL_REPLY carrying RDV
   bad_call_op,           // CALL key_len not kCallOpSize (the key is the user opcode)
   rdv_without_pull,      // CALL_REPLY with RDV but not PULL (the server never writes a CALL's reply)
+  ttl_not_allowed,       // TTL flag where it is refused, or missing where it is required (EXPIRE, found TTL_REPLY)
+  bad_ttl,               // TTL field out of range: 0 on a SET, above kMaxTtlMs (a TTL_REPLY may say kNoTtl)
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;
 
 // Every rule that can be judged from the 24 header bytes alone.
 [[nodiscard]] std::optional<Reason> check_header(const RawHeader& h, const Limits& limits) noexcept;
+
+// The rule for the TTL field's value, judged once the body is read.
+[[nodiscard]] std::optional<Reason> check_ttl(Opcode op, std::uint64_t ttl) noexcept;
 
 // Precondition: check_header(h, ...) returned nullopt.
 [[nodiscard]] Header to_header(const RawHeader& h) noexcept;

@@ -12,11 +12,17 @@ std::string_view to_string(Opcode op) noexcept {
     case Opcode::release: return "RELEASE";
     case Opcode::del: return "DEL";
     case Opcode::call: return "CALL";
+    case Opcode::expire: return "EXPIRE";
+    case Opcode::ttl: return "TTL";
+    case Opcode::touch: return "TOUCH";
     case Opcode::set_reply: return "SET_REPLY";
     case Opcode::get_reply: return "GET_REPLY";
     case Opcode::stats_reply: return "STATS_REPLY";
     case Opcode::del_reply: return "DEL_REPLY";
     case Opcode::call_reply: return "CALL_REPLY";
+    case Opcode::expire_reply: return "EXPIRE_REPLY";
+    case Opcode::ttl_reply: return "TTL_REPLY";
+    case Opcode::touch_reply: return "TOUCH_REPLY";
   }
   return "UNKNOWN_OPCODE";  // only reachable for values forged by a cast
 }

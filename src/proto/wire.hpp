@@ -1,7 +1,9 @@
 #pragma once
 // Wire constants, opcodes, flags, status codes and the 24-byte message header.
 //
-// Message = header (24 B) | key (key_len B) | payload
+// Message = header (24 B) | key (key_len B) | [ttl (8 B)] | payload
+//   ttl     = with kFlagTtl only: u64 milliseconds (a SET's time to live, an
+//             EXPIRE's new one, a TTL_REPLY's remaining time)
 //   payload = value bytes (value_len B, "eager")
 //          or, with kFlagRdv, a 16-byte rendezvous descriptor {addr, rkey, 0}
 //             naming value_len bytes in registered memory.
@@ -22,11 +24,19 @@ inline constexpr std::uint8_t kVersion = 1;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::size_t kMaxKey = 1024;
 inline constexpr std::size_t kRdvDescSize = 16;
+inline constexpr std::size_t kTtlSize = 8;
+// How long a one-sided GET may still find a key after its time to live ran
+// out (docs/protocol.md "Time to live"): the server withdraws expired keys
+// from its index at least this often. GETs by message: never.
+inline constexpr std::uint64_t kOneSidedExpiryLagMs = 250;
+// Largest time to live a SET or EXPIRE may ask for (about 100 years, so an
+// absolute expiry time in milliseconds never overflows).
+inline constexpr std::uint64_t kMaxTtlMs = std::uint64_t{100} * 365 * 24 * 3600 * 1000;
 // key + value of an eager SET must be strictly below this.
 inline constexpr std::size_t kEagerLimit = 4096;
 inline constexpr std::uint64_t kDefaultMaxValue = std::uint64_t{256} << 20;
 // Largest eager SET request on the wire: servers size receive buffers >= this.
-inline constexpr std::size_t kMaxEagerSetSize = kHeaderSize + kEagerLimit - 1;
+inline constexpr std::size_t kMaxEagerSetSize = kHeaderSize + kTtlSize + kEagerLimit - 1;
 
 // Byte offsets of the header fields.
 namespace hdr_off {
@@ -61,6 +71,15 @@ enum class Opcode : std::uint8_t {
   // user opcode (u16 LE), the payload the request bytes, eager or RDV like a
   // SET's value.
   call = 0x06,
+  // Sets (TTL field > 0) or clears (0: persist) the key's time to live:
+  // header + key + the TTL field, no value.
+  expire = 0x07,
+  // The key's remaining time to live: header + key.
+  ttl = 0x08,
+  // Access hints (docs/protocol.md "TOUCH"): keys the client read by
+  // one-sided RDMA READ, so the server's eviction sees them used. No key;
+  // the eager payload is the keys, each as u16 LE length + bytes.
+  touch = 0x09,
   set_reply = 0x81,
   get_reply = 0x82,
   stats_reply = 0x83,
@@ -69,6 +88,13 @@ enum class Opcode : std::uint8_t {
   // The handler's reply bytes: eager, or RDV|PULL (server memory to READ,
   // then RELEASE, as a pulled GET).
   call_reply = 0x86,
+  // kFlagFound: the key exists (and its TTL was set or cleared); clear: no such key.
+  expire_reply = 0x87,
+  // kFlagFound|kFlagTtl: the key exists; the TTL field is its remaining time
+  // in ms, or all ones (-1 as i64) for "no expiry". Clear: no such key.
+  ttl_reply = 0x88,
+  // Header only: the hints were taken (it carries credits back, as every reply).
+  touch_reply = 0x89,
 };
 
 // GET_REPLY: the key existed (the value follows). DEL_REPLY: the key existed
@@ -81,7 +107,13 @@ inline constexpr std::uint16_t kFlagRdv = 1u << 1;
 // of this GET or CALL). Without it an RDV GET_REPLY means "already RDMA
 // WRITTEN into the buffer you offered" (a CALL_REPLY's RDV always pulls).
 inline constexpr std::uint16_t kFlagPull = 1u << 2;
-inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull;
+// The 8-byte TTL field follows the key: optional on SET (it expires after
+// that many ms; without it a SET clears the key's TTL), required on EXPIRE
+// and on a found TTL_REPLY, refused elsewhere.
+inline constexpr std::uint16_t kFlagTtl = 1u << 3;
+inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull | kFlagTtl;
+// A TTL_REPLY's field for "the key has no expiry".
+inline constexpr std::uint64_t kNoTtl = ~std::uint64_t{0};
 
 // Reply status. A GET of a missing key is `ok` with kFlagFound clear.
 enum class Status : std::uint16_t {
@@ -120,11 +152,17 @@ inline constexpr std::uint16_t kFirstUserOp = 0x1000;
     case Opcode::release:
     case Opcode::del:
     case Opcode::call:
+    case Opcode::expire:
+    case Opcode::ttl:
+    case Opcode::touch:
     case Opcode::set_reply:
     case Opcode::get_reply:
     case Opcode::stats_reply:
     case Opcode::del_reply:
-    case Opcode::call_reply: return op;
+    case Opcode::call_reply:
+    case Opcode::expire_reply:
+    case Opcode::ttl_reply:
+    case Opcode::touch_reply: return op;
   }
   return std::nullopt;
 }
@@ -173,6 +211,7 @@ struct Header {
   [[nodiscard]] bool found() const noexcept { return (flags & kFlagFound) != 0; }
   [[nodiscard]] bool rdv() const noexcept { return (flags & kFlagRdv) != 0; }
   [[nodiscard]] bool pull() const noexcept { return (flags & kFlagPull) != 0; }
+  [[nodiscard]] bool has_ttl() const noexcept { return (flags & kFlagTtl) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
 

@@ -64,6 +64,12 @@ void wire() {
   put("wire", "rdv-replies", messages({get_reply_rdv(8, 1, d, 8192), get_reply_pull(9, 1, d, 1 << 20)}));
   put("wire", "errors", messages({error_reply(proto::Opcode::set, 1, 1, proto::Status::no_memory),
                                   error_reply(proto::Opcode::get, 2, 0, proto::Status::too_large)}));
+  auto set_ttl = set_request(1, "key", sb(v));
+  set_ttl.ttl = 500;
+  const std::string keys("\x03\x00key\x01\x00k", 8);
+  put("wire", "ttl", messages({set_ttl, expire_request(2, "key", 0), ttl_request(3, "key"), touch(4, sb(keys))}));
+  put("wire", "ttl-replies", messages({expire_reply(2, 1, true), ttl_reply(3, 0, proto::kNoTtl),
+                                       ttl_reply(4, 0, 1234), ttl_reply(5, 0, std::nullopt), touch_reply(6, 1)}));
   Bytes cut = messages({set_request(1, "key", sb(v))});
   cut.resize(cut.size() - 7);
   put("wire", "truncated", cut);
@@ -143,6 +149,7 @@ void workload() {
   put_text("workload", "basic", "# a workload\nSET a hello world\nGET a\nDEL a\nset b @4k:7\nGet b\n");
   put_text("workload", "values", "SET k @@literal\nSET e \nSET g @1m\nSET h @64k:3  \n\n   # comment\nGET h\r\n");
   put_text("workload", "errors", "SET\nGET\nFOO bar\nSET k @12x\nSET k @99999999999999999999\nGET a b\nDEL\n");
+  put_text("workload", "ttl", "SET a v PX 500\nSET b @4k:2 px 7\nEXPIRE a 0\nTTL a\nSET c x PX 0\nEXPIRE b\n");
   put_text("workload", "tight", "\x01SET a @64\nSET abcdefghijklmnopq x\n");
 }
 
@@ -151,6 +158,20 @@ std::string record(std::string_view key, std::string_view value, std::uint64_t s
   durable::encode_header(std::as_writable_bytes(std::span(out.data(), out.size())),
                          durable::set_header(sb(key), sb(value), seq));
   return out + std::string(key) + std::string(value);
+}
+std::string record_ttl(std::string_view key, std::string_view value, std::uint64_t seq, std::int64_t at) {
+  std::string out(durable::kHeaderSize, '\0');
+  durable::encode_header(std::as_writable_bytes(std::span(out.data(), out.size())),
+                         durable::set_header(sb(key), sb(value), seq, at));
+  const auto a = durable::expire_bytes(at);
+  return out + std::string(key) + std::string(reinterpret_cast<const char*>(a.data()), a.size()) + std::string(value);
+}
+std::string expire_record(std::string_view key, std::uint64_t seq, std::int64_t at) {
+  std::string out(durable::kHeaderSize, '\0');
+  durable::encode_header(std::as_writable_bytes(std::span(out.data(), out.size())),
+                         durable::expire_header(sb(key), at, seq));
+  const auto a = durable::expire_bytes(at);
+  return out + std::string(key) + std::string(reinterpret_cast<const char*>(a.data()), a.size());
 }
 std::string tombstone(std::string_view key, std::uint64_t seq) {
   std::string out(durable::kHeaderSize, '\0');
@@ -185,6 +206,10 @@ void recovery() {
   recovery_input("middle", 0, {{log1, mid}});
   const std::string snap = record("a", "one", 0) + record("b", "two", 0) + snapshot_end(2, 2);
   recovery_input("snapshot-log", 0, {{snap2, snap}, {log2, record("c", "x", 3) + tombstone("b", 4)}, {log1, log}});
+  // Expiry times: one long past, one far ahead, an EXPIRE that persists a key in time.
+  recovery_input("ttl", 0, {{log1, record_ttl("a", "one", 1, 1) + record_ttl("b", "two", 2, INT64_C(4102444800000)) +
+                                       record_ttl("c", "3", 3, 5) + expire_record("c", 4, 0) +
+                                       expire_record("b", 5, 7)}});
   recovery_input("snapshot-no-end", 1, {{snap1, snap.substr(0, snap.size() - 10)}, {tmp2, "junk"}});
 }
 

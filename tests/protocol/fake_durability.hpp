@@ -1,6 +1,6 @@
 #pragma once
 // FakeDurability: the protocol suite's stand-in for the durability log
-// (kv::store::Durability). Records every record_set() and record_del() and
+// (kv::store::Durability). Records every record_set(), record_del() and record_expire() and
 // answers what the test sets.
 #include <cstdint>
 #include <string>
@@ -20,14 +20,22 @@ class FakeDurability final : public kv::store::Durability {
     std::uint64_t token;
     std::uint32_t wait;  // what on_durable() is called with
     bool del = false;  // a record_del(): a tombstone, no value
+    kv::store::ExpireAt expire_at = kv::store::kNoExpiry;  // record_set's, or record_expire's
+    bool expire = false;  // a record_expire()
   };
   kv::store::DurableAck answer = kv::store::DurableAck::later;
   std::vector<Record> records;
   int flushes = 0;
 
   kv::store::DurableAck record_set(std::string_view key, std::string_view value, const kv::store::LargeRef& large,
-                            std::uint64_t token, std::uint32_t wait) noexcept override {
-    records.push_back({std::string(key), std::string(value), value.data(), large, token, wait});
+                                   kv::store::ExpireAt expire_at, std::uint64_t token,
+                                   std::uint32_t wait) noexcept override {
+    records.push_back({std::string(key), std::string(value), value.data(), large, token, wait, false, expire_at});
+    return answer;
+  }
+  kv::store::DurableAck record_expire(std::string_view key, kv::store::ExpireAt expire_at, std::uint64_t token,
+                                      std::uint32_t wait) noexcept override {
+    records.push_back({std::string(key), std::string(), nullptr, {}, token, wait, false, expire_at, true});
     return answer;
   }
   kv::store::DurableAck record_del(std::string_view key, std::uint64_t token, std::uint32_t wait) noexcept override {

@@ -407,8 +407,13 @@ TEST_F(OneSidedClient, AKeyTornForGoodInAChainFallsBackToAMessageWhileTheOthersH
   EXPECT_EQ(c.rdma_reads, 2 * 2 + proto::kOneSidedAttempts);
   ASSERT_EQ(link_.sends.size(), 1u) << "the torn key's GET by message";
   const auto m = test::decode(link_.sends[0].bytes);
-  ASSERT_EQ(m.size(), 1u);
+  ASSERT_EQ(m.size(), 2u) << "the GET, and the two hits' TOUCH hints riding with it";
   EXPECT_EQ(m[0].key, keys[1]);
+  EXPECT_EQ(m[1].opcode(), proto::Opcode::touch);
+  const std::string hint0 = std::string{static_cast<char>(keys[0].size()), '\0'} + keys[0];
+  const std::string hint2 = std::string{static_cast<char>(keys[2].size()), '\0'} + keys[2];
+  EXPECT_EQ(m[1].value_text(), hint0 + hint2);
+  EXPECT_EQ(cc_->counters().touches_sent, 2u);
   cc_->on_completion(FakeLink::deliver(link_.recvs[0], test::pack({proto::msg::get_reply_found(
                                                           m[0].header.req_id, 1, proto::as_bytes(std::string_view("v1")))})));
   ASSERT_TRUE(res[1].done);

@@ -584,5 +584,93 @@ TEST_F(ServerConnBackPressure, PausesUntilASendCompletesAndLosesNothing) {
   EXPECT_EQ(conn_->state(), ConnState::established);
 }
 
+// A test clock for the Store: the connection's expiry reads the Store's.
+store::ExpireAt g_now = 5'000'000;
+store::ExpireAt test_now() noexcept { return g_now; }
+
+std::uint64_t ttl_field(const std::vector<std::byte>& send, std::size_t nth) {
+  proto::Decoder dec(send);
+  for (std::size_t i = 0;; ++i) {
+    auto r = dec.next();
+    if (!std::holds_alternative<proto::MessageView>(r)) break;
+    if (i == nth) return std::get<proto::MessageView>(r).ttl;
+  }
+  ADD_FAILURE() << "no message " << nth;
+  return 0;
+}
+
+TEST_F(ServerConnTest, SetWithTtlExpireAndTtl) {
+  g_now = 5'000'000;
+  store_.set_clock(&test_now);
+  const std::string v = "v", w = "w";
+  auto set = proto::msg::set_request(1, "k", bytes_of(v));
+  set.ttl = 500;
+  ASSERT_EQ(deliver(pack({set, proto::msg::ttl_request(2, "k"), proto::msg::ttl_request(3, "nope"),
+                          proto::msg::set_request(4, "p", bytes_of(v)), proto::msg::ttl_request(5, "p")})),
+            Verdict::keep);
+  auto r = flush_replies();
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(store_.peek("k").expire_at, g_now + 500) << "absolute: the arrival plus the TTL";
+  EXPECT_EQ(r[1].header.opcode, Opcode::ttl_reply);
+  EXPECT_TRUE(r[1].header.found());
+  EXPECT_EQ(ttl_field(link_.sends.back().bytes, 1), 500u);
+  EXPECT_FALSE(r[2].header.found()) << "no key: not found, no field";
+  EXPECT_FALSE(r[2].header.has_ttl());
+  EXPECT_TRUE(r[4].header.found());
+  EXPECT_EQ(ttl_field(link_.sends.back().bytes, 4), proto::kNoTtl) << "a key without expiry";
+
+  // EXPIRE: set, clear (persist), and of a missing key.
+  ASSERT_EQ(deliver(pack({proto::msg::expire_request(6, "p", 100), proto::msg::expire_request(7, "k", 0),
+                          proto::msg::expire_request(8, "nope", 100)})),
+            Verdict::keep);
+  r = flush_replies();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::expire_reply);
+  EXPECT_TRUE(r[0].header.found());
+  EXPECT_TRUE(r[1].header.found());
+  EXPECT_FALSE(r[2].header.found());
+  EXPECT_EQ(store_.peek("p").expire_at, g_now + 100);
+  EXPECT_EQ(store_.peek("k").expire_at, store::kNoExpiry);
+  EXPECT_EQ(counters_.expires, 3u);
+  EXPECT_EQ(counters_.ttls, 3u);
+
+  // Expired: a GET by message never returns it, at once.
+  g_now += 100;
+  ASSERT_EQ(deliver(pack({proto::msg::get_request(9, "p"), proto::msg::get_request(10, "k")})), Verdict::keep);
+  r = flush_replies();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_FALSE(r[0].header.found()) << "expired at its time";
+  EXPECT_TRUE(r[1].header.found()) << "persisted";
+  // A SET without a TTL clears one.
+  ASSERT_EQ(deliver(pack({set, proto::msg::set_request(12, "k", bytes_of(w))})), Verdict::keep);
+  (void)flush_replies();
+  EXPECT_EQ(store_.peek("k").expire_at, store::kNoExpiry);
+}
+
+TEST_F(ServerConnTest, TouchIsAnAccessAnsweredBareAndToleratesABadTail) {
+  const std::string one = "1";
+  ASSERT_EQ(deliver(pack({proto::msg::set_request(1, "a", bytes_of(one))})), Verdict::keep);
+  (void)flush_replies();
+  // Two keys, one missing, then a malformed tail (a length past the end): ignored.
+  std::vector<std::byte> keys;
+  auto add = [&keys](std::string_view k, std::size_t claimed) {
+    keys.push_back(static_cast<std::byte>(claimed & 0xFF));
+    keys.push_back(static_cast<std::byte>(claimed >> 8));
+    for (char c : k) keys.push_back(static_cast<std::byte>(c));
+  };
+  add("a", 1);
+  add("zz", 2);
+  add("b", 9);
+  ASSERT_EQ(deliver(pack({proto::msg::touch(2, keys), proto::msg::get_request(3, "a")})), Verdict::keep);
+  const auto r = flush_replies();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.opcode, Opcode::touch_reply);
+  EXPECT_EQ(r[0].header.req_id, 2u);
+  EXPECT_EQ(r[0].header.value_len, 0u);
+  EXPECT_EQ(r[1].header.req_id, 3u);
+  EXPECT_EQ(counters_.touches, 2u) << "the two well-formed keys";
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
 }  // namespace
 }  // namespace rkv::kv::server

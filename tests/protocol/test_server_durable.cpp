@@ -258,5 +258,36 @@ TEST_F(ServerDurable, TwoDelsWithOneReqIdEachGetTheirReply) {
   EXPECT_EQ(sc_->state(), ConnState::established);
 }
 
+TEST_F(ServerDurable, TtlsAreRecordedAbsoluteAndExpireWaitsForTheLog) {
+  dur_.answer = DurableAck::now;
+  const std::string v = "v";
+  auto set = proto::msg::set_request(1, "k", b(v));
+  set.ttl = 60'000;
+  const store::ExpireAt before = store_.now();
+  ASSERT_EQ(request(pack({set, proto::msg::set_request(2, "p", b(v))})), Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 2u);
+  EXPECT_GE(dur_.records[0].expire_at, before + 60'000) << "the absolute time, as the Store holds it";
+  EXPECT_EQ(dur_.records[0].expire_at, store_.peek("k").expire_at);
+  EXPECT_EQ(dur_.records[1].expire_at, store::kNoExpiry);
+  dur_.answer = DurableAck::later;
+  const std::size_t sends = link_.sends.size();
+  ASSERT_EQ(request(pack({proto::msg::expire_request(3, "p", 1000), proto::msg::expire_request(4, "nope", 5)})),
+            Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 3u) << "an EXPIRE of no key changes nothing and logs nothing";
+  EXPECT_TRUE(dur_.records[2].expire);
+  EXPECT_EQ(dur_.records[2].key, "p");
+  EXPECT_EQ(dur_.records[2].expire_at, store_.peek("p").expire_at);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  auto r = replies_since(sends);
+  ASSERT_EQ(r.size(), 1u) << "the missing key's answer goes now, the other waits for its record";
+  EXPECT_EQ(r[0].header.req_id, 4u);
+  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, true), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  r = replies_since(sends);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].header.req_id, 3u);
+  EXPECT_TRUE(r[1].found());
+}
+
 }  // namespace
 }  // namespace rkv::kv::server

@@ -3,7 +3,7 @@
 Byte-exact round trips of bytes and numpy arrays (1 B, 4 KiB, 64 MiB) in both
 GET modes, zero copy of a 64 MiB GET (the client's bytes_copied counter),
 get_into in place, set_many/get_many of 1,000 keys, 100 concurrent aget on
-one event loop, and the documented exceptions: missing key, oversize value,
+one event loop, TTLs (set ttl_ms, expire, ttl), and the documented exceptions: missing key, oversize value,
 dead server."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import errno
 import gc
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -153,6 +154,27 @@ def test_delete_and_missing_key(client: rkv.Client) -> None:
     client[b"back"] = b"y"
     del client[b"back"]
     assert client.get(b"back") is None
+
+
+def test_ttl_expire_and_persist(client: rkv.Client) -> None:
+    """set(ttl_ms=...), expire and ttl: "no key" (None) and "no expiry" (-1) apart; expired keys read as missing."""
+    client.set(b"t-plain", b"v")
+    assert client.ttl(b"t-plain") == -1
+    assert client.ttl(b"t-none") is None
+    assert client.expire(b"t-none", 100) is False
+    client.set(b"t-long", b"v" * 50_000, ttl_ms=600_000)
+    assert 590_000 < client.ttl(b"t-long") <= 600_000
+    assert client.expire(b"t-long", 0) is True  # persist
+    assert client.ttl(b"t-long") == -1
+    client.set(b"t-short", b"s", ttl_ms=100)
+    time.sleep(0.1 + 0.25 + 0.05)  # its TTL, the documented one-sided lag and a margin
+    assert client.get(b"t-short") is None
+    assert client.ttl(b"t-short") is None
+    for bad in (-1, 1.5, "10", True):
+        with pytest.raises(rkv.InvalidArgument):
+            client.set(b"t-bad", b"v", ttl_ms=bad)
+    with pytest.raises(rkv.InvalidArgument):
+        client.expire(b"t-plain", 10**20)
 
 
 def test_many_1000_keys(client: rkv.Client) -> None:

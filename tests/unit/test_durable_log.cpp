@@ -43,7 +43,7 @@ class Durable {
   void set(const std::string& k, const std::string& v) {
     EXPECT_TRUE(store_.set(k, v));
     model_[k] = v;
-    expect_later(log_->record_set(k, v, {}, 1, 1));
+    expect_later(log_->record_set(k, v, {}, kv::store::kNoExpiry, 1, 1));
   }
   void del(const std::string& k) {
     store_.erase(k);
@@ -148,7 +148,7 @@ TEST(DurableLog, EvictionsAreTombstonesARestartHonours) {
     for (int i = 0; i < 100; ++i) {
       const std::string k = "k" + std::to_string(i);
       ASSERT_TRUE(store.set(k, std::string(100, 'v')));
-      EXPECT_EQ(log.record_set(k, std::string(100, 'v'), {}, 1, 1), DurableAck::later);
+      EXPECT_EQ(log.record_set(k, std::string(100, 'v'), {}, kv::store::kNoExpiry, 1, 1), DurableAck::later);
       ++sent;
     }
     log.flush();

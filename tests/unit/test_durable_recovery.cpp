@@ -35,6 +35,21 @@ std::string record(std::string_view key, std::string_view value, std::uint64_t s
   return out + std::string(key) + std::string(value);
 }
 
+// A SET_TTL record: the key expires at `at` (ms since the epoch).
+std::string record_ttl(std::string_view key, std::string_view value, std::uint64_t seq, std::int64_t at) {
+  std::string out(kHeaderSize, '\0');
+  encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), set_header(b(key), b(value), seq, at));
+  const auto a = expire_bytes(at);
+  return out + std::string(key) + std::string(reinterpret_cast<const char*>(a.data()), a.size()) + std::string(value);
+}
+
+std::string expire_record(std::string_view key, std::uint64_t seq, std::int64_t at) {
+  std::string out(kHeaderSize, '\0');
+  encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), expire_header(b(key), at, seq));
+  const auto a = expire_bytes(at);
+  return out + std::string(key) + std::string(reinterpret_cast<const char*>(a.data()), a.size());
+}
+
 std::string tombstone(std::string_view key, std::uint64_t seq) {
   std::string out(kHeaderSize, '\0');
   encode_header(std::as_writable_bytes(std::span(out.data(), out.size())), del_header(b(key), seq));
@@ -68,7 +83,7 @@ class TempDir {
 };
 
 std::string get(const kv::store::Store& s, std::string_view key) {
-  const auto v = s.get(key);
+  const auto v = s.peek(key);
   return v.found ? std::string(v.value) : std::string("<missing>");
 }
 
@@ -300,11 +315,11 @@ TEST(DurableRecord, TombstoneRoundTripAndChecks) {
   RecordHeader long_key = hh;
   long_key.key_len = kMaxKeyLen + 1;
   EXPECT_EQ(std::get<HeaderError>(decode_header(b(forged(long_key)), 1 << 20)), HeaderError::bad_field);
-  std::string type4 = forged(hh);
-  type4[4] = 4;  // a type this version does not know, header CRC fixed up
-  proto::store_le<std::uint32_t>(std::as_writable_bytes(std::span(type4.data(), type4.size())), 28,
-                                 proto::crc32c(std::as_bytes(std::span(type4.data(), 28))));
-  EXPECT_EQ(std::get<HeaderError>(decode_header(b(type4), 1 << 20)), HeaderError::bad_field);
+  std::string type6 = forged(hh);
+  type6[4] = 6;  // a type this version does not know, header CRC fixed up
+  proto::store_le<std::uint32_t>(std::as_writable_bytes(std::span(type6.data(), type6.size())), 28,
+                                 proto::crc32c(std::as_bytes(std::span(type6.data(), 28))));
+  EXPECT_EQ(std::get<HeaderError>(decode_header(b(type6), 1 << 20)), HeaderError::bad_field);
 }
 
 TEST(DurableRecovery, TombstonesAreReplayedInOrder) {
@@ -364,6 +379,68 @@ TEST(DurableRecovery, ATombstoneInASnapshotIsCorruption) {
   t.write(log_name(2), "");
   kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError) << "a snapshot holds live keys only";
+}
+
+TEST(DurableRecovery, ExpiryTimesAreAbsoluteAndExpiredKeysStayGone) {
+  TempDir t;
+  const std::int64_t now = kv::store::wall_ms();
+  const std::int64_t hour = 3'600'000;
+  t.write(log_name(1), record_ttl("live", "1", 1, now + hour) +     // expires later: back, with its time
+                           record_ttl("dead", "2", 2, now - 1) +     // expired while down: not back
+                           record("was", "3", 3) + expire_record("was", 4, now - 1) +  // EXPIRE in the past
+                           record_ttl("kept", "4", 5, now + hour) + expire_record("kept", 6, 0) +  // persisted
+                           record_ttl("reset", "5", 7, now - 1) + record("reset", "6", 8) +  // SET after: lives
+                           expire_record("missing", 9, now + hour) +  // of no key: nothing
+                           // Persisted before it expired (the records replay as of when they were written).
+                           record_ttl("saved", "7", 10, now - 1) + expire_record("saved", 11, 0));
+  kv::store::Store s;
+  const auto r = recover({t.path()}, s);
+  EXPECT_EQ(r.records, 11u);
+  EXPECT_EQ(r.expired, 2u) << "dead, was";
+  EXPECT_EQ(get(s, "saved"), "7");
+  EXPECT_EQ(get(s, "live"), "1");
+  EXPECT_EQ(s.peek("live").expire_at, now + hour) << "the absolute time, as written";
+  EXPECT_EQ(get(s, "dead"), "<missing>");
+  EXPECT_EQ(get(s, "was"), "<missing>");
+  EXPECT_EQ(get(s, "kept"), "4");
+  EXPECT_EQ(s.peek("kept").expire_at, kv::store::kNoExpiry);
+  EXPECT_EQ(get(s, "reset"), "6");
+  EXPECT_EQ(get(s, "missing"), "<missing>");
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.expiring(), 1u);
+
+  // A damaged expiry time is a damaged body: the CRC covers it.
+  TempDir t2;
+  std::string bad = record_ttl("k", "v", 1, now + hour);
+  bad[kHeaderSize + 1] = static_cast<char>(bad[kHeaderSize + 1] ^ 1);
+  t2.write(log_name(1), bad);
+  kv::store::Store s2;
+  (void)recover({t2.path()}, s2);
+  EXPECT_EQ(s2.size(), 0u) << "the damaged record is a torn tail, cut";
+}
+
+TEST(DurableRecovery, SnapshotsKeepExpiryTimes) {
+  TempDir t;
+  kv::store::Store s;
+  const std::int64_t at = kv::store::wall_ms() + 3'600'000;
+  EXPECT_TRUE(s.set("k1", "v1", at));
+  EXPECT_TRUE(s.set("k2", std::string(70000, 'z'), at + 1));
+  EXPECT_TRUE(s.set("k3", "v3"));
+  write_snapshot_sync(t.path(), 5, 41, s);
+  kv::store::Store back;
+  const auto r = recover({t.path()}, back);
+  EXPECT_EQ(r.records, 3u);
+  EXPECT_EQ(back.peek("k1").expire_at, at);
+  EXPECT_EQ(back.peek("k2").expire_at, at + 1);
+  EXPECT_EQ(get(back, "k2"), std::string(70000, 'z'));
+  EXPECT_EQ(back.peek("k3").expire_at, kv::store::kNoExpiry);
+}
+
+TEST(DurableRecovery, AnExpireRecordInASnapshotIsCorruption) {
+  TempDir t;
+  t.write(snapshot_name(1), record("a", "1", 0) + expire_record("a", 0, 5) + snapshot_end(1, 1));
+  kv::store::Store s;
+  EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
 }
 
 }  // namespace

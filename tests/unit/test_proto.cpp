@@ -157,7 +157,8 @@ void check_view(std::span<const std::byte> buf, const MessageView& m) {
   if (!m.rdv) {
     ASSERT_EQ(m.value.size(), m.header.value_len);
   }
-  ASSERT_EQ(m.size, kHeaderSize + m.key.size() + (m.rdv ? kRdvDescSize : m.value.size()));
+  ASSERT_EQ(m.size, kHeaderSize + m.key.size() + (m.header.has_ttl() ? kTtlSize : 0) +
+                        (m.rdv ? kRdvDescSize : m.value.size()));
 }
 
 constexpr RdvDesc kDesc{0x1122334455667788ull, 0xA1B2C3D4u};
@@ -182,7 +183,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
       EXPECT_TRUE(seen.insert(to_string(*op)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 11u);  // SET GET STATS RELEASE DEL CALL and five replies
+  EXPECT_EQ(seen.size(), 17u);  // SET GET STATS RELEASE DEL CALL EXPIRE TTL TOUCH and eight replies
   seen.clear();
   for (unsigned v = 0; v < 0x10000; ++v) {
     if (auto s = status_from_wire(static_cast<std::uint16_t>(v))) {
@@ -515,10 +516,16 @@ TEST(ProtoEncoder, RefusesInvalidMessages) {
 TEST(ProtoBoundary, EagerLimit) {
   const Bytes v4094(4094, std::byte{1});
   const Bytes v4095(4095, std::byte{1});
-  // key + value = 4095: the largest eager SET.
+  // key + value = 4095: the largest eager SET; with a TTL, the largest eager message.
   const Bytes ok = encode_one(msg::set_request(1, "k", v4094));
-  EXPECT_EQ(ok.size(), kMaxEagerSetSize);
+  EXPECT_EQ(ok.size(), kMaxEagerSetSize - kTtlSize);
   EXPECT_EQ(decode_single(ok).value.size(), 4094u);
+  auto with_ttl = msg::set_request(1, "k", v4094);
+  with_ttl.ttl = 500;
+  const Bytes ok_ttl = encode_one(with_ttl);
+  EXPECT_EQ(ok_ttl.size(), kMaxEagerSetSize);
+  EXPECT_EQ(decode_single(ok_ttl).ttl, 500u);
+  EXPECT_EQ(decode_single(ok_ttl).value.size(), 4094u);
 
   const std::string key1024(kMaxKey, 'x');
   const Bytes v3071(4095 - kMaxKey, std::byte{2});
@@ -645,7 +652,7 @@ TEST(ProtoStrict, UnknownOpcode) {
 }
 
 TEST(ProtoStrict, ReservedFlags) {
-  for (unsigned bit = 3; bit < 16; ++bit) {
+  for (unsigned bit = 4; bit < 16; ++bit) {
     const auto flag = static_cast<std::uint16_t>(1u << bit);
     expect_reason(patched(msg::get_request(1, "k"), [flag](RawHeader& h) { h.flags |= flag; }),
                   Reason::reserved_flags);
@@ -1073,253 +1080,77 @@ TEST(ProtoConnect, ToString) {
 }
 
 }  // namespace
-}  // namespace rkv::proto
+// ---------------------------------------------------------------- time to live
 
-namespace rkv::proto {
-namespace {
+TEST(ProtoTtl, SetExpireTtlAndTouchRoundTrip) {
+  const Bytes v(10, std::byte{7});
+  auto set = msg::set_request(3, "key", v);
+  set.ttl = 500;
+  const Decoded s = roundtrip(set);
+  EXPECT_TRUE(s.m.header.has_ttl());
+  EXPECT_EQ(s.m.ttl, 500u);
+  EXPECT_EQ(s.m.key, "key");
+  EXPECT_EQ(s.m.value.size(), 10u);
+  auto set_rdv = msg::set_request_rdv(4, "key", kDesc, 1 << 20);
+  set_rdv.ttl = kMaxTtlMs;
+  const Decoded r = roundtrip(set_rdv);
+  EXPECT_EQ(r.m.ttl, kMaxTtlMs);
+  EXPECT_EQ(r.m.rdv, kDesc);
+  EXPECT_EQ(r.m.size, kHeaderSize + 3 + kTtlSize + kRdvDescSize);
 
-// --- rendezvous additions: RELEASE and the PULL flag ------------------------
+  const Decoded e = roundtrip(msg::expire_request(5, "key", 0));  // 0: persist
+  EXPECT_EQ(e.m.opcode(), Opcode::expire);
+  EXPECT_TRUE(e.m.header.has_ttl());
+  EXPECT_EQ(e.m.ttl, 0u);
+  EXPECT_EQ(roundtrip(msg::ttl_request(6, "key")).m.opcode(), Opcode::ttl);
+  const Decoded none = roundtrip(msg::ttl_reply(6, 1, kNoTtl));
+  EXPECT_TRUE(none.m.found());
+  EXPECT_EQ(none.m.ttl, kNoTtl);
+  const Decoded left = roundtrip(msg::ttl_reply(6, 1, 1234));
+  EXPECT_EQ(left.m.ttl, 1234u);
+  const Decoded missing = roundtrip(msg::ttl_reply(6, 1, std::nullopt));
+  EXPECT_FALSE(missing.m.found());
+  EXPECT_FALSE(missing.m.header.has_ttl());
+  EXPECT_TRUE(roundtrip(msg::expire_reply(5, 1, true)).m.found());
 
-TEST(ProtoRdv, ReleaseRoundTrip) {
-  const auto d = roundtrip(msg::release(0x00050007));
-  EXPECT_EQ(d.m.opcode(), Opcode::release);
-  EXPECT_EQ(d.m.header.req_id, 0x00050007u);
-  EXPECT_EQ(d.m.size, kHeaderSize);
-  EXPECT_TRUE(is_request(Opcode::release));
-  EXPECT_EQ(to_string(Opcode::release), "RELEASE");
+  const Bytes keys{std::byte{1}, std::byte{0}, std::byte{'a'}};
+  const Decoded t = roundtrip(msg::touch(7, keys));
+  EXPECT_EQ(t.m.opcode(), Opcode::touch);
+  EXPECT_EQ(t.m.value.size(), 3u);
+  EXPECT_EQ(roundtrip(msg::touch_reply(7, 2)).m.opcode(), Opcode::touch_reply);
 }
 
-TEST(ProtoRdv, ReleaseIsHeaderOnly) {
-  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
-  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.value_len = 1; }), Reason::value_not_allowed);
-  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.flags = kFlagRdv; }), Reason::rdv_not_allowed);
-  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
-  expect_reason(patched(msg::release(1), [](RawHeader& h) { h.credits = 1; }), Reason::credits_in_request);
-  EXPECT_FALSE(check_message(msg::release(9)).has_value());
-}
-
-TEST(ProtoRdv, PullReplyRoundTrip) {
-  const RdvDesc desc{0x7f0000001000ull, 0xabcd};
-  const auto d = roundtrip(msg::get_reply_pull(3, 2, desc, std::uint64_t{64} << 20));
-  EXPECT_TRUE(d.m.found());
-  EXPECT_TRUE(d.m.header.rdv());
-  EXPECT_TRUE(d.m.header.pull());
-  ASSERT_TRUE(d.m.rdv.has_value());
-  EXPECT_EQ(*d.m.rdv, desc);
-  EXPECT_EQ(d.m.header.value_len, std::uint64_t{64} << 20);
-  const auto w = roundtrip(msg::get_reply_rdv(3, 2, desc, 100));
-  EXPECT_FALSE(w.m.header.pull());
-}
-
-TEST(ProtoRdv, PullOnlyOnRdvFoundGetReply) {
-  expect_reason(patched(msg::get_reply_found(1, 0, {}), [](RawHeader& h) { h.flags |= kFlagPull; }),
-                Reason::pull_not_allowed);
-  expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagPull; }),
-                Reason::pull_not_allowed);
-  expect_reason(patched(msg::set_reply(1, 0), [](RawHeader& h) { h.flags |= kFlagPull; }),
-                Reason::pull_not_allowed);
-  MessageSpec bad = msg::get_reply_found(1, 0, {});
-  bad.pull = true;  // the encoder refuses what the decoder would
-  EXPECT_EQ(check_message(bad), Reason::pull_not_allowed);
-}
-
-// --- DEL -------------------------------------------------------------------
-
-TEST(ProtoDel, GoldenRequestBytes) {
-  const Bytes buf = encode_one(msg::del_request(0x01020304, "k"));
-  const Bytes want = {
-      std::byte{0x56}, std::byte{0x4B}, std::byte{0x01},
-      std::byte{0x05},                                         // DEL
-      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},  // flags, status
-      std::byte{0}, std::byte{0},                              // credits
-      std::byte{1}, std::byte{0},                              // key_len
-      std::byte{4}, std::byte{3}, std::byte{2}, std::byte{1},  // req_id
-      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},  // value_len 0
-      std::byte{0}, std::byte{0}, std::byte{0}, std::byte{0},
-      std::byte{'k'}};
-  EXPECT_EQ(buf, want);
-  EXPECT_EQ(static_cast<unsigned>(reply_opcode(Opcode::del)), 0x85u);
-  EXPECT_EQ(to_string(Opcode::del), "DEL");
-  EXPECT_EQ(to_string(Opcode::del_reply), "DEL_REPLY");
-  EXPECT_TRUE(is_request(Opcode::del));
-  EXPECT_TRUE(is_reply(Opcode::del_reply));
-}
-
-TEST(ProtoDel, RoundTrips) {
-  const std::string key(kMaxKey, 'x');
-  Decoded d = roundtrip(msg::del_request(9, key));
-  EXPECT_EQ(d.m.opcode(), Opcode::del);
-  EXPECT_EQ(d.m.key, key);
-  EXPECT_TRUE(d.m.value.empty());
-  EXPECT_FALSE(d.m.rdv.has_value());
-  EXPECT_EQ(d.m.size, kHeaderSize + kMaxKey);
-
-  d = roundtrip(msg::del_reply(9, 3, true));
-  EXPECT_EQ(d.m.opcode(), Opcode::del_reply);
-  EXPECT_TRUE(d.m.found());
-  EXPECT_EQ(d.m.header.credits, 3);
-  EXPECT_EQ(d.m.header.status, Status::ok);
-  EXPECT_EQ(d.m.size, kHeaderSize);
-  d = roundtrip(msg::del_reply(10, 0, false));
-  EXPECT_FALSE(d.m.found());
-  EXPECT_EQ(d.m.header.flags, 0);
-
-  d = roundtrip(msg::error_reply(Opcode::del, 11, 1, Status::io_error));
-  EXPECT_EQ(d.m.opcode(), Opcode::del_reply);
-  EXPECT_EQ(d.m.header.status, Status::io_error);
-  EXPECT_FALSE(d.m.found());
-}
-
-TEST(ProtoDel, MalformedDelsAreRejected) {
-  const auto del = msg::del_request(1, "key");
-  // A value, flags of any kind, request-only fields, and key lengths out of range.
-  expect_reason(patched(del, [](RawHeader& h) { h.value_len = 1; }), Reason::value_not_allowed);
-  Bytes with_value = forge(raw_of(Opcode::del, 3, 1), to_bytes("keyv"));
-  expect_reason(with_value, Reason::value_not_allowed);
-  expect_reason(forge(raw_of(Opcode::del, 3, 16, kFlagRdv), to_bytes("key0123456789abcdef")), Reason::rdv_not_allowed);
-  expect_reason(patched(del, [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
-  expect_reason(patched(del, [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
-  expect_reason(patched(del, [](RawHeader& h) { h.flags = 1u << 5; }), Reason::reserved_flags);
-  expect_reason(patched(del, [](RawHeader& h) { h.status = 1; }), Reason::status_in_request);
-  expect_reason(patched(del, [](RawHeader& h) { h.credits = 1; }), Reason::credits_in_request);
-  expect_reason(forge(raw_of(Opcode::del, 0)), Reason::bad_key_len);
-  expect_reason(forge(raw_of(Opcode::del, kMaxKey + 1), Bytes(kMaxKey + 1, std::byte{'k'})), Reason::bad_key_len);
-  expect_reason(patched(del, [](RawHeader& h) { h.key_len = 4; }), Reason::truncated_payload);
-  // The encoder refuses what the decoder would.
-  MessageSpec bad = del;
-  const Bytes v = to_bytes("v");
-  bad.value = v;
-  EXPECT_EQ(check_message(bad), Reason::value_not_allowed);
-  bad = del;
-  bad.found = true;
-  EXPECT_EQ(check_message(bad), Reason::found_not_allowed);
-  bad = msg::del_request(1, "");
-  EXPECT_EQ(check_message(bad), Reason::bad_key_len);
-  EXPECT_FALSE(check_message(del).has_value());
-}
-
-TEST(ProtoDel, MalformedDelRepliesAreRejected) {
-  const auto ok = msg::del_reply(1, 0, true);
-  expect_reason(patched(ok, [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
-  expect_reason(forge(raw_of(Opcode::del_reply, 0, 1, kFlagFound), to_bytes("v")), Reason::value_not_allowed);
-  expect_reason(patched(ok, [](RawHeader& h) { h.flags |= kFlagRdv; }), Reason::rdv_not_allowed);
-  expect_reason(patched(ok, [](RawHeader& h) { h.flags |= kFlagPull; }), Reason::pull_not_allowed);
-  // An error reply is bare: FOUND with io_error is refused.
-  expect_reason(patched(ok, [](RawHeader& h) { h.status = static_cast<std::uint16_t>(Status::io_error); }),
-                Reason::payload_on_error);
-  // FOUND on a SET_REPLY is still refused (DEL_REPLY and GET_REPLY only).
-  expect_reason(patched(msg::set_reply(1, 0), [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
-}
-
-}  // namespace
-// ---- CALL (docs/protocol.md "CALL") ----
-
-TEST(ProtoCall, RoundTrips) {
-  const auto op = call_op_key(0x1234);
-  const std::string_view opk(op.data(), op.size());
-  EXPECT_EQ(op[0], '\x34');  // little-endian
-  EXPECT_EQ(op[1], '\x12');
-  EXPECT_EQ(call_op(opk), 0x1234);
-  const Bytes req = to_bytes("request bytes");
-  Decoded d = roundtrip(msg::call_request(7, opk, req));
-  EXPECT_EQ(d.m.opcode(), Opcode::call);
-  EXPECT_EQ(call_op(d.m.key), 0x1234);
-  EXPECT_EQ(d.m.value_text(), "request bytes");
-  d = roundtrip(msg::call_request(8, opk, {}));  // an empty request
-  EXPECT_TRUE(d.m.value.empty());
-  d = roundtrip(msg::call_request_rdv(9, opk, RdvDesc{0x1000, 77}, 1u << 20));
-  ASSERT_TRUE(d.m.rdv.has_value());
-  EXPECT_EQ(d.m.rdv->rkey, 77u);
-  EXPECT_EQ(d.m.header.value_len, 1u << 20);
-
-  const Bytes rep = to_bytes("reply");
-  d = roundtrip(msg::call_reply(7, 2, rep));
-  EXPECT_EQ(d.m.opcode(), Opcode::call_reply);
-  EXPECT_EQ(d.m.value_text(), "reply");
-  EXPECT_EQ(d.m.header.credits, 2);
-  d = roundtrip(msg::call_reply_pull(7, 0, RdvDesc{0x2000, 5}, 1u << 20));
-  EXPECT_TRUE(d.m.header.pull());
-  EXPECT_FALSE(d.m.found());
-  EXPECT_EQ(d.m.header.value_len, 1u << 20);
-  for (Status st : {Status::no_handler, Status::handler_failed, Status::refused, Status::io_error}) {
-    d = roundtrip(msg::error_reply(Opcode::call, 3, 0, st));
-    EXPECT_EQ(d.m.opcode(), Opcode::call_reply);
-    EXPECT_EQ(d.m.header.status, st);
-  }
-  EXPECT_EQ(static_cast<unsigned>(reply_opcode(Opcode::call)), 0x86u);
-  EXPECT_EQ(to_string(Opcode::call), "CALL");
-}
-
-TEST(ProtoCall, MalformedCallsAreRejected) {
-  const auto op = call_op_key(0x0100);
-  const std::string_view opk(op.data(), op.size());
-  // The key is exactly the 2-byte opcode.
-  expect_reason(forge(raw_of(Opcode::call, 1, 0), to_bytes("k")), Reason::bad_call_op);
-  expect_reason(forge(raw_of(Opcode::call, 3, 0), to_bytes("key")), Reason::bad_call_op);
-  expect_reason(forge(raw_of(Opcode::call, 0, 0)), Reason::bad_key_len);
-  // Eager request bytes obey SET's eager limit.
-  expect_reason(forge(raw_of(Opcode::call, 2, kEagerLimit - 2), Bytes(kEagerLimit, std::byte{1})),
-                Reason::eager_too_large);
-  EXPECT_FALSE(check_message(msg::call_request(1, opk, Bytes(kEagerLimit - 3, std::byte{1}))).has_value());
-  EXPECT_EQ(check_message(msg::call_request(1, "abc", {})), Reason::bad_call_op);
-  const Bytes x = to_bytes("x");
-  const auto call = msg::call_request(1, opk, x);
-  expect_reason(patched(call, [](RawHeader& h) { h.flags = kFlagFound; }), Reason::found_not_allowed);
-  expect_reason(patched(call, [](RawHeader& h) { h.flags = kFlagPull; }), Reason::pull_not_allowed);
-  expect_reason(patched(call, [](RawHeader& h) { h.status = 7; }), Reason::status_in_request);
-  // A reply: no key; RDV only with PULL (the server never WRITEs a CALL reply).
-  const auto pull = msg::call_reply_pull(1, 0, RdvDesc{1, 2}, 100);
-  expect_reason(patched(pull, [](RawHeader& h) { h.flags = kFlagRdv; }), Reason::rdv_without_pull);
-  expect_reason(patched(msg::call_reply(1, 0, {}), [](RawHeader& h) { h.flags = kFlagPull; }),
-                Reason::pull_not_allowed);
-  expect_reason(patched(pull, [](RawHeader& h) { h.flags |= kFlagFound; }), Reason::found_not_allowed);
-  expect_reason(patched(msg::call_reply(1, 0, {}), [](RawHeader& h) { h.key_len = 1; }), Reason::key_not_allowed);
-  // A GET_REPLY still needs FOUND with RDV (and so with PULL).
-  expect_reason(patched(msg::get_reply_pull(1, 0, RdvDesc{1, 2}, 9), [](RawHeader& h) { h.flags = kFlagRdv | kFlagPull; }),
-                Reason::rdv_not_allowed);
-}
-
-TEST(ProtoCallOps, IncrAndCasBytes) {
-  const std::string incr = ops::incr_request("counter", -5);
-  const Bytes incr_bytes = to_bytes(incr);
-  const auto in = ops::parse_incr(incr_bytes);
-  ASSERT_TRUE(in.has_value());
-  EXPECT_EQ(in->key, "counter");
-  EXPECT_EQ(in->delta, -5);
-  EXPECT_EQ(incr.size(), 2 + 7 + 8u);
-  EXPECT_FALSE(ops::parse_incr(to_bytes(incr.substr(0, incr.size() - 1))).has_value());
-  EXPECT_FALSE(ops::parse_incr(to_bytes(incr + "x")).has_value());
-  EXPECT_FALSE(ops::parse_incr(to_bytes(ops::incr_request("", 1))).has_value());
-  EXPECT_EQ(ops::parse_incr_reply(to_bytes(ops::incr_reply(INT64_MIN))), INT64_MIN);
-  EXPECT_FALSE(ops::parse_incr_reply(to_bytes("1234567")).has_value());
-
-  const std::string cas = ops::cas_request("k", std::string("old\0", 4), "new value");
-  const Bytes cas_bytes = to_bytes(cas);
-  const auto c = ops::parse_cas(cas_bytes);
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->key, "k");
-  EXPECT_EQ(c->expected, std::string_view("old\0", 4));
-  EXPECT_EQ(c->value, "new value");
-  EXPECT_FALSE(ops::parse_cas(to_bytes(cas.substr(0, 6))).has_value());  // expected runs past the end
-  const Bytes empty_bytes = to_bytes(ops::cas_request("k", "", ""));
-  const auto e = ops::parse_cas(empty_bytes);
-  ASSERT_TRUE(e.has_value());
-  EXPECT_TRUE(e->expected.empty() && e->value.empty());
-  EXPECT_EQ(ops::parse_cas_reply(to_bytes(std::string(1, '\1'))), true);
-  EXPECT_EQ(ops::parse_cas_reply(to_bytes(std::string(1, '\0'))), false);
-  EXPECT_FALSE(ops::parse_cas_reply(to_bytes(std::string(1, '\2'))).has_value());
-}
-
-TEST(ProtoCallOps, Decimal) {
-  EXPECT_EQ(ops::parse_decimal("0"), 0);
-  EXPECT_EQ(ops::parse_decimal("-12"), -12);
-  EXPECT_EQ(ops::parse_decimal("9223372036854775807"), INT64_MAX);
-  EXPECT_EQ(ops::parse_decimal("-9223372036854775808"), INT64_MIN);
-  for (const char* bad : {"", "-", "+1", " 1", "1 ", "1x", "9223372036854775808", "0x10", "12345678901234567890"}) {
-    EXPECT_FALSE(ops::parse_decimal(bad).has_value()) << bad;
-  }
-  EXPECT_EQ(ops::to_decimal(-42), "-42");
-  EXPECT_EQ(ops::to_decimal(INT64_MIN), "-9223372036854775808");
+TEST(ProtoTtl, TtlFieldRules) {
+  Bytes buf(64);
+  auto refused = [&](MessageSpec m, Reason want) {
+    EXPECT_EQ(check_message(m), want) << to_string(m.opcode);
+    EXPECT_EQ(encode(buf, 0, m).status, EncodeStatus::invalid);
+  };
+  auto set = msg::set_request(1, "k", {});
+  set.ttl = 0;
+  refused(set, Reason::bad_ttl);  // a SET's TTL is > 0 (without one, no flag)
+  set.ttl = kMaxTtlMs + 1;
+  refused(set, Reason::bad_ttl);
+  auto expire = msg::expire_request(1, "k", kMaxTtlMs + 1);
+  refused(expire, Reason::bad_ttl);
+  expire.ttl.reset();
+  refused(expire, Reason::ttl_not_allowed);  // EXPIRE needs its field
+  auto get = msg::get_request(1, "k");
+  get.ttl = 5;
+  refused(get, Reason::ttl_not_allowed);
+  auto found = msg::ttl_reply(1, 0, 5);
+  found.ttl.reset();
+  refused(found, Reason::ttl_not_allowed);  // a found TTL_REPLY needs its field
+  auto touch_key = msg::touch(1, {});
+  touch_key.key = "k";
+  refused(touch_key, Reason::key_not_allowed);
+  // On the wire: a flag without its 8 bytes is a truncated message; a forged
+  // flag on a GET is refused from the header alone.
+  expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagTtl; }),
+                Reason::ttl_not_allowed);
+  Bytes cut = encode_one(msg::expire_request(1, "k", 9));
+  cut.resize(cut.size() - 1);
+  expect_reason(cut, Reason::truncated_payload);
 }
 
 }  // namespace rkv::proto

@@ -287,7 +287,7 @@ TEST(Report, JsonParsesAndHasTheKeys) {
 
   const Json& classes = j["classes"];
   ASSERT_EQ(classes.type, Json::Type::array);
-  ASSERT_EQ(classes.items.size(), 8u);
+  ASSERT_EQ(classes.items.size(), 12u);
   std::map<std::string, const Json*> by_name;
   for (const Json& c : classes.items) {
     for (const char* k : {"op", "size_class", "count", "errors", "bytes", "ops_per_s", "mb_per_s",
@@ -299,7 +299,7 @@ TEST(Report, JsonParsesAndHasTheKeys) {
     }
     by_name[c["op"].str + "/" + c["size_class"].str] = &c;
   }
-  ASSERT_EQ(by_name.size(), 8u);
+  ASSERT_EQ(by_name.size(), 12u);
   EXPECT_EQ((*by_name.at("call/rendezvous"))["count"].number, 0.0);
   const Json& g = *by_name.at("get/eager");
   EXPECT_EQ(g["count"].number, 1001.0);

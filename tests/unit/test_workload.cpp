@@ -115,6 +115,39 @@ TEST(WorkloadParse, ValueVerbatimBlanksAndCase) {
   EXPECT_EQ(one_op("gEt k").kind, Op::Kind::get);
 }
 
+TEST(WorkloadParse, TimeToLive) {
+  Op op = one_op("SET k hello PX 500");
+  EXPECT_EQ(literal(op), "hello");
+  EXPECT_EQ(op.ttl_ms, 500u);
+  op = one_op("set k two words px 7  ");
+  EXPECT_EQ(literal(op), "two words");
+  EXPECT_EQ(op.ttl_ms, 7u);
+  op = one_op("SET k @4k:3 PX 1000");
+  EXPECT_EQ(std::get<GeneratedValue>(op.value), (GeneratedValue{4096, 3}));
+  EXPECT_EQ(op.ttl_ms, 1000u);
+  // Not a TTL: no blank before PX, no number, no PX at all.
+  EXPECT_EQ(literal(one_op("SET k xPX 5")), "xPX 5");
+  EXPECT_EQ(literal(one_op("SET k PX")), "PX");
+  EXPECT_EQ(one_op("SET k v 5").ttl_ms, 0u);
+  EXPECT_EQ(literal(one_op("SET k v 5")), "v 5");
+  EXPECT_EQ(one_op("SET k v").ttl_ms, 0u);
+  EXPECT_NE(one_error("SET k v PX 0").message.find("SET: PX '0' is not a number of milliseconds"), std::string::npos);
+  EXPECT_NE(one_error("SET k v PX 99999999999999999999").message.find("from 1 to"), std::string::npos);
+
+  op = one_op("EXPIRE k 250");
+  EXPECT_EQ(op.kind, Op::Kind::expire);
+  EXPECT_EQ(op.key, "k");
+  EXPECT_EQ(op.ttl_ms, 250u);
+  EXPECT_EQ(one_op("expire k 0").ttl_ms, 0u) << "0: persist";
+  EXPECT_NE(one_error("EXPIRE k").message.find("EXPIRE: missing time to live"), std::string::npos);
+  EXPECT_NE(one_error("EXPIRE k -5").message.find("is not a number of milliseconds"), std::string::npos);
+  EXPECT_NE(one_error("EXPIRE k 5 6").message.find("unexpected text after the time to live"), std::string::npos);
+  op = one_op("TTL k");
+  EXPECT_EQ(op.kind, Op::Kind::ttl);
+  EXPECT_EQ(to_string(op.kind), "ttl");
+  EXPECT_NE(one_error("TTL k 5").message.find("TTL: unexpected text after the key"), std::string::npos);
+}
+
 TEST(WorkloadParse, LineNumbersSkipBlankCommentAndCrlf) {
   const ParseResult r = parse(
       "# header comment\r\n"   // 1
@@ -335,7 +368,7 @@ TEST(ParseCommand, BlankAndErrors) {
   EXPECT_TRUE(err.empty());
   EXPECT_FALSE(parse_command("PUT k", err).has_value());
   EXPECT_NE(err.find("unknown operation 'PUT'"), std::string::npos);
-  EXPECT_NE(err.find("expected SET, GET, DEL or CALL"), std::string::npos) << err;
+  EXPECT_NE(err.find("expected SET, GET, DEL, EXPIRE, TTL or CALL"), std::string::npos) << err;
   EXPECT_FALSE(parse_command("del k v", err).has_value());
   EXPECT_NE(err.find("DEL: unexpected text after the key: 'v'"), std::string::npos) << err;
   EXPECT_FALSE(parse_command("GET k v", err).has_value());

@@ -281,6 +281,56 @@ int kv_del(void* kv_handle, const void* key, size_t key_len) {
   });
 }
 
+namespace {
+// A TTL argument over the largest the protocol takes: EINVAL, said here.
+int check_ttl(CHandle* h, std::uint64_t ttl_ms, const char* what) noexcept {
+  if (ttl_ms <= rkv::proto::kMaxTtlMs) return 0;
+  return arg_error(h, EINVAL, what, "ttl_ms is over the largest time to live (about 100 years)");
+}
+}  // namespace
+
+int kv_set_ttl(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
+               uint64_t ttl_ms) {
+  CHandle* h = handle_of(kv_handle);
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_ttl", shard); rc != 0) return rc;
+  if (int rc = check_ttl(h, ttl_ms, "kv_set_ttl"); rc != 0) return rc;
+  return guarded(h, "kv_set_ttl", [&] {
+    OpResult r;
+    return h->run(OpKind::set, shard, key_of(key, key_len), bytes_of(value, value_len), r, "kv_set_ttl", {}, 0,
+                  ttl_ms);
+  });
+}
+
+int kv_expire(void* kv_handle, const void* key, size_t key_len, uint64_t ttl_ms) {
+  CHandle* h = handle_of(kv_handle);
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_expire", shard); rc != 0) return rc;
+  if (int rc = check_ttl(h, ttl_ms, "kv_expire"); rc != 0) return rc;
+  return guarded(h, "kv_expire", [&] {
+    OpResult r;
+    if (int rc = h->run(OpKind::expire, shard, key_of(key, key_len), {}, r, "kv_expire", {}, 0, ttl_ms); rc != 0) {
+      return rc;
+    }
+    if (!r.found) return arg_error(h, ENOENT, "kv_expire", "no such key");
+    return 0;
+  });
+}
+
+int kv_ttl(void* kv_handle, const void* key, size_t key_len, int64_t* ttl_ms) {
+  CHandle* h = handle_of(kv_handle);
+  if (h != nullptr && ttl_ms == nullptr) return arg_error(h, EINVAL, "kv_ttl", "ttl_ms pointer is NULL");
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_ttl", shard); rc != 0) return rc;
+  return guarded(h, "kv_ttl", [&] {
+    OpResult r;
+    if (int rc = h->run(OpKind::ttl, shard, key_of(key, key_len), {}, r, "kv_ttl"); rc != 0) return rc;
+    if (!r.found) return arg_error(h, ENOENT, "kv_ttl", "no such key");
+    *ttl_ms = r.ttl_ms;
+    return 0;
+  });
+}
+
 int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, size_t buf_len, size_t* value_len) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && value_len == nullptr) return arg_error(h, EINVAL, "kv_get_into", "value_len pointer is NULL");
@@ -401,6 +451,18 @@ int kv_set_async(void* kv_handle, const void* key, size_t key_len, const void* v
   if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_async", shard); rc != 0) return rc;
   return guarded(h, "kv_set_async", [&] {
     return h->submit(OpKind::set, shard, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_async");
+  });
+}
+
+int kv_set_ttl_async(void* kv_handle, const void* key, size_t key_len, const void* value, size_t value_len,
+                     uint64_t ttl_ms, uint64_t tag) {
+  CHandle* h = handle_of(kv_handle);
+  std::size_t shard = 0;
+  if (int rc = check_args(h, key, key_len, true, value, value_len, "kv_set_ttl_async", shard); rc != 0) return rc;
+  if (int rc = check_ttl(h, ttl_ms, "kv_set_ttl_async"); rc != 0) return rc;
+  return guarded(h, "kv_set_ttl_async", [&] {
+    return h->submit(OpKind::set, shard, key_of(key, key_len), bytes_of(value, value_len), tag, "kv_set_ttl_async",
+                     {}, 0, ttl_ms);
   });
 }
 

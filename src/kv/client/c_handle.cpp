@@ -38,6 +38,8 @@ const char* async_name(OpKind k) noexcept {
     case OpKind::del: return "kv_del_async";
     case OpKind::get_into: return "kv_get_into_async";
     case OpKind::call: return "kv_call_async";
+    case OpKind::expire: return "kv_expire_async";
+    case OpKind::ttl: return "kv_ttl_async";
   }
   return "kv_*_async";
 }
@@ -51,6 +53,8 @@ std::string_view to_string(OpKind k) noexcept {
     case OpKind::del: return "DEL";
     case OpKind::get_into: return "GET";
     case OpKind::call: return "CALL";
+    case OpKind::expire: return "EXPIRE";
+    case OpKind::ttl: return "TTL";
   }
   return "?";
 }
@@ -172,10 +176,12 @@ int CHandle::check(std::string_view key, std::size_t shard, std::size_t value_le
 // ---- lines -------------------------------------------------------------
 
 Status CHandle::add(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
-                    std::uint64_t tag, bool sync, std::span<std::byte> into, SlotKey& out, std::uint16_t call_op) {
+                    std::uint64_t tag, bool sync, std::span<std::byte> into, SlotKey& out, std::uint16_t call_op,
+                    std::uint64_t ttl_ms) {
   Op op;
   op.kind = kind;
   op.call_op = call_op;
+  op.ttl_ms = ttl_ms;
   op.sync = sync;
   op.key.assign(key);
   op.value = value;
@@ -215,11 +221,13 @@ Status CHandle::send(SlotKey k) noexcept {
   Status st = Status::ok;
   try {
     switch (op.kind) {
-      case OpKind::set: st = shards_->set(op.shard, op.key, op.value, std::move(cb), &op.path); break;
+      case OpKind::set: st = shards_->set(op.shard, op.key, op.value, std::move(cb), &op.path, op.ttl_ms); break;
       case OpKind::get: st = shards_->get(op.shard, op.key, std::move(cb)); break;
       case OpKind::del: st = shards_->del(op.shard, op.key, std::move(cb)); break;
       case OpKind::get_into: st = shards_->get_into(op.shard, op.key, op.into, std::move(cb)); break;
       case OpKind::call: st = shards_->call(op.shard, op.call_op, op.value, std::move(cb), &op.path); break;
+      case OpKind::expire: st = shards_->expire(op.shard, op.key, op.ttl_ms, std::move(cb)); break;
+      case OpKind::ttl: st = shards_->ttl(op.shard, op.key, std::move(cb)); break;
     }
   } catch (const std::bad_alloc&) {
     st = Status::no_memory;
@@ -253,6 +261,7 @@ void CHandle::on_reply(SlotKey k, Status st, bool found, std::span<const std::by
       }
     }
   }
+  if (op->kind == OpKind::ttl && r.found) r.ttl_ms = ClientConn::ttl_of(v);
   if (op->kind == OpKind::get_into && r.found) {
     if (v.data() != op->into.data()) {  // a small value, in a message or the one-sided area: copied in
       if (v.size() > op->into.size()) {
@@ -305,7 +314,9 @@ void CHandle::deliver(SlotKey k, OpResult r) noexcept {
   if (r.status != Status::ok) {
     c.status = to_errno(r.status);
     status_error(r.status, async_name(op.kind), op.shard);
-  } else if ((op.kind == OpKind::get || op.kind == OpKind::del || op.kind == OpKind::get_into) && !r.found) {
+  } else if ((op.kind == OpKind::get || op.kind == OpKind::del || op.kind == OpKind::get_into ||
+              op.kind == OpKind::expire || op.kind == OpKind::ttl) &&
+             !r.found) {
     c.status = ENOENT;
   }
   c.value = r.value;
@@ -367,14 +378,15 @@ void CHandle::leave() {
 // ---- the calls ---------------------------------------------------------
 
 int CHandle::submit(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
-                    std::uint64_t tag, const char* what, std::span<std::byte> into, std::uint16_t call_op) {
+                    std::uint64_t tag, const char* what, std::span<std::byte> into, std::uint16_t call_op,
+                    std::uint64_t ttl_ms) {
   if (async_in_flight_ + ready_count_ >= kMaxPending) {
     return set_error(EAGAIN, std::string(what) + ": the pipeline is full (" + std::to_string(kMaxPending) +
                                  " operations submitted and not yet returned by kv_poll)");
   }
   shards_->maintain();  // a shard whose retry is due reconnects before its keys are tried
   SlotKey k{};
-  if (const Status st = add(kind, shard, key, value, tag, false, into, k, call_op); st != Status::ok) {
+  if (const Status st = add(kind, shard, key, value, tag, false, into, k, call_op, ttl_ms); st != Status::ok) {
     return status_error(st, what, shard);
   }
   ++async_in_flight_;
@@ -383,11 +395,12 @@ int CHandle::submit(OpKind kind, std::size_t shard, std::string_view key, std::s
 }
 
 int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
-                 OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op) {
+                 OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op,
+                 std::uint64_t ttl_ms) {
   enter();
   shards_->maintain();
   SlotKey k{};
-  if (const Status st = add(kind, shard, key, value, 0, true, into, k, call_op); st != Status::ok) {
+  if (const Status st = add(kind, shard, key, value, 0, true, into, k, call_op, ttl_ms); st != Status::ok) {
     leave();
     return status_error(st, what, shard);
   }

@@ -66,13 +66,15 @@ namespace rkv::kv::client {
 // call: a CALL (kv_call, and kv_incr/kv_cas, whose line is their key's;
 // kv_call's is the empty key, which no other op has: kv_calls run one at a
 // time, in order, and are not ordered with keyed ops).
-enum class OpKind : std::uint8_t { set, get, del, get_into, call };
+// expire: EXPIRE (kv_expire), ttl: TTL (kv_ttl).
+enum class OpKind : std::uint8_t { set, get, del, get_into, call, expire, ttl };
 [[nodiscard]] std::string_view to_string(OpKind k) noexcept;
 
 // The outcome of a sync call.
 struct OpResult {
   Status status = Status::ok;
-  bool found = false;         // GET, DEL: the key existed
+  bool found = false;         // GET, DEL, EXPIRE, TTL: the key existed
+  std::int64_t ttl_ms = -1;   // TTL: the key's remaining time in ms (-1: no expiry)
   void* value = nullptr;      // GET hit, CALL: the value or reply handed to the caller (release_value); else null
   std::size_t value_len = 0;  // its length (get_into: the bytes written into the caller's buffer)
 };
@@ -119,16 +121,18 @@ class CHandle {
   // op's completion. Throws std::bad_alloc.
   // get_into: `into` (the caller's memory) stays the caller's until the
   // op's completion too. A CALL: as run()'s (`value` the request, `call_op`).
+  // ttl_ms: a SET's time to live (0: none), an EXPIRE's new one (0: persist).
   [[nodiscard]] int submit(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
                            std::uint64_t tag, const char* what, std::span<std::byte> into = {},
-                           std::uint16_t call_op = 0);
+                           std::uint16_t call_op = 0, std::uint64_t ttl_ms = 0);
   // Sync: the op joins its key's line like an async one and the reactor runs
   // until it completes (Client::await: the op timeout fails the
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
   // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
   [[nodiscard]] int run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
-                        OpResult& out, const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0);
+                        OpResult& out, const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0,
+                        std::uint64_t ttl_ms = 0);
   // kv_stats: the server's STATS text, the reactor run until it arrives.
   [[nodiscard]] int stats(std::string& out, const char* what);
   // kv_counters: this handle's client counters, "name value" lines (kClientCounterTable).
@@ -165,6 +169,7 @@ class CHandle {
     std::span<const std::byte> value;  // SET: the caller's bytes; CALL: the request
     std::span<std::byte> into;         // get_into: the caller's memory
     std::uint16_t call_op = 0;         // CALL: the user opcode
+    std::uint64_t ttl_ms = 0;          // SET: its TTL (0: none); EXPIRE: the new one (0: persist)
     Path path = Path::eager;           // SET, CALL: how it went (the Client's decision, given back by send())
     std::size_t shard = 0;             // the key's shard (shard_for, once per op)
     std::uint64_t tag = 0;
@@ -188,7 +193,7 @@ class CHandle {
   // Returns its key, or the Client's refusal (the op is gone then).
   [[nodiscard]] Status add(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
                            std::uint64_t tag, bool sync, std::span<std::byte> into, reactor::SlotKey& out,
-                           std::uint16_t call_op = 0);
+                           std::uint16_t call_op = 0, std::uint64_t ttl_ms = 0);
   [[nodiscard]] Status send(reactor::SlotKey k) noexcept;  // to the Client
   void on_reply(reactor::SlotKey k, Status st, bool found, std::span<const std::byte> value) noexcept;
   // The front op of its line is over: out of the line, delivered, and the

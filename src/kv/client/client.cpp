@@ -399,11 +399,12 @@ void Client::do_flush() noexcept {
   if (conn_) conn_->flush();
 }
 
-Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path) {
+Status Client::set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path,
+                   std::uint64_t ttl_ms) {
   assert_owner();
   if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   Path p = Path::eager;
-  const Status st = conn_->submit_set(key, value, std::move(cb), &p);
+  const Status st = conn_->submit_set(key, value, std::move(cb), &p, ttl_ms);
   if (st != Status::ok) return st;
   if (path != nullptr) *path = p;
   schedule_flush(p == Path::rendezvous);
@@ -430,6 +431,22 @@ Status Client::del(std::string_view key, Callback cb) {
   assert_owner();
   if (!conn_) return Status::not_connected;  // torn down (a ClientConn whose requests ended refuses them)
   const Status st = conn_->submit_del(key, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
+Status Client::expire(std::string_view key, std::uint64_t ttl_ms, Callback cb) {
+  assert_owner();
+  if (!conn_) return Status::not_connected;
+  const Status st = conn_->submit_expire(key, ttl_ms, std::move(cb));
+  if (st == Status::ok) schedule_flush();
+  return st;
+}
+
+Status Client::ttl(std::string_view key, Callback cb) {
+  assert_owner();
+  if (!conn_) return Status::not_connected;
+  const Status st = conn_->submit_ttl(key, std::move(cb));
   if (st == Status::ok) schedule_flush();
   return st;
 }
@@ -486,11 +503,12 @@ Status Client::await(const std::function<bool()>& done, std::string_view what) {
   return wait_for(done, what);
 }
 
-Status Client::set_sync(std::string_view key, std::string_view value) {
+Status Client::set_sync(std::string_view key, std::string_view value, std::uint64_t ttl_ms) {
   assert_owner();
   if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
   auto result = std::make_shared<SyncResult>();
-  Status st = set(key, value, [result](Status s, bool, std::span<const std::byte>) { result->status = s; });
+  Status st = set(
+      key, value, [result](Status s, bool, std::span<const std::byte>) { result->status = s; }, ttl_ms);
   if (st != Status::ok) return st;
   if (Status w = await_reply(result->status, "a SET"); w != Status::ok) return w;
   return *result->status;
@@ -544,6 +562,39 @@ Status Client::del_sync(std::string_view key, bool& found) {
   if (st != Status::ok) return st;
   if (Status w = await_reply(result->status, "a DEL"); w != Status::ok) return w;
   if (*result->status == Status::ok) found = result->found;
+  return *result->status;
+}
+
+Status Client::expire_sync(std::string_view key, std::uint64_t ttl_ms, bool& found) {
+  assert_owner();
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  Status st = expire(key, ttl_ms, [result](Status s, bool f, std::span<const std::byte>) {
+    result->found = f;
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "an EXPIRE"); w != Status::ok) return w;
+  if (*result->status == Status::ok) found = result->found;
+  return *result->status;
+}
+
+Status Client::ttl_sync(std::string_view key, std::int64_t& ttl_ms, bool& found) {
+  assert_owner();
+  if (reactor_->state() != reactor::ReactorState::kIdle) return Status::invalid_use;
+  auto result = std::make_shared<SyncResult>();
+  auto left = std::make_shared<std::int64_t>(-1);
+  Status st = ttl(key, [result, left](Status s, bool f, std::span<const std::byte> v) {
+    result->found = f;
+    if (f) *left = ClientConn::ttl_of(v);
+    result->status = s;
+  });
+  if (st != Status::ok) return st;
+  if (Status w = await_reply(result->status, "a TTL"); w != Status::ok) return w;
+  if (*result->status == Status::ok) {
+    found = result->found;
+    ttl_ms = found ? *left : -1;
+  }
   return *result->status;
 }
 

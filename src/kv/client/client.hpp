@@ -111,10 +111,13 @@ class Client {
   // registered for reuse: call forget() before freeing/unmapping such a
   // buffer (or the cache could later serve its stale registration).
   // `path`, if given: how an accepted request travels (ClientConn::submit decides).
+  // ttl_ms > 0: the key expires that many ms after the server stores it; 0:
+  // no expiry (a TTL the key had is cleared, as a Redis SET does).
   [[nodiscard]] Status set(std::string_view key, std::span<const std::byte> value, Callback cb,
-                           Path* path = nullptr);
-  [[nodiscard]] Status set(std::string_view key, std::string_view value, Callback cb) {
-    return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb));
+                           Path* path = nullptr, std::uint64_t ttl_ms = 0);
+  [[nodiscard]] Status set(std::string_view key, std::string_view value, Callback cb, std::uint64_t ttl_ms = 0) {
+    return set(key, std::as_bytes(std::span<const char>(value.data(), value.size())), std::move(cb), nullptr,
+               ttl_ms);
   }
   [[nodiscard]] Status get(std::string_view key, Callback cb);
   // GET into the caller's memory (ClientConn::submit_get_into): `into` must
@@ -124,6 +127,10 @@ class Client {
   // Removes the key; the callback's `found` says whether it existed. Queued
   // behind earlier requests like set()/get() (no value moves).
   [[nodiscard]] Status del(std::string_view key, Callback cb);
+  // The key expires ttl_ms from now (0: it persists); `found`: the key existed.
+  [[nodiscard]] Status expire(std::string_view key, std::uint64_t ttl_ms, Callback cb);
+  // `found`: the key exists; its remaining time is then ClientConn::ttl_of(value) ms (-1: no expiry).
+  [[nodiscard]] Status ttl(std::string_view key, Callback cb);
 
   // A user-defined operation (docs/protocol.md "CALL"): runs the server's
   // handler of user opcode `op` on `request` (which must stay alive until
@@ -141,7 +148,11 @@ class Client {
 
   // Sync: run the reactor until the op completes or options.op_timeout passes
   // (then the connection is failed and Status::timeout returned).
-  [[nodiscard]] Status set_sync(std::string_view key, std::string_view value);
+  [[nodiscard]] Status set_sync(std::string_view key, std::string_view value, std::uint64_t ttl_ms = 0);
+  // found = the key existed (its TTL is now ttl_ms, or none for 0); set only when ok.
+  [[nodiscard]] Status expire_sync(std::string_view key, std::uint64_t ttl_ms, bool& found);
+  // found = the key exists; ttl_ms its remaining time (-1: no expiry); set only when ok.
+  [[nodiscard]] Status ttl_sync(std::string_view key, std::int64_t& ttl_ms, bool& found);
   [[nodiscard]] Status get_sync(std::string_view key, std::string& out, bool& found);  // copies the value
   // Zero-copy: a large value stays in the registered buffer it landed in,
   // now owned by `out`. found = false (and `out` empty) for a missing key.

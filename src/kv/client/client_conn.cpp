@@ -1,5 +1,6 @@
 // ClientConn: see client_conn.hpp. Reactor thread only.
 #include "kv/client/client_conn.hpp"
+#include "proto/endian.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -81,8 +82,9 @@ void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv
                server_recv_size, slots_.max_slots());
 }
 
-Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path) {
-  return submit(proto::Opcode::set, key, value, std::move(cb), path);
+Status ClientConn::submit_set(std::string_view key, std::span<const std::byte> value, Callback cb, Path* path,
+                              std::uint64_t ttl_ms) {
+  return submit(proto::Opcode::set, key, value, std::move(cb), path, ttl_ms);
 }
 
 Status ClientConn::submit_get(std::string_view key, Callback cb) {
@@ -118,6 +120,19 @@ Status ClientConn::submit_del(std::string_view key, Callback cb) {
   return submit(proto::Opcode::del, key, {}, std::move(cb));
 }
 
+Status ClientConn::submit_expire(std::string_view key, std::uint64_t ttl_ms, Callback cb) {
+  return submit(proto::Opcode::expire, key, {}, std::move(cb), nullptr, ttl_ms);
+}
+
+Status ClientConn::submit_ttl(std::string_view key, Callback cb) {
+  return submit(proto::Opcode::ttl, key, {}, std::move(cb));
+}
+
+std::int64_t ClientConn::ttl_of(std::span<const std::byte> value) noexcept {
+  if (value.size() != kTtlValueSize) return -1;
+  return static_cast<std::int64_t>(proto::load_le<std::uint64_t>(value, 0));
+}
+
 Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> request, Callback cb, Path* path) {
   const auto key = proto::call_op_key(op);
   return submit(proto::Opcode::call, std::string_view(key.data(), key.size()), request, std::move(cb), path);
@@ -126,7 +141,7 @@ Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> requ
 Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
 
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb,
-                          Path* path_out) {
+                          Path* path_out, std::uint64_t ttl) {
   // Only SET and CALL carry a value, so only they can go by rendezvous.
   const Path path = op == proto::Opcode::get && onesided()          ? Path::onesided
                     : proto::eager_fits(key.size(), value.size()) ? Path::eager
@@ -136,11 +151,14 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     st = Status::not_connected;
   } else if (op != proto::Opcode::stats && (key.empty() || key.size() > proto::kMaxKey)) {
     st = Status::bad_key;
+  } else if (ttl > proto::kMaxTtlMs) {
+    st = Status::bad_request;
   } else if (path == Path::rendezvous) {
     // Rendezvous: the server READs the value from this (registered) buffer.
     if (registrar_ == nullptr || (max_value_ != 0 && value.size() > max_value_)) st = Status::too_large;
   } else if (state_ == ConnState::established &&
-             proto::kHeaderSize + key.size() + value.size() > channel_.max_message()) {
+             proto::kHeaderSize + key.size() + (ttl != 0 ? proto::kTtlSize : 0) + value.size() >
+                 channel_.max_message()) {
     st = Status::too_large;  // the server's receive buffers are smaller than this request
   }
   RegCache::Lease lease;
@@ -157,7 +175,7 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     ++counters_.refused;
     return st;
   }
-  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease), path});
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease), path, {}, ttl, {}});
   ++counters_.requests;
   if (path_out != nullptr) *path_out = path;
   SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());
@@ -166,6 +184,12 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
 
 std::size_t ClientConn::flush() noexcept {
   if (state_ != ConnState::established) return 0;
+  // Hints ride with a message request, or go alone once a batch waits.
+  if (!touches_.empty() &&
+      (touch_keys_ >= kTouchBatch ||
+       std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.path != Path::onesided; }))) {
+    queue_touch();
+  }
   if (queue_.empty() && releases_.empty()) {
     post_pending_reads();  // READs decided in the CQ pass that ends with this flush
     return 0;
@@ -341,8 +365,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     }
     const auto& m = std::get<proto::MessageView>(res);
     const proto::Opcode op = m.opcode();
-    if (op != proto::Opcode::set_reply && op != proto::Opcode::get_reply && op != proto::Opcode::stats_reply &&
-        op != proto::Opcode::del_reply && op != proto::Opcode::call_reply) {
+    if (proto::is_request(op)) {
       fail(std::string("unexpected message from the server: ") + std::string(proto::to_string(op)));
       return false;
     }
@@ -377,11 +400,19 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     free_slot(key);  // recycles a landing buffer offered but not used (eager value, miss, error)
     const Status st = from_wire(m.header.status);
     const bool call_ok = op == proto::Opcode::call_reply && st == Status::ok;
-    const bool found = ((op == proto::Opcode::get_reply || op == proto::Opcode::del_reply) && m.found()) || call_ok;
+    // FOUND is allowed only where it means "the key exists" (the decoder checked).
+    const bool found = m.found() || call_ok;
     SPDLOG_TRACE("client: reply req_id {} {} found {} value_len {} credits +{}", m.header.req_id,
                  to_string(st), found, m.value.size(), m.header.credits);
-    const bool text = op == proto::Opcode::stats_reply || call_ok;
-    finish(st, found, (found && op == proto::Opcode::get_reply) || text ? m.value : std::span<const std::byte>{}, cb);
+    std::array<std::byte, kTtlValueSize> ttl{};
+    std::span<const std::byte> value;
+    if ((found && op == proto::Opcode::get_reply) || op == proto::Opcode::stats_reply || call_ok) {
+      value = m.value;
+    } else if (found && op == proto::Opcode::ttl_reply) {  // the remaining ms (kNoTtl: -1) as the value
+      proto::store_le<std::uint64_t>(ttl, 0, m.ttl);
+      value = ttl;
+    }
+    finish(st, found, value, cb);
     // A callback that closed or failed the connection already completed the rest.
     if (ended()) return true;
   }

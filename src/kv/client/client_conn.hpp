@@ -22,7 +22,8 @@
 // (which always comes, signaled or not) fails the connection and no READ
 // before it is trusted.
 //
-// Flow: submit_set()/submit_get()/submit_del()/submit_call() check the limits and queue the request;
+// Flow: submit_set()/submit_get()/submit_del()/submit_expire()/submit_ttl()/submit_call() check the limits and
+// queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
 // in one SEND) while a credit (1 per SEND), a free slot (max_in_flight =
 // receive buffers) and a send buffer are available. A reply frees its slot,
@@ -141,6 +142,7 @@ struct ClientCounters {
   std::uint64_t onesided_fallbacks = 0;  // turned into a message GET (overflow, collision, retries used up)
   std::uint64_t gets_into = 0;          // GETs into a caller's buffer (submit_get_into)
   std::uint64_t gets_into_direct = 0;   // of those: the value was RDMA-written or -read into it (no copy)
+  std::uint64_t touches_sent = 0;       // keys named in TOUCH hints (one-sided hits reported to the server)
   [[nodiscard]] double messages_per_send() const noexcept {
     return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
   }
@@ -184,6 +186,7 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"onesided_fallbacks", &ClientCounters::onesided_fallbacks},
     ClientCounterInfo{"gets_into", &ClientCounters::gets_into},
     ClientCounterInfo{"gets_into_direct", &ClientCounters::gets_into_direct},
+    ClientCounterInfo{"touches_sent", &ClientCounters::touches_sent},
 };
 static_assert(sizeof(ClientCounters) == kClientCounterTable.size() * sizeof(std::uint64_t),
               "every ClientCounters member needs its row in kClientCounterTable");
@@ -251,8 +254,10 @@ class ClientConn {
   // Queue a request. The value bytes must stay alive until the callback
   // (the key is copied). Returns ok, or why it was refused (the callback is
   // then never called). `path`, if given: how an accepted request travels.
+  // ttl_ms > 0: the key expires that many ms after the server stores it
+  // (proto::kMaxTtlMs at most); 0: it has no expiry (a TTL it had is cleared).
   [[nodiscard]] Status submit_set(std::string_view key, std::span<const std::byte> value, Callback cb,
-                                  Path* path = nullptr);
+                                  Path* path = nullptr, std::uint64_t ttl_ms = 0);
   [[nodiscard]] Status submit_get(std::string_view key, Callback cb);
   // GET into the caller's memory `into` (it must stay valid until the
   // callback): a large value is RDMA-written into it by the server (the
@@ -265,6 +270,14 @@ class ClientConn {
   [[nodiscard]] Status submit_get_into(std::string_view key, std::span<std::byte> into, Callback cb);
   // DEL: the callback's `found` says whether the key existed (and was removed).
   [[nodiscard]] Status submit_del(std::string_view key, Callback cb);
+  // EXPIRE: the key expires ttl_ms from now (0: it persists); `found` says
+  // whether the key existed.
+  [[nodiscard]] Status submit_expire(std::string_view key, std::uint64_t ttl_ms, Callback cb);
+  // TTL: `found` says whether the key exists; the value is then kTtlValueSize
+  // bytes, its remaining time to live in ms (ttl_of() reads it; -1: no expiry).
+  [[nodiscard]] Status submit_ttl(std::string_view key, Callback cb);
+  static constexpr std::size_t kTtlValueSize = 8;
+  [[nodiscard]] static std::int64_t ttl_of(std::span<const std::byte> value) noexcept;
   // CALL of user opcode `op`: `request` (alive until the callback) goes
   // eagerly or, from 4 KiB, by the server's RDMA READ (registered like a
   // large SET's value); the callback's value is the handler's reply (a large
@@ -362,6 +375,8 @@ class ClientConn {
     RegCache::Lease lease;    // rendezvous: the registration of `value`
     Path path = Path::eager;  // decided by submit (a one-sided GET's fallback: eager)
     Into into{};              // GET into the caller's memory
+    std::uint64_t ttl = 0;    // SET: its TTL field (0: none); EXPIRE: the new TTL
+    std::vector<std::byte> owned;  // TOUCH: its packed keys (`value` views them)
   };
   // What a request in flight waits for. At most one RDMA READ per request is
   // in flight, and only in the pull, hood and block stages.
@@ -387,7 +402,7 @@ class ClientConn {
 
   // Decides the request's Path (the one place) and queues it; *path_out gets it when accepted.
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
-                              Callback cb, Path* path_out = nullptr);
+                              Callback cb, Path* path_out = nullptr, std::uint64_t ttl = 0);
   using SlotKey = reactor::SlotKey;
   [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
   // An RDMA READ's wr_id carries its request's slot key, generation included.
@@ -440,6 +455,14 @@ class ClientConn {
   void on_block(SlotKey key) noexcept;
   void retry_or_fallback(SlotKey key) noexcept;
   void fallback(SlotKey key) noexcept;  // re-queued as a message GET
+  // A one-sided GET found `key`: it joins the TOUCH hints (docs/protocol.md
+  // "TOUCH"), so the server's eviction sees the read. They go as one TOUCH
+  // request once kTouchBatch keys wait, or with the next message request.
+  void note_touch(std::string_view key) noexcept;
+  // The waiting hints as a TOUCH request at the back of queue_ (flush() sends it).
+  void queue_touch() noexcept;
+  static constexpr std::uint32_t kTouchBatch = 32;
+  static constexpr std::size_t kTouchMaxBytes = 2048;  // a TOUCH's payload, well under the eager limit
   // Slot `index`'s part of os_mem_ (indices stay below max_in_flight(): the table is bounded).
   [[nodiscard]] std::span<std::byte> os_area(std::uint32_t index, std::size_t off, std::size_t len) noexcept;
 
@@ -453,6 +476,8 @@ class ClientConn {
   std::vector<std::unique_ptr<Registration>> retired_;  // of adopted buffers: deregistered after a SEND
   std::unique_ptr<LandingBuffer> delivering_;           // during a large GET's callback
   std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND
+  std::vector<std::byte> touches_;                      // TOUCH hints not queued yet (u16 LE length + key, each)
+  std::uint32_t touch_keys_ = 0;                        // keys in touches_
   // READs posted and not yet known complete, in post order (= send queue
   // order): a ring of at most max_in_flight() (one READ per request at a time).
   class ReadRing {

@@ -245,6 +245,7 @@ void ClientConn::on_block(SlotKey key) noexcept {
     case proto::BlockCheck::ok: break;
   }
   ++counters_.onesided_hits;
+  note_touch(s.key);
   if (len > kSmallValue) {
     if (s.into.on) {
       deliver_into(key, len);
@@ -283,6 +284,35 @@ void ClientConn::fallback(SlotKey key) noexcept {
   } catch (...) {
     finish(Status::no_memory, false, {}, r.cb);
   }
+}
+
+void ClientConn::note_touch(std::string_view key) noexcept {
+  if (touches_.size() + 2 + key.size() > kTouchMaxBytes) queue_touch();  // full: this one starts the next
+  try {
+    touches_.push_back(static_cast<std::byte>(key.size() & 0xFF));
+    touches_.push_back(static_cast<std::byte>(key.size() >> 8));
+    const auto k = std::as_bytes(std::span(key.data(), key.size()));
+    touches_.insert(touches_.end(), k.begin(), k.end());
+    ++touch_keys_;
+  } catch (...) {
+    touches_.clear();  // out of memory: a hint is only a hint
+    touch_keys_ = 0;
+  }
+}
+
+void ClientConn::queue_touch() noexcept {
+  if (touches_.empty()) return;
+  try {
+    Request r;
+    r.op = proto::Opcode::touch;
+    r.owned = std::move(touches_);
+    queue_.push_back(std::move(r));
+    queue_.back().value = queue_.back().owned;  // the vector's buffer stays put when the Request moves
+    counters_.touches_sent += touch_keys_;
+  } catch (...) {
+  }
+  touches_.clear();
+  touch_keys_ = 0;
 }
 
 }  // namespace rkv::kv::client

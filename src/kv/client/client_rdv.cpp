@@ -17,12 +17,17 @@ namespace rkv::kv::client {
 
 proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& s) noexcept {
   if (r.op == proto::Opcode::set) {
-    if (r.path == Path::eager) return proto::msg::set_request(id, r.key, r.value);
     // The value's checksum rides in the descriptor: the server publishes it in
     // the one-sided index without reading the value through (docs/protocol.md).
-    return proto::msg::set_request_rdv(
-        id, r.key, {r.lease.addr_of(r.value.data()), r.lease.rkey(), proto::crc32c(r.value.data(), r.value.size())},
-        r.value.size());
+    proto::MessageSpec m =
+        r.path == Path::eager
+            ? proto::msg::set_request(id, r.key, r.value)
+            : proto::msg::set_request_rdv(id, r.key,
+                                          {r.lease.addr_of(r.value.data()), r.lease.rkey(),
+                                           proto::crc32c(r.value.data(), r.value.size())},
+                                          r.value.size());
+    if (r.ttl != 0) m.ttl = r.ttl;
+    return m;
   }
   if (r.op == proto::Opcode::call) {  // no landing buffer offered: a large reply is pulled
     if (r.path == Path::eager) return proto::msg::call_request(id, r.key, r.value);
@@ -31,6 +36,9 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
   }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
   if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);
+  if (r.op == proto::Opcode::expire) return proto::msg::expire_request(id, r.key, r.ttl);
+  if (r.op == proto::Opcode::ttl) return proto::msg::ttl_request(id, r.key);
+  if (r.op == proto::Opcode::touch) return proto::msg::touch(id, r.value);
   if (r.into.on) {  // the caller's memory, registered for this request (flush() moves it to the slot)
     if (!r.into.reg) return proto::msg::get_request(id, r.key);
     return proto::msg::get_request_rdv(id, r.key, {r.into.reg->addr(), r.into.reg->rkey()}, r.into.bytes.size());

@@ -138,6 +138,20 @@ KV_API int kv_get_bin(void *kv_handle, const void *key, size_t key_len, void **v
  * one-sided ones (RKV_GET_MODE=read). */
 KV_API int kv_del(void *kv_handle, const void *key, size_t key_len);
 
+/* ---- Time to live (docs/protocol.md "Time to live") ----------------
+ * kv_set_ttl: a SET whose key expires ttl_ms milliseconds after the server
+ * stores it (0: no expiry, as kv_set_bin; a plain SET also clears a TTL the
+ * key had). kv_expire: the key expires ttl_ms from now; 0 makes it persist;
+ * ENOENT: no such key. kv_ttl: *ttl_ms is the key's remaining time in ms,
+ * or -1 when it has no expiry; ENOENT: no such key. An expired key is gone
+ * for every call at once; a one-sided GET (RKV_GET_MODE=read) may still
+ * find it for a short while (at most 250 ms, docs/protocol.md). ttl_ms over
+ * about 100 years (3,153,600,000,000): EINVAL. */
+KV_API int kv_set_ttl(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
+                      uint64_t ttl_ms);
+KV_API int kv_expire(void *kv_handle, const void *key, size_t key_len, uint64_t ttl_ms);
+KV_API int kv_ttl(void *kv_handle, const void *key, size_t key_len, int64_t *ttl_ms);
+
 /* GET into the caller's memory: the value's bytes are written into
  * buf[0 .. *value_len) and nothing is allocated. A large value goes there by
  * RDMA directly (the server WRITEs it into buf, or the client READs it into
@@ -227,6 +241,9 @@ typedef struct kv_completion {
 
 KV_API int kv_set_async(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
                  uint64_t tag);
+/* kv_set_ttl's async form (the value's memory as kv_set_async's). */
+KV_API int kv_set_ttl_async(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
+                            uint64_t ttl_ms, uint64_t tag);
 KV_API int kv_get_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);
 /* Its completion: status 0 (the key existed and is gone) or ENOENT. */
 KV_API int kv_del_async(void *kv_handle, const void *key, size_t key_len, uint64_t tag);

@@ -165,9 +165,9 @@ Status ShardSet::usable_checked(std::size_t shard) noexcept {
 }
 
 Status ShardSet::set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
-                     Path* path) {
+                     Path* path, std::uint64_t ttl_ms) {
   if (const Status u = usable_checked(shard); u != Status::ok) return u;
-  return shards_[shard].client->set(key, value, wrap(shard, std::move(cb)), path);
+  return shards_[shard].client->set(key, value, wrap(shard, std::move(cb)), path, ttl_ms);
 }
 
 Status ShardSet::get(std::size_t shard, std::string_view key, Callback cb) {
@@ -183,6 +183,16 @@ Status ShardSet::get_into(std::size_t shard, std::string_view key, std::span<std
 Status ShardSet::del(std::size_t shard, std::string_view key, Callback cb) {
   if (const Status u = usable_checked(shard); u != Status::ok) return u;
   return shards_[shard].client->del(key, wrap(shard, std::move(cb)));
+}
+
+Status ShardSet::expire(std::size_t shard, std::string_view key, std::uint64_t ttl_ms, Callback cb) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->expire(key, ttl_ms, wrap(shard, std::move(cb)));
+}
+
+Status ShardSet::ttl(std::size_t shard, std::string_view key, Callback cb) {
+  if (const Status u = usable_checked(shard); u != Status::ok) return u;
+  return shards_[shard].client->ttl(key, wrap(shard, std::move(cb)));
 }
 
 Status ShardSet::call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,

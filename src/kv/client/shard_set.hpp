@@ -98,10 +98,12 @@ class ShardSet {
   // callback's status when its connection fails while the op is pending.
   // `path` (set, call), if given: how an accepted request travels (Client's).
   [[nodiscard]] Status set(std::size_t shard, std::string_view key, std::span<const std::byte> value, Callback cb,
-                           Path* path = nullptr);
+                           Path* path = nullptr, std::uint64_t ttl_ms = 0);
   [[nodiscard]] Status get(std::size_t shard, std::string_view key, Callback cb);
   [[nodiscard]] Status get_into(std::size_t shard, std::string_view key, std::span<std::byte> into, Callback cb);
   [[nodiscard]] Status del(std::size_t shard, std::string_view key, Callback cb);
+  [[nodiscard]] Status expire(std::size_t shard, std::string_view key, std::uint64_t ttl_ms, Callback cb);
+  [[nodiscard]] Status ttl(std::size_t shard, std::string_view key, Callback cb);
   // A CALL (kv_incr/kv_cas: on their key's shard; a keyless CALL has no
   // shard, the callers decide: docs/architecture.md).
   [[nodiscard]] Status call(std::size_t shard, std::uint16_t op, std::span<const std::byte> request, Callback cb,

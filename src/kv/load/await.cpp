@@ -1,4 +1,4 @@
-// await_set/await_get/await_del/await_call: see await.hpp.
+// await_set/await_get/await_del/await_expire/await_ttl/await_call: see await.hpp.
 #include "kv/load/await.hpp"
 
 #include <memory>
@@ -45,40 +45,41 @@ OpResult wait_for(Scheduler& s, const std::shared_ptr<Pending>& p) {
   return std::move(p->result);
 }
 
+// Submits with a callback that completes `p`, then waits; a refused submit returns at once.
+template <class Submit>
+OpResult submit_and_wait(Scheduler& s, bool keep_value, Submit&& submit) {
+  auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
+  const Status st = submit([p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
+  if (st != Status::ok) return OpResult{st, false, 0, {}};
+  return wait_for(s, p);
+}
+
 }  // namespace
 
 OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
-                   std::span<const std::byte> value) {
-  auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
-  const Status st =
-      c.set(shard, key, value, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
-  if (st != Status::ok) return OpResult{st, false, 0, {}};
-  return wait_for(s, p);
+                   std::span<const std::byte> value, std::uint64_t ttl_ms) {
+  return submit_and_wait(s, false, [&](client::Callback cb) { return c.set(shard, key, value, std::move(cb), nullptr, ttl_ms); });
 }
 
 OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key, bool keep_value) {
-  auto p = std::make_shared<Pending>(Pending{&s, s.current(), keep_value, false, {}});
-  const Status st =
-      c.get(shard, key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
-  if (st != Status::ok) return OpResult{st, false, 0, {}};
-  return wait_for(s, p);
+  return submit_and_wait(s, keep_value, [&](client::Callback cb) { return c.get(shard, key, std::move(cb)); });
 }
 
 OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key) {
-  auto p = std::make_shared<Pending>(Pending{&s, s.current(), false, false, {}});
-  const Status st =
-      c.del(shard, key, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
-  if (st != Status::ok) return OpResult{st, false, 0, {}};
-  return wait_for(s, p);
+  return submit_and_wait(s, false, [&](client::Callback cb) { return c.del(shard, key, std::move(cb)); });
+}
+
+OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key, std::uint64_t ttl_ms) {
+  return submit_and_wait(s, false, [&](client::Callback cb) { return c.expire(shard, key, ttl_ms, std::move(cb)); });
+}
+
+OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key) {
+  return submit_and_wait(s, true, [&](client::Callback cb) { return c.ttl(shard, key, std::move(cb)); });
 }
 
 OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,
                     std::span<const std::byte> request) {
-  auto p = std::make_shared<Pending>(Pending{&s, s.current(), true, false, {}});
-  const Status st =
-      c.call(shard, op, request, [p](Status r, bool found, std::span<const std::byte> v) { p->complete(r, found, v); });
-  if (st != Status::ok) return OpResult{st, false, 0, {}};
-  return wait_for(s, p);
+  return submit_and_wait(s, true, [&](client::Callback cb) { return c.call(shard, op, request, std::move(cb)); });
 }
 
 }  // namespace rkv::kv::load

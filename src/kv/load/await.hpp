@@ -30,7 +30,7 @@ using client::Status;
 
 struct OpResult {
   Status status = Status::ok;    // no_memory also if a GET's bytes could not be copied here
-  bool found = false;            // GET: a value came back; DEL: the key existed
+  bool found = false;            // GET: a value came back; DEL, EXPIRE, TTL: the key existed
   std::uint64_t size = 0;        // GET: value bytes received
   std::vector<std::byte> value;  // GET with keep_value, CALL: the bytes
 };
@@ -39,11 +39,17 @@ struct OpResult {
 // `value` must stay alive and unchanged until this returns.
 // Each goes to server `shard`: the key's (ShardSet::shard_of, computed once
 // by the caller; one server: its one Client).
+// ttl_ms: the SET's time to live (0: none).
 [[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
-                                 std::span<const std::byte> value);
+                                 std::span<const std::byte> value, std::uint64_t ttl_ms = 0);
 [[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
                                  bool keep_value);
 [[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key);
+// EXPIRE (0: persist): found = the key existed.
+[[nodiscard]] OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+                                    std::uint64_t ttl_ms);
+// TTL: found = the key exists; value = its remaining ms (ClientConn::ttl_of).
+[[nodiscard]] OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key);
 // CALL of user opcode `op` (docs/protocol.md "CALL"): `request` alive until
 // this returns; the reply's bytes in value (found: status ok). On server `shard`.
 [[nodiscard]] OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,

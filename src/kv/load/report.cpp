@@ -10,7 +10,9 @@
 namespace rkv::kv::load {
 namespace {
 
-constexpr std::array<Op::Kind, 4> kKinds = {Op::Kind::get, Op::Kind::set, Op::Kind::del, Op::Kind::call};
+constexpr std::array<Op::Kind, 6> kKinds = {Op::Kind::get,  Op::Kind::set,    Op::Kind::del,
+                                            Op::Kind::call, Op::Kind::expire, Op::Kind::ttl};
+static_assert(kKinds.size() * 2 == Report::kClasses);
 constexpr std::array<SizeClass, 2> kSizes = {SizeClass::eager, SizeClass::rendezvous};
 
 double finite_or_zero(double v) noexcept { return std::isfinite(v) ? v : 0.0; }
@@ -70,6 +72,8 @@ std::string_view upper(Op::Kind k) noexcept {
     case Op::Kind::set: return "SET";
     case Op::Kind::del: return "DEL";
     case Op::Kind::call: return "CALL";
+    case Op::Kind::expire: return "EXPIRE";
+    case Op::Kind::ttl: return "TTL";
   }
   return "?";
 }
@@ -98,6 +102,8 @@ std::size_t Report::index(Op::Kind k, SizeClass c) noexcept {
     case Op::Kind::set: i = 2; break;
     case Op::Kind::del: i = 4; break;
     case Op::Kind::call: i = 6; break;
+    case Op::Kind::expire: i = 8; break;
+    case Op::Kind::ttl: i = 10; break;
   }
   switch (c) {
     case SizeClass::eager: break;

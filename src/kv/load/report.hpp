@@ -46,7 +46,7 @@ struct ShardStats {
 };
 
 struct Report {
-  static constexpr std::size_t kClasses = 8;
+  static constexpr std::size_t kClasses = 12;
 
   std::string name;              // free-form label, e.g. the workload file
   double seconds = 0.0;          // wall time of the run
@@ -65,7 +65,8 @@ struct Report {
   // get/eager, get/rendezvous, set/eager, set/rendezvous, del/eager,
   // del/rendezvous (a DEL moves no value: it is recorded as eager, and
   // del/rendezvous stays empty; kept so every kind has both classes),
-  // call/eager, call/rendezvous (by the request's size).
+  // call/eager, call/rendezvous (by the request's size), expire/eager,
+  // expire/rendezvous, ttl/eager, ttl/rendezvous (eager only, as DEL).
   [[nodiscard]] static std::size_t index(Op::Kind k, SizeClass c) noexcept;
   [[nodiscard]] ClassStats& at(Op::Kind k, SizeClass c) noexcept { return classes[index(k, c)]; }
   [[nodiscard]] const ClassStats& at(Op::Kind k, SizeClass c) const noexcept {
@@ -91,13 +92,13 @@ struct Report {
 // One JSON object (no trailing newline):
 // {"name":..., "ops":N, "errors":N, "seconds":S, "ops_per_s":R, "mismatches":N,
 //  "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N},
-//  "classes":[{"op":"get"|"set"|"del"|"call", "size_class":"eager"|"rendezvous", "count":N,
+//  "classes":[{"op":"get"|"set"|"del"|"call"|"expire"|"ttl", "size_class":"eager"|"rendezvous", "count":N,
 //    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,
 //    "latency_ns":{...the same six fields...}}, ...],
 //  "shard_down":N, "shard_down_max_ns":N,
 //  "shards":[{"server":"host:port", "ops":N, "errors":N, "shard_down":N}, ...]}
 // The top-level latency_ns covers every successful operation of the run (all
-// classes together). All eight classes are always present, in index() order;
+// classes together). All twelve classes are always present, in index() order;
 // a class (or a run) without successful operations has all latency fields 0.
 [[nodiscard]] std::string to_json(const Report& r);
 

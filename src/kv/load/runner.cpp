@@ -46,7 +46,9 @@ LoadRun::LoadRun(Scheduler& scheduler, ShardSet& shards, const std::vector<Op>& 
         case Op::Kind::set: expected_.insert_or_assign(op.key, Expected{Expected::State::value, op.value}); break;
         case Op::Kind::del: expected_.insert_or_assign(op.key, Expected{Expected::State::missing, {}}); break;
         case Op::Kind::get:
-        case Op::Kind::call: break;
+        case Op::Kind::call:
+        case Op::Kind::expire:
+        case Op::Kind::ttl: break;
       }
     }
   }
@@ -114,6 +116,8 @@ void LoadRun::worker() {
       }
       case Op::Kind::get: run_get(op, shard); break;
       case Op::Kind::del: run_del(op, shard); break;
+      case Op::Kind::expire: run_expire(op, shard); break;
+      case Op::Kind::ttl: run_ttl(op, shard); break;
     }
     ++done_;
   }
@@ -137,7 +141,7 @@ void LoadRun::run_set(const Op& op, std::size_t shard, std::span<std::byte> valu
   write_value(op.value, value);
   const auto t0 = Clock::now();
   begin_op();
-  const OpResult r = await_set(*scheduler_, *shards_, shard, op.key, value);
+  const OpResult r = await_set(*scheduler_, *shards_, shard, op.key, value, op.ttl_ms);
   const auto t1 = Clock::now();
   end_op(t1);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
@@ -146,7 +150,12 @@ void LoadRun::run_set(const Op& op, std::size_t shard, std::span<std::byte> valu
                  static_cast<std::uint64_t>(ns), ok);
   record_shard(shard, r.status, ns);
   if (options_.verify) {
-    expected_.insert_or_assign(op.key, ok ? Expected{Expected::State::value, op.value} : Expected{});
+    Expected e = ok ? Expected{Expected::State::value, op.value} : Expected{};
+    if (ok && op.ttl_ms != 0) {
+      e.expires_from = t0 + std::chrono::milliseconds(op.ttl_ms);
+      e.expires_by = t1 + std::chrono::milliseconds(op.ttl_ms);
+    }
+    expected_.insert_or_assign(op.key, std::move(e));
   }
   if (ok && options_.on_set_ok) options_.on_set_ok(op, value);
   if (!ok) error_line(op, set_status_text(r.status));
@@ -175,11 +184,18 @@ void LoadRun::run_get(const Op& op, std::size_t shard) {
     error_line(op, std::string(to_string(r.status)));
     return;
   }
-  if (want_value != nullptr && (!r.found || !matches(*want_value, r.value))) {
+  const Holds now = want_value != nullptr ? holds(*want, t0, t1, true) : Holds::value;
+  if (want_value != nullptr && r.found && now == Holds::nothing) {
     ++report_.mismatches;
-    error_line(op, r.found ? "returned other bytes than were SET (" + std::to_string(r.size) + " bytes, expected " +
-                                 std::to_string(value_size(*want_value)) + ")"
-                           : "found nothing, expected the value SET before");
+    error_line(op, "returned a value after its time to live ran out");
+  } else if (want_value != nullptr && r.found && !matches(*want_value, r.value)) {
+    ++report_.mismatches;
+    error_line(op, "returned other bytes than were SET (" + std::to_string(r.size) + " bytes, expected " +
+                       std::to_string(value_size(*want_value)) + ")");
+  } else if (want_value != nullptr && !r.found && now == Holds::value) {
+    ++report_.mismatches;
+    error_line(op, want->expiring() ? "found nothing before its time to live ran out"
+                                    : "found nothing, expected the value SET before");
   } else if (want != nullptr && want->state == Expected::State::missing && r.found) {
     ++report_.mismatches;
     error_line(op, "returned " + std::to_string(r.size) + " bytes, expected nothing (DELeted before)");
@@ -201,6 +217,11 @@ void LoadRun::run_del(const Op& op, std::size_t shard) {
   report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
   record_shard(shard, r.status, ns);
   if (options_.verify) {
+    if (before == Expected::State::value) {  // a value with a TTL may have expired meanwhile
+      const Holds now = holds(expected_.find(op.key)->second, t0, t1, false);
+      if (now == Holds::either) before = Expected::State::unknown;
+      if (now == Holds::nothing) before = Expected::State::missing;  // it expired: a DEL finds nothing
+    }
     if (ok && before == Expected::State::value && !r.found) {
       ++report_.mismatches;
       error_line(op, "found nothing to delete, expected the value SET before");
@@ -212,6 +233,95 @@ void LoadRun::run_del(const Op& op, std::size_t shard) {
   }
   if (ok && options_.on_del_ok) options_.on_del_ok(op, r.found);
   if (!ok) error_line(op, std::string(to_string(r.status)));
+}
+
+LoadRun::Holds LoadRun::holds(const Expected& want, Clock::time_point t0, Clock::time_point t1,
+                              bool lagging) const noexcept {
+  if (!want.expiring()) return Holds::value;
+  // The server's clock reads whole ms, coarsely (CLOCK_REALTIME_COARSE: a
+  // few ms): a margin on both sides of the window.
+  constexpr auto kSlop = std::chrono::milliseconds(20);
+  if (t1 + kSlop < want.expires_from) return Holds::value;  // answered before it could expire
+  const auto lag = lagging ? options_.expiry_lag : std::chrono::milliseconds(0);
+  if (want.expires_by < Clock::time_point::max() - lag - kSlop && t0 > want.expires_by + lag + kSlop) {
+    return Holds::nothing;  // asked after it surely expired (and was withdrawn)
+  }
+  return Holds::either;
+}
+
+void LoadRun::run_expire(const Op& op, std::size_t shard) {
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_expire(*scheduler_, *shards_, shard, op.key, op.ttl_ms);
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const bool ok = r.status == Status::ok;
+  report_.record(Op::Kind::expire, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  record_shard(shard, r.status, ns);
+  if (!ok) error_line(op, std::string(to_string(r.status)));
+  if (!options_.verify) return;
+  const auto it = expected_.find(op.key);
+  if (it == expected_.end()) return;  // not this run's key
+  Expected& e = it->second;
+  if (!ok) {
+    e = Expected{};
+    return;
+  }
+  if (e.state == Expected::State::value) {
+    const Holds now = holds(e, t0, t1, false);
+    if (!r.found && now == Holds::value) {
+      ++report_.mismatches;
+      error_line(op, "found no key, expected the value SET before");
+    } else if (r.found && now == Holds::nothing) {
+      ++report_.mismatches;
+      error_line(op, "found the key after its time to live ran out");
+    }
+  } else if (e.state == Expected::State::missing && r.found) {
+    ++report_.mismatches;
+    error_line(op, "found a key, expected none (DELeted before)");
+  }
+  if (!r.found) {
+    e = Expected{Expected::State::missing, {}};
+  } else if (op.ttl_ms == 0) {  // it persists now
+    e.expires_from = e.expires_by = Clock::time_point::max();
+  } else {
+    e.expires_from = t0 + std::chrono::milliseconds(op.ttl_ms);
+    e.expires_by = t1 + std::chrono::milliseconds(op.ttl_ms);
+  }
+}
+
+void LoadRun::run_ttl(const Op& op, std::size_t shard) {
+  const auto t0 = Clock::now();
+  begin_op();
+  const OpResult r = await_ttl(*scheduler_, *shards_, shard, op.key);
+  const auto t1 = Clock::now();
+  end_op(t1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const bool ok = r.status == Status::ok;
+  report_.record(Op::Kind::ttl, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  record_shard(shard, r.status, ns);
+  if (!ok) {
+    error_line(op, std::string(to_string(r.status)));
+    return;
+  }
+  if (!options_.verify) return;
+  const auto it = expected_.find(op.key);
+  if (it == expected_.end() || it->second.state == Expected::State::unknown) return;
+  const Expected& e = it->second;
+  const std::int64_t left = r.found ? client::ClientConn::ttl_of(r.value) : -2;
+  const Holds now = e.state == Expected::State::value ? holds(e, t0, t1, false) : Holds::nothing;
+  if (r.found && now == Holds::nothing) {
+    ++report_.mismatches;
+    error_line(op, "found the key, expected none");
+  } else if (!r.found && now == Holds::value) {
+    ++report_.mismatches;
+    error_line(op, "found no key, expected the value SET before");
+  } else if (r.found && (e.expiring() ? left < 0 : left != -1)) {
+    ++report_.mismatches;
+    error_line(op, e.expiring() ? "says the key has no expiry, expected a time to live"
+                                : "says the key expires in " + std::to_string(left) + " ms, expected no expiry");
+  }
 }
 
 // A CALL's reply is not checked (--verify refuses workloads with CALLs: a

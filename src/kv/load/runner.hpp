@@ -19,7 +19,10 @@
 // SET, or nothing after a DEL, and a DEL must find the key iff it holds a
 // value (mismatches counted); a SET or DEL that failed makes the key's state
 // unknown (not checked until the next successful SET or DEL); keys this run
-// never wrote are not checked.
+// never wrote are not checked. A key SET with a TTL (or given one by EXPIRE)
+// must read as its value before its expiry and as missing after it; around
+// the moment itself (the server's clock and the request's flight) either
+// answer is right, and a one-sided GET may find it up to expiry_lag longer.
 //
 // Errors never hang a run: a refused submit (too_large, not_connected after a
 // connection failure) completes the op at once with that status; a connection
@@ -61,6 +64,10 @@ struct LoadOptions {
   std::size_t max_error_lines = 10;  // per-op error/mismatch lines; later ones are only counted
   std::function<void(const std::string&)> on_error;  // one line, no newline; null: silent
   std::chrono::milliseconds stall_timeout{30'000};
+  // --verify with TTLs: how long after its expiry a GET may still find a key
+  // (one-sided GETs: the server withdraws expired keys from its index within
+  // this; docs/protocol.md "Time to live"). GETs by message: 0.
+  std::chrono::milliseconds expiry_lag{0};
   // Called for every SET the server acknowledged (status ok), with its bytes
   // (kvload --ack-log). Null: nothing.
   std::function<void(const Op&, std::span<const std::byte> value)> on_set_ok;
@@ -120,6 +127,8 @@ class LoadRun {
   void run_set(const Op& op, std::size_t shard, std::span<std::byte> value);
   void run_get(const Op& op, std::size_t shard);
   void run_del(const Op& op, std::size_t shard);
+  void run_expire(const Op& op, std::size_t shard);
+  void run_ttl(const Op& op, std::size_t shard);
   void run_call(const Op& op, std::span<std::byte> request);
   void error_line(const Op& op, const std::string& what);
   void begin_op();
@@ -151,7 +160,19 @@ class LoadRun {
     };
     State state = State::unknown;
     ValueSpec value;
+    // A value with a TTL: the server stored it between two moments of our
+    // clock (the request's submit and its reply), so it expires between
+    // those plus the TTL (max: no expiry).
+    Clock::time_point expires_from = Clock::time_point::max();
+    Clock::time_point expires_by = Clock::time_point::max();
+    [[nodiscard]] bool expiring() const noexcept { return expires_from != Clock::time_point::max(); }
   };
+  // What --verify expects of an answer given between t0 (submit) and t1
+  // (reply): the key surely still holds `want`'s value, surely holds nothing
+  // (expired), or either (the answer fell in its expiry window).
+  enum class Holds : std::uint8_t { value, nothing, either };
+  [[nodiscard]] Holds holds(const Expected& want, Clock::time_point t0, Clock::time_point t1,
+                            bool lagging) const noexcept;
   std::unordered_map<std::string, Expected> expected_;
 };
 

@@ -1,5 +1,6 @@
 #include "kv/load/workload.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -9,6 +10,8 @@
 #include <istream>
 #include <limits>
 #include <ostream>
+
+#include "proto/wire.hpp"  // proto::kMaxTtlMs only
 
 namespace rkv::kv::load {
 namespace {
@@ -137,6 +140,32 @@ bool parse_generated(std::string_view spec, std::uint64_t max_value, GeneratedVa
 
 enum class LineKind { blank, op, error };
 
+// A SET value's " PX <ms>" ending (PX in any case, blanks around): cut off
+// into ttl. False (err set) when the ending is there but <ms> is out of range.
+bool take_px(std::string_view& value, std::uint64_t& ttl, std::string& err) {
+  std::string_view v = value;
+  while (!v.empty() && is_blank(v.back())) v.remove_suffix(1);
+  std::size_t digits = v.size();
+  while (digits > 0 && v[digits - 1] >= '0' && v[digits - 1] <= '9') --digits;
+  if (digits == v.size()) return true;  // no number at the end
+  const std::string_view num = v.substr(digits);
+  std::size_t p = digits;
+  if (p == 0 || !is_blank(v[p - 1])) return true;
+  while (p > 0 && is_blank(v[p - 1])) --p;
+  if (p < 2 || !iequals(v.substr(p - 2, 2), "PX")) return true;
+  p -= 2;
+  if (p == 0 || !is_blank(v[p - 1])) return true;  // "...xPX 5": part of the value
+  bool big = false;
+  std::uint64_t ms = 0;
+  if (!parse_u64(num, ms, big) || ms == 0 || ms > proto::kMaxTtlMs) {
+    err = "SET: PX " + quote(num) + " is not a number of milliseconds from 1 to " + std::to_string(proto::kMaxTtlMs);
+    return false;
+  }
+  ttl = ms;
+  value = value.substr(0, p - 1);  // the one separator before PX goes too
+  return true;
+}
+
 // CALL <op> <payload>: `end` is the end of the opcode word.
 LineKind parse_call(std::string_view line, std::size_t end, const ParseLimits& lim, Op& op, std::string& err) {
   std::size_t pos = skip_blanks(line, end);
@@ -214,14 +243,20 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
     op.kind = Op::Kind::get;
   } else if (iequals(opcode, "DEL")) {
     op.kind = Op::Kind::del;
+  } else if (iequals(opcode, "EXPIRE")) {
+    op.kind = Op::Kind::expire;
+  } else if (iequals(opcode, "TTL")) {
+    op.kind = Op::Kind::ttl;
   } else if (iequals(opcode, "CALL")) {
     op.kind = Op::Kind::call;
     return parse_call(line, end, lim, op, err);
   } else {
-    err = "unknown operation " + quote(opcode) + " (expected SET, GET, DEL or CALL)";
+    err = "unknown operation " + quote(opcode) + " (expected SET, GET, DEL, EXPIRE, TTL or CALL)";
     return LineKind::error;
   }
-  const std::string name(op.kind == Op::Kind::set ? "SET" : op.kind == Op::Kind::get ? "GET" : "DEL");
+  std::string name(to_string(op.kind));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  op.ttl_ms = 0;
 
   pos = skip_blanks(line, end);
   if (pos == line.size()) {
@@ -238,10 +273,31 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
 
   switch (op.kind) {
     case Op::Kind::get:
-    case Op::Kind::del: {
+    case Op::Kind::del:
+    case Op::Kind::ttl: {
       const std::size_t rest = skip_blanks(line, end);
       if (rest != line.size()) {
         err = name + ": unexpected text after the key: " + quote(line.substr(rest));
+        return LineKind::error;
+      }
+      op.value = std::string();
+      break;
+    }
+    case Op::Kind::expire: {
+      const std::size_t at = skip_blanks(line, end);
+      const std::size_t num_end = token_end(line, at);
+      bool big = false;
+      if (at == line.size()) {
+        err = "EXPIRE: missing time to live (write 'EXPIRE <key> <ms>'; 0 makes the key persist)";
+        return LineKind::error;
+      }
+      if (!parse_u64(line.substr(at, num_end - at), op.ttl_ms, big) || op.ttl_ms > proto::kMaxTtlMs) {
+        err = "EXPIRE: " + quote(line.substr(at, num_end - at)) + " is not a number of milliseconds from 0 to " +
+              std::to_string(proto::kMaxTtlMs);
+        return LineKind::error;
+      }
+      if (const std::size_t rest = skip_blanks(line, num_end); rest != line.size()) {
+        err = "EXPIRE: unexpected text after the time to live: " + quote(line.substr(rest));
         return LineKind::error;
       }
       op.value = std::string();
@@ -255,6 +311,7 @@ LineKind parse_line(std::string_view line, const ParseLimits& lim, Op& op, std::
         return LineKind::error;
       }
       std::string_view value = line.substr(end + 1);  // exactly one separator
+      if (!take_px(value, op.ttl_ms, err)) return LineKind::error;
       if (value.starts_with("@@")) {
         value.remove_prefix(1);
       } else if (value.starts_with('@')) {
@@ -286,6 +343,8 @@ std::string_view to_string(Op::Kind k) noexcept {
     case Op::Kind::get: return "get";
     case Op::Kind::del: return "del";
     case Op::Kind::call: return "call";
+    case Op::Kind::expire: return "expire";
+    case Op::Kind::ttl: return "ttl";
   }
   return "?";
 }

@@ -13,6 +13,13 @@
 //                              seed decimal, default 0. Blanks after it are
 //                              ignored.
 //   SET <key> @@<text>         literal value "@<text>" (the first '@' escapes).
+//   SET <key> <value> PX <ms>  any of the SETs above with a time to live: the
+//                              key expires <ms> milliseconds (1 .. about 100
+//                              years) after the server stores it. A literal
+//                              value can therefore not end in " PX <digits>"
+//                              (PX in any case): that ending is the TTL.
+//   EXPIRE <key> <ms>          the key expires <ms> from now; 0: it persists.
+//   TTL <key>                  asks for the key's remaining time to live.
 //   GET <key>                  trailing blanks allowed, anything else an error.
 //   DEL <key>                  delete the key; trailing blanks allowed, anything
 //                              else an error.
@@ -64,11 +71,12 @@ void write_value(const ValueSpec& v, std::span<std::byte> out) noexcept;
 [[nodiscard]] bool matches(const ValueSpec& v, std::span<const std::byte> bytes) noexcept;
 
 struct Op {
-  enum class Kind { set, get, del, call };
+  enum class Kind { set, get, del, call, expire, ttl };
   Kind kind = Kind::get;
   std::string key;    // empty for CALL
-  ValueSpec value;    // SET: the value; CALL: the request bytes; an empty literal for GET and DEL
+  ValueSpec value;    // SET: the value; CALL: the request bytes; an empty literal for the others
   std::uint16_t call_op = 0;  // CALL: the user opcode
+  std::uint64_t ttl_ms = 0;   // SET: its TTL (0: none, PX absent); EXPIRE: the new one (0: persist)
   unsigned line = 0;  // 1-based line in the file; 0 from parse_command
 };
 

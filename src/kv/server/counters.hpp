@@ -41,6 +41,9 @@ struct ServerCounters {
   std::uint64_t get_hits = 0;
   std::uint64_t dels = 0;
   std::uint64_t del_hits = 0;
+  std::uint64_t expires = 0;
+  std::uint64_t ttls = 0;
+  std::uint64_t touches = 0;
   std::uint64_t stats = 0;
   std::uint64_t calls = 0;
   std::uint64_t calls_no_handler = 0;
@@ -95,6 +98,9 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"get_hits", &ServerCounters::get_hits, "GET requests that found their key"},
     CounterInfo{"dels", &ServerCounters::dels, "DEL requests"},
     CounterInfo{"del_hits", &ServerCounters::del_hits, "DEL requests that found (and removed) their key"},
+    CounterInfo{"expires", &ServerCounters::expires, "EXPIRE requests"},
+    CounterInfo{"ttls", &ServerCounters::ttls, "TTL requests"},
+    CounterInfo{"touches", &ServerCounters::touches, "keys named by TOUCH hints (one-sided reads the clients reported)"},
     CounterInfo{"stats", &ServerCounters::stats, "STATS requests"},
     CounterInfo{"calls", &ServerCounters::calls, "CALL requests (user-defined operations)"},
     CounterInfo{"calls_no_handler", &ServerCounters::calls_no_handler, "CALLs of an opcode with no handler (answered no_handler)"},

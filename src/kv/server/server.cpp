@@ -74,6 +74,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   poller_ = reactor_->add_poller([this] { return poll_listed(); }, std::move(po));
   if (options_.transfer_timeout.count() <= 0) throw std::invalid_argument("transfer timeout must be positive");
   arm_transfer_check();
+  expiry_timer_ = reactor_->every(kExpiryPeriod, [this] { expire_keys(); });
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
@@ -131,7 +132,7 @@ void Server::migrate_large_values() noexcept {
       const auto hit = store_->peek(k);
       if (!hit.found) continue;  // evicted to make room for one moved before it
       const std::string value(hit.value);  // a copy: the put below replaces what it views
-      switch (store_->put(k, value)) {  // on no_memory the string it would replace stays
+      switch (store_->put(k, value, hit.expire_at)) {  // on no_memory the string it would replace stays
         case Store::Kept::small: ++republished; break;
         case Store::Kept::large:
           bytes += value.size();
@@ -214,8 +215,13 @@ store::StatRows Server::stats_rows() const {
   rows.push_back({"bytes_copied_total", proto::copied_bytes(),
                   "bytes this process copied with the CPU on its data path (every copy goes through "
                   "proto::copy_bytes, which counts it)"});
-  const store::StatRows counted = counter_rows(counters());
+  const ServerCounters c = counters();
+  const store::StatRows counted = counter_rows(c);
   rows.insert(rows.end(), counted.begin(), counted.end());
+  // Redis' names for the hit ratio of reads by message (one-sided reads are
+  // not seen here: the clients count those, and report them in TOUCH hints).
+  rows.push_back({"keyspace_hits", c.get_hits, "GETs by message that found their key (= get_hits)"});
+  rows.push_back({"keyspace_misses", c.gets - c.get_hits, "GETs by message that did not (gets - get_hits)"});
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
   const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
   const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};
@@ -423,6 +429,16 @@ void Server::arm_transfer_check() {
           spdlog::error("server: transfer check not re-armed: {}", e.what());
         }
       });
+}
+
+void Server::expire_keys() noexcept {
+  if (store_->expire_due(kExpireBatch) < kExpireBatch) return;
+  // More are due: go on at the next turn, after what is waiting (never a stall).
+  try {
+    expire_more_ = reactor_->after(std::chrono::nanoseconds(0), [this] { expire_keys(); });
+  } catch (const std::exception& e) {
+    spdlog::error("server: expiry not continued: {}", e.what());  // the periodic timer still runs
+  }
 }
 
 void Server::check_transfers() noexcept {

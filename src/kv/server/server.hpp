@@ -199,6 +199,13 @@ class Server {
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
   static constexpr int kPollBatch = 64;  // completions per connection per poll pass
   static constexpr unsigned kTransferChecks = 4;  // checks per transfer_timeout
+  // Active expiry (docs/protocol.md "Time to live"): how often expired keys
+  // are withdrawn (one-sided readers see an expired key for at most about
+  // this long), and how many one reactor turn removes.
+  static constexpr std::chrono::milliseconds kExpiryPeriod{50};
+  static constexpr std::size_t kExpireBatch = 256;
+  static_assert(kExpiryPeriod.count() * 2 <= static_cast<std::int64_t>(proto::kOneSidedExpiryLagMs),
+                "the expiry timer must run well within the lag one-sided readers are promised");
 
   // What a service pass does with the CQ before the flush.
   enum class CqPass : std::uint8_t {
@@ -215,6 +222,9 @@ class Server {
   // Every transfer_timeout / kTransferChecks: drops connections whose transfers stalled.
   void check_transfers() noexcept;
   void arm_transfer_check();
+  // Every kExpiryPeriod: removes keys whose time to live ran out
+  // (Store::expire_due), kExpireBatch per reactor turn.
+  void expire_keys() noexcept;
   // The CQ's channel fd is readable: take the event, join the poll list, poll.
   void on_cq_event(Key key) noexcept;
   // One service pass over a connection's CQ and what follows from it.
@@ -274,6 +284,8 @@ class Server {
   std::function<void()> on_shutdown_done_;
   reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
   reactor::Timer transfer_check_;       // check_transfers()
+  reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod
+  reactor::Timer expire_more_;          // expire_keys() again at the next turn: more were due
   reactor::Registration events_watch_;  // declared last: unwatched first
 };
 

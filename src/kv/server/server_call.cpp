@@ -102,7 +102,8 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   [[nodiscard]] bool set(std::string_view key, std::span<const std::byte> value) override {
     assert_owner();
     if (key.empty() || key.size() > proto::kMaxKey || value.size() > c_->config_.max_value) return false;
-    return record(c_->store_value(key, proto::as_string_view(value), wait_));
+    // A handler's write keeps the key's expiry (as Redis' INCR does).
+    return record(c_->store_value(key, proto::as_string_view(value), store::kKeepExpiry, wait_));
   }
   bool del(std::string_view key) override {
     assert_owner();

@@ -1,5 +1,6 @@
 // ServerConn: see server_conn.hpp. Reactor thread only.
 #include "kv/server/server_conn.hpp"
+#include "proto/endian.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -367,7 +368,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
       return logged(Opcode::set, id, reply,  // `reply` is the SET_REPLY already
-                    [&](std::uint32_t wait) { return store_value(m.key, m.value_text(), wait); });
+                    [&](std::uint32_t wait) { return store_value(m.key, m.value_text(), expiry_of(m), wait); });
     case Opcode::get: {
       const auto hit = store_->get(m.key);
       reply = !hit.found   ? proto::msg::get_reply_missing(id, 0)
@@ -407,6 +408,32 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
         reply = proto::msg::del_reply(id, 0, r.found);
         return r.written;
       });
+    case Opcode::expire:
+      reply = proto::msg::expire_reply(id, 0, false);  // the Store says whether it was found
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      ++counters_->expires;
+      return logged(Opcode::expire, id, reply, [&](std::uint32_t wait) {
+        const Removal r = expire_key(m.key, expiry_of(m), wait);
+        reply = proto::msg::expire_reply(id, 0, r.found);
+        return r.written;
+      });
+    case Opcode::ttl: {
+      const auto left = store_->ttl(m.key);
+      reply = proto::msg::ttl_reply(id, 0, !left ? std::nullopt
+                                           : *left < 0 ? std::optional{proto::kNoTtl}
+                                                       : std::optional{static_cast<std::uint64_t>(*left)});
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      ++counters_->ttls;
+      return Outcome::reply;
+    }
+    case Opcode::touch:
+      reply = proto::msg::touch_reply(id, 0);
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      execute_touch(m);
+      return Outcome::reply;
     case Opcode::call:  // sized as a pulled reply; room_for keeps room for an eager one
       reply = proto::msg::call_reply_pull(id, 0, {}, 0);
       if (!room_for(m, reply) || (m.rdv && transfers_full())) return Outcome::paused;
@@ -416,13 +443,31 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
     case Opcode::get_reply:
     case Opcode::stats_reply:
     case Opcode::del_reply:
-    case Opcode::call_reply:  // refused on arrival (on_recv); answered bad_request if one ever got here
+    case Opcode::call_reply:
+    case Opcode::expire_reply:
+    case Opcode::ttl_reply:
+    case Opcode::touch_reply:  // refused on arrival (on_recv); answered bad_request if one ever got here
       reply = proto::msg::error_reply(m.opcode(), id, 0, Status::bad_request);
       if (!room_for(m, reply)) return Outcome::paused;
       ++counters_->messages_received;
       return Outcome::reply;
   }
   return Outcome::failed;
+}
+
+void ServerConn::execute_touch(const proto::MessageView& m) noexcept {
+  // The packed list: u16 LE length + key bytes, each; a malformed tail is
+  // ignored (hints only: nothing is answered, nothing can go wrong for anyone).
+  const auto b = m.value;
+  std::size_t p = 0;
+  while (b.size() - p >= 2) {
+    const std::size_t n = proto::load_le<std::uint16_t>(b, p);
+    p += 2;
+    if (n == 0 || n > proto::kMaxKey || n > b.size() - p) break;
+    ++counters_->touches;
+    (void)store_->touch_key(proto::as_string_view(b.subspan(p, n)));
+    p += n;
+  }
 }
 
 Verdict ServerConn::on_durable(std::uint32_t wait, bool ok) noexcept {

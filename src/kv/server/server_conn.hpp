@@ -262,6 +262,7 @@ class ServerConn {
     std::uint16_t call_op = 0;    // CALL: its user opcode
     std::string key;              // SET read: installed under it when the READ completes
     std::uint32_t value_crc = 0;  // SET read: the writer's crc32c of the value (its descriptor)
+    store::ExpireAt expire_at = store::kNoExpiry;  // SET read: the key's expiry, fixed when the SET arrived
     LargeRef pin;                 // read: the block the READ fills; write: the value the WRITE sends
     std::uint32_t records = 0;    // log: records answered `later`, not durable yet
     bool log_failed = false;      // log: one of them failed: the reply becomes io_error
@@ -309,9 +310,12 @@ class ServerConn {
   // --- writes (server_write.cpp): every value in, every key out ---
   // A copy of `value` kept the way the Store keeps one of its size
   // (Store::put), counted, and recorded with the Durability under `wait`.
-  Written store_value(std::string_view key, std::string_view value, std::uint32_t wait) noexcept;
+  // expire_at: the key's new expiry (store::kKeepExpiry: a CALL handler's
+  // write, which keeps it).
+  Written store_value(std::string_view key, std::string_view value, store::ExpireAt expire_at,
+                      std::uint32_t wait) noexcept;
   // The same for a Store::value_block a READ filled (value_crc: the writer's checksum of it).
-  Written store_block(std::string_view key, const LargeRef& block, std::uint32_t value_crc,
+  Written store_block(std::string_view key, const LargeRef& block, std::uint32_t value_crc, store::ExpireAt expire_at,
                       std::uint32_t wait) noexcept;
   struct Removal {
     bool found;
@@ -319,6 +323,18 @@ class ServerConn {
   };
   // Erases `key` and records its tombstone under `wait`.
   Removal remove_key(std::string_view key, std::uint32_t wait) noexcept;
+  // Sets (or clears: kNoExpiry) the expiry of `key` and records it under
+  // `wait`; found false (nothing recorded) when there is no such key.
+  Removal expire_key(std::string_view key, store::ExpireAt expire_at, std::uint32_t wait) noexcept;
+  // The absolute expiry a request's TTL field asks for (kNoExpiry without
+  // one: a SET without it clears the key's TTL, an EXPIRE of 0 persists).
+  // m.ttl <= kMaxTtlMs: the decoder checked.
+  [[nodiscard]] store::ExpireAt expiry_of(const proto::MessageView& m) const noexcept {
+    if (!m.header.has_ttl() || m.ttl == 0) return store::kNoExpiry;
+    return store_->now() + static_cast<store::ExpireAt>(m.ttl);
+  }
+  // TOUCH: each key of the packed list counts as an access.
+  void execute_touch(const proto::MessageView& m) noexcept;
   // The entry a request's writes record under (when there is a log): opened
   // before anything changes, so a full table refuses the request whole.
   std::optional<Key> open_log_wait(proto::Opcode op, std::uint32_t req_id) noexcept;

@@ -49,6 +49,7 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   p.op = Opcode::set;
   p.req_id = id;
   p.value_crc = m.rdv->value_crc;
+  p.expire_at = expiry_of(m);
   try {
     if (block) p.key.assign(m.key);
   } catch (const std::bad_alloc&) {
@@ -163,7 +164,9 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   }
   const LargeRef block = std::move(p->pin);  // the Store (and the log) take their own references
   p->reply = proto::msg::set_reply(p->req_id, 0);
-  if (!deferred(store_block(p->key, block, p->value_crc, k.pack32()), k, Opcode::set, p->reply)) finish(k);
+  if (!deferred(store_block(p->key, block, p->value_crc, p->expire_at, k.pack32()), k, Opcode::set, p->reply)) {
+    finish(k);
+  }
   process_held();
 }
 

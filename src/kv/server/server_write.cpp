@@ -1,5 +1,5 @@
-// ServerConn, write part: THE way a value gets into the Store and a key out
-// of it, whoever asks (an eager SET, a rendezvous SET whose READ completed, a
+// ServerConn, write part: THE way a value gets into the Store, a key out of
+// it and a key's expiry changed, whoever asks (an eager SET, a rendezvous SET whose READ completed, a
 // CALL handler's StoreAccess): the Store sizes and allocates the value's
 // memory (Store::put, Store::value_block), the write is counted here, and it
 // is recorded with the Durability here. What the result means for a request's
@@ -31,11 +31,11 @@ ServerConn::Written written(DurableAck ack) noexcept {
 }
 }  // namespace
 
-ServerConn::Written ServerConn::store_value(std::string_view key, std::string_view value,
+ServerConn::Written ServerConn::store_value(std::string_view key, std::string_view value, store::ExpireAt expire_at,
                                             std::uint32_t wait) noexcept {
   Store::Kept kept = Store::Kept::no_memory;
   try {
-    kept = store_->put(key, value);
+    kept = store_->put(key, value, expire_at);
   } catch (const std::bad_alloc&) {
   }
   switch (kept) {
@@ -44,18 +44,26 @@ ServerConn::Written ServerConn::store_value(std::string_view key, std::string_vi
     case Store::Kept::large: ++counters_->large_sets; break;
   }
   if (durability_ == nullptr) return Written::now;
-  // A value put in an arena block is logged from there (the log pins it); a small one is copied by the log.
-  const LargeRef block = kept == Store::Kept::large ? store_->peek(key).large : LargeRef{};
-  return written(durability_->record_set(key, block ? block->view() : value, block, config_.token, wait));
+  // A value put in an arena block is logged from there (the log pins it); a
+  // small one is copied by the log. The record carries the key's absolute
+  // expiry as the Store has it now.
+  LargeRef block;
+  if (kept == Store::Kept::large || expire_at == store::kKeepExpiry) {
+    const auto now = store_->peek(key);
+    block = kept == Store::Kept::large ? now.large : LargeRef{};
+    expire_at = now.expire_at;
+  }
+  return written(
+      durability_->record_set(key, block ? block->view() : value, block, expire_at, config_.token, wait));
 }
 
 ServerConn::Written ServerConn::store_block(std::string_view key, const LargeRef& block, std::uint32_t value_crc,
-                                            std::uint32_t wait) noexcept {
+                                            store::ExpireAt expire_at, std::uint32_t wait) noexcept {
   try {
     // The old value goes when its last pin does. The index entry carries the
     // writer's checksum: a wrong one only sends one-sided readers of this key
     // to the message path (docs/protocol.md, "Rendezvous path").
-    if (!store_->set_large(key, block, value_crc)) {  // the key's entry is over the memory limit
+    if (!store_->set_large(key, block, value_crc, expire_at)) {  // the key's entry is over the memory limit
       ++counters_->no_memory;
       return Written::no_memory;
     }
@@ -66,7 +74,7 @@ ServerConn::Written ServerConn::store_block(std::string_view key, const LargeRef
   ++counters_->large_sets;
   if (durability_ == nullptr) return Written::now;
   // Logged straight from the arena block (the log pins it until written).
-  return written(durability_->record_set(key, block->view(), block, config_.token, wait));
+  return written(durability_->record_set(key, block->view(), block, expire_at, config_.token, wait));
 }
 
 // Erased from the Store (its index entry cleared, its value freed when no
@@ -76,6 +84,13 @@ ServerConn::Removal ServerConn::remove_key(std::string_view key, std::uint32_t w
   const bool found = store_->erase(key);
   if (durability_ == nullptr) return {found, Written::now};
   return {found, written(durability_->record_del(key, config_.token, wait))};
+}
+
+ServerConn::Removal ServerConn::expire_key(std::string_view key, store::ExpireAt expire_at,
+                                          std::uint32_t wait) noexcept {
+  const bool found = store_->expire(key, expire_at);
+  if (!found || durability_ == nullptr) return {found, Written::now};  // no key: nothing changed, nothing to log
+  return {found, written(durability_->record_expire(key, expire_at, config_.token, wait))};
 }
 
 std::optional<ServerConn::Key> ServerConn::open_log_wait(Opcode op, std::uint32_t req_id) noexcept {

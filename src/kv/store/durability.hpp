@@ -3,8 +3,10 @@
 // and the durability log (src/durable/log.hpp), so the protocol suite can
 // drive ServerConn with a fake. Header only.
 //
-// ServerConn applies a SET (DEL) to the Store first, then calls record_set()
-// (record_del()). The answer says when the client may be told "ok":
+// ServerConn applies a SET (DEL, EXPIRE) to the Store first, then calls
+// record_set() (record_del(), record_expire()). A key that expires is not
+// recorded: its records carry the absolute expiry time, and recovery drops
+// what has expired. The answer says when the client may be told "ok":
 //   now     acknowledge at once (fsync batch/never while the disk is healthy)
 //   later   the reply waits: the implementation calls the sink given to the
 //           owner (Server::on_durable, wired by kvd) with (conn_token, wait,
@@ -49,8 +51,13 @@ class Durability {
   virtual ~Durability() = default;
 
   // `large` is set iff the value lives in the arena (value == large->view()).
+  // expire_at: the key's absolute expiry (kNoExpiry: none), as the Store has it.
   [[nodiscard]] virtual DurableAck record_set(std::string_view key, std::string_view value, const LargeRef& large,
-                                              std::uint64_t conn_token, std::uint32_t wait) noexcept = 0;
+                                              ExpireAt expire_at, std::uint64_t conn_token,
+                                              std::uint32_t wait) noexcept = 0;
+  // The key's expiry changed (EXPIRE; kNoExpiry: it persists now). Answered as record_set.
+  [[nodiscard]] virtual DurableAck record_expire(std::string_view key, ExpireAt expire_at, std::uint64_t conn_token,
+                                                 std::uint32_t wait) noexcept = 0;
   // A DEL of `key` (a tombstone), whether or not the key existed: its
   // acknowledgement means "absent, durably", which a tombstone written behind
   // every earlier record of the key guarantees. Answered as record_set.

@@ -94,6 +94,7 @@ void Store::pool_out(Node& n) noexcept {
 }
 
 bool Store::make_room(std::size_t capacity, std::string_view key) noexcept {
+  if (expire_due(1) == 1) return true;  // a key past its expiry goes first, under any policy
   if (eviction_ == Eviction::noeviction) return false;
   const std::vector<Node*>* pool = nullptr;
   if (const auto it = pools_.find(capacity); it != pools_.end() && !it->second.empty()) {

@@ -65,9 +65,12 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
 }
 
-inline void Store::landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc) noexcept {
+inline void Store::landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc,
+                          ExpireAt expire_at) noexcept {
   if (index_ != nullptr) reindex(it, is_new, value_crc);
   if (pooled()) pool_in(*it);
+  // Most writes change nothing here (no TTL before, none after).
+  if (expire_at != kKeepExpiry && expire_at != it->second.expire_at) set_expiry(*it, expire_at);
   touch(it->second);
 }
 
@@ -86,13 +89,13 @@ auto Store::retry_with_room(std::size_t capacity, std::string_view key, Attempt&
   return done;
 }
 
-bool Store::set_evicting(std::string_view key, std::string_view value) {
+bool Store::set_evicting(std::string_view key, std::string_view value, ExpireAt expire_at) {
   // With the index on a small value wants a block of its size class first.
   const std::size_t cls = index_ != nullptr ? small_class(value.size() + key.size()) : 0;
-  return retry_with_room(cls, key, [&] { return set_once(key, value); });
+  return retry_with_room(cls, key, [&] { return set_once(key, value, expire_at); });
 }
 
-bool Store::set_once(std::string_view key, std::string_view value) {
+bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expire_at) {
   LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
   if (auto it = map_.find(key); it != map_.end()) {
@@ -113,7 +116,7 @@ bool Store::set_once(std::string_view key, std::string_view value) {
       throw;
     }
     bytes_ = bytes_ - old + value.size();
-    landed(it, false);
+    landed(it, false, std::nullopt, expire_at);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
@@ -121,7 +124,7 @@ bool Store::set_once(std::string_view key, std::string_view value) {
     auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
                                 : map_.emplace(std::string(key), Value(value));
     bytes_ += key.size() + value.size();
-    landed(it, inserted);
+    landed(it, inserted, std::nullopt, expire_at);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -129,13 +132,15 @@ bool Store::set_once(std::string_view key, std::string_view value) {
   return true;
 }
 
-bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc) {
+bool Store::set_large(std::string_view key, LargeRef value, std::optional<std::uint32_t> value_crc,
+                      ExpireAt expire_at) {
   // Only the key's entry can not fit: any key frees one.
-  return set_large_once(key, value, value_crc) ||
-         retry_with_room(0, key, [&] { return set_large_once(key, value, value_crc); });
+  return set_large_once(key, value, value_crc, expire_at) ||
+         retry_with_room(0, key, [&] { return set_large_once(key, value, value_crc, expire_at); });
 }
 
-bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc) {
+bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc,
+                           ExpireAt expire_at) {
   const std::size_t n = value->bytes.size();
   const std::size_t charge = entry_charge(key.size(), 0);
   if (auto it = map_.find(key); it != map_.end()) {
@@ -144,14 +149,14 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
     if (pooled()) pool_out(*it);
     it->second.assign(std::move(value), true);  // the old value goes when its last pin does
     bytes_ = bytes_ - old + n;
-    landed(it, false, value_crc);
+    landed(it, false, value_crc, expire_at);
     return true;
   }
   if (!budget_->try_charge(charge)) return false;
   try {
     auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
     bytes_ += key.size() + n;
-    landed(it, inserted, value_crc);
+    landed(it, inserted, value_crc, expire_at);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -187,24 +192,32 @@ std::shared_ptr<LargeValue> Store::value_block_once(std::string_view key, std::s
   return b;
 }
 
-Store::Kept Store::put_large(std::string_view key, std::string_view value) {
+Store::Kept Store::put_large(std::string_view key, std::string_view value, ExpireAt expire_at) {
   auto block = value_block(key, value.size());
   if (!block) return Kept::no_memory;
   proto::copy_bytes(block->bytes.data(), value.data(), value.size());
-  return set_large(key, std::move(block)) ? Kept::large : Kept::no_memory;
+  return set_large(key, std::move(block), std::nullopt, expire_at) ? Kept::large : Kept::no_memory;
 }
 
-Store::Lookup Store::get(std::string_view key) const {
-  auto it = map_.find(key);
+Store::Lookup Store::get(std::string_view key) {
+  const auto it = find_live(key);
   if (it == map_.end()) return {};
   touch(it->second);
-  return {true, it->second.view(), it->second.large()};
+  return {true, it->second.view(), it->second.large(), it->second.expire_at};
 }
 
 Store::Lookup Store::peek(std::string_view key) const {
   auto it = map_.find(key);
   if (it == map_.end()) return {};
-  return {true, it->second.view(), it->second.large()};
+  return {true, it->second.view(), it->second.large(), it->second.expire_at};
+}
+
+bool Store::touch_key(std::string_view key) {
+  const auto it = find_live(key);
+  if (it == map_.end()) return false;
+  touch(it->second);
+  ++touched_keys_;
+  return true;
 }
 
 void Store::prefetch(std::string_view key) const noexcept {
@@ -215,7 +228,7 @@ void Store::prefetch(std::string_view key) const noexcept {
 }
 
 bool Store::erase(std::string_view key) {
-  auto it = map_.find(key);
+  const auto it = find_live(key);
   if (it == map_.end()) return false;
   erase(it);
   return true;
@@ -232,6 +245,7 @@ void Store::erase(Map::iterator it) noexcept {
   bytes_ -= it->first.size() + it->second.size();
   budget_->release(entry_charge(it->first, it->second));
   if (pooled()) pool_out(*it);
+  heap_out(*it);
   map_.erase(it);
 }
 

@@ -24,7 +24,17 @@
 // succeeds.
 //
 // Every get() and set of a key is an access (the recency and frequency the
-// policies read); a key read only by one-sided READs is not seen here.
+// policies read); a key read only by one-sided READs is not seen here, until
+// its reader's TOUCH hint arrives (touch_key()).
+//
+// Time to live (expiry.cpp): a key may carry an absolute expiry time (ms
+// since the Unix epoch, CLOCK_REALTIME: the same time the durability log
+// writes, so it means the same after a restart). An expired key is gone for
+// every lookup (get, ttl, expire, erase) from that moment on: the lookup
+// removes it (lazy expiry). Keys with a TTL are also in a min-heap by expiry
+// time, and expire_due() (the server calls it from a timer) removes the ones
+// that are due, a bounded number per call: that is what withdraws an expired
+// key's one-sided index entry without anyone asking for it.
 
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +74,15 @@ using LargeRef = std::shared_ptr<const LargeValue>;
 
 class ReadableIndex;
 
+// Absolute expiry time, ms since the Unix epoch (0: none).
+using ExpireAt = std::int64_t;
+inline constexpr ExpireAt kNoExpiry = 0;
+// A write that keeps the key's expiry as it is (a CALL handler's, like Redis'
+// INCR); a SET replaces it (kNoExpiry clears it).
+inline constexpr ExpireAt kKeepExpiry = -1;
+// The wall clock expiry times are read against (CLOCK_REALTIME_COARSE, ms).
+[[nodiscard]] ExpireAt wall_ms() noexcept;
+
 // What a write that does not fit the memory limit does (kvd --eviction).
 enum class Eviction : std::uint8_t {
   noeviction,  // it is refused (no_memory): nothing stored is ever dropped
@@ -98,6 +117,7 @@ class Store {
     // Set iff the value is large; holding it pins the bytes behind `value`
     // (they stay valid and unchanged even across a set() of this key).
     LargeRef large;
+    ExpireAt expire_at = kNoExpiry;  // when the key expires (kNoExpiry: never)
   };
 
   // LFU: where a new key's access counter starts (so it is not the first to go).
@@ -120,8 +140,9 @@ class Store {
   // Inserts or overwrites. Overwriting reuses the existing key (no key copy).
   // False (nothing changed) if it would go over the memory limit; an
   // allocation failure throws std::bad_alloc (nothing changed either).
-  [[nodiscard]] bool set(std::string_view key, std::string_view value) {
-    return set_once(key, value) || set_evicting(key, value);
+  // expire_at: the key's new expiry (kNoExpiry: none; kKeepExpiry: as it was).
+  [[nodiscard]] bool set(std::string_view key, std::string_view value, ExpireAt expire_at = kNoExpiry) {
+    return set_once(key, value, expire_at) || set_evicting(key, value, expire_at);
   }
   // Inserts or overwrites with a large value (no copy: the Store takes a
   // reference). False (nothing changed) if the key's entry would go over the
@@ -130,7 +151,8 @@ class Store {
   // writer sends it, docs/protocol.md); the index then extends it over the
   // key instead of reading the value through again.
   [[nodiscard]] bool set_large(std::string_view key, LargeRef value,
-                               std::optional<std::uint32_t> value_crc = std::nullopt);
+                               std::optional<std::uint32_t> value_crc = std::nullopt,
+                               ExpireAt expire_at = kNoExpiry);
   // How a value is kept (put()).
   enum class Kept : std::uint8_t { no_memory, small, large };
   // Stores a copy of `value` the way the Store keeps a value of its size: one
@@ -138,11 +160,11 @@ class Store {
   // large value, served by the rendezvous path) when a block source is
   // attached, any other by set(). no_memory: over the memory limit or no
   // block (nothing changed); an allocation failure throws std::bad_alloc.
-  [[nodiscard]] Kept put(std::string_view key, std::string_view value) {
+  [[nodiscard]] Kept put(std::string_view key, std::string_view value, ExpireAt expire_at = kNoExpiry) {
     if (proto::eager_fits(key.size(), value.size()) || !large_blocks_) {
-      return set(key, value) ? Kept::small : Kept::no_memory;
+      return set(key, value, expire_at) ? Kept::small : Kept::no_memory;
     }
-    return put_large(key, value);
+    return put_large(key, value, expire_at);
   }
   // Whether set_large(key, ...) would fit the memory limit now (value_block
   // asks before a block is taken for a value that could not be kept).
@@ -154,11 +176,31 @@ class Store {
   // entry would not fit the memory limit, or the source has no block.
   [[nodiscard]] std::shared_ptr<LargeValue> value_block(std::string_view key, std::size_t len) noexcept;
   // Never allocates (heterogeneous lookup: the view is hashed directly). An
-  // access of the key (recency, frequency), like every set.
-  [[nodiscard]] Lookup get(std::string_view key) const;
-  // The same without counting an access (the server's own bookkeeping:
-  // logging a value it just stored, moving recovered values).
+  // access of the key (recency, frequency), like every set. An expired key
+  // is removed and not found.
+  [[nodiscard]] Lookup get(std::string_view key);
+  // The same without counting an access and without expiring (the server's
+  // own bookkeeping: logging a value it just stored, moving recovered
+  // values, writing a snapshot): what the map holds, expired or not.
   [[nodiscard]] Lookup peek(std::string_view key) const;
+  // A one-sided reader's hint that it read `key` (TOUCH): an access, as a
+  // get() is. False when there is no such key (or it expired).
+  bool touch_key(std::string_view key);
+  // Sets the key's expiry (kNoExpiry: it persists). False: no such key.
+  bool expire(std::string_view key, ExpireAt expire_at);
+  // The key's remaining time to live in ms (>= 0), -1 when it has no
+  // expiry, nullopt when there is no such key.
+  [[nodiscard]] std::optional<std::int64_t> ttl(std::string_view key);
+  // Removes up to `max` keys whose expiry time has passed (soonest first).
+  // Returns how many it removed; == max means more may be due.
+  std::size_t expire_due(std::size_t max) noexcept;
+  // Keys that carry an expiry now.
+  [[nodiscard]] std::size_t expiring() const noexcept { return expiry_heap_.size(); }
+  // The clock expiry reads (wall_ms unless a test sets another).
+  using Clock = ExpireAt (*)() noexcept;
+  void set_clock(Clock clock) noexcept { now_ = clock; }
+  [[nodiscard]] Clock clock() const noexcept { return now_; }
+  [[nodiscard]] ExpireAt now() const noexcept { return now_(); }
   // Removes the key (DEL). True if it existed. With an index its entry is
   // cleared (readers get NOT FOUND) and its bucket freed. The value goes
   // as on an overwrite: only the Store's reference is dropped, so a large
@@ -198,7 +240,7 @@ class Store {
   // not insert into or erase from the Store.
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large()});
+    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large(), v.expire_at});
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
@@ -216,7 +258,11 @@ class Store {
                              {"memory_used", budget_->used(),
                               "bytes charged against max_memory: index, arena chunks, keys and unindexed values"},
                              {"evicted_keys", evicted_,
-                              "keys dropped to make room for a write (kvd --eviction lru|lfu)"}});
+                              "keys dropped to make room for a write (kvd --eviction lru|lfu)"},
+                             {"expired_keys", expired_, "keys removed because their time to live ran out"},
+                             {"expiring_keys", expiring(), "keys that carry a time to live now"},
+                             {"touched_keys", touched_keys_,
+                              "one-sided reads the clients reported (TOUCH hints that found their key)"}});
   }
 
  private:
@@ -270,6 +316,8 @@ class Store {
     mutable std::uint64_t touched = 0;      // the Store's access clock at its last access
     mutable std::uint8_t freq = kLfuInit;   // LFU: logarithmic access counter (new keys start here)
     std::uint32_t pool_pos = 0xFFFFFFFFu;   // its place in its pool (kNotPooled: none)
+    std::uint32_t heap_pos = 0xFFFFFFFFu;   // its place in expiry_heap_ (kNotPooled: no expiry)
+    ExpireAt expire_at = kNoExpiry;
 
    private:
     std::variant<std::string, LargeRef> data_;
@@ -289,13 +337,14 @@ class Store {
   [[nodiscard]] bool recharge(std::size_t old_charge, std::size_t new_charge) noexcept;
 
   // put() of a value too large to travel eagerly: into a value_block().
-  [[nodiscard]] Kept put_large(std::string_view key, std::string_view value);
+  [[nodiscard]] Kept put_large(std::string_view key, std::string_view value, ExpireAt expire_at);
   using Node = Map::value_type;
   // --- eviction (eviction.cpp) ---
   static constexpr std::uint32_t kNotPooled = 0xFFFFFFFFu;
   // Writes that did not fit retry after dropping a key, at most this often.
   static constexpr unsigned kMaxEvictionsPerWrite = 64;
-  // A write to `key` did not fit: drop one key the policy picks, preferring
+  // A write to `key` did not fit: drop a key past its expiry if one is due,
+  // else one key the policy picks, preferring
   // a value in a block of `capacity` bytes (0: any, strings first), never
   // `key` itself. False when the policy is noeviction or there is nothing to drop.
   bool make_room(std::size_t capacity, std::string_view key) noexcept;
@@ -316,9 +365,10 @@ class Store {
   void pool_out(Node& n) noexcept;  // before its value changes or it goes
   [[nodiscard]] bool pooled() const noexcept { return eviction_ != Eviction::noeviction; }
   // The set() that does not evict, and the retries that make room first.
-  [[nodiscard]] bool set_once(std::string_view key, std::string_view value);
-  [[nodiscard]] bool set_evicting(std::string_view key, std::string_view value);
-  [[nodiscard]] bool set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc);
+  [[nodiscard]] bool set_once(std::string_view key, std::string_view value, ExpireAt expire_at);
+  [[nodiscard]] bool set_evicting(std::string_view key, std::string_view value, ExpireAt expire_at);
+  [[nodiscard]] bool set_large_once(std::string_view key, LargeRef& value, std::optional<std::uint32_t> value_crc,
+                                    ExpireAt expire_at);
   [[nodiscard]] std::shared_ptr<LargeValue> value_block_once(std::string_view key, std::size_t len) const noexcept;
   // The block size class a value of n bytes lands in (0: unknown).
   [[nodiscard]] std::size_t small_class(std::size_t n) const noexcept { return small_size_ ? small_size_(n) : 0; }
@@ -327,8 +377,27 @@ class Store {
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // A value was just put in entry `it`: indexed (with one), pooled (with a
-  // policy) and counted as an access. Every set path ends here.
-  void landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
+  // policy), its expiry set and counted as an access. Every set path ends here.
+  void landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc, ExpireAt expire_at) noexcept;
+  // --- expiry (expiry.cpp) ---
+  // The live entry of `key`, or end() when there is none or it expired (then
+  // it is removed). Inline: every lookup by key starts here.
+  [[nodiscard]] Map::iterator find_live(std::string_view key) {
+    auto it = map_.find(key);
+    if (it != map_.end() && it->second.expire_at != kNoExpiry && it->second.expire_at <= now()) {
+      expire_entry(it);
+      return map_.end();
+    }
+    return it;
+  }
+  // Sets n's expiry and its place in the heap (kKeepExpiry: unchanged).
+  void set_expiry(Node& n, ExpireAt expire_at) noexcept;
+  void heap_out(Node& n) noexcept;  // before it goes
+  void heap_up(std::size_t i) noexcept;
+  void heap_down(std::size_t i) noexcept;
+  void heap_place(std::size_t i) noexcept;  // entry i moved or changed: up or down to where it belongs
+  // Removes the expired entry `it`, counted.
+  void expire_entry(Map::iterator it) noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
   void reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
 
@@ -347,6 +416,11 @@ class Store {
   std::unordered_map<std::size_t, std::vector<Node*>> pools_;
   std::uint64_t evicted_ = 0;
   EvictHook on_evict_;
+  // Entries with an expiry, a binary min-heap by expire_at (each knows its heap_pos).
+  std::vector<Node*> expiry_heap_;
+  Clock now_ = &wall_ms;
+  std::uint64_t expired_ = 0;
+  std::uint64_t touched_keys_ = 0;
 };
 
 }  // namespace rkv::kv::store
