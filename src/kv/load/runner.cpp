@@ -175,6 +175,7 @@ void LoadRun::run_get(const Op& op, std::size_t shard) {
     error_line(op, std::string(to_string(r.status)));
     return;
   }
+  report_.record_get_found(r.found);
   if (want_value != nullptr && (!r.found || !matches(*want_value, r.value))) {
     ++report_.mismatches;
     error_line(op, r.found ? "returned other bytes than were SET (" + std::to_string(r.size) + " bytes, expected " +
