@@ -131,8 +131,8 @@ TEST(KvloadE2E, GoodFileRunsAndJsonHasTheKeys) {
 
 // DEL lines: run in file order with the SETs and GETs of their key,
 // --verify expects nothing after a DEL (and checks what each DEL finds), the
-// report counts them; --expect honours DEL lines, and a key that should be
-// gone but is there is a mismatch.
+// report counts them (and the GETs' hits and misses); --expect honours DEL
+// lines, and a key that should be gone but is there is a mismatch.
 TEST(KvloadE2E, DelLinesRunInOrderAndVerify) {
   const std::string addr = verbs::test::softroce_addr();
   KvdProcess kvd(RKV_KVD_PATH, addr);
@@ -157,7 +157,9 @@ TEST(KvloadE2E, DelLinesRunInOrderAndVerify) {
                                {}, 300s);
     ASSERT_FALSE(r.timed_out);
     EXPECT_EQ(r.exit_code, 0) << r.err;
+    // GETs: a after its DEL and big after its DEL find nothing, a after its new SET and c find a value.
     for (const char* key : {"\"ops\":12", "\"errors\":0", "\"mismatches\":0",
+                            "\"get_hits\":2,\"get_misses\":2",
                             "{\"op\":\"del\",\"size_class\":\"eager\",\"count\":4,\"errors\":0",
                             "{\"op\":\"del\",\"size_class\":\"rendezvous\",\"count\":0"}) {
       EXPECT_TRUE(contains(r.out, key)) << "missing " << key << " in " << r.out;
@@ -170,6 +172,7 @@ TEST(KvloadE2E, DelLinesRunInOrderAndVerify) {
                        {}, 300s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "\"mismatches\":0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"get_hits\":2,\"get_misses\":1")) << r.out;  // a and c found, big not
   const std::string wrong = write_file("del_wrong.txt", "SET a again\nSET c x\nDEL c\n");  // c is not gone
   r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", gets, "--expect", wrong, "--json"},
                   {}, 300s);

@@ -223,6 +223,8 @@ Report sample() {
   r.mismatches = 3;
   for (int i = 1; i <= 1000; ++i) r.record(Op::Kind::get, SizeClass::eager, 100, 10000u + i, true);
   r.record(Op::Kind::get, SizeClass::eager, 0, 0, false);
+  // Of the 1000 successful GETs, 750 found their key and 250 did not (the failed one is neither).
+  for (int i = 0; i < 1000; ++i) r.record_get_found(i % 4 != 0);
   for (int i = 0; i < 10; ++i) r.record(Op::Kind::set, SizeClass::rendezvous, 1 << 20, 2000000, true);
   r.record(Op::Kind::set, SizeClass::rendezvous, 0, 0, false);
   r.record(Op::Kind::set, SizeClass::rendezvous, 0, 0, false);
@@ -247,6 +249,8 @@ TEST(Report, Accounting) {
   EXPECT_EQ(d.errors, 1u);
   EXPECT_EQ(d.bytes, 12u);
   EXPECT_EQ(r.at(Op::Kind::del, SizeClass::rendezvous).count, 0u);
+  EXPECT_EQ(r.get_hits, 750u);
+  EXPECT_EQ(r.get_misses, 250u);
 }
 
 TEST(Report, Merge) {
@@ -258,6 +262,8 @@ TEST(Report, Merge) {
   EXPECT_EQ(a.errors(), 8u);
   EXPECT_EQ(a.at(Op::Kind::del, SizeClass::eager).count, 10u);
   EXPECT_EQ(a.mismatches, 6u);
+  EXPECT_EQ(a.get_hits, 1500u);
+  EXPECT_EQ(a.get_misses, 500u);
   EXPECT_EQ(a.seconds, 5.0);
   EXPECT_EQ(a.at(Op::Kind::set, SizeClass::rendezvous).latency.count(), 20u);
 }
@@ -268,7 +274,8 @@ TEST(Report, JsonParsesAndHasTheKeys) {
   Json j;
   ASSERT_TRUE(parse_json(text, j)) << text;
   ASSERT_EQ(j.type, Json::Type::object);
-  for (const char* k : {"name", "ops", "errors", "seconds", "ops_per_s", "mismatches", "latency_ns", "classes"}) {
+  for (const char* k : {"name", "ops", "errors", "seconds", "ops_per_s", "mismatches", "get_hits", "get_misses",
+                        "latency_ns", "classes"}) {
     EXPECT_TRUE(j.fields.count(k)) << k;
   }
   // The run's latency over every successful operation: 1000 GETs of 10001..11000 ns,
@@ -282,6 +289,8 @@ TEST(Report, JsonParsesAndHasTheKeys) {
   EXPECT_EQ(j["seconds"].number, 2.0);
   EXPECT_NEAR(j["ops_per_s"].number, 509.0, 1e-3);
   EXPECT_EQ(j["mismatches"].number, 3.0);
+  EXPECT_EQ(j["get_hits"].number, 750.0);
+  EXPECT_EQ(j["get_misses"].number, 250.0);
   // The name survives escaping; the invalid byte became U+FFFD.
   EXPECT_EQ(j["name"].str, "bench \"A\"\\path\n\ttab \x01 caf\xc3\xa9 bad\xef\xbf\xbd");
 
@@ -363,6 +372,7 @@ TEST(Report, TextTable) {
   EXPECT_NE(t.find("total: 1018 ops, 4 errors, 2.000 s, 509.0 ops/s, 3 mismatches"),
             std::string::npos)
       << t;
+  EXPECT_NE(t.find("gets: 750 hits, 250 misses (hit ratio 75.00 %)\n"), std::string::npos) << t;
   EXPECT_NE(t.find("2.00ms"), std::string::npos) << t;  // SET latency, human units
   EXPECT_NE(t.find("10.5us"), std::string::npos) << t;  // GET p50
   // Rows are aligned: header and data lines have the same length.
@@ -381,6 +391,7 @@ TEST(Report, TextTable) {
   const std::string f = to_text(failed);
   EXPECT_EQ(f.find("0ns"), std::string::npos) << f;  // no latency, not zero latency
   EXPECT_NE(f.find(" -"), std::string::npos) << f;
+  EXPECT_EQ(f.find("gets:"), std::string::npos) << f;  // no successful GET, no hit line
 }
 
 // Several servers: per-server counts, shard_down and its slowest, merged by position.

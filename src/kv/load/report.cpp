@@ -145,6 +145,8 @@ void Report::merge(const Report& other) {
   }
   seconds = std::fmax(finite_or_zero(seconds), finite_or_zero(other.seconds));
   mismatches += other.mismatches;
+  get_hits += other.get_hits;
+  get_misses += other.get_misses;
   shard_down += other.shard_down;
   shard_down_max_ns = std::max(shard_down_max_ns, other.shard_down_max_ns);
   if (shards.size() < other.shards.size()) shards.resize(other.shards.size());
@@ -207,6 +209,10 @@ std::string to_text(const Report& r) {
   if (!any) out += "(no operations)\n";
   out += fmt::format("total: {} ops, {} errors, {:.3f} s, {:.1f} ops/s, {} mismatches\n", r.ops(),
                      r.errors(), finite_or_zero(r.seconds), r.ops_per_s(), r.mismatches);
+  if (const std::uint64_t gets = r.get_hits + r.get_misses; gets > 0) {
+    out += fmt::format("gets: {} hits, {} misses (hit ratio {:.2f} %)\n", r.get_hits, r.get_misses,
+                       100.0 * static_cast<double>(r.get_hits) / static_cast<double>(gets));
+  }
   if (r.shards.size() > 1 || r.shard_down > 0) {
     for (const ShardStats& s : r.shards) {
       out += fmt::format("server {}: {} ops, {} errors, {} shard_down\n", s.server, s.ops, s.errors, s.shard_down);
@@ -224,9 +230,9 @@ std::string to_json(const Report& r) {
   for (const ClassStats& s : r.classes) all.merge(s.latency);
   std::string out = fmt::format(
       R"({{"name":"{}","ops":{},"errors":{},"seconds":{:.6f},"ops_per_s":{:.3f},"mismatches":{},)"
-      R"("latency_ns":{{"min":{},"mean":{:.1f},"p50":{},"p99":{},"p99_9":{},"max":{}}},"classes":[)",
+      R"("get_hits":{},"get_misses":{},"latency_ns":{{"min":{},"mean":{:.1f},"p50":{},"p99":{},"p99_9":{},"max":{}}},"classes":[)",
       json_escape(r.name), r.ops(), r.errors(), finite_or_zero(r.seconds), r.ops_per_s(),
-      r.mismatches, all.min(), all.mean(), all.percentile(50), all.percentile(99), all.percentile(99.9),
+      r.mismatches, r.get_hits, r.get_misses, all.min(), all.mean(), all.percentile(50), all.percentile(99), all.percentile(99.9),
       all.max());
   bool first = true;
   for (Op::Kind k : kKinds) {

@@ -51,6 +51,10 @@ struct Report {
   std::string name;              // free-form label, e.g. the workload file
   double seconds = 0.0;          // wall time of the run
   std::uint64_t mismatches = 0;  // --verify: GETs that returned other bytes (or a value after a DEL), DELs that found what they should not
+  // Successful GETs by outcome (a cache's hit ratio: get_hits / GETs): found
+  // the key, or found nothing. Failed GETs are neither (they are errors).
+  std::uint64_t get_hits = 0;
+  std::uint64_t get_misses = 0;
   std::array<ClassStats, kClasses> classes;  // indexed by index(kind, size)
   // Per server, in the order of the list (empty: not recorded). Operations
   // that failed because their server was down are errors like any other,
@@ -75,6 +79,8 @@ struct Report {
 
   // One completed operation. A failed one only bumps count and errors.
   void record(Op::Kind k, SizeClass c, std::uint64_t bytes, std::uint64_t latency_ns, bool ok) noexcept;
+  // One successful GET: it found the key (hit) or not (miss).
+  void record_get_found(bool found) noexcept { ++(found ? get_hits : get_misses); }
   // One completed operation on shard `i` (< shards.size(), else ignored).
   void record_shard(std::size_t i, bool ok, bool down, std::uint64_t latency_ns) noexcept;
   // Adds another client's report; seconds becomes the longer of the two
@@ -86,11 +92,13 @@ struct Report {
   [[nodiscard]] double ops_per_s() const noexcept;
 };
 
-// Aligned table, one row per class that saw operations, then a totals line.
+// Aligned table, one row per class that saw operations, then a totals line,
+// then (when there were successful GETs) "gets: H hits, M misses (hit ratio P %)".
 [[nodiscard]] std::string to_text(const Report& r);
 
 // One JSON object (no trailing newline):
 // {"name":..., "ops":N, "errors":N, "seconds":S, "ops_per_s":R, "mismatches":N,
+//  "get_hits":N, "get_misses":N,
 //  "latency_ns":{"min":N, "mean":R, "p50":N, "p99":N, "p99_9":N, "max":N},
 //  "classes":[{"op":"get"|"set"|"del"|"call"|"expire"|"ttl", "size_class":"eager"|"rendezvous", "count":N,
 //    "errors":N, "bytes":N, "ops_per_s":R, "mb_per_s":R,

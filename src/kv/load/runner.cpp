@@ -184,6 +184,7 @@ void LoadRun::run_get(const Op& op, std::size_t shard) {
     error_line(op, std::string(to_string(r.status)));
     return;
   }
+  report_.record_get_found(r.found);
   const Holds now = want_value != nullptr ? holds(*want, t0, t1, true) : Holds::value;
   if (want_value != nullptr && r.found && now == Holds::nothing) {
     ++report_.mismatches;
