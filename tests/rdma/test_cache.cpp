@@ -174,9 +174,9 @@ TEST_F(Cache, TtlInBothGetModesSmallAndLarge) {
     EXPECT_FALSE(found(*read, key)) << "one-sided, after its TTL and the lag";
     // By message: gone at once (a second key, so the timer has not removed it yet).
     const std::string key2 = key + "m";
-    ASSERT_EQ(rpc->set_sync(key2, value, 200), Status::ok);
+    ASSERT_EQ(rpc->set_sync(key2, value, 500), Status::ok);
     const auto acked2 = Clock::now();
-    std::this_thread::sleep_until(acked2 + 200ms + kSlop);
+    std::this_thread::sleep_until(acked2 + 500ms + kSlop);
     EXPECT_FALSE(found(*rpc, key2)) << "a GET by message never returns an expired value";
   }
   const auto stats = kvd_stats();
