@@ -59,16 +59,17 @@ std::string tagged(std::uint32_t key_id, std::uint32_t version, std::size_t n) {
   std::memcpy(v.data() + 8, &crc, 4);
   return v;
 }
-// Whether `v` is exactly some tagged(key_id, version, v.size()).
+// Whether `v` is a whole tagged value of key_id: its id, and its bytes
+// against the CRC it carries (a value torn between two writes, or another
+// key's bytes, fail it but with probability 2^-32). Checked by CRC rather
+// than by regenerating the value: 100,000 reads of that in an ASan build
+// would cost the guest more than the race itself.
 bool is_tagged(std::span<const std::byte> v, std::uint32_t key_id) {
   if (v.size() < 16) return false;
-  std::uint32_t id = 0, version = 0, crc = 0;
+  std::uint32_t id = 0, crc = 0;
   std::memcpy(&id, v.data(), 4);
-  std::memcpy(&version, v.data() + 4, 4);
   std::memcpy(&crc, v.data() + 8, 4);
-  if (id != key_id || crc != proto::crc32c(v.data() + 16, v.size() - 16)) return false;
-  const std::string want = tagged(key_id, version, v.size());
-  return std::memcmp(want.data(), v.data(), v.size()) == 0;
+  return id == key_id && crc == proto::crc32c(v.data() + 16, v.size() - 16);
 }
 
 // Writes with `depth` SETs in flight on `c` (driven on `r`) until next()
@@ -285,7 +286,8 @@ TEST_F(Cache, ExpiredKeysAreNotRecoveredAfterKill9) {
 }
 
 TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
-  start({"--max-memory", "32m", "--eviction", "lru"});
+  // A small index (1 MiB) so the limit is mostly values and a short fill passes it.
+  start({"--max-memory", "16m", "--eviction", "lru", "--index-buckets", "16384"});
   const std::size_t kValue = 3000;  // eager: the hot key and the fill share a block size class
   {
     auto w = open_mode(reactor_, GetMode::rpc);
@@ -295,7 +297,7 @@ TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
     }
     w->close();
   }
-  // The fill: 48 MiB of values (the index takes 16 of the 32) in a thread, while this thread reads "hot" one-sided.
+  // The fill: 24 MiB of values in a thread, while this thread reads "hot" one-sided.
   std::atomic<bool> done{false}, writer_ok{true};
   std::atomic<std::uint64_t> filled{0};
   std::thread writer([&] {
@@ -303,7 +305,7 @@ TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
       reactor::Reactor r;
       auto w = open_mode(r, GetMode::rpc);
       const std::string v = tagged(99, 1, kValue);
-      const std::uint64_t n = (std::uint64_t{48} << 20) / kValue;
+      const std::uint64_t n = (std::uint64_t{24} << 20) / kValue;
       if (pipeline_sets(r, *w, 8, [&](SetSlot& s) {
             if (filled.load() == n) return false;
             s.key = "fill" + std::to_string(filled++);
@@ -359,10 +361,12 @@ TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
 // gives a third of its keys a short TTL (expiry), and DELs some: every value a
 // one-sided GET returns must be whole and its own key's.
 TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
-  start({"--max-memory", "64m", "--eviction", "lru"});
-  constexpr std::uint32_t kKeys = 6000;
-  // ~11 KB average: 66 MB of keys, over what the index and the arenas leave of the limit.
-  const std::vector<std::size_t> sizes = {64, 600, 3000, 12'000, 40'000};
+  // A small index (1 MiB): the limit is mostly values.
+  start({"--max-memory", "48m", "--eviction", "lru", "--index-buckets", "16384"});
+  constexpr std::uint32_t kKeys = 8000;
+  // ~6 KB average: 47 MB of keys, over what the index and the arenas leave of
+  // the limit; one size of each path (in the one-sided area, in a landing buffer).
+  const std::vector<std::size_t> sizes = {64, 600, 3000, 20'000};
   auto size_of = [&](std::uint32_t k, std::uint32_t version) { return sizes[(k + version) % sizes.size()]; };
   std::atomic<bool> stop{false}, writer_ok{true};
   std::atomic<std::uint64_t> sets{0}, dels{0};
@@ -373,10 +377,14 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
       std::mt19937 rng(1);
       std::uint32_t version = 1, k = 0;
       // Every key in turn, again and again, a third with a short TTL; every
-      // 500th SET a DEL of a key the readers may be reading.
+      // 500th SET a DEL of a key the readers may be reading. The first pass
+      // fills the store at full speed; after it, with the store over its
+      // limit, one SET per 2 ms keeps eviction and expiry going without
+      // taking the guest's CPU from the readers.
       while (!stop.load() && writer_ok.load()) {
         if (pipeline_sets(r, *w, 8, [&](SetSlot& s) {
               if (stop.load() || sets.load() % 500 == 499) return false;
+              if (version > 1) std::this_thread::sleep_for(2ms);
               s.key = "r" + std::to_string(k);
               s.value = tagged(k, version, size_of(k, version));
               s.ttl = k % 3 == 0 ? 20 + rng() % 200 : 0;
@@ -407,7 +415,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   auto reader = open_mode(reactor_, GetMode::read);
   ASSERT_TRUE(reader->onesided());
   constexpr std::uint64_t kReads = 100'000;
-  constexpr unsigned kDepth = 16;
+  constexpr unsigned kDepth = 32;
   std::uint64_t issued = 0, completed = 0, hits = 0, wrong = 0, errors = 0;
   std::mt19937 rng(2);
   const auto begin = Clock::now();
@@ -460,7 +468,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   EXPECT_GT(hits, kReads / 10) << "the readers must really find values";
   EXPECT_GT(stats.at("evicted_keys"), 0u) << "the writer must force eviction";
   EXPECT_GT(stats.at("expired_keys"), 0u) << "the writer must force expiry";
-  EXPECT_LE(stats.at("memory_used"), std::uint64_t{64} << 20);
+  EXPECT_LE(stats.at("memory_used"), std::uint64_t{48} << 20);
 
   // After a DEL, and after an expiry plus the lag, a one-sided GET finds nothing.
   auto w = open_mode(reactor_, GetMode::rpc);

@@ -74,7 +74,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   poller_ = reactor_->add_poller([this] { return poll_listed(); }, std::move(po));
   if (options_.transfer_timeout.count() <= 0) throw std::invalid_argument("transfer timeout must be positive");
   arm_transfer_check();
-  expiry_timer_ = reactor_->every(kExpiryPeriod, [this] { expire_keys(); });
+  arm_expiry();  // recovered keys may carry TTLs
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
 }
@@ -431,8 +431,22 @@ void Server::arm_transfer_check() {
       });
 }
 
+void Server::arm_expiry() noexcept {
+  if (store_->expiring() == 0 || expiry_timer_.pending()) return;
+  try {
+    expiry_timer_ = reactor_->every(kExpiryPeriod, [this] { expire_keys(); });
+  } catch (const std::exception& e) {
+    spdlog::error("server: expiry timer not armed: {} (expired keys go lazily, when looked up)", e.what());
+  }
+}
+
 void Server::expire_keys() noexcept {
-  if (store_->expire_due(kExpireBatch) < kExpireBatch) return;
+  const std::size_t n = store_->expire_due(kExpireBatch);
+  if (store_->expiring() == 0) {
+    expiry_timer_ = reactor::Timer();  // nothing left to expire: no wakeups until a key has a TTL again
+    return;
+  }
+  if (n < kExpireBatch) return;
   // More are due: go on at the next turn, after what is waiting (never a stall).
   try {
     expire_more_ = reactor_->after(std::chrono::nanoseconds(0), [this] { expire_keys(); });
@@ -489,6 +503,7 @@ Verdict Server::service(Conn& c, CqPass pass, std::size_t& handled) noexcept {
   if (handled > 0) {  // a pass that found nothing has nothing to send
     v = v | sc.flush();
     if (durability_ != nullptr) durability_->flush();  // this batch's records go out together
+    arm_expiry();  // a request of this batch may have given a key a TTL
   }
   if (error != 0) {
     const Verdict d = sc.begin_draining(CloseCause::internal, fmt::format("CQ poll failed: errno {}", error));

@@ -222,9 +222,13 @@ class Server {
   // Every transfer_timeout / kTransferChecks: drops connections whose transfers stalled.
   void check_transfers() noexcept;
   void arm_transfer_check();
-  // Every kExpiryPeriod: removes keys whose time to live ran out
-  // (Store::expire_due), kExpireBatch per reactor turn.
+  // Every kExpiryPeriod while some key has a TTL: removes keys whose time to
+  // live ran out (Store::expire_due), kExpireBatch per reactor turn; the
+  // timer goes when no key has a TTL any more.
   void expire_keys() noexcept;
+  // Starts the expiry timer if a key has a TTL and it is not running (after
+  // each CQ pass that did work, and at start for recovered keys).
+  void arm_expiry() noexcept;
   // The CQ's channel fd is readable: take the event, join the poll list, poll.
   void on_cq_event(Key key) noexcept;
   // One service pass over a connection's CQ and what follows from it.
@@ -284,7 +288,7 @@ class Server {
   std::function<void()> on_shutdown_done_;
   reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
   reactor::Timer transfer_check_;       // check_transfers()
-  reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod
+  reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0
   reactor::Timer expire_more_;          // expire_keys() again at the next turn: more were due
   reactor::Registration events_watch_;  // declared last: unwatched first
 };
