@@ -123,6 +123,19 @@ void LoadRun::worker() {
   }
 }
 
+template <class Await>
+LoadRun::Timed LoadRun::timed(Await&& await) {
+  Timed t;
+  t.t0 = Clock::now();
+  begin_op();
+  t.r = await();
+  t.t1 = Clock::now();
+  end_op(t.t1);
+  t.ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.t1 - t.t0).count());
+  t.ok = t.r.status == Status::ok;
+  return t;
+}
+
 void LoadRun::begin_op() {
   ++in_flight_;
   max_in_flight_ = std::max(max_in_flight_, in_flight_);
@@ -133,21 +146,15 @@ void LoadRun::end_op(Clock::time_point now) {
   last_progress_ = now;
 }
 
-void LoadRun::record_shard(std::size_t shard, Status st, std::int64_t ns) noexcept {
-  report_.record_shard(shard, st == Status::ok, st == Status::shard_down, static_cast<std::uint64_t>(ns));
+void LoadRun::record_shard(std::size_t shard, Status st, std::uint64_t ns) noexcept {
+  report_.record_shard(shard, st == Status::ok, st == Status::shard_down, ns);
 }
 
 void LoadRun::run_set(const Op& op, std::size_t shard, std::span<std::byte> value) {
   write_value(op.value, value);
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_set(*scheduler_, *shards_, shard, op.key, value, op.ttl_ms);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
-  report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(),
-                 static_cast<std::uint64_t>(ns), ok);
+  const auto [r, t0, t1, ns, ok] = timed(
+      [&] { return await_set(*scheduler_, *shards_, shard, op.key, value, op.ttl_ms); });
+  report_.record(Op::Kind::set, size_class(op.key.size(), value.size()), op.key.size() + value.size(), ns, ok);
   record_shard(shard, r.status, ns);
   if (options_.verify) {
     Expected e = ok ? Expected{Expected::State::value, op.value} : Expected{};
@@ -169,16 +176,11 @@ void LoadRun::run_get(const Op& op, std::size_t shard) {
     }
   }
   const ValueSpec* want_value = want != nullptr && want->state == Expected::State::value ? &want->value : nullptr;
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_get(*scheduler_, *shards_, shard, op.key, want_value != nullptr);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
+  const auto [r, t0, t1, ns, ok] = timed(
+      [&] { return await_get(*scheduler_, *shards_, shard, op.key, want_value != nullptr); });
   const std::uint64_t size = ok ? r.size : (want_value != nullptr ? value_size(*want_value) : 0);
   report_.record(Op::Kind::get, size_class(op.key.size(), size), op.key.size() + r.size,
-                 static_cast<std::uint64_t>(ns), ok);
+                 ns, ok);
   record_shard(shard, r.status, ns);
   if (!ok) {
     error_line(op, std::string(to_string(r.status)));
@@ -208,14 +210,8 @@ void LoadRun::run_del(const Op& op, std::size_t shard) {
   if (options_.verify) {
     if (const auto it = expected_.find(op.key); it != expected_.end()) before = it->second.state;
   }
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_del(*scheduler_, *shards_, shard, op.key);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
-  report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  const auto [r, t0, t1, ns, ok] = timed([&] { return await_del(*scheduler_, *shards_, shard, op.key); });
+  report_.record(Op::Kind::del, SizeClass::eager, op.key.size(), ns, ok);
   record_shard(shard, r.status, ns);
   if (options_.verify) {
     if (before == Expected::State::value) {  // a value with a TTL may have expired meanwhile
@@ -251,14 +247,9 @@ LoadRun::Holds LoadRun::holds(const Expected& want, Clock::time_point t0, Clock:
 }
 
 void LoadRun::run_expire(const Op& op, std::size_t shard) {
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_expire(*scheduler_, *shards_, shard, op.key, op.ttl_ms);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
-  report_.record(Op::Kind::expire, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  const auto [r, t0, t1, ns, ok] = timed(
+      [&] { return await_expire(*scheduler_, *shards_, shard, op.key, op.ttl_ms); });
+  report_.record(Op::Kind::expire, SizeClass::eager, op.key.size(), ns, ok);
   record_shard(shard, r.status, ns);
   if (!ok) error_line(op, std::string(to_string(r.status)));
   if (!options_.verify) return;
@@ -293,14 +284,8 @@ void LoadRun::run_expire(const Op& op, std::size_t shard) {
 }
 
 void LoadRun::run_ttl(const Op& op, std::size_t shard) {
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_ttl(*scheduler_, *shards_, shard, op.key);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
-  report_.record(Op::Kind::ttl, SizeClass::eager, op.key.size(), static_cast<std::uint64_t>(ns), ok);
+  const auto [r, t0, t1, ns, ok] = timed([&] { return await_ttl(*scheduler_, *shards_, shard, op.key); });
+  report_.record(Op::Kind::ttl, SizeClass::eager, op.key.size(), ns, ok);
   record_shard(shard, r.status, ns);
   if (!ok) {
     error_line(op, std::string(to_string(r.status)));
@@ -329,15 +314,9 @@ void LoadRun::run_ttl(const Op& op, std::size_t shard) {
 // handler may write any key); a non-ok status is an error line.
 void LoadRun::run_call(const Op& op, std::span<std::byte> request) {
   write_value(op.value, request);
-  const auto t0 = Clock::now();
-  begin_op();
-  const OpResult r = await_call(*scheduler_, *shards_, 0, op.call_op, request);
-  const auto t1 = Clock::now();
-  end_op(t1);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-  const bool ok = r.status == Status::ok;
+  const auto [r, t0, t1, ns, ok] = timed([&] { return await_call(*scheduler_, *shards_, 0, op.call_op, request); });
   report_.record(Op::Kind::call, size_class(proto::kCallOpSize, request.size()), request.size() + r.size,
-                 static_cast<std::uint64_t>(ns), ok);
+                 ns, ok);
   record_shard(0, r.status, ns);
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }

@@ -43,6 +43,7 @@
 
 #include "kv/client/client.hpp"
 #include "kv/client/shard_set.hpp"
+#include "kv/load/await.hpp"
 #include "kv/load/drive.hpp"
 #include "kv/load/fiber.hpp"
 #include "kv/load/key_gate.hpp"
@@ -131,9 +132,19 @@ class LoadRun {
   void run_ttl(const Op& op, std::size_t shard);
   void run_call(const Op& op, std::span<std::byte> request);
   void error_line(const Op& op, const std::string& what);
+  // One operation in flight (begin_op .. end_op) and what it came to: its
+  // result, submit and reply times, latency, and whether it succeeded.
+  struct Timed {
+    OpResult r;
+    Clock::time_point t0, t1;
+    std::uint64_t ns = 0;
+    bool ok = false;
+  };
+  template <class Await>
+  Timed timed(Await&& await);
   void begin_op();
   void end_op(Clock::time_point now);
-  void record_shard(std::size_t shard, client::Status st, std::int64_t ns) noexcept;
+  void record_shard(std::size_t shard, client::Status st, std::uint64_t ns) noexcept;
 
   Scheduler* scheduler_;
   ShardSet* shards_;
