@@ -27,6 +27,7 @@
 #include <optional>
 #include <sstream>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,21 @@ namespace rkv::test {
 
 inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
+}
+
+// A number from a JSON text (kvload --json, rkv stats --json): the first
+// `"key":N` at or after `from`, blanks allowed after the colon; -1 if absent.
+inline double json_number(const std::string& json, const std::string& key, std::size_t from = 0) {
+  const std::string quoted = "\"" + key + "\":";
+  for (std::size_t at = json.find(quoted, std::min(from, json.size())); at != std::string::npos;
+       at = json.find(quoted, at + 1)) {
+    const char* p = json.c_str() + at + quoted.size();
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
+    char* end = nullptr;
+    const double v = std::strtod(p, &end);
+    if (end != p) return v;
+  }
+  return -1;
 }
 
 using namespace std::chrono_literals;

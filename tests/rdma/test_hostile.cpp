@@ -26,7 +26,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,13 +60,6 @@ constexpr std::chrono::milliseconds kTransferTimeout{6000};
 // A large value for the vanish tests: its transfer takes long enough that the
 // client's QP goes away while it is under way.
 constexpr std::size_t kBig = 16u << 20;
-
-double json_number(const std::string& json, const std::string& key) {
-  const std::regex re("\"" + key + "\":([-0-9.eE+]+)");
-  std::smatch m;
-  if (!std::regex_search(json, m, re)) return -1;
-  return std::stod(m[1].str());
-}
 
 // kvload runs back to back on a thread until stop(); each run's result is kept.
 class AlongsideLoad {

@@ -19,7 +19,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -51,14 +50,6 @@ namespace rkv::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A number from kvload's --json summary ("key":N), -1 if absent.
-double json_number(const std::string& json, const std::string& key) {
-  const std::regex re("\"" + key + "\":([-0-9.eE+]+)");
-  std::smatch m;
-  if (!std::regex_search(json, m, re)) return -1;
-  return std::stod(m[1].str());
-}
 
 kv::load::ParseResult parse_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,13 +75,6 @@ std::int64_t total(const Counters& c, const std::string& name) {
     }
   }
   return sum;
-}
-
-double json_number(const std::string& json, const std::string& key) {
-  const std::regex re("\"" + key + "\":([-0-9.eE+]+)");
-  std::smatch m;
-  if (!std::regex_search(json, m, re)) return -1;
-  return std::stod(m[1].str());
 }
 
 TEST(NoRnr, FullDepthMixedWorkloadsFromManyClientsMoveNoRnrCounter) {

@@ -27,7 +27,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,14 +53,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint16_t kBasePort = 17491;
 constexpr std::size_t kServers = 3;
 constexpr std::size_t kVictim = 1;  // the server phase 2 kills
-
-double json_number(const std::string& json, const std::string& key, std::size_t from = 0) {
-  const std::regex re("\"" + key + "\":\\s*([-0-9.eE+]+)");
-  std::smatch m;
-  const std::string tail = json.substr(std::min(from, json.size()));
-  if (!std::regex_search(tail, m, re)) return -1;
-  return std::stod(m[1].str());
-}
 
 // The last acknowledged SET of each key in kvload --ack-log files: key -> "LEN FNV".
 std::map<std::string, std::string> final_values(const std::vector<std::string>& ack_logs) {
