@@ -27,4 +27,4 @@ export RKV_TIMEOUT_MS=${RKV_TIMEOUT_MS:-120000}
 # --capture=sys leaves native writes to fd 2 (ASan's and UBSan's reports) in
 # the log instead of pytest's capture.
 [ $# -gt 0 ] || set -- "$HERE"
-exec "$PY" -m pytest -p no:cacheprovider --capture=sys -v -rA "$@"
+exec "$PY" -m pytest -p no:cacheprovider --capture=sys -v -rA --durations=8 "$@"
