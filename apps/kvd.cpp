@@ -129,7 +129,7 @@ int kvd_main(int argc, char** argv) {
   PollFlags poll;
   add_poll_flags(app, poll, reactor::kDefaultSpin);
   app.add_option("--index-buckets", opt.index_buckets,
-                 "buckets of the one-sided GET index (a power of two; 64 B each; 0: no index, clients in "
+                 "buckets of the one-sided GET index (a power of two; 128 B each; 0: no index, clients in "
                  "read mode GET by message)")
       ->check([](const std::string& v) -> std::string {
         try {

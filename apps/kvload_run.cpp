@@ -201,12 +201,15 @@ int kvload_run_file(const KvloadFlags& f) {
     if (f.get_mode == kv::client::GetMode::read) {
       std::fprintf(stderr,
                    "kvload: one-sided GETs %llu (hits %llu, misses %llu, retries %llu, fallbacks %llu), "
-                   "RDMA READs %llu in %llu posts (%llu unsignaled)\n",
+                   "%.2f READs per one-sided GET; RDMA READs %llu in %llu posts (%llu unsignaled)\n",
                    static_cast<unsigned long long>(counters.onesided_gets),
                    static_cast<unsigned long long>(counters.onesided_hits),
                    static_cast<unsigned long long>(counters.onesided_misses),
                    static_cast<unsigned long long>(counters.onesided_retries),
                    static_cast<unsigned long long>(counters.onesided_fallbacks),
+                   counters.onesided_gets == 0 ? 0.0
+                                               : static_cast<double>(counters.onesided_reads) /
+                                                     static_cast<double>(counters.onesided_gets),
                    static_cast<unsigned long long>(counters.rdma_reads),
                    static_cast<unsigned long long>(counters.read_posts),
                    static_cast<unsigned long long>(counters.reads_unsignaled));

@@ -39,9 +39,12 @@ std::uint64_t hash64(std::string_view key) noexcept {
   return fmix64(h);
 }
 
-std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept {
+std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e, std::span<const std::byte> inline_data) noexcept {
   std::array<std::byte, kBucketSize> out{};
   const std::span<std::byte> o{out};
+  if (e.inlined() && inline_data.size() == e.data_len() && inline_data.size() <= kInlineMax) {
+    std::copy(inline_data.begin(), inline_data.end(), out.begin() + kInlineOffset);
+  }
   store_le(o, off::version, e.version);
   store_le(o, off::key_hash, e.key_hash);
   store_le(o, off::addr, e.addr);
@@ -71,10 +74,20 @@ std::optional<IndexEntry> decode_entry(std::span<const std::byte> b) noexcept {
   b = b.first(kBucketSize);
   if (std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; })) return IndexEntry{};
   if (load_le<std::uint32_t>(b, kEntryCrcOffset) != crc32c(b.data(), kEntryCrcOffset)) return std::nullopt;
-  for (std::size_t i = kEntryCrcOffset + 4; i < kBucketSize; ++i) {
+  const IndexEntry e = decode_own_entry(b);
+  const std::size_t data = e.inlined() ? e.data_len() : 0;  // u32 + u32: no overflow in size_t
+  if (data > kInlineMax) return std::nullopt;
+  for (std::size_t i = kEntryCrcOffset + 4; i < kInlineOffset; ++i) {
     if (b[i] != std::byte{0}) return std::nullopt;
   }
-  return decode_own_entry(b);
+  for (std::size_t i = kInlineOffset + data; i < kBucketSize; ++i) {
+    if (b[i] != std::byte{0}) return std::nullopt;
+  }
+  return e;
+}
+
+std::span<const std::byte> inline_data(std::span<const std::byte> bucket, const IndexEntry& e) noexcept {
+  return bucket.subspan(kInlineOffset, e.data_len());
 }
 
 std::string_view to_string(ProbeResult r) noexcept {
@@ -88,7 +101,7 @@ std::string_view to_string(ProbeResult r) noexcept {
 }
 
 ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t key_hash, std::uint32_t key_len,
-                               IndexEntry& entry) noexcept {
+                               IndexEntry& entry, std::size_t& bucket) noexcept {
   if (hood.size() < kNeighborhoodBytes) return ProbeResult::torn;
   bool torn = false;
   bool overflow = false;
@@ -104,6 +117,7 @@ ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t ke
     if (e->used() && e->key_hash == key_hash && e->key_len == key_len) {
       if (e->rpc_only()) return ProbeResult::ask_rpc;
       entry = *e;
+      bucket = i;
       return ProbeResult::found;
     }
   }

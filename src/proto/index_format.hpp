@@ -12,15 +12,19 @@
 //    0 version   u64   global SET sequence number of the value it names
 //    8 key_hash  u64   hash64(key)
 //   16 addr      u64   value block: [value_len value bytes][key_len key bytes]
-//   24 rkey      u32   of the block's registration (remote_read only)
+//                      (0 when INLINE)
+//   24 rkey      u32   of the block's registration (remote_read only; 0 when INLINE)
 //   28 key_len   u32
 //   32 value_len u32
 //   36 data_crc  u32   crc32c(value bytes followed by key bytes)
-//   40 flags     u32   kFlagUsed | kFlagOverflow | kFlagRpcOnly
+//   40 flags     u32   kFlagUsed | kFlagOverflow | kFlagRpcOnly | kFlagInline
 //   44 entry_crc u32   crc32c(bytes 0..43)
-//   48 .. 63           zero
+//   48 .. 127          INLINE: [value_len value bytes][key_len key bytes]
+//                      (at most kInlineMax), then zero; otherwise all zero
 // An all-zero bucket is empty (and has no overflow). Any other bucket whose
-// entry_crc does not match was read while the server rewrote it (torn).
+// entry_crc does not match, or whose bytes after the inline data are not
+// zero, was read while the server rewrote it (torn). Inline bytes that do not
+// match data_crc were too (check_block, as for a value block).
 
 #include <array>
 #include <cstddef>
@@ -31,10 +35,15 @@
 
 namespace rkv::proto {
 
-inline constexpr std::size_t kBucketSize = 64;
+inline constexpr std::size_t kBucketSize = 128;
 inline constexpr std::size_t kNeighborhood = 8;
 inline constexpr std::size_t kNeighborhoodBytes = kBucketSize * kNeighborhood;
 inline constexpr std::size_t kEntryCrcOffset = 44;
+// Values whose value and key bytes together fit here travel in the entry:
+// a one-sided GET of them is ONE READ (the neighborhood), not two.
+inline constexpr std::size_t kInlineOffset = 48;
+inline constexpr std::size_t kInlineMax = kBucketSize - kInlineOffset;
+static_assert(kInlineOffset >= kEntryCrcOffset + 4 && kInlineMax > 0);
 // Most buckets an index may have (the count travels as a u32 power of two).
 inline constexpr std::uint32_t kMaxIndexBuckets = 1u << 30;
 // A one-sided GET re-reads at most this many times before asking by message.
@@ -43,6 +52,7 @@ inline constexpr unsigned kOneSidedAttempts = 8;
 inline constexpr std::uint32_t kFlagUsed = 1u << 0;      // the bucket holds a key
 inline constexpr std::uint32_t kFlagOverflow = 1u << 1;  // a key homed HERE may be missing: ask by message
 inline constexpr std::uint32_t kFlagRpcOnly = 1u << 2;   // used, but the value is not readable: ask by message
+inline constexpr std::uint32_t kFlagInline = 1u << 3;    // the value and key bytes are in the bucket (no block)
 
 // MurmurHash3's 64-bit finalizer (fmix64): every output bit depends on
 // every input bit. Used by hash64 and by placement (placement.hpp).
@@ -65,14 +75,24 @@ struct IndexEntry {
   [[nodiscard]] bool used() const noexcept { return (flags & kFlagUsed) != 0; }
   [[nodiscard]] bool overflow() const noexcept { return (flags & kFlagOverflow) != 0; }
   [[nodiscard]] bool rpc_only() const noexcept { return (flags & kFlagRpcOnly) != 0; }
+  [[nodiscard]] bool inlined() const noexcept { return (flags & kFlagInline) != 0; }
+  // Bytes of [value][key]: the block's or the inline data's length.
+  [[nodiscard]] std::size_t data_len() const noexcept { return std::size_t{value_len} + key_len; }
   friend bool operator==(const IndexEntry&, const IndexEntry&) = default;
 };
 
-// The full 64 bytes of `e` (entry_crc computed, tail zero).
-[[nodiscard]] std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e) noexcept;
-// nullopt: torn (entry_crc mismatch or a non-zero tail). An all-zero bucket
-// decodes as an empty entry (flags 0). Precondition: bucket.size() >= kBucketSize.
+// The whole bucket for `e` (entry_crc computed): `inline_data` (e.data_len()
+// bytes, at most kInlineMax) at kInlineOffset if e.inlined(), else nothing;
+// the rest zero. Precondition: inline_data.size() == (e.inlined() ? e.data_len() : 0).
+[[nodiscard]] std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e,
+                                                              std::span<const std::byte> inline_data = {}) noexcept;
+// nullopt: torn (entry_crc mismatch, inline data longer than kInlineMax, or a
+// non-zero byte after the inline data). An all-zero bucket decodes as an
+// empty entry (flags 0). Precondition: bucket.size() >= kBucketSize.
 [[nodiscard]] std::optional<IndexEntry> decode_entry(std::span<const std::byte> bucket) noexcept;
+// The [value][key] bytes of a decoded INLINE entry within its bucket.
+// Precondition: e came from decode_entry(bucket) and e.inlined().
+[[nodiscard]] std::span<const std::byte> inline_data(std::span<const std::byte> bucket, const IndexEntry& e) noexcept;
 // The fields of a bucket its one writer wrote itself (the server reading its
 // own entries back): no checks, an all-zero bucket is an empty entry. Never
 // for bytes that came over the network.
@@ -97,9 +117,10 @@ enum class ProbeResult : std::uint8_t {
 [[nodiscard]] std::string_view to_string(ProbeResult r) noexcept;
 
 // Scans a neighborhood (kNeighborhoodBytes, home bucket first) for key_hash
-// and key_len. Any torn bucket -> torn (its contents are unknown).
+// and key_len. Any torn bucket -> torn (its contents are unknown). On found,
+// `entry` and `bucket` (its position in the neighborhood, 0..7) are set.
 [[nodiscard]] ProbeResult probe_neighborhood(std::span<const std::byte> hood, std::uint64_t key_hash,
-                                             std::uint32_t key_len, IndexEntry& entry) noexcept;
+                                             std::uint32_t key_len, IndexEntry& entry, std::size_t& bucket) noexcept;
 
 // Whether a client may READ the block a found entry names: its value_len is
 // within the server's announced max_value (0: unknown, then kDefaultMaxValue,
@@ -107,8 +128,9 @@ enum class ProbeResult : std::uint8_t {
 // not have written: the GET goes by message instead of sizing a buffer for it.
 [[nodiscard]] bool block_readable(const IndexEntry& e, std::uint64_t max_value) noexcept;
 
-// What a client concludes from the READ of a value block (`value`: the
-// entry's value_len bytes, `key_read`: its key_len bytes, both as READ).
+// What a client concludes from the READ of a value block or from an INLINE
+// entry's data (`value`: the entry's value_len bytes, `key_read`: its key_len
+// bytes, as read).
 enum class BlockCheck : std::uint8_t {
   ok,         // data CRC matches and the key bytes are `key`: `value` is the value
   torn,       // data CRC mismatch: the block was reused or half rewritten, read the entry again

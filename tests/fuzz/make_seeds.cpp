@@ -123,11 +123,13 @@ Bytes index_input(std::uint8_t ctl, std::string_view key, std::string_view value
   e.value_len = static_cast<std::uint32_t>(value.size());
   e.data_crc = proto::crc32c_extend(proto::crc32c(value), key.data(), key.size());
   e.flags = flags;
-  const auto enc = proto::encode_entry(e);
+  const std::string data = std::string(value) + std::string(key);
+  if (e.inlined()) e.addr = e.rkey = 0;
+  const auto enc = proto::encode_entry(e, e.inlined() ? sb(data) : std::span<const std::byte>{});
   std::copy(enc.begin(), enc.end(), hood.begin() + static_cast<std::ptrdiff_t>(slot * proto::kBucketSize));
   proto::IndexEntry other = e;
   other.key_hash ^= 1;
-  const auto enc2 = proto::encode_entry(other);
+  const auto enc2 = proto::encode_entry(other, other.inlined() ? sb(data) : std::span<const std::byte>{});
   std::copy(enc2.begin(), enc2.end(), hood.begin() + static_cast<std::ptrdiff_t>(((slot + 1) % 8) * proto::kBucketSize));
   if (torn) hood[slot * proto::kBucketSize + 3] ^= std::byte{1};
   append(out, hood);
@@ -143,6 +145,8 @@ void index() {
   put("index", "rpc-only", index_input(0, "key:4", "v", 2, proto::kFlagUsed | proto::kFlagRpcOnly));
   put("index", "torn", index_input(0, "key:5", "v", 1, proto::kFlagUsed, true));
   put("index", "fixups", index_input(0x3f, "key:6", "value", 3, proto::kFlagUsed));
+  put("index", "inline-hit", index_input(0, "key:7", "inline value", 4, proto::kFlagUsed | proto::kFlagInline));
+  put("index", "inline-fixups", index_input(0xbf, "key:8", "value", 3, proto::kFlagUsed | proto::kFlagInline));
 }
 
 void workload() {

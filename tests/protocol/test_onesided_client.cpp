@@ -32,6 +32,11 @@ using test::FakeRegistrar;
 using test::Post;
 
 constexpr std::uint32_t kBuckets = 256;
+constexpr std::size_t kBucket = proto::kBucketSize;
+
+// A value too long to travel in its entry (value + key > kInlineMax): its
+// GET READs the neighborhood, then the value block.
+std::string blk(std::string_view v) { return std::string(v) + std::string(proto::kInlineMax, '.'); }
 
 class OneSidedClient : public ::testing::Test {
  protected:
@@ -105,7 +110,7 @@ class OneSidedClient : public ::testing::Test {
   std::size_t bucket_of(std::string_view key) const {
     const auto home = proto::home_bucket(proto::hash64(key), kBuckets);
     for (std::size_t b = home; b < home + proto::kNeighborhood; ++b) {
-      const auto e = proto::decode_entry(std::span<const std::byte>(region_).subspan(b * 64, 64));
+      const auto e = proto::decode_entry(std::span<const std::byte>(region_).subspan(b * kBucket, kBucket));
       if (e && e->used() && e->key_hash == proto::hash64(key)) return b;
     }
     ADD_FAILURE() << "key not indexed";
@@ -123,37 +128,118 @@ class OneSidedClient : public ::testing::Test {
 };
 
 TEST_F(OneSidedClient, AHitIsTwoReadsAndNoMessage) {
-  EXPECT_TRUE(store_.set("key", "value bytes"));
+  EXPECT_TRUE(store_.set("key", blk("value bytes")));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   EXPECT_EQ(cc_->flush(), 0u) << "no SEND";
   ASSERT_EQ(link_.reads.size(), 1u);
   const auto home = proto::home_bucket(proto::hash64("key"), kBuckets);
-  EXPECT_EQ(link_.reads[0].remote_addr, reinterpret_cast<std::uintptr_t>(region_.data()) + home * 64);
+  EXPECT_EQ(link_.reads[0].remote_addr, reinterpret_cast<std::uintptr_t>(region_.data()) + home * kBucket);
   EXPECT_EQ(link_.reads[0].rkey, 77u);
   EXPECT_EQ(link_.reads[0].target.size(), proto::kNeighborhoodBytes) << "the whole neighborhood in one READ";
   EXPECT_TRUE(link_.reads[0].signaled) << "alone in its chain: signaled";
   serve(0);
   ASSERT_EQ(link_.reads.size(), 2u);
   ASSERT_EQ(link_.reads[1].scatter.size(), 2u) << "value and key scattered";
-  EXPECT_EQ(link_.reads[1].scatter[0].size(), 11u);
+  EXPECT_EQ(link_.reads[1].scatter[0].size(), blk("value bytes").size());
   EXPECT_EQ(link_.reads[1].scatter[1].size(), 3u);
   EXPECT_EQ(link_.reads[1].rkey, 99u);
   serve(1);
   ASSERT_TRUE(r.done);
   EXPECT_EQ(r.st, Status::ok);
   EXPECT_TRUE(r.found);
-  EXPECT_EQ(r.value, "value bytes");
+  EXPECT_EQ(r.value, blk("value bytes"));
   EXPECT_TRUE(link_.sends.empty());
   const auto& c = cc_->counters();
   EXPECT_EQ(c.onesided_gets, 1u);
   EXPECT_EQ(c.onesided_hits, 1u);
   EXPECT_EQ(c.messages_sent, 0u);
   EXPECT_EQ(c.rdma_reads, 2u);
+  EXPECT_EQ(c.onesided_reads, 2u);
   EXPECT_EQ(c.read_posts, 2u);
   EXPECT_EQ(c.reads_unsignaled, 0u);
   EXPECT_EQ(cc_->in_flight(), 0u);
   EXPECT_EQ(cc_->outstanding_work(), 4u) << "only the receives";
+}
+
+// A value whose value and key bytes fit kInlineMax travels in its entry:
+// the neighborhood READ is the whole GET.
+TEST_F(OneSidedClient, AnInlineValueIsOneReadAndNoMessage) {
+  const std::string v(proto::kInlineMax - 3, 'i');  // with the 3-byte key: exactly the inline room
+  EXPECT_TRUE(store_.set("key", v));
+  Result r;
+  ASSERT_EQ(get("key", r), Status::ok);
+  EXPECT_EQ(cc_->flush(), 0u) << "no SEND";
+  ASSERT_EQ(link_.reads.size(), 1u);
+  EXPECT_EQ(link_.reads[0].target.size(), proto::kNeighborhoodBytes);
+  serve(0);
+  ASSERT_TRUE(r.done) << "answered from the neighborhood READ";
+  EXPECT_EQ(r.st, Status::ok);
+  EXPECT_TRUE(r.found);
+  EXPECT_EQ(r.value, v);
+  EXPECT_EQ(link_.reads.size(), 1u) << "no value READ";
+  EXPECT_TRUE(link_.sends.empty());
+  const auto& c = cc_->counters();
+  EXPECT_EQ(c.onesided_hits, 1u);
+  EXPECT_EQ(c.onesided_reads, 1u);
+  EXPECT_EQ(c.rdma_reads, 1u);
+  // One byte more and the value lives only in its block: two READs.
+  EXPECT_TRUE(store_.set("key", v + "+"));
+  Result r2;
+  ASSERT_EQ(get("key", r2), Status::ok);
+  cc_->flush();
+  serve(1);
+  ASSERT_EQ(link_.reads.size(), 3u);
+  EXPECT_EQ(link_.reads[2].scatter.size(), 2u) << "the block READ";
+  serve(2);
+  ASSERT_TRUE(r2.done);
+  EXPECT_EQ(r2.value, v + "+");
+  EXPECT_EQ(cc_->counters().onesided_reads, 3u);
+}
+
+// A READ that saw the entry's fields of one write and its inline bytes of
+// another (the server rewrites the bucket in place) fails the data CRC: read
+// again, never returned.
+TEST_F(OneSidedClient, InlineBytesOfAnotherWriteAreReadAgain) {
+  EXPECT_TRUE(store_.set("key", "v1"));
+  Result r;
+  ASSERT_EQ(get("key", r), Status::ok);
+  cc_->flush();
+  const std::size_t value_at = bucket_of("key") * kBucket + proto::kInlineOffset;
+  region_[value_at + 1] = std::byte{'9'};  // "v9": the header still says "v1"'s checksum
+  serve(0);
+  EXPECT_FALSE(r.done) << "bytes that fail the data CRC are never returned";
+  ASSERT_EQ(link_.reads.size(), 2u) << "the neighborhood again";
+  EXPECT_TRUE(link_.reads[1].scatter.empty());
+  region_[value_at + 1] = std::byte{'1'};  // the rewrite finished
+  serve(1);
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.value, "v1");
+  EXPECT_EQ(cc_->counters().onesided_retries, 1u);
+  EXPECT_EQ(cc_->counters().onesided_reads, 2u);
+}
+
+TEST_F(OneSidedClient, GetsAtDepthOfInlineValuesAreOneReadEachInOnePost) {
+  constexpr std::size_t kDepth = 20;
+  connect(kDepth);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kDepth; ++i) {
+    keys.push_back("n" + std::to_string(i));
+    EXPECT_TRUE(store_.set(keys.back(), "small " + keys.back()));
+  }
+  std::vector<Result> res(kDepth);
+  for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(get(keys[i], res[i]), Status::ok);
+  cc_->flush();
+  serve_range(0, kDepth);
+  for (std::size_t i = 0; i < kDepth; ++i) {
+    ASSERT_TRUE(res[i].done) << i;
+    EXPECT_EQ(res[i].value, "small " + keys[i]);
+  }
+  const auto& c = cc_->counters();
+  EXPECT_EQ(c.onesided_reads, kDepth) << "one READ per GET";
+  EXPECT_EQ(c.read_posts, 1u);
+  EXPECT_EQ(c.onesided_hits, kDepth);
+  EXPECT_EQ(cc_->outstanding_work(), kDepth) << "only the receives";
 }
 
 TEST_F(OneSidedClient, AMissIsAnsweredByTheIndexAlone) {
@@ -170,33 +256,33 @@ TEST_F(OneSidedClient, AMissIsAnsweredByTheIndexAlone) {
 }
 
 TEST_F(OneSidedClient, ATornEntryIsReadAgain) {
-  EXPECT_TRUE(store_.set("key", "v1"));
+  EXPECT_TRUE(store_.set("key", blk("v1")));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
   // The READ saw the entry mid-rewrite: one field changed, entry_crc not yet.
   const std::size_t b = bucket_of("key");
-  region_[b * 64 + 16] ^= std::byte{0x40};
+  region_[b * kBucket + 16] ^= std::byte{0x40};
   serve(0);
   EXPECT_FALSE(r.done);
   ASSERT_EQ(link_.reads.size(), 2u) << "the neighborhood is read again";
   EXPECT_TRUE(link_.reads[1].scatter.empty());
-  region_[b * 64 + 16] ^= std::byte{0x40};  // the rewrite finished
+  region_[b * kBucket + 16] ^= std::byte{0x40};  // the rewrite finished
   serve(1);
   serve(2);
   ASSERT_TRUE(r.done);
-  EXPECT_EQ(r.value, "v1");
+  EXPECT_EQ(r.value, blk("v1"));
   EXPECT_EQ(cc_->counters().onesided_retries, 1u);
 }
 
 TEST_F(OneSidedClient, AReusedBlockFailsTheDataCrcAndTheNewValueIsRead) {
-  EXPECT_TRUE(store_.set("key", "old value"));
+  EXPECT_TRUE(store_.set("key", blk("old value")));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
   serve(0);  // entry names the old block
   const auto* old_block = reinterpret_cast<char*>(link_.reads[1].remote_addr);
-  EXPECT_TRUE(store_.set("key", "new value!"));  // the entry now names a new block...
+  EXPECT_TRUE(store_.set("key", blk("new value!")));  // the entry now names a new block...
   std::memcpy(const_cast<char*>(old_block), "REUSED!!!", 9);  // ...and the old one was reused
   serve(1);
   EXPECT_FALSE(r.done) << "bytes that fail the data CRC are never returned";
@@ -204,7 +290,7 @@ TEST_F(OneSidedClient, AReusedBlockFailsTheDataCrcAndTheNewValueIsRead) {
   serve(2);
   serve(3);
   ASSERT_TRUE(r.done);
-  EXPECT_EQ(r.value, "new value!");
+  EXPECT_EQ(r.value, blk("new value!"));
   EXPECT_EQ(cc_->counters().onesided_retries, 1u);
 }
 
@@ -213,7 +299,7 @@ TEST_F(OneSidedClient, RetriesAreBoundedThenTheGetGoesByMessage) {
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
-  region_[bucket_of("key") * 64 + 8] ^= std::byte{1};  // torn for good
+  region_[bucket_of("key") * kBucket + 8] ^= std::byte{1};  // torn for good
   for (unsigned i = 0; i < proto::kOneSidedAttempts; ++i) serve(i);
   EXPECT_EQ(link_.reads.size(), proto::kOneSidedAttempts);
   EXPECT_FALSE(r.done);
@@ -232,7 +318,7 @@ TEST_F(OneSidedClient, RetriesAreBoundedThenTheGetGoesByMessage) {
 }
 
 TEST_F(OneSidedClient, BothReadsCarryTheRequestsSlotKeyAndAReplyForItFails) {
-  EXPECT_TRUE(store_.set("key", "value"));
+  EXPECT_TRUE(store_.set("key", blk("value")));
   Result r;
   ASSERT_EQ(get("key", r), Status::ok);
   cc_->flush();
@@ -273,12 +359,15 @@ TEST_F(OneSidedClient, AnOverflowedKeyIsAskedByMessage) {
 
 // --- at depth: chained posts ---------------------------------------------
 
-// n keys set in the store, and a GET of each submitted (not flushed).
+// The value set_keys gives `key` (too long for its entry: two READs a GET).
+std::string value_of(const std::string& key) { return blk("value of " + key); }
+
+// n keys set in the store (values from value_of).
 std::vector<std::string> set_keys(Store& store, std::size_t n, std::string_view prefix) {
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < n; ++i) {
     keys.push_back(std::string(prefix) + std::to_string(i));
-    EXPECT_TRUE(store.set(keys.back(), "value of " + keys.back()));
+    EXPECT_TRUE(store.set(keys.back(), value_of(keys.back())));
   }
   return keys;
 }
@@ -324,7 +413,7 @@ TEST_F(OneSidedClient, GetsAtDepthPostTheirReadsAsChainsWithFewSignaled) {
     ASSERT_TRUE(res[i].done) << i;
     EXPECT_EQ(res[i].st, Status::ok);
     EXPECT_TRUE(res[i].found);
-    EXPECT_EQ(res[i].value, "value of " + keys[i]);
+    EXPECT_EQ(res[i].value, value_of(keys[i]));
   }
   const auto& c = cc_->counters();
   EXPECT_EQ(c.rdma_reads, 2 * kDepth);
@@ -351,7 +440,7 @@ TEST_F(OneSidedClient, MoreReadsThanOneChainHoldsArePostedAsSeveralEachEndingSig
   ASSERT_EQ(link_.reads.size(), 2 * kDepth);
   for (std::size_t i = 0; i < kDepth; ++i) {
     ASSERT_TRUE(res[i].done) << i;
-    EXPECT_EQ(res[i].value, "value of " + keys[i]);
+    EXPECT_EQ(res[i].value, value_of(keys[i]));
   }
 }
 
@@ -366,7 +455,7 @@ TEST_F(OneSidedClient, ATornEntryInAChainIsReadAgainWithTheOthersValueReads) {
   ASSERT_EQ(link_.read_posts, std::vector<std::size_t>{kDepth});
   EXPECT_EQ(signaled_in(link_, 0), std::vector<std::size_t>{kDepth - 1}) << "a short chain: only its last";
   const std::size_t torn = bucket_of(keys[2]);
-  region_[torn * 64 + 16] ^= std::byte{0x40};
+  region_[torn * kBucket + 16] ^= std::byte{0x40};
   serve_range(0, kDepth);
   EXPECT_TRUE(res[kDepth - 1].done) << "the miss is answered by its index READ";
   EXPECT_FALSE(res[kDepth - 1].found);
@@ -376,12 +465,12 @@ TEST_F(OneSidedClient, ATornEntryInAChainIsReadAgainWithTheOthersValueReads) {
   EXPECT_TRUE(chain[2]->scatter.empty()) << "the neighborhood again";
   EXPECT_EQ(chain[2]->target.size(), proto::kNeighborhoodBytes);
   for (std::size_t k : {0u, 1u, 3u}) EXPECT_EQ(chain[k]->scatter.size(), 2u);
-  region_[torn * 64 + 16] ^= std::byte{0x40};  // the rewrite finished
+  region_[torn * kBucket + 16] ^= std::byte{0x40};  // the rewrite finished
   serve_range(kDepth, link_.reads.size());
   serve_range(2 * kDepth - 1, link_.reads.size());  // the torn key's value READ
   for (std::size_t i = 0; i + 1 < kDepth; ++i) {
     ASSERT_TRUE(res[i].done) << i;
-    EXPECT_EQ(res[i].value, "value of " + keys[i]);
+    EXPECT_EQ(res[i].value, value_of(keys[i]));
   }
   EXPECT_EQ(cc_->counters().onesided_retries, 1u);
   EXPECT_EQ(cc_->counters().onesided_misses, 1u);
@@ -395,11 +484,11 @@ TEST_F(OneSidedClient, AKeyTornForGoodInAChainFallsBackToAMessageWhileTheOthersH
   std::vector<Result> res(kDepth);
   for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(get(keys[i], res[i]), Status::ok);
   cc_->flush();
-  region_[bucket_of(keys[1]) * 64 + 8] ^= std::byte{1};  // torn for good
+  region_[bucket_of(keys[1]) * kBucket + 8] ^= std::byte{1};  // torn for good
   // Serve whatever is posted, in order, until nothing new comes.
   for (std::size_t served = 0; served < link_.reads.size();) serve(served++);
-  EXPECT_EQ(res[0].value, "value of " + keys[0]);
-  EXPECT_EQ(res[2].value, "value of " + keys[2]);
+  EXPECT_EQ(res[0].value, value_of(keys[0]));
+  EXPECT_EQ(res[2].value, value_of(keys[2]));
   EXPECT_FALSE(res[1].done);
   const auto& c = cc_->counters();
   EXPECT_EQ(c.onesided_retries, proto::kOneSidedAttempts - 1);

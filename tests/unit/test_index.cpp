@@ -19,6 +19,7 @@ namespace {
 
 using proto::IndexEntry;
 using proto::ProbeResult;
+constexpr std::size_t kBucket = proto::kBucketSize;
 
 TEST(Hash64, FixedVectors) {
   // FNV-1a 64 + fmix64; computed independently (Python) from the definition in docs/protocol.md.
@@ -55,9 +56,9 @@ TEST(IndexEntry, RoundTripsWithEntryCrcLast) {
   std::uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + 44, 4);
   EXPECT_EQ(crc, proto::crc32c(bytes.data(), 44));
-  for (std::size_t i = 48; i < 64; ++i) EXPECT_EQ(bytes[i], std::byte{0});
+  for (std::size_t i = 48; i < kBucket; ++i) EXPECT_EQ(bytes[i], std::byte{0});
   // An all-zero bucket is empty, not torn.
-  const std::array<std::byte, 64> zero{};
+  const std::array<std::byte, kBucket> zero{};
   const auto empty = proto::decode_entry(zero);
   ASSERT_TRUE(empty.has_value());
   EXPECT_FALSE(empty->used());
@@ -68,13 +69,13 @@ TEST(IndexEntry, EveryMixOfOldAndNewBytesIsDetectedAsTorn) {
   const auto new_bytes = proto::encode_entry(sample(2));
   int mixes = 0;
   // A reader may see any prefix new and the rest old, or the reverse.
-  for (std::size_t split = 1; split < 64; ++split) {
+  for (std::size_t split = 1; split < kBucket; ++split) {
     for (int dir = 0; dir < 2; ++dir) {
-      std::array<std::byte, 64> mix{};
+      std::array<std::byte, kBucket> mix{};
       const auto& first = dir == 0 ? new_bytes : old_bytes;
       const auto& second = dir == 0 ? old_bytes : new_bytes;
       std::memcpy(mix.data(), first.data(), split);
-      std::memcpy(mix.data() + split, second.data() + split, 64 - split);
+      std::memcpy(mix.data() + split, second.data() + split, kBucket - split);
       if (mix == old_bytes || mix == new_bytes) continue;  // identical bytes: a whole entry
       ++mixes;
       EXPECT_FALSE(proto::decode_entry(mix).has_value()) << "split " << split << " dir " << dir;
@@ -82,8 +83,42 @@ TEST(IndexEntry, EveryMixOfOldAndNewBytesIsDetectedAsTorn) {
   }
   EXPECT_GT(mixes, 60);
   auto tail = new_bytes;
-  tail[60] = std::byte{1};
+  tail[100] = std::byte{1};
   EXPECT_FALSE(proto::decode_entry(tail).has_value()) << "a non-zero tail is not an entry";
+}
+
+TEST(IndexEntry, InlineDataRoundTripsAndAnythingAfterItIsTorn) {
+  const std::string data = "valuekey";  // value "value", key "key"
+  IndexEntry e = sample(3);
+  e.addr = 0;
+  e.rkey = 0;
+  e.value_len = 5;
+  e.key_len = 3;
+  e.data_crc = proto::crc32c(data.data(), data.size());
+  e.flags = proto::kFlagUsed | proto::kFlagInline;
+  const auto bytes = proto::encode_entry(e, std::as_bytes(std::span(data)));
+  const auto back = proto::decode_entry(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, e);
+  const auto in = proto::inline_data(bytes, *back);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(in.data()), in.size()), data);
+  EXPECT_EQ(proto::check_block(*back, in.first(5), in.subspan(5), "key"), proto::BlockCheck::ok);
+  // A byte after the data (left by a longer value, mid-rewrite) is not an entry.
+  auto tail = bytes;
+  tail[proto::kInlineOffset + data.size()] = std::byte{'x'};
+  EXPECT_FALSE(proto::decode_entry(tail).has_value());
+  // Inline data longer than the bucket can hold is not an entry, even with a matching entry_crc.
+  IndexEntry huge = e;
+  huge.value_len = proto::kInlineMax;  // + 3 key bytes: 3 too many
+  const auto hb = proto::encode_entry(huge);
+  EXPECT_FALSE(proto::decode_entry(hb).has_value());
+  // Inline bytes of another write fail the data CRC (check_block: torn).
+  auto other = bytes;
+  other[proto::kInlineOffset] = std::byte{'V'};
+  const auto oe = proto::decode_entry(other);
+  ASSERT_TRUE(oe.has_value()) << "the header is whole";
+  const auto od = proto::inline_data(other, *oe);
+  EXPECT_EQ(proto::check_block(*oe, od.first(5), od.subspan(5), "key"), proto::BlockCheck::torn);
 }
 
 // Keys whose home bucket (in an index of `buckets`) is `home`.
@@ -103,9 +138,21 @@ class IndexTest : public ::testing::Test {
   kv::store::ReadableIndex index_{region_, kBuckets};
 
   ProbeResult probe(std::string_view key, IndexEntry& e) const {
+    std::size_t at = 0;
+    return probe(key, e, at);
+  }
+  // `at`: the bucket it was found in (index in the region).
+  ProbeResult probe(std::string_view key, IndexEntry& e, std::size_t& at) const {
     const auto home = proto::home_bucket(proto::hash64(key), kBuckets);
-    return proto::probe_neighborhood(std::span<const std::byte>(region_).subspan(home * 64, 512),
-                                     proto::hash64(key), static_cast<std::uint32_t>(key.size()), e);
+    std::size_t i = 0;
+    const auto r = proto::probe_neighborhood(
+        std::span<const std::byte>(region_).subspan(home * kBucket, proto::kNeighborhoodBytes), proto::hash64(key),
+        static_cast<std::uint32_t>(key.size()), e, i);
+    at = home + i;
+    return r;
+  }
+  std::span<const std::byte> bucket_bytes(std::size_t b) const {
+    return std::span<const std::byte>(region_).subspan(b * kBucket, kBucket);
   }
 };
 
@@ -119,7 +166,7 @@ TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
   const auto keys = keys_homed_at(3, kBuckets, 9);
   for (std::size_t i = 0; i < 8; ++i) {
     EXPECT_EQ(index_.claim(keys[i]), 3 + i) << "first empty bucket of the neighborhood";
-    index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55);
+    index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55, {});
   }
   EXPECT_EQ(index_.claim(keys[8]), kv::store::ReadableIndex::kNoBucket) << "neighborhood full";
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
@@ -147,10 +194,10 @@ TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
   ASSERT_NE(b, kv::store::ReadableIndex::kNoBucket);
   IndexEntry e;
   EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc) << "claimed, not published yet";
-  const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11);
+  const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11, {});
   ASSERT_EQ(probe("alpha", e), ProbeResult::found);
   EXPECT_EQ(e.version, v1);
-  const auto v2 = index_.publish(b, "alpha", 0x2000, 8, 6, 0x22);
+  const auto v2 = index_.publish(b, "alpha", 0x2000, 8, 6, 0x22, {});
   EXPECT_GT(v2, v1);
   ASSERT_EQ(probe("alpha", e), ProbeResult::found);
   EXPECT_EQ(e.addr, 0x2000u);
@@ -159,7 +206,7 @@ TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
   EXPECT_EQ(e.data_crc, 0x22u);
   index_.withdraw(b, "alpha");
   EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc);
-  const auto raw = proto::decode_entry(std::span<const std::byte>(region_).subspan(b * 64, 64));
+  const auto raw = proto::decode_entry(bucket_bytes(b));
   ASSERT_TRUE(raw.has_value());
   EXPECT_EQ(raw->addr, 0u);
   EXPECT_EQ(index_.stats().rpc_only, 1u);
@@ -169,11 +216,11 @@ TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
 
 TEST_F(IndexTest, ATornBucketMakesTheReaderReadAgain) {
   const std::uint32_t b = index_.claim("beta");
-  index_.publish(b, "beta", 0x1000, 7, 5, 0x11);
-  const auto old_bytes = std::vector<std::byte>(region_.begin() + b * 64, region_.begin() + b * 64 + 64);
-  index_.publish(b, "beta", 0x2000, 7, 5, 0x22);
+  index_.publish(b, "beta", 0x1000, 7, 5, 0x11, {});
+  const auto old_bytes = std::vector<std::byte>(region_.begin() + b * kBucket, region_.begin() + (b + 1) * kBucket);
+  index_.publish(b, "beta", 0x2000, 7, 5, 0x22, {});
   // What a READ racing the rewrite could see: new fields, old entry_crc.
-  std::memcpy(region_.data() + b * 64 + 44, old_bytes.data() + 44, 4);
+  std::memcpy(region_.data() + b * kBucket + 44, old_bytes.data() + 44, 4);
   IndexEntry e;
   EXPECT_EQ(probe("beta", e), ProbeResult::torn);
 }
@@ -209,13 +256,21 @@ class StoreIndexTest : public IndexTest {
   void SetUp() override {
     store_.attach_index(index_, [this](std::size_t n) { return blocks_(n); });
   }
-  // The bytes the entry of `key` names, as a reader would check them.
+  // The bytes the entry of `key` names (its inline data, or the block it
+  // points at), as a reader would check them.
   void expect_block(std::string_view key, std::string_view value) {
     IndexEntry e;
-    ASSERT_EQ(probe(key, e), ProbeResult::found);
+    std::size_t at = 0;
+    ASSERT_EQ(probe(key, e, at), ProbeResult::found);
     ASSERT_EQ(e.value_len, value.size());
     ASSERT_EQ(e.key_len, key.size());
-    const auto* block = reinterpret_cast<const char*>(e.addr);
+    const bool fits = value.size() + key.size() <= proto::kInlineMax;
+    ASSERT_EQ(e.inlined(), fits) << "in the entry exactly when value and key fit it";
+    const auto* block = fits ? reinterpret_cast<const char*>(proto::inline_data(bucket_bytes(at), e).data())
+                             : reinterpret_cast<const char*>(e.addr);
+    if (fits) {
+      EXPECT_EQ(e.addr, 0u) << "an inline entry names no memory";
+    }
     EXPECT_EQ(std::string_view(block, value.size()), value) << "value first";
     EXPECT_EQ(std::string_view(block + value.size(), key.size()), key) << "then the key";
     EXPECT_EQ(e.data_crc, proto::crc32c(block, value.size() + key.size()));
@@ -234,6 +289,78 @@ TEST_F(StoreIndexTest, SmallValuesLiveInBlocksValueThenKey) {
   EXPECT_TRUE(store_.set("k1", std::string(3000, 'x')));  // overwrite: a fresh block, entry rewritten
   expect_block("k1", std::string(3000, 'x'));
   EXPECT_EQ(index_.stats().used, 1u);
+}
+
+TEST_F(StoreIndexTest, ValuesThatFitTheEntryAreInlineAndCounted) {
+  const std::string fits(proto::kInlineMax - 2, 'f');  // with key "k2": exactly kInlineMax
+  EXPECT_TRUE(store_.set("k2", fits));
+  expect_block("k2", fits);
+  EXPECT_EQ(index_.stats().inline_entries, 1u);
+  EXPECT_TRUE(store_.set("k2", fits + "!"));  // one byte over: the block only
+  expect_block("k2", fits + "!");
+  EXPECT_EQ(index_.stats().inline_entries, 0u);
+  EXPECT_TRUE(store_.set("k2", "short again"));
+  expect_block("k2", "short again");
+  EXPECT_EQ(index_.stats().inline_entries, 1u);
+  EXPECT_TRUE(store_.erase("k2"));
+  EXPECT_EQ(index_.stats().inline_entries, 0u);
+}
+
+// The sticky overflow flag is written into a home bucket that may hold an
+// inline entry: its value must stay readable.
+TEST_F(StoreIndexTest, TheOverflowFlagKeepsTheHomeBucketsInlineValue) {
+  const auto keys = keys_homed_at(3, kBuckets, 9);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(store_.set(keys[i], "value " + keys[i]));
+  EXPECT_TRUE(store_.set(keys[8], "no room"));
+  EXPECT_EQ(index_.stats().overflow_buckets, 1u);
+  IndexEntry e;
+  std::size_t at = 0;
+  ASSERT_EQ(probe(keys[0], e, at), ProbeResult::found);
+  EXPECT_EQ(at, 3u) << "the home bucket itself";
+  EXPECT_TRUE(e.overflow());
+  expect_block(keys[0], "value " + keys[0]);
+}
+
+// Every mix of two inline writes of one key a READ could see (any prefix of
+// one, the rest of the other): the reader ends with either whole value, or
+// reads again. Never a mix.
+TEST_F(StoreIndexTest, EveryMixOfTwoInlineWritesIsWholeOrReadAgain) {
+  EXPECT_TRUE(store_.set("mk", "first value"));
+  IndexEntry e;
+  std::size_t at = 0;
+  ASSERT_EQ(probe("mk", e, at), ProbeResult::found);
+  const auto b = bucket_bytes(at);
+  const std::vector<std::byte> one(b.begin(), b.end());
+  EXPECT_TRUE(store_.set("mk", "2nd value, longer"));
+  const std::vector<std::byte> two(b.begin(), b.end());
+  int whole = 0;
+  int torn = 0;
+  for (std::size_t split = 0; split <= kBucket; ++split) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const auto& first = dir == 0 ? two : one;
+      const auto& second = dir == 0 ? one : two;
+      std::vector<std::byte> mix(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(split));
+      mix.insert(mix.end(), second.begin() + static_cast<std::ptrdiff_t>(split), second.end());
+      const auto d = proto::decode_entry(mix);
+      if (!d) {
+        ++torn;
+        continue;
+      }
+      ASSERT_TRUE(d->inlined());
+      const auto data = proto::inline_data(mix, *d);
+      const auto check = proto::check_block(*d, data.first(d->value_len), data.subspan(d->value_len), "mk");
+      const std::string got(reinterpret_cast<const char*>(data.data()), d->value_len);
+      if (check == proto::BlockCheck::ok) {
+        EXPECT_TRUE(got == "first value" || got == "2nd value, longer") << "split " << split << ": " << got;
+        ++whole;
+      } else {
+        EXPECT_EQ(check, proto::BlockCheck::torn) << "split " << split;
+        ++torn;
+      }
+    }
+  }
+  EXPECT_GT(whole, 0);
+  EXPECT_GT(torn, 100) << "most mixes are caught";
 }
 
 TEST_F(StoreIndexTest, AValueNotInABlockIsWithdrawnNeverLeftStale) {
@@ -310,7 +437,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
   EXPECT_EQ(index_.stats().used, 0u);
   EXPECT_EQ(index_.stats().rpc_only, 0u);
   // The bucket holds no key, no address, nothing a reader could use.
-  const auto raw = proto::decode_entry(std::span<const std::byte>(region_).subspan(bucket * 64, 64));
+  const auto raw = proto::decode_entry(bucket_bytes(bucket));
   ASSERT_TRUE(raw.has_value());
   EXPECT_FALSE(raw->used());
   EXPECT_EQ(raw->addr, 0u);
@@ -329,15 +456,15 @@ TEST_F(StoreIndexTest, AReaderRacingTheEraseSeesATornEntry) {
   IndexEntry e;
   ASSERT_EQ(probe("racer", e), ProbeResult::found);
   const std::uint64_t bucket = proto::home_bucket(proto::hash64("racer"), kBuckets);  // the only key
-  const auto old_bytes = std::vector<std::byte>(region_.begin() + bucket * 64, region_.begin() + bucket * 64 + 64);
+  const auto old_bytes = std::vector<std::byte>(region_.begin() + bucket * kBucket, region_.begin() + (bucket + 1) * kBucket);
   EXPECT_TRUE(store_.erase("racer"));
   // Every mix of the old entry and the cleared one a READ could see: either
   // whole (old: the value as before the DEL; new: not found) or torn.
-  const auto new_bytes = std::vector<std::byte>(region_.begin() + bucket * 64, region_.begin() + bucket * 64 + 64);
-  for (std::size_t split = 1; split < 64; ++split) {
+  const auto new_bytes = std::vector<std::byte>(region_.begin() + bucket * kBucket, region_.begin() + (bucket + 1) * kBucket);
+  for (std::size_t split = 1; split < kBucket; ++split) {
     std::vector<std::byte> mix(new_bytes.begin(), new_bytes.begin() + split);
     mix.insert(mix.end(), old_bytes.begin() + split, old_bytes.end());
-    std::memcpy(region_.data() + bucket * 64, mix.data(), 64);
+    std::memcpy(region_.data() + bucket * kBucket, mix.data(), kBucket);
     const ProbeResult r = probe("racer", e);
     if (mix == old_bytes) {
       EXPECT_EQ(r, ProbeResult::found);

@@ -21,6 +21,7 @@
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 #include "proto/endian.hpp"
+#include "proto/index_format.hpp"
 #include "proto/validate.hpp"
 #include "proto/wire.hpp"
 
@@ -935,6 +936,18 @@ TEST(ProtoConnect, RoundTrip) {
   EXPECT_EQ(std::get<ConnectParams>(
                 decode_connect_params(encode_connect_params(no_index), Role::server)),
             no_index);
+}
+
+// A client uses a server's index only if its buckets are this build's
+// layout: a kvd of the 64-byte layout (before INLINE entries) gets GETs by message.
+TEST(ProtoConnect, AnIndexOfAnotherBucketSizeIsNotUsed) {
+  ConnectParams p = server_params();
+  p.index_bucket_size = static_cast<std::uint32_t>(kBucketSize);
+  const auto ix = usable_index(p);
+  ASSERT_TRUE(ix.has_value());
+  EXPECT_EQ(ix->buckets, p.index_buckets);
+  p.index_bucket_size = 64;
+  EXPECT_FALSE(usable_index(p).has_value());
 }
 
 TEST(ProtoConnect, GoldenBytes) {

@@ -140,6 +140,7 @@ struct ClientCounters {
   std::uint64_t onesided_misses = 0;     // answered not found by the index alone
   std::uint64_t onesided_retries = 0;    // re-reads after a torn entry or a value that failed its checks
   std::uint64_t onesided_fallbacks = 0;  // turned into a message GET (overflow, collision, retries used up)
+  std::uint64_t onesided_reads = 0;      // of rdma_reads: READs of one-sided GETs (1 per GET of an INLINE entry, else 2)
   std::uint64_t gets_into = 0;          // GETs into a caller's buffer (submit_get_into)
   std::uint64_t gets_into_direct = 0;   // of those: the value was RDMA-written or -read into it (no copy)
   std::uint64_t touches_sent = 0;       // keys named in TOUCH hints (one-sided hits reported to the server)
@@ -184,6 +185,7 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"onesided_misses", &ClientCounters::onesided_misses},
     ClientCounterInfo{"onesided_retries", &ClientCounters::onesided_retries},
     ClientCounterInfo{"onesided_fallbacks", &ClientCounters::onesided_fallbacks},
+    ClientCounterInfo{"onesided_reads", &ClientCounters::onesided_reads},
     ClientCounterInfo{"gets_into", &ClientCounters::gets_into},
     ClientCounterInfo{"gets_into_direct", &ClientCounters::gets_into_direct},
     ClientCounterInfo{"touches_sent", &ClientCounters::touches_sent},
@@ -453,6 +455,9 @@ class ClientConn {
   void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
   void on_hood(SlotKey key) noexcept;
   void on_block(SlotKey key) noexcept;
+  // Checks a one-sided GET's value and key bytes (a block READ, or an INLINE
+  // entry's data) against its entry: delivers, re-reads or asks by message.
+  void check_value(SlotKey key, std::span<const std::byte> value, std::span<const std::byte> key_read) noexcept;
   void retry_or_fallback(SlotKey key) noexcept;
   void fallback(SlotKey key) noexcept;  // re-queued as a message GET
   // A one-sided GET found `key`: it joins the TOUCH hints (docs/protocol.md

@@ -1,8 +1,10 @@
 // ClientConn, one-sided GET (docs/protocol.md, "One-sided GET"): a GET in
-// read mode READs the key's neighborhood of the server's index (512 bytes,
-// one READ), checks the entries' CRCs, then READs the value block scattered
-// into the destination (value) and scratch (key), and checks the key bytes
-// and the data CRC. A torn entry or a failed check re-reads, at most
+// read mode READs the key's neighborhood of the server's index (1 KiB, one
+// READ) and checks the entries' CRCs. An INLINE entry holds the value and key
+// bytes: they are checked (key bytes, data CRC) where they landed, and that
+// one READ was the GET. Otherwise it READs the value block scattered into the
+// destination (value) and scratch (key), and checks the key bytes and the
+// data CRC. A torn entry or a failed check re-reads, at most
 // proto::kOneSidedAttempts times; then, or when the index cannot answer
 // (overflow, rpc-only entry, a hash collision), the GET goes as a message.
 // No message is sent to the server otherwise. Reactor thread only.
@@ -133,6 +135,7 @@ void ClientConn::post_pending_reads() noexcept {
     for (std::size_t i = 0; i < posted; ++i) {  // these complete or flush whatever happens next
       reads_posted_.push(chain[i].wr_id);
       ++counters_.rdma_reads;
+      ++counters_.onesided_reads;
       if (!chain[i].signaled) ++counters_.reads_unsignaled;
     }
     if (rc != 0) {
@@ -170,8 +173,9 @@ void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexc
 void ClientConn::on_hood(SlotKey key) noexcept {
   Slot& s = live_slot(key);
   const auto hood = os_area(key.index, kHoodOff, proto::kNeighborhoodBytes);
+  std::size_t bucket = 0;
   const auto res = proto::probe_neighborhood(hood, proto::hash64(s.key), static_cast<std::uint32_t>(s.key.size()),
-                                             s.entry);
+                                             s.entry, bucket);
   switch (res) {
     case proto::ProbeResult::torn: retry_or_fallback(key); return;
     case proto::ProbeResult::ask_rpc: fallback(key); return;
@@ -195,6 +199,11 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     Callback cb = std::move(s.cb);
     free_slot(key);
     finish(Status::too_large, true, {}, cb);
+    return;
+  }
+  if (s.entry.inlined()) {  // the value came with the entry: check it where it landed
+    const auto data = proto::inline_data(hood.subspan(bucket * proto::kBucketSize, proto::kBucketSize), s.entry);
+    check_value(key, data.first(len), data.subspan(len));
     return;
   }
   if (len <= kSmallValue) {
@@ -234,7 +243,13 @@ void ClientConn::on_block(SlotKey key) noexcept {
   const auto value = len <= kSmallValue ? os_area(key.index, kValueOff, len)
                      : s.into.on        ? s.into.bytes.first(len)
                                         : s.landing->data().first(len);
-  const auto key_read = os_area(key.index, kKeyOff, s.entry.key_len);
+  check_value(key, value, os_area(key.index, kKeyOff, s.entry.key_len));
+}
+
+void ClientConn::check_value(SlotKey key, std::span<const std::byte> value,
+                             std::span<const std::byte> key_read) noexcept {
+  Slot& s = live_slot(key);
+  const std::size_t len = value.size();
   switch (proto::check_block(s.entry, value, key_read, s.key)) {
     case proto::BlockCheck::torn:  // reused or half-rewritten block: the entry is stale, read it again
       retry_or_fallback(key);
@@ -256,7 +271,8 @@ void ClientConn::on_block(SlotKey key) noexcept {
   }
   Callback cb = std::move(s.cb);
   free_slot(key);  // recycles a landing buffer left from an earlier attempt
-  // The view stays valid during the callback: only flush() posts READs into
+  // The view (the slot's value area, or the inline bytes in its neighborhood
+  // area) stays valid during the callback: only flush() posts READs into
   // this slot's area again, and callbacks do not flush.
   finish(Status::ok, true, value, cb);
 }

@@ -235,6 +235,7 @@ store::StatRows Server::stats_rows() const {
       {"index_overflow_keys", ix.overflow_keys, "keys whose neighborhood was full: GET by message"},
       {"index_overflow_buckets", ix.overflow_buckets, "buckets with the sticky overflow flag"},
       {"index_rpc_only", ix.rpc_only, "index entries that send readers to a message GET"},
+      {"index_inline", ix.inline_entries, "index entries holding their value: one READ per one-sided GET"},
       {"small_arena_reserved", sm.reserved_bytes, "small-value arena bytes registered (index on)"},
       {"small_arena_used", sm.used_bytes, "small-value arena bytes in use"},
   });

@@ -103,7 +103,7 @@ struct ServerOptions {
   ArenaConfig arena{};                    // registered memory for large values
   // One-sided GET index (docs/protocol.md): home buckets, a power of two; 0
   // disables it (clients in read mode then GET by message).
-  std::uint32_t index_buckets = 1u << 18;
+  std::uint32_t index_buckets = 1u << 17;
   ArenaConfig small_arena{64, std::size_t{4} << 20, std::size_t{1} << 30};  // small values, index on
   int backlog = 128;
   // Spin budget of the server's CQ poller (reactor.hpp, "Spin, then block"):

@@ -27,22 +27,37 @@ ReadableIndex::ReadableIndex(std::span<std::byte> region, std::uint32_t buckets)
   stats_.buckets = buckets;
 }
 
+std::span<const std::byte> ReadableIndex::inline_of(std::uint64_t bucket, const proto::IndexEntry& e) const noexcept {
+  if (!e.inlined()) return {};
+  return proto::inline_data(region_.subspan(bucket * kBucketSize, kBucketSize), e);
+}
+
 proto::IndexEntry ReadableIndex::read(std::uint64_t bucket) const noexcept {
   // Only this (the one writer) reads its own entries here: never torn, no
   // check needed (an all-zero bucket reads as an empty entry).
   return proto::decode_own_entry(region_.subspan(bucket * kBucketSize, kBucketSize));
 }
 
-void ReadableIndex::write(std::uint64_t bucket, const proto::IndexEntry& e) noexcept {
-  const auto bytes = proto::encode_entry(e);
+void ReadableIndex::write(std::uint64_t bucket, const proto::IndexEntry& e,
+                          std::span<const std::byte> inline_data) noexcept {
+  const auto bytes = proto::encode_entry(e, inline_data);
   std::byte* dst = region_.data() + bucket * kBucketSize;
-  // Fields first, entry_crc last: a reader sees old fields, new fields or a
-  // mix, and a mix fails the entry_crc check. The fences keep the compiler
-  // (and, on weakly ordered CPUs, the hardware) from moving the crc store up.
+  // Fields and inline bytes first, entry_crc last: a reader sees old bytes,
+  // new bytes or a mix; a mix fails the entry_crc check (fields) or, for
+  // inline bytes, the data_crc check or the zero-tail check. The fences keep
+  // the compiler (and, on weakly ordered CPUs, the hardware) from moving the
+  // crc store up.
+  constexpr std::size_t kCrcEnd = kEntryCrcOffset + 4;
   proto::copy_bytes(dst, bytes.data(), kEntryCrcOffset);
+  proto::copy_bytes(dst + kCrcEnd, bytes.data() + kCrcEnd, kBucketSize - kCrcEnd);
   std::atomic_thread_fence(std::memory_order_release);
-  proto::copy_bytes(dst + kEntryCrcOffset, bytes.data() + kEntryCrcOffset, kBucketSize - kEntryCrcOffset);
+  proto::copy_bytes(dst + kEntryCrcOffset, bytes.data() + kEntryCrcOffset, 4);
   std::atomic_thread_fence(std::memory_order_release);
+}
+
+void ReadableIndex::count_inline(bool was, bool now) noexcept {
+  if (was && stats_.inline_entries > 0) --stats_.inline_entries;
+  if (now) ++stats_.inline_entries;
 }
 
 std::uint32_t ReadableIndex::claim(std::string_view key) noexcept {
@@ -73,7 +88,7 @@ std::uint32_t ReadableIndex::claim(std::string_view key) noexcept {
   proto::IndexEntry h = read(home);
   if (!h.overflow()) {
     h.flags |= proto::kFlagOverflow;
-    write(home, h);
+    write(home, h, inline_of(home, h));  // a key there keeps its value
     ++stats_.overflow_buckets;
   }
   ++stats_.overflow_keys;
@@ -81,20 +96,25 @@ std::uint32_t ReadableIndex::claim(std::string_view key) noexcept {
 }
 
 std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key, std::uint64_t addr,
-                                     std::uint32_t rkey, std::uint32_t value_len, std::uint32_t data_crc) noexcept {
+                                     std::uint32_t rkey, std::uint32_t value_len, std::uint32_t data_crc,
+                                     std::span<const std::byte> block) noexcept {
   proto::IndexEntry e = read(bucket);
   if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
+  const bool was_inline = e.inlined();
   e.version = ++version_;
   // claim() wrote this key's hash and length into the bucket, and only
   // release() clears them (and the Store then forgets the bucket).
   assert(e.used() && e.key_hash == proto::hash64(key) && e.key_len == key.size());
-  e.addr = addr;
-  e.rkey = rkey;
   e.key_len = static_cast<std::uint32_t>(key.size());
   e.value_len = value_len;
   e.data_crc = data_crc;
   e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed;
-  write(bucket, e);
+  const bool inlined = block.size() == e.data_len() && block.size() <= proto::kInlineMax;
+  e.addr = inlined ? 0 : addr;
+  e.rkey = inlined ? 0 : rkey;
+  if (inlined) e.flags |= proto::kFlagInline;
+  write(bucket, e, inlined ? block : std::span<const std::byte>{});
+  count_inline(was_inline, inlined);
   ++stats_.publishes;
   return e.version;
 }
@@ -102,6 +122,7 @@ std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key,
 void ReadableIndex::withdraw(std::uint32_t bucket, [[maybe_unused]] std::string_view key) noexcept {
   proto::IndexEntry e = read(bucket);
   if (!e.rpc_only()) ++stats_.rpc_only;
+  count_inline(e.inlined(), false);
   e.version = ++version_;
   assert(e.used() && e.key_hash == proto::hash64(key) && e.key_len == key.size());  // as publish()
   e.addr = 0;
@@ -116,6 +137,7 @@ void ReadableIndex::release(std::uint32_t bucket) noexcept {
   proto::IndexEntry e = read(bucket);
   if (!e.used()) return;
   if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
+  count_inline(e.inlined(), false);
   proto::IndexEntry empty;
   empty.version = ++version_;
   empty.flags = e.flags & proto::kFlagOverflow;

@@ -18,8 +18,12 @@
 // reference goes, as after an overwrite: readers holding the old entry fail
 // the data_crc check if it was reused (docs/protocol.md).
 //
-// Every write rewrites the entry in place: bytes 0..43 first, entry_crc last,
-// so a reader that sees a mix fails the entry_crc check and re-reads.
+// A value whose value and key bytes fit proto::kInlineMax is also copied
+// into its entry (INLINE): a reader then needs one READ, not two.
+//
+// Every write rewrites the whole bucket in place: everything but entry_crc
+// first, entry_crc last, so a reader that sees a mix fails the entry_crc
+// check (the header) or the data_crc check (inline bytes) and re-reads.
 // Reactor thread only (one writer).
 
 #include <cstddef>
@@ -38,6 +42,7 @@ struct IndexStats {
   std::uint64_t overflow_buckets = 0; // home buckets with the overflow flag
   std::uint64_t rpc_only = 0;         // indexed keys whose value is not readable now
   std::uint64_t publishes = 0;        // entry writes naming a value
+  std::uint64_t inline_entries = 0;   // indexed keys whose value is in the entry (one READ)
 };
 
 class ReadableIndex {
@@ -52,10 +57,12 @@ class ReadableIndex {
   // A bucket for a key not indexed before, or kNoBucket (overflow flagged).
   [[nodiscard]] std::uint32_t claim(std::string_view key) noexcept;
   // The key in `bucket` now has this value block: [value_len value bytes]
-  // [key bytes] at addr/rkey, data_crc = crc32c of those bytes. Returns the
-  // entry's version (global SET sequence number).
+  // [key bytes] at addr/rkey, data_crc = crc32c of those bytes. `block`:
+  // those bytes as the server holds them; when they fit proto::kInlineMax
+  // the entry carries them (INLINE, no address). Returns the entry's version
+  // (global SET sequence number).
   std::uint64_t publish(std::uint32_t bucket, std::string_view key, std::uint64_t addr, std::uint32_t rkey,
-                        std::uint32_t value_len, std::uint32_t data_crc) noexcept;
+                        std::uint32_t value_len, std::uint32_t data_crc, std::span<const std::byte> block) noexcept;
   // The key in `bucket` has no readable value (e.g. it is kept in ordinary
   // memory): readers must ask by message. The entry names no memory.
   void withdraw(std::uint32_t bucket, std::string_view key) noexcept;
@@ -77,7 +84,11 @@ class ReadableIndex {
 
  private:
   [[nodiscard]] proto::IndexEntry read(std::uint64_t bucket) const noexcept;
-  void write(std::uint64_t bucket, const proto::IndexEntry& e) noexcept;
+  // The inline bytes `bucket` holds for its entry `e` (empty unless INLINE).
+  [[nodiscard]] std::span<const std::byte> inline_of(std::uint64_t bucket, const proto::IndexEntry& e) const noexcept;
+  void write(std::uint64_t bucket, const proto::IndexEntry& e, std::span<const std::byte> inline_data = {}) noexcept;
+  // Keeps stats_.inline_entries as an entry that `was` INLINE is rewritten as one that is `now`.
+  void count_inline(bool was, bool now) noexcept;
 
   std::span<std::byte> region_;
   std::uint32_t buckets_;

@@ -62,7 +62,8 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
   proto::copy_bytes(b->bytes.data() + n, key.data(), key.size());
   const std::uint32_t crc = value_crc ? proto::crc32c_extend(*value_crc, key.data(), key.size())
                                       : proto::crc32c(b->bytes.data(), n + key.size());
-  index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc);
+  index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc,
+                  std::span<const std::byte>(b->bytes.data(), n + key.size()));
 }
 
 inline void Store::landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc,
