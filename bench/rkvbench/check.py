@@ -21,6 +21,14 @@ def is_kv_row(name, row):
     return False
 
 
+def _at_least_one(text):
+    """Whether a CSV field is a number >= 1 (every one-sided GET READs at least its neighborhood)."""
+    try:
+        return float(text) >= 1.0
+    except (TypeError, ValueError):
+        return False
+
+
 def check_outputs(d):
     """Problems with the outputs in d (empty list: well formed). Never looks at a speed."""
     problems = []
@@ -49,6 +57,9 @@ def check_outputs(d):
             row = dict(zip(header, r))
             if row.get("status", "").startswith("failed") and is_kv_row(name, row):
                 problems.append(f"{name}:{i}: a KV measurement failed: {row['status'][:200]}")
+            if (name == "onesided.csv" and row.get("op") == "GET (RDMA READ)" and row.get("depth") == "32"
+                    and row.get("status") == "ok" and not _at_least_one(row.get("reads_per_get"))):
+                problems.append(f"{name}:{i}: no RDMA READs per one-sided GET counted ({row.get('reads_per_get')!r})")
     sp = os.path.join(d, "summary.md")
     if not os.path.isfile(sp):
         problems.append("summary.md: missing")
@@ -59,6 +70,9 @@ def check_outputs(d):
             problems.append("summary.md: no environment line")
         if SUMMARY_TABLE_HEADER not in text:
             problems.append("summary.md: no ratio table")
+        for section in ("## Targets (issue 12)", "## Targets (issue 31)"):
+            if section not in text:
+                problems.append(f"summary.md: no '{section}' section")
         for exp in ("sweep", "latency", "polling", "scaling", "shards", "one-sided", "durability", "tcp"):
             if not re.search(rf"^\| {exp} \|", text, re.M):
                 problems.append(f"summary.md: no '{exp}' row in the ratio table")

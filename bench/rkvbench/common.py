@@ -36,7 +36,8 @@ HEADERS = {
         "speedup_vs_1", "ops_per_server", "server_cpu_us_per_op", "status"],
     "durability.csv": ["fsync", "size", "depth", "ops", "ops_per_s", "p50_us", "p99_us", "errors", "log_fsyncs",
                        "status"],
-    "onesided.csv": ["op", "size", "depth", "ops", "seconds", "ops_per_s", "mean_us", "messages_sent", "status"],
+    "onesided.csv": ["op", "size", "depth", "ops", "seconds", "ops_per_s", "mean_us", "messages_sent",
+                     "reads_per_get", "status"],
     "tcp.csv": [
         "system", "transport", "tool", "op", "size", "depth", "concurrency", "ops", "ops_per_s",
         "mean_us", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "status"],

@@ -23,7 +23,8 @@ class LabExperiments:
         wanted = self.onesided_ops
         for size in (32, 64 * 1024):
             ops = self.ops_for(size, wanted)
-            base = {"size": size, "depth": 1, "ops": ops, "seconds": "", "ops_per_s": "", "mean_us": "", "messages_sent": ""}
+            base = {"size": size, "depth": 1, "ops": ops, "seconds": "", "ops_per_s": "", "mean_us": "", "messages_sent": "",
+                    "reads_per_get": ""}
             if not os.access(exe, os.X_OK):
                 for op in ("SET", "GET (message)", "GET (RDMA READ)"):
                     self.rows["onesided.csv"].append(dict(base, op=op, status="n/a: no bench/onesided in this build"))
@@ -42,7 +43,7 @@ class LabExperiments:
                     self.rows["onesided.csv"].append({
                         "op": r["op"], "size": size, "ops": int(r["ops"]), "seconds": float(r["seconds"]),
                         "ops_per_s": float(r["ops_per_s"]), "mean_us": float(r["mean_us"]),
-                        "messages_sent": int(r["messages_sent"]), "status": "ok", "depth": 1})
+                        "messages_sent": int(r["messages_sent"]), "reads_per_get": "", "status": "ok", "depth": 1})
         self._onesided_deep()
 
     def _onesided_deep(self):
@@ -59,7 +60,7 @@ class LabExperiments:
         for op, mode in (("GET (RDMA READ)", "read"), ("GET (message)", "rpc")):
             r = self.kvload_run(ml, depth, ops, ("--get-mode", mode))
             row = {"op": op, "size": size, "depth": depth, "ops": ops, "seconds": "", "ops_per_s": "", "mean_us": "",
-                   "messages_sent": ""}
+                   "messages_sent": "", "reads_per_get": ""}
             rep = r["report"]
             if rep is None or int(rep.get("errors", 0)) != 0:
                 row["status"] = (f"failed: kvload exit {r['rc']}: {_last_line(r['stderr'])}" if rep is None
@@ -71,7 +72,10 @@ class LabExperiments:
                 if mode == "rpc":
                     row["messages_sent"] = int(rep["ops"])
                 else:  # a GET the index cannot answer falls back to a message
-                    row["messages_sent"] = rep.get("client", {}).get("onesided_fallbacks", "")
+                    client = rep.get("client", {})
+                    row["messages_sent"] = client.get("onesided_fallbacks", "")
+                    gets, reads = client.get("onesided_gets"), client.get("onesided_reads")
+                    row["reads_per_get"] = reads / gets if gets and reads is not None else ""
             self.rows["onesided.csv"].append(row)
             log(f"  {op} {size} B depth {depth}: {row['status']} {fmt(row['ops_per_s'])} ops/s")
 

@@ -216,15 +216,73 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         L.append("")
         return L
 
+    def _targets31(self):
+        """Issue 31's figures (many clients, medium values, one READ per one-sided GET, server CPU), each
+        against its reference of this session; what no experiment measures yet says so."""
+        L = ["## Targets (issue 31)\n",
+             "| figure | this store | reference, same session | ratio | wanted | met |", "|---|---|---|---|---|---|"]
+
+        def ok(r):
+            return r is not None and str(r.get("status", "")).startswith("ok")
+
+        def one(rows, **kw):
+            got = [r for r in rows if all(r.get(k) == v for k, v in kw.items()) and ok(r)]
+            return got[0] if got else None
+
+        def row(name, q, kv_text, ref_text, want, met):
+            L.append(f"| {name} | {kv_text} | {ref_text} | {'' if q is None else fmt(q)} | {want} | "
+                     f"{'not measured in this mode' if met is None else 'yes' if met else 'no'} |")
+
+        sc = one(self.rows["scaling.csv"], clients=8)
+        q = sc and sc.get("speedup_vs_1")
+        q = float(q) if q not in (None, "") else None
+        row("8 kvload processes ÷ 1, 32 B, depth 32, aggregate (alternating SET/GET)", q,
+            sc and f"{fmt(sc['aggregate_ops_per_s'])} ops/s" or "not measured", "1 process of the same run",
+            "≥ 0.5", None if q is None else q >= 0.5)
+        row("8 kvload processes / 8 redis-benchmark processes `-P 32`, 32 B", None, "not measured",
+            "no 8-process Redis run in bench/run yet", "≥ 1.0", None)
+        for size in (4096, 65536):
+            for op, tool in (("set", "ib_read_bw"), ("get", "ib_write_bw")):
+                k = one(self.rows["sweep.csv"], op=op, size=size, depth=32)
+                q = k and k.get("ratio")
+                q = float(q) if q not in (None, "") else None
+                row(f"{size // 1024} KiB {op.upper()} depth 32 / `{tool} -s {size}` (operations per second)", q,
+                    k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured",
+                    k and k.get("ref_mbps") not in (None, "") and f"{fmt(k['ref_mbps'])} Mbit/s" or "not measured",
+                    "≥ 0.8", None if q is None else q >= 0.8)
+        osd = self.rows["onesided.csv"]
+        k = one(osd, op="GET (RDMA READ)", size=32, depth=32)
+        r = one(osd, op="GET (message)", size=32, depth=32)
+        rpg = k and k.get("reads_per_get")
+        rpg = float(rpg) if rpg not in (None, "") else None
+        row("RDMA READs per 32 B one-sided GET, depth 32 (client counters)", None,
+            "not measured" if rpg is None else f"{fmt(rpg)} READs per GET", "", "≤ 1.1",
+            None if rpg is None else rpg <= 1.1)
+        q = ratio(k["ops_per_s"], r["ops_per_s"]) if k and r else None
+        row("32 B GET by RDMA READ / GET by message, depth 32", q,
+            k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured", r and f"{fmt(r['ops_per_s'])} ops/s" or "",
+            "≥ 0.6", None if q is None else q >= 0.6)
+        row("kvd's memory with 1,000 idle connections over none", None, "not measured",
+            "no idle-connection experiment in bench/run yet", "≤ 64 MiB", None)
+        ns = [float(c["ns_per_op_median"]) for c in self._server_cpu_cases()]
+        row("server CPU per 32 B op, natively, worst case (`bench/cpu`)", None,
+            "not measured" if not ns else f"{fmt(max(ns))} ns ({fmt(min(ns))}-{fmt(max(ns))} over {len(ns)} cases)",
+            "", "≤ 150 ns", None if not ns else max(ns) <= 150)
+        L.append("")
+        return L
+
+    def _server_cpu_cases(self):
+        """bench/cpu's cpu.csv rows of 32 B cases with a timing, this session's (empty if it did not run)."""
+        try:
+            with open(os.path.join(self.out, "cpu", "cpu.csv"), newline="") as f:
+                return [r for r in csv.DictReader(f) if r.get("value_size") == "32" and r.get("ns_per_op_median")]
+        except OSError:
+            return []
+
     def _server_cpu_row(self):
         """Issue 12's server cost from bench/cpu's cpu.csv (bench/run ran it on the host before the guest)."""
-        path = os.path.join(self.out, "cpu", "cpu.csv")
         name = "server CPU per 32 B op, natively (`bench/cpu` on the host, before the guest)"
-        try:
-            with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if r.get("value_size") == "32" and r.get("ns_per_op_median")]
-        except OSError:
-            rows = []
+        rows = self._server_cpu_cases()
         if not rows:
             return f"| {name} | not measured in this session | | | ≤ 300 ns | |"
         ns = [float(r["ns_per_op_median"]) for r in rows]
@@ -254,6 +312,7 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             L.append(f"**Build is {self.binfo.get('buildtype')} with sanitizers {self.binfo.get('sanitize')}:** "
                      "the KV figures are not representative.\n")
         L.extend(self._targets())
+        L.extend(self._targets31())
         L.append("## Notes\n")
         notes = list(self.notes)
         if not self.depth_works:
