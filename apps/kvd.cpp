@@ -74,6 +74,29 @@ std::optional<std::uint64_t> parse_bytes(const std::string& text) {
 
 // Half of the memory this process may use: the machine's (sysconf), or the
 // cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
+// "ADDR:PORT" or "[V6]:PORT" into o.address / o.port; false if malformed
+// (MetricsEndpoint checks that the address is numeric).
+bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Options& o) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) return false;
+  std::string_view host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return false;
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return false;  // a bare IPv6 address needs brackets to carry a port
+  }
+  unsigned long port = 0;
+  for (const char c : text.substr(colon + 1)) {
+    if (c < '0' || c > '9') return false;
+    port = port * 10 + static_cast<unsigned long>(c - '0');
+    if (port > 65535) return false;
+  }
+  o.address = std::string(host);
+  o.port = static_cast<std::uint16_t>(port);
+  return true;
+}
+
 std::uint64_t default_max_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
@@ -190,6 +213,14 @@ int kvd_main(int argc, char** argv) {
       ->capture_default_str();
   bool stats_json = false;
   app.add_flag("--stats-json", stats_json, "print the stats (SIGUSR1, exit) as one JSON object instead of name=value");
+  std::string metrics_text;
+  app.add_option("--metrics", metrics_text,
+                 "serve GET /metrics (Prometheus text format) and GET /health over HTTP on ADDR:PORT (numeric "
+                 "address; [v6]:PORT; port 0: the kernel picks one, printed as 'kvd: metrics on ADDR:PORT')")
+      ->check([](const std::string& v) -> std::string {
+        kv::server::MetricsEndpoint::Options o;
+        return parse_listen_address(v, o) ? std::string{} : "must be ADDR:PORT (numeric address, port 0-65535)";
+      });
   app.add_flag("--repair", repair,
                "start even if a log or snapshot is corrupt in the middle: drop the damaged bytes (logged), keep "
                "every good record, rewrite the directory")
@@ -203,6 +234,10 @@ int kvd_main(int argc, char** argv) {
               : fsync == "never" ? durable::FsyncMode::never
                                  : durable::FsyncMode::batch;
 
+  if (!metrics_text.empty()) {
+    opt.metrics.emplace();
+    (void)parse_listen_address(metrics_text, *opt.metrics);  // checked by the option
+  }
   const std::uint64_t max_memory = max_memory_text.empty() ? default_max_memory() : *parse_bytes(max_memory_text);
   // The budget bounds the arenas: their own caps must not bind first.
   opt.arena.max_bytes = opt.small_arena.max_bytes = static_cast<std::size_t>(max_memory);
@@ -271,6 +306,9 @@ int kvd_main(int argc, char** argv) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
     }
     std::printf("kvd: listening on %s:%u\n", opt.bind_address.c_str(), static_cast<unsigned>(server.port()));
+    if (opt.metrics) {
+      std::printf("kvd: metrics on %s:%u\n", opt.metrics->address.c_str(), static_cast<unsigned>(server.metrics_port()));
+    }
     std::fflush(stdout);
     reactor.run();
     server_ptr = nullptr;

@@ -147,7 +147,7 @@ int stats_main(int argc, char** argv) {
     view.reserve(rows.size());
     std::size_t width = 0;
     for (const Row& r : rows) {
-      view.push_back({r.name, r.value, {}});
+      view.push_back({r.name, r.value, kv::store::StatKind::untyped, {}});  // a STATS reply carries no kind
       width = std::max(width, r.name.size());
     }
     if (json) {

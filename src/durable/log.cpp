@@ -287,18 +287,18 @@ LogStats Log::stats() const noexcept {
 void Log::append_stats(kv::store::StatRows& rows) const {
   const LogStats s = stats();
   rows.insert(rows.end(), {
-      {"log_records", s.records, "SET and DEL records queued for the log"},
-      {"log_deletes", s.deletes, "DEL records (tombstones) queued for the log"},
-      {"log_bytes_written", s.bytes_written, "record bytes written successfully (all logs)"},
-      {"log_writes", s.writes, "log writes completed"},
-      {"log_fsyncs", s.fsyncs, "fdatasyncs completed"},
-      {"log_io_errors", s.io_errors, "failed writes and syncs"},
-      {"log_failed_sets", s.failed_sets, "SETs and DELs answered io_error by the log"},
-      {"log_failing", s.failing ? 1u : 0u, "1 while the log is in its disk-error state"},
-      {"compactions", s.compactions, "compactions completed"},
-      {"compaction_failures", s.compaction_failures, "compactions abandoned after an error"},
-      {"log_bytes", s.log_bytes, "bytes in the current log file"},
-      {"log_generation", s.generation, "current log file generation"},
+      {"log_records", s.records, kv::store::StatKind::counter, "SET and DEL records queued for the log"},
+      {"log_deletes", s.deletes, kv::store::StatKind::counter, "DEL records (tombstones) queued for the log"},
+      {"log_bytes_written", s.bytes_written, kv::store::StatKind::counter, "record bytes written successfully (all logs)"},
+      {"log_writes", s.writes, kv::store::StatKind::counter, "log writes completed"},
+      {"log_fsyncs", s.fsyncs, kv::store::StatKind::counter, "fdatasyncs completed"},
+      {"log_io_errors", s.io_errors, kv::store::StatKind::counter, "failed writes and syncs"},
+      {"log_failed_sets", s.failed_sets, kv::store::StatKind::counter, "SETs and DELs answered io_error by the log"},
+      {"log_failing", s.failing ? 1u : 0u, kv::store::StatKind::gauge, "1 while the log is in its disk-error state"},
+      {"compactions", s.compactions, kv::store::StatKind::counter, "compactions completed"},
+      {"compaction_failures", s.compaction_failures, kv::store::StatKind::counter, "compactions abandoned after an error"},
+      {"log_bytes", s.log_bytes, kv::store::StatKind::gauge, "bytes in the current log file"},
+      {"log_generation", s.generation, kv::store::StatKind::gauge, "current log file generation"},
   });
 }
 

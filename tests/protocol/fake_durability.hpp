@@ -46,7 +46,7 @@ class FakeDurability final : public kv::store::Durability {
     records.push_back({std::string(key), std::string(), nullptr, {}, 0, 0, true});
   }
   void flush() noexcept override { ++flushes; }
-  void append_stats(kv::store::StatRows& rows) const override { rows.push_back({"fake", 1, "a fake durability"}); }
+  void append_stats(kv::store::StatRows& rows) const override { rows.push_back({"fake", 1, kv::store::StatKind::gauge, "a fake durability"}); }
 };
 
 }  // namespace rkv::test

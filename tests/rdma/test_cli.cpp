@@ -69,6 +69,12 @@ TEST(KvdCli, BadFlagsExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_TRUE(contains(r.err, "must be a size in bytes")) << bad << ": " << r.err;
   }
+  for (const char* bad : {"9464", "127.0.0.1", "127.0.0.1:", ":9464", "127.0.0.1:70000", "::1:9464", "[::1]",
+                          "127.0.0.1:94x"}) {
+    const auto r = run_command({RKV_KVD_PATH, "--metrics", bad}, {}, 60s);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_TRUE(contains(r.err, "must be ADDR:PORT")) << bad << ": " << r.err;
+  }
 }
 
 TEST(RkvStatsCli, BadFlagsExitTwo) {

@@ -197,7 +197,7 @@ TEST(KvloadE2E, RkvStatsJsonParsesAndCountersMove) {
     return parsed.value_or(std::map<std::string, std::uint64_t>{});
   };
   auto before = stats();
-  for (const char* name : {"uptime_s", "rss_bytes", "connections", "sets", "gets", "stats", "get_hits",
+  for (const char* name : {"uptime_seconds", "rss_bytes", "connections", "sets", "gets", "stats", "get_hits",
                            "large_sets", "keys"}) {
     EXPECT_EQ(before.count(name), 1u) << "no " << name;
   }

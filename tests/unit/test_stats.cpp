@@ -2,6 +2,7 @@
 // and the server's counter table (kv/server/counters.hpp).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <set>
 #include <string>
 
@@ -13,7 +14,7 @@ namespace rkv::kv {
 namespace {
 
 TEST(Stats, ThreeFormatsOfOneList) {
-  const store::StatRows rows{{"a", 1, "one"}, {"b_c", 22, "two"}};
+  const store::StatRows rows{{"a", 1, store::StatKind::counter, "one"}, {"b_c", 22, store::StatKind::gauge, "two"}};
   EXPECT_EQ(store::format_stats_line(rows), "a=1 b_c=22");
   EXPECT_EQ(store::format_stats_lines(rows), "a 1\nb_c 22\n");
   EXPECT_EQ(store::format_stats_json(rows), R"({"a": 1, "b_c": 22})");
@@ -45,6 +46,48 @@ TEST(Stats, StoreRowsCountKeysAndBytes) {
   EXPECT_EQ(store::format_stats_line(rows),
             "keys=1 bytes=4 max_memory=0 memory_used=" + std::to_string(store::Store::kEntryOverhead + 4) +
                 " evicted_keys=0 expired_keys=0 expiring_keys=0 touched_keys=0");
+}
+
+// The Prometheus exposition (kvd --metrics): names derive from the rows'
+// names, types from their kinds, help text escaped.
+TEST(Stats, PrometheusExpositionNamesTypesAndHelp) {
+  const store::StatRows rows{{"sets", 5, store::StatKind::counter, "SET requests"},
+                             {"bytes_copied_total", 9, store::StatKind::counter, "a total already"},
+                             {"keys", 3, store::StatKind::gauge, "keys now"},
+                             {"odd", 1, store::StatKind::untyped, "back\\slash and\nnewline"}};
+  EXPECT_EQ(store::format_prometheus(rows),
+            "# HELP rkv_sets_total SET requests\n# TYPE rkv_sets_total counter\nrkv_sets_total 5\n"
+            "# HELP rkv_bytes_copied_total a total already\n# TYPE rkv_bytes_copied_total counter\n"
+            "rkv_bytes_copied_total 9\n"
+            "# HELP rkv_keys keys now\n# TYPE rkv_keys gauge\nrkv_keys 3\n"
+            "# HELP rkv_odd back\\\\slash and\\nnewline\n# TYPE rkv_odd untyped\nrkv_odd 1\n");
+  EXPECT_EQ(store::format_prometheus({}), "");
+}
+
+// Every row kvd exports from the counter table and the Store is a metric
+// Prometheus accepts: a valid, unique name, a counter's ending in _total and
+// no gauge's, and nothing untyped.
+TEST(Stats, EveryServerRowIsAWellFormedMetric) {
+  store::StatRows rows = server::counter_rows(server::ServerCounters{});
+  store::Store s;
+  s.append_stats(rows);
+  std::set<std::string> names;
+  for (const auto& r : rows) {
+    const std::string name = store::prometheus_name(r);
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(names.insert(name).second) << "twice";
+    ASSERT_FALSE(name.empty());
+    EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+    for (const char c : name) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_') << c;
+    EXPECT_NE(r.kind, store::StatKind::untyped);
+    EXPECT_EQ(name.ends_with("_total"), r.kind == store::StatKind::counter);
+    EXPECT_FALSE(r.help.empty());
+    EXPECT_EQ(r.help.find('\n'), std::string_view::npos);
+  }
+  const std::string text = store::format_prometheus(rows);
+  EXPECT_NE(text.find("# TYPE rkv_sets_total counter\nrkv_sets_total 0\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE rkv_connections gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE rkv_keys gauge\nrkv_keys 0\n"), std::string::npos);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // which kvd's SIGUSR1/final line, the STATS reply and JSON are all formatted
 // (kv/store/stats.hpp); Server::stats_rows() appends the gauges that are not
 // counters (keys, bytes, arena, index, durability). The rows whose help
-// says "now:" are gauges of the live connections: nothing bumps them,
+// says "now:" are gauges of the live connections (kind gauge): nothing bumps them,
 // Server::counters() computes them when they are read, so no copy can drift
 // from its source. A counter missing from
 // the table would be printed nowhere: the static_asserts below refuse to
@@ -76,58 +76,59 @@ struct ServerCounters {
 struct CounterInfo {
   std::string_view name;
   std::uint64_t ServerCounters::*member;
+  store::StatKind kind;  // gauge: the "now:" rows and the high-water mark; counter: the rest
   std::string_view help;
 };
 
 inline constexpr std::array kServerCounterTable{
-    CounterInfo{"connections", &ServerCounters::connections, "now: live connections (accepted, not yet destroyed)"},
-    CounterInfo{"accepted", &ServerCounters::accepted, "connections accepted"},
-    CounterInfo{"rejected", &ServerCounters::rejected, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
-    CounterInfo{"auth_failures", &ServerCounters::auth_failures, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
-    CounterInfo{"closed", &ServerCounters::closed, "connections torn down"},
-    CounterInfo{"transfer_timeouts", &ServerCounters::transfer_timeouts, "connections dropped because their RDMA transfers made no progress for --transfer-timeout-ms (the peer stopped answering)"},
-    CounterInfo{"connect_timeouts", &ServerCounters::connect_timeouts, "accepted connections dropped because the handshake did not finish within --connect-timeout-ms"},
-    CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, "clients dropped for a malformed or out-of-protocol message"},
-    CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, "clients dropped for sending more SENDs than credits granted"},
-    CounterInfo{"completion_errors", &ServerCounters::completion_errors, "connections failed by an error completion"},
-    CounterInfo{"stale_completions", &ServerCounters::stale_completions, "completions and acks for a slot or generation that moved on (dropped)"},
-    CounterInfo{"sends_received", &ServerCounters::sends_received, "request SENDs received (one may pack several requests)"},
-    CounterInfo{"sends_posted", &ServerCounters::sends_posted, "reply SENDs posted"},
-    CounterInfo{"sets", &ServerCounters::sets, "SET requests"},
-    CounterInfo{"gets", &ServerCounters::gets, "GET requests by message"},
-    CounterInfo{"get_hits", &ServerCounters::get_hits, "GET requests that found their key"},
-    CounterInfo{"dels", &ServerCounters::dels, "DEL requests"},
-    CounterInfo{"del_hits", &ServerCounters::del_hits, "DEL requests that found (and removed) their key"},
-    CounterInfo{"expires", &ServerCounters::expires, "EXPIRE requests"},
-    CounterInfo{"ttls", &ServerCounters::ttls, "TTL requests"},
-    CounterInfo{"touches", &ServerCounters::touches, "keys named by TOUCH hints (one-sided reads the clients reported)"},
-    CounterInfo{"stats", &ServerCounters::stats, "STATS requests"},
-    CounterInfo{"calls", &ServerCounters::calls, "CALL requests (user-defined operations)"},
-    CounterInfo{"calls_no_handler", &ServerCounters::calls_no_handler, "CALLs of an opcode with no handler (answered no_handler)"},
-    CounterInfo{"calls_failed", &ServerCounters::calls_failed, "CALLs whose handler threw (answered handler_failed)"},
-    CounterInfo{"error_replies", &ServerCounters::error_replies, "replies with a non-ok status"},
-    CounterInfo{"pauses", &ServerCounters::pauses, "times a received buffer waited for a free send buffer or transfer"},
-    CounterInfo{"messages_received", &ServerCounters::messages_received, "requests decoded and executed (RELEASE included)"},
-    CounterInfo{"replies_sent", &ServerCounters::replies_sent, "replies appended to SENDs"},
-    CounterInfo{"large_sets", &ServerCounters::large_sets, "rendezvous SETs installed"},
-    CounterInfo{"large_gets_written", &ServerCounters::large_gets_written, "large GETs served by RDMA WRITE into the offered buffer"},
-    CounterInfo{"large_gets_pulled", &ServerCounters::large_gets_pulled, "large GETs answered with a descriptor the client READs"},
-    CounterInfo{"releases", &ServerCounters::releases, "RELEASE messages received"},
-    CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, "RDMA READs posted (large SET values)"},
-    CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, "RDMA WRITEs posted (large GET values)"},
-    CounterInfo{"too_large", &ServerCounters::too_large, "requests refused for size before any allocation"},
-    CounterInfo{"no_memory", &ServerCounters::no_memory, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
-    CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, "RDMA transfers dropped by an error or a disconnect"},
-    CounterInfo{"pinned", &ServerCounters::pinned, "now: large values held by transfers and pulls"},
-    CounterInfo{"transfers", &ServerCounters::transfers, "now: RDMA READ/WRITEs in flight"},
-    CounterInfo{"max_conn_outstanding", &ServerCounters::max_conn_outstanding, "most requests one connection had received and not yet answered"},
-    CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, "now: send + receive buffer bytes of live connections"},
-    CounterInfo{"completions", &ServerCounters::completions, "work completions handled"},
-    CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, "completion events taken (a CQ armed before the loop slept)"},
-    CounterInfo{"cq_polls", &ServerCounters::cq_polls, "poll passes over the poll list (CQs with traffic, while the loop spins)"},
-    CounterInfo{"cq_arms", &ServerCounters::cq_arms, "CQs armed before the loop slept"},
-    CounterInfo{"durable_waits", &ServerCounters::durable_waits, "now: SET, DEL and CALL records whose reply waits for the log"},
-    CounterInfo{"io_errors", &ServerCounters::io_errors, "SETs, DELs and CALLs answered io_error"},
+    CounterInfo{"connections", &ServerCounters::connections, store::StatKind::gauge, "now: live connections (accepted, not yet destroyed)"},
+    CounterInfo{"accepted", &ServerCounters::accepted, store::StatKind::counter, "connections accepted"},
+    CounterInfo{"rejected", &ServerCounters::rejected, store::StatKind::counter, "connect requests rejected (bad parameters, auth, table full, setup failed)"},
+    CounterInfo{"auth_failures", &ServerCounters::auth_failures, store::StatKind::counter, "connect requests rejected for a missing or wrong auth token (also in rejected)"},
+    CounterInfo{"closed", &ServerCounters::closed, store::StatKind::counter, "connections torn down"},
+    CounterInfo{"transfer_timeouts", &ServerCounters::transfer_timeouts, store::StatKind::counter, "connections dropped because their RDMA transfers made no progress for --transfer-timeout-ms (the peer stopped answering)"},
+    CounterInfo{"connect_timeouts", &ServerCounters::connect_timeouts, store::StatKind::counter, "accepted connections dropped because the handshake did not finish within --connect-timeout-ms"},
+    CounterInfo{"protocol_errors", &ServerCounters::protocol_errors, store::StatKind::counter, "clients dropped for a malformed or out-of-protocol message"},
+    CounterInfo{"credit_overruns", &ServerCounters::credit_overruns, store::StatKind::counter, "clients dropped for sending more SENDs than credits granted"},
+    CounterInfo{"completion_errors", &ServerCounters::completion_errors, store::StatKind::counter, "connections failed by an error completion"},
+    CounterInfo{"stale_completions", &ServerCounters::stale_completions, store::StatKind::counter, "completions and acks for a slot or generation that moved on (dropped)"},
+    CounterInfo{"sends_received", &ServerCounters::sends_received, store::StatKind::counter, "request SENDs received (one may pack several requests)"},
+    CounterInfo{"sends_posted", &ServerCounters::sends_posted, store::StatKind::counter, "reply SENDs posted"},
+    CounterInfo{"sets", &ServerCounters::sets, store::StatKind::counter, "SET requests"},
+    CounterInfo{"gets", &ServerCounters::gets, store::StatKind::counter, "GET requests by message"},
+    CounterInfo{"get_hits", &ServerCounters::get_hits, store::StatKind::counter, "GET requests that found their key"},
+    CounterInfo{"dels", &ServerCounters::dels, store::StatKind::counter, "DEL requests"},
+    CounterInfo{"del_hits", &ServerCounters::del_hits, store::StatKind::counter, "DEL requests that found (and removed) their key"},
+    CounterInfo{"expires", &ServerCounters::expires, store::StatKind::counter, "EXPIRE requests"},
+    CounterInfo{"ttls", &ServerCounters::ttls, store::StatKind::counter, "TTL requests"},
+    CounterInfo{"touches", &ServerCounters::touches, store::StatKind::counter, "keys named by TOUCH hints (one-sided reads the clients reported)"},
+    CounterInfo{"stats", &ServerCounters::stats, store::StatKind::counter, "STATS requests"},
+    CounterInfo{"calls", &ServerCounters::calls, store::StatKind::counter, "CALL requests (user-defined operations)"},
+    CounterInfo{"calls_no_handler", &ServerCounters::calls_no_handler, store::StatKind::counter, "CALLs of an opcode with no handler (answered no_handler)"},
+    CounterInfo{"calls_failed", &ServerCounters::calls_failed, store::StatKind::counter, "CALLs whose handler threw (answered handler_failed)"},
+    CounterInfo{"error_replies", &ServerCounters::error_replies, store::StatKind::counter, "replies with a non-ok status"},
+    CounterInfo{"pauses", &ServerCounters::pauses, store::StatKind::counter, "times a received buffer waited for a free send buffer or transfer"},
+    CounterInfo{"messages_received", &ServerCounters::messages_received, store::StatKind::counter, "requests decoded and executed (RELEASE included)"},
+    CounterInfo{"replies_sent", &ServerCounters::replies_sent, store::StatKind::counter, "replies appended to SENDs"},
+    CounterInfo{"large_sets", &ServerCounters::large_sets, store::StatKind::counter, "rendezvous SETs installed"},
+    CounterInfo{"large_gets_written", &ServerCounters::large_gets_written, store::StatKind::counter, "large GETs served by RDMA WRITE into the offered buffer"},
+    CounterInfo{"large_gets_pulled", &ServerCounters::large_gets_pulled, store::StatKind::counter, "large GETs answered with a descriptor the client READs"},
+    CounterInfo{"releases", &ServerCounters::releases, store::StatKind::counter, "RELEASE messages received"},
+    CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, store::StatKind::counter, "RDMA READs posted (large SET values)"},
+    CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, store::StatKind::counter, "RDMA WRITEs posted (large GET values)"},
+    CounterInfo{"too_large", &ServerCounters::too_large, store::StatKind::counter, "requests refused for size before any allocation"},
+    CounterInfo{"no_memory", &ServerCounters::no_memory, store::StatKind::counter, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
+    CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, store::StatKind::counter, "RDMA transfers dropped by an error or a disconnect"},
+    CounterInfo{"pinned", &ServerCounters::pinned, store::StatKind::gauge, "now: large values held by transfers and pulls"},
+    CounterInfo{"transfers", &ServerCounters::transfers, store::StatKind::gauge, "now: RDMA READ/WRITEs in flight"},
+    CounterInfo{"max_conn_outstanding", &ServerCounters::max_conn_outstanding, store::StatKind::gauge, "most requests one connection had received and not yet answered"},
+    CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, store::StatKind::gauge, "now: send + receive buffer bytes of live connections"},
+    CounterInfo{"completions", &ServerCounters::completions, store::StatKind::counter, "work completions handled"},
+    CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, store::StatKind::counter, "completion events taken (a CQ armed before the loop slept)"},
+    CounterInfo{"cq_polls", &ServerCounters::cq_polls, store::StatKind::counter, "poll passes over the poll list (CQs with traffic, while the loop spins)"},
+    CounterInfo{"cq_arms", &ServerCounters::cq_arms, store::StatKind::counter, "CQs armed before the loop slept"},
+    CounterInfo{"durable_waits", &ServerCounters::durable_waits, store::StatKind::gauge, "now: SET, DEL and CALL records whose reply waits for the log"},
+    CounterInfo{"io_errors", &ServerCounters::io_errors, store::StatKind::counter, "SETs, DELs and CALLs answered io_error"},
 };
 
 namespace detail {
@@ -140,16 +141,24 @@ consteval bool every_member_once() {
   }
   return true;
 }
+// A "now:" row is a value of the moment: its kind must say so.
+consteval bool now_rows_are_gauges() {
+  for (const auto& info : kServerCounterTable) {
+    if (info.help.starts_with("now:") && info.kind != store::StatKind::gauge) return false;
+  }
+  return true;
+}
 }  // namespace detail
 static_assert(sizeof(ServerCounters) == kServerCounterTable.size() * sizeof(std::uint64_t),
               "every ServerCounters member needs its row in kServerCounterTable");
 static_assert(detail::every_member_once(), "a ServerCounters member or name is in the table twice");
+static_assert(detail::now_rows_are_gauges(), "a \"now:\" row of kServerCounterTable is not a gauge");
 
 // One row per table entry, in table order.
 [[nodiscard]] inline store::StatRows counter_rows(const ServerCounters& c) {
   store::StatRows rows;
   rows.reserve(kServerCounterTable.size());
-  for (const auto& info : kServerCounterTable) rows.push_back({info.name, c.*info.member, info.help});
+  for (const auto& info : kServerCounterTable) rows.push_back({info.name, c.*info.member, info.kind, info.help});
   return rows;
 }
 

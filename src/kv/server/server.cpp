@@ -77,6 +77,11 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   arm_expiry();  // recovered keys may carry TTLs
   spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
                port_, options_.credits, options_.buf_size, options_.max_clients);
+  if (options_.metrics) {
+    metrics_ = std::make_unique<MetricsEndpoint>(
+        *reactor_, *options_.metrics, [this] { return store::format_prometheus(stats_rows()); },
+        [this] { return healthy(); });
+  }
 }
 
 Server::EvictionLog::EvictionLog(Store& store, Durability* durability) : store_(&store) {
@@ -87,6 +92,7 @@ Server::EvictionLog::~EvictionLog() { store_->on_evict(nullptr); }
 
 Server::~Server() {
   reactor_->assert_owner_thread();
+  metrics_.reset();  // no scrape reads the members below from here on
   poller_.reset();
   store_->detach();  // the index and the arenas go with the Server
   store_->budget()->release(index_charged_);
@@ -207,12 +213,12 @@ store::StatRows Server::stats_rows() const {
   reactor_->assert_owner_thread();
   store::StatRows rows;
   const auto up = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_);
-  rows.push_back({"uptime_s", static_cast<std::uint64_t>(up.count()), "seconds since kvd started serving"});
-  rows.push_back({"rss_bytes", resident_bytes(), "resident memory of the kvd process"});
-  rows.push_back({"heap_bytes", heap_bytes(),
+  rows.push_back({"uptime_seconds", static_cast<std::uint64_t>(up.count()), store::StatKind::gauge, "seconds since kvd started serving"});
+  rows.push_back({"rss_bytes", resident_bytes(), store::StatKind::gauge, "resident memory of the kvd process"});
+  rows.push_back({"heap_bytes", heap_bytes(), store::StatKind::gauge,
                   "live heap: bytes allocated and not freed, as the allocator counts them (ASan's count in a "
                   "sanitized build, mallinfo2 otherwise): what a leak grows"});
-  rows.push_back({"bytes_copied_total", proto::copied_bytes(),
+  rows.push_back({"bytes_copied_total", proto::copied_bytes(), store::StatKind::counter,
                   "bytes this process copied with the CPU on its data path (every copy goes through "
                   "proto::copy_bytes, which counts it)"});
   const ServerCounters c = counters();
@@ -220,26 +226,27 @@ store::StatRows Server::stats_rows() const {
   rows.insert(rows.end(), counted.begin(), counted.end());
   // Redis' names for the hit ratio of reads by message (one-sided reads are
   // not seen here: the clients count those, and report them in TOUCH hints).
-  rows.push_back({"keyspace_hits", c.get_hits, "GETs by message that found their key (= get_hits)"});
-  rows.push_back({"keyspace_misses", c.gets - c.get_hits, "GETs by message that did not (gets - get_hits)"});
+  rows.push_back({"keyspace_hits", c.get_hits, store::StatKind::counter, "GETs by message that found their key (= get_hits)"});
+  rows.push_back({"keyspace_misses", c.gets - c.get_hits, store::StatKind::counter, "GETs by message that did not (gets - get_hits)"});
   const ArenaStats ar = arena_ ? arena_->stats() : ArenaStats{};
   const IndexStats ix = index_ ? index_->index().stats() : IndexStats{};
   const ArenaStats sm = small_arena_ ? small_arena_->stats() : ArenaStats{};
   store_->append_stats(rows);
   rows.insert(rows.end(), {
-      {"registrations", arena_ ? arena_->registrations() : 0, "memory registrations of the arena"},
-      {"arena_reserved", ar.reserved_bytes, "arena bytes registered (large values)"},
-      {"arena_used", ar.used_bytes, "arena bytes in blocks that hold values"},
-      {"index_buckets", ix.buckets, "one-sided index home buckets (0: index off)"},
-      {"index_used", ix.used, "index entries in use"},
-      {"index_overflow_keys", ix.overflow_keys, "keys whose neighborhood was full: GET by message"},
-      {"index_overflow_buckets", ix.overflow_buckets, "buckets with the sticky overflow flag"},
-      {"index_rpc_only", ix.rpc_only, "index entries that send readers to a message GET"},
-      {"index_inline", ix.inline_entries, "index entries holding their value: one READ per one-sided GET"},
-      {"small_arena_reserved", sm.reserved_bytes, "small-value arena bytes registered (index on)"},
-      {"small_arena_used", sm.used_bytes, "small-value arena bytes in use"},
+      {"registrations", arena_ ? arena_->registrations() : 0, store::StatKind::counter, "memory registrations of the arena"},
+      {"arena_reserved", ar.reserved_bytes, store::StatKind::gauge, "arena bytes registered (large values)"},
+      {"arena_used", ar.used_bytes, store::StatKind::gauge, "arena bytes in blocks that hold values"},
+      {"index_buckets", ix.buckets, store::StatKind::gauge, "one-sided index home buckets (0: index off)"},
+      {"index_used", ix.used, store::StatKind::gauge, "index entries in use"},
+      {"index_overflow_keys", ix.overflow_keys, store::StatKind::gauge, "keys whose neighborhood was full: GET by message"},
+      {"index_overflow_buckets", ix.overflow_buckets, store::StatKind::gauge, "buckets with the sticky overflow flag"},
+      {"index_rpc_only", ix.rpc_only, store::StatKind::gauge, "index entries that send readers to a message GET"},
+      {"index_inline", ix.inline_entries, store::StatKind::gauge, "index entries holding their value: one READ per one-sided GET"},
+      {"small_arena_reserved", sm.reserved_bytes, store::StatKind::gauge, "small-value arena bytes registered (index on)"},
+      {"small_arena_used", sm.used_bytes, store::StatKind::gauge, "small-value arena bytes in use"},
   });
   if (durability_ != nullptr) durability_->append_stats(rows);
+  if (metrics_) metrics_->append_stats(rows);
   return rows;
 }
 

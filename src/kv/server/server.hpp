@@ -73,6 +73,7 @@
 #include "kv/store/durability.hpp"
 #include "kv/conn/endpoint.hpp"
 #include "kv/server/index_region.hpp"
+#include "kv/server/metrics_endpoint.hpp"
 #include "kv/conn/registrar.hpp"
 #include "kv/server/server_conn.hpp"
 #include "kv/store/stats.hpp"
@@ -126,6 +127,8 @@ struct ServerOptions {
   std::chrono::milliseconds transfer_timeout{30000};
   std::chrono::milliseconds disconnect_timeout{3000};  // wait for DISCONNECTED
   std::chrono::milliseconds drain_timeout{2000};       // then for the flushed WRs
+  // kvd --metrics: the HTTP endpoint for /metrics and /health (metrics_endpoint.hpp); none if unset.
+  std::optional<MetricsEndpoint::Options> metrics;
 };
 
 // Snapshot for Server::stats().
@@ -162,6 +165,11 @@ class Server {
   [[nodiscard]] std::string stats_json() const;  // {"name": value, ...}
   // The one-sided GET index, or null (disabled, or no device seen yet).
   [[nodiscard]] const IndexRegion* index() const noexcept { return index_.get(); }
+  // The metrics endpoint's port (options().metrics), 0 without one.
+  [[nodiscard]] std::uint16_t metrics_port() const noexcept { return metrics_ ? metrics_->port() : 0; }
+  // What /health answers: true while kvd accepts connections (its listener
+  // is up and it is not shutting down; the reactor answering is the rest).
+  [[nodiscard]] bool healthy() const noexcept { return !shutting_down_ && listener_.has_value(); }
 
   // Stops accepting (the listener is destroyed), disconnects every client
   // and calls on_done once the last connection is torn down (at once if
@@ -256,7 +264,7 @@ class Server {
   Store* store_;
   ServerOptions options_;
   ServerCounters counters_;
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_s
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_seconds
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;
   std::shared_ptr<const verbs::ProtectionDomain> pd_;
@@ -290,7 +298,8 @@ class Server {
   reactor::Timer transfer_check_;       // check_transfers()
   reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0
   reactor::Timer expire_more_;          // expire_keys() again at the next turn: more were due
-  reactor::Registration events_watch_;  // declared last: unwatched first
+  reactor::Registration events_watch_;  // unwatched before the rest
+  std::unique_ptr<MetricsEndpoint> metrics_;  // declared last: its callbacks read the members above
 };
 
 }  // namespace rkv::kv::server

@@ -17,6 +17,44 @@ std::string format_stats_lines(const StatRows& rows) {
   return out;
 }
 
+std::string_view to_string(StatKind k) noexcept {
+  switch (k) {
+    case StatKind::counter: return "counter";
+    case StatKind::gauge: return "gauge";
+    case StatKind::untyped: return "untyped";
+  }
+  return "untyped";
+}
+
+std::string prometheus_name(const StatRow& row) {
+  std::string out = "rkv_";
+  out += row.name;
+  if (row.kind == StatKind::counter && !row.name.ends_with("_total")) out += "_total";
+  return out;
+}
+
+std::string format_prometheus(const StatRows& rows) {
+  std::string out;
+  out.reserve(rows.size() * 96);
+  for (const auto& r : rows) {
+    const std::string name = prometheus_name(r);
+    out += "# HELP ";
+    out += name;
+    out += ' ';
+    for (const char c : r.help) {
+      if (c == '\\') {
+        out += "\\\\";
+      } else if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += c;
+      }
+    }
+    fmt::format_to(std::back_inserter(out), "\n# TYPE {} {}\n{} {}\n", name, to_string(r.kind), name, r.value);
+  }
+  return out;
+}
+
 std::string format_stats_json(const StatRows& rows) {
   std::string out = "{";
   for (const auto& r : rows) {

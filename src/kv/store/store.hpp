@@ -251,17 +251,17 @@ class Store {
   [[nodiscard]] const std::shared_ptr<MemoryBudget>& budget() const noexcept { return budget_; }
   // Its rows of the server's statistics: keys, bytes, the memory limit and use.
   void append_stats(StatRows& rows) const {
-    rows.insert(rows.end(), {{"keys", size(), "keys in the store"},
-                             {"bytes", bytes(), "key + value bytes in the store"},
-                             {"max_memory", budget_->unlimited() ? 0 : budget_->limit(),
+    rows.insert(rows.end(), {{"keys", size(), StatKind::gauge, "keys in the store"},
+                             {"bytes", bytes(), StatKind::gauge, "key + value bytes in the store"},
+                             {"max_memory", budget_->unlimited() ? 0 : budget_->limit(), StatKind::gauge,
                               "memory limit of the store, bytes (kvd --max-memory; 0: none)"},
-                             {"memory_used", budget_->used(),
+                             {"memory_used", budget_->used(), StatKind::gauge,
                               "bytes charged against max_memory: index, arena chunks, keys and unindexed values"},
-                             {"evicted_keys", evicted_,
+                             {"evicted_keys", evicted_, StatKind::counter,
                               "keys dropped to make room for a write (kvd --eviction lru|lfu)"},
-                             {"expired_keys", expired_, "keys removed because their time to live ran out"},
-                             {"expiring_keys", expiring(), "keys that carry a time to live now"},
-                             {"touched_keys", touched_keys_,
+                             {"expired_keys", expired_, StatKind::counter, "keys removed because their time to live ran out"},
+                             {"expiring_keys", expiring(), StatKind::gauge, "keys that carry a time to live now"},
+                             {"touched_keys", touched_keys_, StatKind::counter,
                               "one-sided reads the clients reported (TOUCH hints that found their key)"}});
   }
 
