@@ -1,8 +1,9 @@
 // metrics_e2e: kvd --metrics (docs/observability.md) against a kvd child
 // process over Soft-RoCE, scraped by a real HTTP client (curl):
 // - the exposition passes `promtool check metrics` (Prometheus' own checker)
-//   with nothing to say, and its operation counters move by exactly what a
-//   kvload run sent (SETs, GETs, hits); /health answers 200 "ok";
+//   with nothing to say, has every rkv_* name the shipped alert rules use,
+//   and its operation counters move by exactly what a kvload run sent (SETs,
+//   GETs, hits); /health answers 200 "ok";
 // - scrapers that connect and send nothing, send garbage, send half a
 //   request, never read their answer, or come more than the endpoint holds
 //   at once do not hold up requests: a kvload run beside them ends with 0
@@ -18,7 +19,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <cctype>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,6 +37,9 @@
 #ifndef RKV_KVLOAD_PATH
 #error "RKV_KVLOAD_PATH must name the kvload binary"
 #endif
+#ifndef RKV_PROMETHEUS_RULES
+#error "RKV_PROMETHEUS_RULES must name packaging/prometheus/rkv-rules.yml"
+#endif
 
 namespace rkv::test {
 namespace {
@@ -44,7 +50,8 @@ using namespace std::chrono_literals;
 struct MetricsKvd {
   KvdProcess kvd;
   std::uint16_t metrics_port = 0;
-  MetricsKvd() : kvd(RKV_KVD_PATH, verbs::test::softroce_addr(), {"--metrics", "127.0.0.1:0"}) {
+  explicit MetricsKvd(std::vector<std::string> extra = {})
+      : kvd(RKV_KVD_PATH, verbs::test::softroce_addr(), with_metrics(std::move(extra))) {
     const auto deadline = deadline_after(60s);
     while (metrics_port == 0 && std::chrono::steady_clock::now() < deadline) {
       const std::string out = kvd.output();
@@ -56,6 +63,10 @@ struct MetricsKvd {
       std::this_thread::sleep_for(20ms);
     }
     if (metrics_port == 0) throw std::runtime_error("kvd did not print 'kvd: metrics on ADDR:PORT'");
+  }
+  static std::vector<std::string> with_metrics(std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--metrics", "127.0.0.1:0"});
+    return extra;
   }
   [[nodiscard]] std::string url(std::string_view path) const {
     return "http://127.0.0.1:" + std::to_string(metrics_port) + std::string(path);
@@ -120,9 +131,25 @@ double ops_per_s(const CommandResult& r) {
   return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 12));
 }
 
+// The rkv_* names an expression file uses.
+std::set<std::string> names_in(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream all;
+  all << f.rdbuf();
+  const std::string text = all.str();
+  std::set<std::string> out;
+  for (std::size_t at = text.find("rkv_"); at != std::string::npos; at = text.find("rkv_", at + 1)) {
+    if (at > 0 && (std::isalnum(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '_')) continue;
+    std::size_t end = at;
+    while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+    if (end > at + 4) out.insert(text.substr(at, end - at));  // not the "rkv_*" of a comment
+  }
+  return out;
+}
+
 TEST(MetricsE2E, TheExpositionPassesPromtoolAndCountsWhatARunSent) {
   TempDir t{"metrics"};
-  MetricsKvd m;
+  MetricsKvd m({"--data-dir", t.path() + "/data"});  // the log's rows too
   const auto first = curl(m.url("/metrics"));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto check = run_command({"/usr/bin/promtool", "check", "metrics"}, first.out, 120s);
@@ -130,6 +157,11 @@ TEST(MetricsE2E, TheExpositionPassesPromtoolAndCountsWhatARunSent) {
   EXPECT_EQ(check.out + check.err, "") << "promtool has nothing to say about a well-formed exposition";
   EXPECT_TRUE(contains(first.out, "# TYPE rkv_sets_total counter\n")) << first.out;
   EXPECT_TRUE(contains(first.out, "# TYPE rkv_connections gauge\n")) << first.out;
+  // The shipped alert rules only name metrics kvd exports.
+  const auto exported = samples(first.out);
+  const auto used = names_in(RKV_PROMETHEUS_RULES);
+  EXPECT_GE(used.size(), 5u) << RKV_PROMETHEUS_RULES;
+  for (const auto& name : used) EXPECT_TRUE(exported.contains(name)) << name << " (" RKV_PROMETHEUS_RULES ")";
 
   const auto health = run_command({"/usr/bin/curl", "-sS", "-m", "60", "-w", "%{http_code}", m.url("/health")});
   EXPECT_EQ(health.out, "ok\n200");
