@@ -9,6 +9,7 @@
 #include "kvd.hpp"
 #include "kvload.hpp"
 #include "rkv_stats.hpp"
+#include "rkv_top.hpp"
 
 namespace {
 std::string_view basename_of(const char* path) {
@@ -21,6 +22,7 @@ int usage() {
   std::fputs("usage: kvd [OPTIONS]            (server; or: rkv server [OPTIONS])\n"
              "       kvload [OPTIONS]         (client; or: rkv load [OPTIONS])\n"
              "       rkv stats --server ADDR [--port P] [--json]   (a kvd's counters)\n"
+             "       rkv top --server ADDR|LIST [--interval-ms MS] [--count N]   (a live view, a line per second)\n"
              "       rkv --version\n"
              "       run any of them with --help for its options (each also takes --version)\n",
              stderr);
@@ -41,5 +43,6 @@ int main(int argc, char** argv) {
   if (role == "server" || role == "kvd") return rkv::apps::kvd_main(argc - 1, argv + 1);
   if (role == "load" || role == "client" || role == "kvload") return rkv::apps::kvload_main(argc - 1, argv + 1);
   if (role == "stats") return rkv::apps::stats_main(argc - 1, argv + 1);
+  if (role == "top") return rkv::apps::top_main(argc - 1, argv + 1);
   return usage();
 }

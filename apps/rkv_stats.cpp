@@ -12,9 +12,10 @@
 // Exit status: 0 printed, 1 connection failed or a malformed reply, 2 bad flags.
 #include "rkv_stats.hpp"
 
+#include "stats_reply.hpp"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -33,46 +34,8 @@
 namespace rkv::apps {
 namespace {
 
-struct Row {
-  std::string name;
-  std::uint64_t value = 0;
-};
-
-bool valid_name(std::string_view n) {
-  if (n.empty() || n.size() > 64) return false;
-  for (const char ch : n) {
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
-  }
-  return true;
-}
-
-// "name value\n" lines; false (and `bad` set to the line) on anything else.
-bool parse_rows(std::string_view text, std::vector<Row>& out, std::string& bad) {
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    if (nl == std::string_view::npos) {
-      bad.assign(text);
-      return false;  // every line ends with a newline
-    }
-    const std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl + 1);
-    const auto sp = line.find(' ');
-    Row row;
-    const std::string_view name = line.substr(0, sp);
-    const std::string_view num = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
-    const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), row.value);
-    if (!valid_name(name) || num.empty() || ec != std::errc{} || ptr != num.data() + num.size()) {
-      bad.assign(line);
-      return false;
-    }
-    row.name.assign(name);
-    out.push_back(std::move(row));
-  }
-  return true;
-}
-
 // One server's STATS rows; false (message printed) when it cannot be asked.
-bool fetch_rows(const proto::ServerAddr& server, const std::string& auth_token, std::vector<Row>& rows) {
+bool fetch_rows(const proto::ServerAddr& server, const std::string& auth_token, std::vector<StatsRow>& rows) {
   std::string text;
   try {
     reactor::Reactor reactor;
@@ -94,7 +57,7 @@ bool fetch_rows(const proto::ServerAddr& server, const std::string& auth_token, 
     return false;
   }
   std::string bad;
-  if (!parse_rows(text, rows, bad)) {
+  if (!parse_stats_reply(text, rows, bad)) {
     std::fprintf(stderr, "rkv stats: malformed STATS reply from %s: line \"%s\"\n", server.id.c_str(), bad.c_str());
     return false;
   }
@@ -138,7 +101,7 @@ int stats_main(int argc, char** argv) {
   bool failed = false;
   std::string json_all;
   for (const proto::ServerAddr& srv : servers) {
-    std::vector<Row> rows;
+    std::vector<StatsRow> rows;
     if (!fetch_rows(srv, auth_token, rows)) {
       failed = true;
       continue;
@@ -146,7 +109,7 @@ int stats_main(int argc, char** argv) {
     kv::store::StatRows view;
     view.reserve(rows.size());
     std::size_t width = 0;
-    for (const Row& r : rows) {
+    for (const StatsRow& r : rows) {
       view.push_back({r.name, r.value, kv::store::StatKind::untyped, {}});  // a STATS reply carries no kind
       width = std::max(width, r.name.size());
     }
@@ -160,7 +123,7 @@ int stats_main(int argc, char** argv) {
       continue;
     }
     if (servers.size() > 1) std::printf("# server %s\n", srv.id.c_str());
-    for (const Row& r : rows) {
+    for (const StatsRow& r : rows) {
       std::printf("%-*s %llu\n", static_cast<int>(width), r.name.c_str(), static_cast<unsigned long long>(r.value));
     }
   }

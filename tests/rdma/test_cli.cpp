@@ -77,6 +77,16 @@ TEST(KvdCli, BadFlagsExitTwo) {
   }
 }
 
+TEST(RkvTopCli, BadFlagsExitTwo) {
+  const std::string rkv = rkv_beside(RKV_KVD_PATH);
+  EXPECT_EQ(run_command({rkv, "top"}, {}, 60s).exit_code, 2);  // --server missing
+  EXPECT_EQ(run_command({rkv, "top", "--server", "x", "--interval-ms", "5"}, {}, 60s).exit_code, 2);
+  EXPECT_EQ(run_command({rkv, "top", "--server", "x:0"}, {}, 60s).exit_code, 2);
+  const auto help = run_command({rkv, "top", "--help"}, {}, 60s);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(contains(help.out, "--interval-ms")) << help.out;
+}
+
 TEST(RkvStatsCli, BadFlagsExitTwo) {
   const std::string rkv = rkv_beside(RKV_KVD_PATH);
   EXPECT_EQ(run_command({rkv, "stats"}, {}, 60s).exit_code, 2);  // --server missing

@@ -10,7 +10,12 @@
 //   errors, a proper scrape still works, and each misbehaving one is dropped
 //   at its deadline and counted. (Its ops/s beside the run without them is
 //   printed, never asserted.)
+// - rkv top over two servers while a kvload runs over both: a well-formed
+//   line per server per interval, the run's operations seen on each.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -265,6 +270,88 @@ TEST(MetricsE2E, MisbehavingScrapersDoNotHoldUpRequests) {
     ::close(fd);
   }
   EXPECT_EQ(s["rkv_sets_total"], 2 * count_ops(wl).sets) << "both runs counted, nothing lost";
+}
+
+// A child process with stdout and stderr to /dev/null, stopped (SIGKILL) and
+// reaped when this goes.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Child() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  [[nodiscard]] bool started() const noexcept { return pid_ > 0; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// rkv top over two servers while a kvload runs over both: a line per server
+// per interval, every one well formed, and the run's operations seen on each.
+TEST(RkvTop, ShowsALiveRunOverTwoServers) {
+  TempDir t{"top"};
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess a(RKV_KVD_PATH, addr), b(RKV_KVD_PATH, addr);
+  const std::string list = addr + ":" + std::to_string(a.port()) + "," + addr + ":" + std::to_string(b.port());
+  const std::string wl = t.path() + "/wl.txt";
+  ASSERT_EQ(run_command({RKV_KVLOAD_PATH, "gen", "--keys", "500", "--ops", "400000", "--get-ratio", "0.7", "--sizes",
+                         "32", "-o", wl})
+                .exit_code,
+            0);
+  Child load({RKV_KVLOAD_PATH, "--server", list, "--file", wl, "--depth", "16", "-q"});
+  ASSERT_TRUE(load.started());
+  // Wait until both servers are being written to: the run is live.
+  for (KvdProcess* k : {&a, &b}) {
+    const auto deadline = deadline_after(120s);
+    for (;;) {
+      const auto st = k->stats();
+      if (st && st->at("sets") > 0) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "kvload never reached a server";
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  const auto top = run_command({rkv_beside(RKV_KVD_PATH), "top", "--server", list, "--count", "3", "--interval-ms",
+                                "500"},
+                               {}, 300s);
+  ASSERT_EQ(top.exit_code, 0) << top.out << top.err;
+  std::printf("%s", top.out.c_str());
+  std::map<std::string, int> lines, busy;
+  std::istringstream in(top.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.size() >= 2 && w[1] == "server") continue;  // the header
+    ASSERT_EQ(w.size(), 17u) << "time server conns sets/s gets/s dels/s calls/s touch/s hit% used unit / limit unit "
+                                "keys evict/s expir/s: "
+                             << line;
+    ++lines[w[1]];
+    if (std::stod(w[3]) + std::stod(w[4]) > 0) ++busy[w[1]];
+    EXPECT_GE(std::stoull(w[2]), 2u) << "kvload's connection and top's own: " << line;
+  }
+  for (const auto* k : {&a, &b}) {
+    const std::string id = addr + ":" + std::to_string(k->port());
+    EXPECT_EQ(lines[id], 3) << id << "\n" << top.out;
+    EXPECT_GE(busy[id], 1) << id << ": the run's SETs and GETs, seen\n" << top.out;
+  }
 }
 
 }  // namespace
