@@ -72,8 +72,6 @@ std::optional<std::uint64_t> parse_bytes(const std::string& text) {
   return static_cast<std::uint64_t>(bytes);
 }
 
-// Half of the memory this process may use: the machine's (sysconf), or the
-// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
 // "ADDR:PORT" or "[V6]:PORT" into o.address / o.port; false if malformed
 // (MetricsEndpoint checks that the address is numeric).
 bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Options& o) {
@@ -97,6 +95,8 @@ bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Op
   return true;
 }
 
+// Half of the memory this process may use: the machine's (sysconf), or the
+// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
 std::uint64_t default_max_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
