@@ -141,6 +141,7 @@ class Harness {
     cfg.reply_batch = o.reply_batch;
     cfg.label = "bench";
     cfg.stats = [] { return rkv::kv::store::StatRows{}; };  // no STATS in this bench
+    cfg.latency = &latency_;
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, std::move(cfg));
     if (conn_->start() != Verdict::keep) throw std::runtime_error("ServerConn::start failed");
     conn_->on_established();
@@ -307,6 +308,7 @@ class Harness {
   std::unique_ptr<IndexRegion> index_;
   Store store_;
   ServerCounters counters_;
+  rkv::kv::server::LatencyHistograms latency_;
   std::unique_ptr<ServerConn> conn_;
 
   std::size_t set_size_ = 0, get_size_ = 0;

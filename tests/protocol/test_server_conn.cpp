@@ -78,6 +78,7 @@ class ServerConnTest : public ::testing::Test {
     cfg.peer_recv_size = 8192;
     cfg.label = "fake-peer";
     cfg.stats = test::stats_of(counters_, store_);
+    cfg.latency = &latency_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);
     ASSERT_EQ(conn_->start(), Verdict::keep);
@@ -111,6 +112,7 @@ class ServerConnTest : public ::testing::Test {
   BufferPool send_;
   Store store_;
   ServerCounters counters_;
+  kv::server::LatencyHistograms latency_;
   test::FakeRegistrar reg_;
   Arena arena_;
   std::unique_ptr<ServerConn> conn_;

@@ -44,6 +44,7 @@ class ServerDurable : public ::testing::Test {
     cfg.max_pins = 2;
     cfg.token = kToken;
     cfg.stats = test::stats_of(counters_, store_);
+    cfg.latency = &latency_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, &dur_);
     EXPECT_EQ(sc_->start(), Verdict::keep);
@@ -59,6 +60,7 @@ class ServerDurable : public ::testing::Test {
   BufferPool recv_, send_;
   Store store_;
   ServerCounters counters_;
+  kv::server::LatencyHistograms latency_;
   Arena arena_;
   std::unique_ptr<ServerConn> sc_;
   std::size_t next_recv_ = 0;

@@ -3,7 +3,8 @@
 // - the exposition passes `promtool check metrics` (Prometheus' own checker)
 //   with nothing to say, has every rkv_* name the shipped alert rules use,
 //   and its operation counters move by exactly what a kvload run sent (SETs,
-//   GETs, hits); /health answers 200 "ok";
+//   GETs, hits), its latency histograms counting each request once in its
+//   class; /health answers 200 "ok";
 // - scrapers that connect and send nothing, send garbage, send half a
 //   request, never read their answer, or come more than the endpoint holds
 //   at once do not hold up requests: a kvload run beside them ends with 0
@@ -193,6 +194,19 @@ TEST(MetricsE2E, TheExpositionPassesPromtoolAndCountsWhatARunSent) {
   EXPECT_EQ(after["rkv_accepted_total"] - before["rkv_accepted_total"], 1u);
   EXPECT_GT(after["rkv_large_sets_total"], 0u) << "the 5000-byte values took the rendezvous path";
   EXPECT_EQ(after["rkv_keys"], 200u);
+  // The server's latency histograms count every request of the run once, by class.
+  const auto hist = [&](std::map<std::string, std::uint64_t>& m, const char* op, const char* part = "_count") {
+    return m[std::string("rkv_request_duration_seconds") + part + "{op=\"" + op + "\"}"];
+  };
+  EXPECT_EQ(hist(after, "set") + hist(after, "set_large") - hist(before, "set") - hist(before, "set_large"), sent.sets);
+  EXPECT_EQ(hist(after, "get") + hist(after, "get_large") - hist(before, "get") - hist(before, "get_large"), sent.gets);
+  EXPECT_EQ(hist(after, "set_large") - hist(before, "set_large"), after["rkv_large_sets_total"]);
+  EXPECT_GT(hist(after, "get_large"), 0u) << "the 5000-byte values' GETs";
+  for (const char* op : {"get", "get_large", "set", "set_large", "del", "call", "other"}) {
+    SCOPED_TRACE(op);
+    EXPECT_EQ(after[std::string("rkv_request_duration_seconds_bucket{op=\"") + op + "\",le=\"+Inf\"}"],
+              hist(after, op));
+  }
   EXPECT_EQ(before["rkv_metrics_scrapes_total"], 1u) << "a scrape counts itself";
   EXPECT_GE(after["rkv_metrics_scrapes_total"], 2u);
   EXPECT_EQ(after["rkv_metrics_health_checks_total"], 1u);

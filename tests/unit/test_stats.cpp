@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kv/server/counters.hpp"
+#include "kv/server/latency.hpp"
 #include "kv/store/stats.hpp"
 #include "kv/store/store.hpp"
 
@@ -54,7 +55,8 @@ TEST(Stats, PrometheusExpositionNamesTypesAndHelp) {
   const store::StatRows rows{{"sets", 5, store::StatKind::counter, "SET requests"},
                              {"bytes_copied_total", 9, store::StatKind::counter, "a total already"},
                              {"keys", 3, store::StatKind::gauge, "keys now"},
-                             {"odd", 1, store::StatKind::untyped, "back\\slash and\nnewline"}};
+                             {"odd", 1, store::StatKind::untyped, "back\\slash and\nnewline"},
+                             {"lat_p50", 7, store::StatKind::derived, "left out: Prometheus gets its histogram"}};
   EXPECT_EQ(store::format_prometheus(rows),
             "# HELP rkv_sets_total SET requests\n# TYPE rkv_sets_total counter\nrkv_sets_total 5\n"
             "# HELP rkv_bytes_copied_total a total already\n# TYPE rkv_bytes_copied_total counter\n"
@@ -88,6 +90,39 @@ TEST(Stats, EveryServerRowIsAWellFormedMetric) {
   EXPECT_NE(text.find("# TYPE rkv_sets_total counter\nrkv_sets_total 0\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE rkv_connections gauge\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE rkv_keys gauge\nrkv_keys 0\n"), std::string::npos);
+}
+
+// The server's latency histograms: buckets of powers of two of a
+// microsecond, quantiles as the holding bucket's bound, the Prometheus
+// histogram family cumulative with +Inf, sum and count.
+TEST(Stats, LatencyHistogramsBucketCountAndExport) {
+  using namespace std::chrono_literals;
+  server::LatencyHistograms h;
+  EXPECT_EQ(h.quantile_us(server::OpClass::get, 0.5), 0u) << "no sample";
+  for (int i = 0; i < 98; ++i) h.record(server::OpClass::get, 3us);  // bucket 4 µs
+  h.record(server::OpClass::get, 1ms);                                 // bucket 1024 µs
+  h.record(server::OpClass::get, 10s);                                 // +Inf
+  h.record(server::OpClass::set_large, 1000ns);                        // bucket 1 µs (bound inclusive)
+  EXPECT_EQ(h.count(server::OpClass::get), 100u);
+  EXPECT_EQ(h.quantile_us(server::OpClass::get, 0.5), 4u);
+  EXPECT_EQ(h.quantile_us(server::OpClass::get, 0.99), 1024u);
+  EXPECT_EQ(h.quantile_us(server::OpClass::get, 0.999), std::uint64_t{1} << 23) << "in +Inf";
+  EXPECT_EQ(h.quantile_us(server::OpClass::set_large, 0.5), 1u);
+  const std::string text = h.prometheus();
+  EXPECT_NE(text.find("# TYPE rkv_request_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("rkv_request_duration_seconds_bucket{op=\"get\",le=\"2e-06\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rkv_request_duration_seconds_bucket{op=\"get\",le=\"4e-06\"} 98\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rkv_request_duration_seconds_bucket{op=\"get\",le=\"0.001024\"} 99\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rkv_request_duration_seconds_bucket{op=\"get\",le=\"+Inf\"} 100\n"), std::string::npos);
+  EXPECT_NE(text.find("rkv_request_duration_seconds_count{op=\"get\"} 100\n"), std::string::npos);
+  EXPECT_NE(text.find("rkv_request_duration_seconds_sum{op=\"get\"} 10.001294\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rkv_request_duration_seconds_count{op=\"set_large\"} 1\n"), std::string::npos);
+  store::StatRows rows;
+  h.append_stats(rows);
+  EXPECT_EQ(rows.size(), 4 * server::kOpClasses);
+  const std::string line = store::format_stats_line(rows);
+  EXPECT_NE(line.find("latency_get_count=100 latency_get_p50_microseconds=4 latency_get_p99_microseconds=1024"), std::string::npos) << line;
 }
 
 }  // namespace

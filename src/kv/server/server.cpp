@@ -79,7 +79,7 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
                port_, options_.credits, options_.buf_size, options_.max_clients);
   if (options_.metrics) {
     metrics_ = std::make_unique<MetricsEndpoint>(
-        *reactor_, *options_.metrics, [this] { return store::format_prometheus(stats_rows()); },
+        *reactor_, *options_.metrics, [this] { return store::format_prometheus(stats_rows()) + latency_.prometheus(); },
         [this] { return healthy(); });
   }
 }
@@ -246,6 +246,7 @@ store::StatRows Server::stats_rows() const {
       {"small_arena_used", sm.used_bytes, store::StatKind::gauge, "small-value arena bytes in use"},
   });
   if (durability_ != nullptr) durability_->append_stats(rows);
+  latency_.append_stats(rows);
   if (metrics_) metrics_->append_stats(rows);
   return rows;
 }
@@ -337,6 +338,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.max_pins = params.credits;
     scfg.label = peer;
     scfg.stats = [this] { return stats_rows(); };
+    scfg.latency = &latency_;
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;

@@ -264,6 +264,7 @@ class Server {
   Store* store_;
   ServerOptions options_;
   ServerCounters counters_;
+  LatencyHistograms latency_;  // every connection's request times (latency.hpp)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_seconds
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;

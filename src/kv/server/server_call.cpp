@@ -187,7 +187,7 @@ ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto:
   p.call_op = proto::call_op(m.key);
   if (!m.rdv) {  // the handler runs now, its reply in the entry (Wait::log: for its records, if any)
     p.wait = Wait::log;
-    const auto k = pending_.try_insert(std::move(p));
+    const auto k = open_entry(std::move(p));
     if (!k) {
       reply = proto::msg::error_reply(Opcode::call, id, 0, Status::no_memory);
       return Outcome::reply;

@@ -35,6 +35,8 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
       arena_(&arena),
       durability_(durability) {
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
+  if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
+  unposted_.reserve(kMaxUnposted);
   pulls_.reserve(config_.max_pins);
 }
 
@@ -141,7 +143,7 @@ void ServerConn::close_entry(Key k) noexcept {
 void ServerConn::finish(Key k) noexcept {
   Pending& p = *pending_.find(k);
   if (queued_.empty() && channel_.can_append(proto::encoded_size(p.reply))) {
-    if (append_reply(p.reply, p.op)) close_entry(k);
+    if (append_reply(p.reply, p.op, p.received, p.large_request)) close_entry(k);
     return;
   }
   try {
@@ -235,7 +237,7 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
     }
   }
   counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
-  held_.push_back({slot, bytes.size(), 0});
+  held_.push_back({slot, bytes.size(), 0, Clock::now()});
   return process_held();
 }
 
@@ -262,7 +264,7 @@ void ServerConn::process_held() noexcept {
       return;
     }
     queued_.pop_front();
-    if (!append_reply(p.reply, p.op)) return;
+    if (!append_reply(p.reply, p.op, p.received, p.large_request)) return;
     close_entry(k);
   }
   while (!held_.empty()) {
@@ -294,6 +296,7 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
       return Progress::failed;
     }
     proto::MessageSpec reply;
+    executing_received_ = h.received;  // entries run() opens start their latency here
     const Outcome out = run(m, reply);
     if (out == Outcome::paused) return Progress::paused;  // h.offset stays here
     if (out == Outcome::failed) return Progress::failed;
@@ -305,7 +308,9 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     }
     // No reply yet (a transfer answers on completion; RELEASE has none): the
     // credit rides on the next reply.
-    if (out == Outcome::reply && !append_reply(reply, m.opcode())) return Progress::failed;
+    if (out == Outcome::reply && !append_reply(reply, m.opcode(), h.received, m.rdv.has_value())) {
+      return Progress::failed;
+    }
     if (config_.reply_batch != 0 && channel_.open_messages() >= config_.reply_batch &&
         flush() != Verdict::keep) {
       return Progress::failed;
@@ -314,7 +319,32 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
   }
 }
 
-bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept {
+std::optional<ServerConn::Key> ServerConn::open_entry(Pending p) noexcept {
+  p.received = executing_received_;
+  return pending_.try_insert(std::move(p));
+}
+
+namespace {
+OpClass class_of(proto::Opcode request, const proto::MessageSpec& reply, bool large_request) noexcept {
+  switch (request) {
+    case Opcode::get: return reply.rdv ? OpClass::get_large : OpClass::get;
+    case Opcode::set: return large_request ? OpClass::set_large : OpClass::set;
+    case Opcode::del: return OpClass::del;
+    case Opcode::call: return OpClass::call;
+    default: return OpClass::other;
+  }
+}
+}  // namespace
+
+void ServerConn::record_posted() noexcept {
+  if (unposted_.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (const Unposted& u : unposted_) config_.latency->record(u.cls, now - u.received);
+  unposted_.clear();
+}
+
+bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, Clock::time_point received,
+                              bool large_request) noexcept {
   reply.credits = static_cast<std::uint16_t>(owed_);
   if (reply.status != Status::ok) ++counters_->error_replies;
   if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
@@ -323,6 +353,8 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request) 
     return false;
   }
   ++counters_->replies_sent;
+  if (unposted_.size() == unposted_.capacity()) record_posted();  // (never, at the reserved size) no allocation
+  unposted_.push_back({class_of(request, reply, large_request), received});
   if (outstanding_ > 0) --outstanding_;
   granted_pending_ += owed_;
   owed_ = 0;
@@ -503,6 +535,7 @@ Verdict ServerConn::flush() noexcept {
   if (channel_.queued_sends() == 0) {  // every reply appended so far is on the wire
     granted_ += granted_pending_;
     granted_pending_ = 0;
+    record_posted();
   }
   return Verdict::keep;
 }

@@ -43,6 +43,7 @@
 //
 // Thread: the reactor thread that owns the connection; not thread-safe.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -60,6 +61,7 @@
 #include "kv/server/arena.hpp"
 #include "kv/server/counters.hpp"
 #include "kv/server/handler.hpp"
+#include "kv/server/latency.hpp"
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/link.hpp"
@@ -168,6 +170,9 @@ struct ServerConnConfig {
   // of the pass (0: at the end only). The client starts on the first replies
   // while the rest are executed: its work and ours overlap.
   std::uint32_t reply_batch = 0;
+  // Where each request's server time is recorded (latency.hpp; owned by the
+  // Server, outlives this). Required: the constructor refuses null.
+  LatencyHistograms* latency = nullptr;
 };
 
 class ServerConn {
@@ -235,10 +240,12 @@ class ServerConn {
 
  private:
   // A received buffer not fully handled yet.
+  using Clock = std::chrono::steady_clock;
   struct Held {
     std::uint32_t slot;
     std::size_t len;
-    std::size_t offset;  // start of the next request to execute
+    std::size_t offset;      // start of the next request to execute
+    Clock::time_point received;  // its receive completion was handled (latency.hpp)
   };
   enum class Progress : std::uint8_t { finished, paused, failed };
   // What executing a request produced.
@@ -268,10 +275,14 @@ class ServerConn {
     bool log_failed = false;      // log: one of them failed: the reply becomes io_error
     proto::MessageSpec reply;     // log, send: the reply (an eager CALL reply views reply_bytes)
     std::vector<std::byte> reply_bytes;
+    Clock::time_point received;   // of the request's SEND (open_entry): its latency starts there
+    bool large_request = false;   // a rendezvous SET (its class, latency.hpp)
   };
   using Key = reactor::SlotKey;
   // pending_ keys fit 32 bits (pack32): 16 of index, 16 of generation.
   static constexpr std::uint32_t kMaxPending = 0xFFFF;
+  // Replies appended between two posts, at most (more are timed at once).
+  static constexpr std::size_t kMaxUnposted = 1024;
   class CallScope;  // one handler run: its ReplyWriter and StoreAccess (server_call.cpp)
 
   // Internal steps report a decision to close only through fail() (state ->
@@ -357,7 +368,14 @@ class ServerConn {
   // The entry's READ/WRITE is posted (false if the post failed: the entry is closed, fail() decided).
   bool posted_transfer(Key k, int rc, std::string_view what) noexcept;
   void on_transfer(const verbs::Completion& c) noexcept;
-  bool append_reply(proto::MessageSpec& reply, proto::Opcode request) noexcept;
+  // Appends a reply to the SEND being filled; `received`/`large_request`:
+  // of its request (latency.hpp: timed when the SEND is posted).
+  bool append_reply(proto::MessageSpec& reply, proto::Opcode request, Clock::time_point received,
+                    bool large_request) noexcept;
+  // pending_.try_insert(p) with p.received set to the request being executed.
+  [[nodiscard]] std::optional<Key> open_entry(Pending p) noexcept;
+  // Records the appended replies' latencies once their SENDs are posted.
+  void record_posted() noexcept;
   bool repost(std::uint32_t slot) noexcept;
   // Decides to close (once; counted and logged here, where it is decided).
   void fail(CloseCause cause, std::string reason) noexcept;
@@ -388,6 +406,14 @@ class ServerConn {
   std::uint64_t outstanding_ = 0;      // requests received whose reply is not appended yet
   std::uint32_t owed_ = 0;             // re-posted buffers not yet returned in a reply
   std::string stats_text_;             // storage behind a STATS reply until it is appended
+  Clock::time_point executing_received_{};  // the receive time of the request process() runs
+  // Replies appended and not yet posted: their class and request receive
+  // time (recorded by record_posted() with one clock read). Reserved once.
+  struct Unposted {
+    OpClass cls;
+    Clock::time_point received;
+  };
+  std::vector<Unposted> unposted_;
 
   Arena* arena_;  // never null
   reactor::SlotTable<Pending> pending_{kMaxPending};

@@ -19,7 +19,7 @@ using verbs::WrId;
 using verbs::WrKind;
 
 std::optional<ServerConn::Key> ServerConn::open_transfer(Pending p) noexcept {
-  const auto k = pending_.try_insert(std::move(p));
+  const auto k = open_entry(std::move(p));
   if (!k) return std::nullopt;
   ++transfers_in_flight_;
   return k;
@@ -49,6 +49,7 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   p.op = Opcode::set;
   p.req_id = id;
   p.value_crc = m.rdv->value_crc;
+  p.large_request = true;
   p.expire_at = expiry_of(m);
   try {
     if (block) p.key.assign(m.key);

@@ -98,7 +98,7 @@ std::optional<ServerConn::Key> ServerConn::open_log_wait(Opcode op, std::uint32_
   p.wait = Wait::log;
   p.op = op;
   p.req_id = req_id;
-  return pending_.try_insert(std::move(p));
+  return open_entry(std::move(p));
 }
 
 bool ServerConn::deferred(Written w, std::optional<Key> wait, Opcode op, proto::MessageSpec& reply) noexcept {

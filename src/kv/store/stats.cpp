@@ -22,6 +22,7 @@ std::string_view to_string(StatKind k) noexcept {
     case StatKind::counter: return "counter";
     case StatKind::gauge: return "gauge";
     case StatKind::untyped: return "untyped";
+    case StatKind::derived: return "derived";
   }
   return "untyped";
 }
@@ -37,6 +38,7 @@ std::string format_prometheus(const StatRows& rows) {
   std::string out;
   out.reserve(rows.size() * 96);
   for (const auto& r : rows) {
+    if (r.kind == StatKind::derived) continue;
     const std::string name = prometheus_name(r);
     out += "# HELP ";
     out += name;

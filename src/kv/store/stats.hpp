@@ -19,8 +19,10 @@ enum class StatKind : std::uint8_t {
   counter,  // only grows while kvd runs (a total)
   gauge,    // a value now: may go down
   untyped,  // not known: rows read back from a STATS reply, which carries no kind
+  derived,  // computed from a metric exported in full (the latency quantiles from their histogram): shown by
+            // rkv stats and SIGUSR1, left out of the Prometheus exposition (which gets the histogram itself)
 };
-[[nodiscard]] std::string_view to_string(StatKind k) noexcept;  // "counter", "gauge", "untyped"
+[[nodiscard]] std::string_view to_string(StatKind k) noexcept;  // "counter", "gauge", "untyped", "derived"
 
 struct StatRow {
   // Every row names its kind: a constructor, so a row without one does not compile.
@@ -46,8 +48,8 @@ using StatRows = std::vector<StatRow>;
 // bytes_copied_total -> rkv_bytes_copied_total, keys -> rkv_keys).
 [[nodiscard]] std::string prometheus_name(const StatRow& row);
 // The Prometheus text exposition format 0.0.4 (kvd --metrics, /metrics): per
-// row "# HELP", "# TYPE" and one sample, in list order; help text escaped as
-// the format wants (backslash, newline).
+// row "# HELP", "# TYPE" and one sample, in list order (derived rows left
+// out); help text escaped as the format wants (backslash, newline).
 [[nodiscard]] std::string format_prometheus(const StatRows& rows);
 
 }  // namespace rkv::kv::store
