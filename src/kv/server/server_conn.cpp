@@ -353,7 +353,9 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
     return false;
   }
   ++counters_->replies_sent;
-  if (unposted_.size() == unposted_.capacity()) record_posted();  // (never, at the reserved size) no allocation
+  // More than kMaxUnposted replies waiting for their posts (many send buffers
+  // queued): time those now, a little early, rather than allocate here.
+  if (unposted_.size() == unposted_.capacity()) record_posted();
   unposted_.push_back({class_of(request, reply, large_request), received});
   if (outstanding_ > 0) --outstanding_;
   granted_pending_ += owed_;
