@@ -36,29 +36,16 @@ namespace {
 
 // One server's STATS rows; false (message printed) when it cannot be asked.
 bool fetch_rows(const proto::ServerAddr& server, const std::string& auth_token, std::vector<StatsRow>& rows) {
-  std::string text;
   try {
     reactor::Reactor reactor;
-    kv::client::ClientOptions copt;
-    copt.max_in_flight = 1;
-    copt.send_count = 1;
-    copt.auth_token = auth_token;
-    auto client = kv::client::Client::connect(reactor, server.host, server.port, copt);
-    const kv::client::Status st = client->stats_sync(text);
-    if (st != kv::client::Status::ok) {
-      std::fprintf(stderr, "rkv stats: STATS to %s failed: %s%s%s\n", server.id.c_str(),
-                   std::string(kv::client::to_string(st)).c_str(), client->failure().empty() ? "" : ": ",
-                   client->failure().c_str());
+    auto client = kv::client::Client::connect(reactor, server.host, server.port, stats_client_options(auth_token));
+    if (std::string why; !ask_stats(*client, rows, why)) {
+      std::fprintf(stderr, "rkv stats: STATS to %s failed: %s\n", server.id.c_str(), why.c_str());
       return false;
     }
     client->close();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rkv stats: %s\n", e.what());
-    return false;
-  }
-  std::string bad;
-  if (!parse_stats_reply(text, rows, bad)) {
-    std::fprintf(stderr, "rkv stats: malformed STATS reply from %s: line \"%s\"\n", server.id.c_str(), bad.c_str());
     return false;
   }
   return true;

@@ -94,16 +94,8 @@ std::optional<Sample> sample(reactor::Reactor& reactor, Server& s, const kv::cli
                              std::string& why) {
   try {
     if (!s.client) s.client = kv::client::Client::connect(reactor, s.addr.host, s.addr.port, copt);
-    std::string text;
-    if (const auto st = s.client->stats_sync(text); st != kv::client::Status::ok) {
-      why = std::string(kv::client::to_string(st)) + (s.client->failure().empty() ? "" : ": " + s.client->failure());
-      s.client.reset();
-      return std::nullopt;
-    }
     std::vector<StatsRow> rows;
-    std::string bad;
-    if (!parse_stats_reply(text, rows, bad)) {
-      why = "malformed STATS reply: line \"" + bad + "\"";
+    if (!ask_stats(*s.client, rows, why)) {
       s.client.reset();
       return std::nullopt;
     }
@@ -146,19 +138,16 @@ int top_main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "present the token in this file to a kvd started with --auth-token-file");
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
-  kv::client::ClientOptions copt;
-  copt.max_in_flight = 1;
-  copt.send_count = 1;
-  copt.rdv.landing_spares = 0;
-  copt.poll = std::chrono::microseconds{0};  // a viewer takes no CPU between its requests
+  std::string auth_token;
   if (!auth_token_file.empty()) {
     try {
-      copt.auth_token = kv::conn::read_auth_token_file(auth_token_file).token;
+      auth_token = kv::conn::read_auth_token_file(auth_token_file).token;
     } catch (const kv::conn::AuthTokenError& e) {
       std::fprintf(stderr, "rkv top: %s\n", e.what());
       return 2;
     }
   }
+  const kv::client::ClientOptions copt = stats_client_options(auth_token);
   std::vector<proto::ServerAddr> addrs;
   if (std::string why; !proto::parse_server_list(server, port, addrs, why)) {
     std::fprintf(stderr, "rkv top: --server: %s\n", why.c_str());

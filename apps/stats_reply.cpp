@@ -1,6 +1,7 @@
 // parse_stats_reply: see stats_reply.hpp.
 #include "stats_reply.hpp"
 
+#include <chrono>
 #include <charconv>
 
 namespace rkv::apps {
@@ -35,6 +36,30 @@ bool parse_stats_reply(std::string_view text, std::vector<StatsRow>& out, std::s
     }
     row.name.assign(name);
     out.push_back(std::move(row));
+  }
+  return true;
+}
+
+kv::client::ClientOptions stats_client_options(const std::string& auth_token) {
+  kv::client::ClientOptions o;
+  o.max_in_flight = 1;
+  o.send_count = 1;
+  o.rdv.landing_spares = 0;
+  o.poll = std::chrono::microseconds{0};
+  o.auth_token = auth_token;
+  return o;
+}
+
+bool ask_stats(kv::client::Client& client, std::vector<StatsRow>& rows, std::string& why) {
+  std::string text;
+  if (const auto st = client.stats_sync(text); st != kv::client::Status::ok) {
+    why = std::string(kv::client::to_string(st)) + (client.failure().empty() ? "" : ": " + client.failure());
+    return false;
+  }
+  std::string bad;
+  if (!parse_stats_reply(text, rows, bad)) {
+    why = "malformed reply: line \"" + bad + "\"";
+    return false;
   }
   return true;
 }

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kv/client/client.hpp"
+
 namespace rkv::apps {
 
 struct StatsRow {
@@ -18,5 +20,12 @@ struct StatsRow {
 // line ending in a newline); false (and `bad` set to the offending line) on
 // anything else.
 [[nodiscard]] bool parse_stats_reply(std::string_view text, std::vector<StatsRow>& out, std::string& bad);
+
+// The options of a client that only asks for statistics: one request at a
+// time, no landing buffers, no spinning between its requests.
+[[nodiscard]] kv::client::ClientOptions stats_client_options(const std::string& auth_token);
+// A STATS request on `client` and its parsed rows; false, and why (the
+// status and the connection's failure, or the malformed line), otherwise.
+[[nodiscard]] bool ask_stats(kv::client::Client& client, std::vector<StatsRow>& rows, std::string& why);
 
 }  // namespace rkv::apps
