@@ -2,12 +2,14 @@
 #include "durable/log.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <system_error>
 
@@ -200,8 +202,16 @@ void Log::submit_next() noexcept {
   inflight_synced_ = options_.mode == FsyncMode::always || failing_;
   if (inflight_synced_) {
     rc = uring_.writev_then_sync(
-        fd_.get(), iov, offset_, true, [this](int res) { write_res_ = res; },
-        [this](int res) { finish_batch(write_res_, fail_point("log_sync") ? -EIO : res); });
+        fd_.get(), iov, offset_, true,
+        [this](int res) {
+          write_res_ = res;
+          linked_sync_started_ = std::chrono::steady_clock::now();
+        },
+        [this](int res) {
+          if (fail_point("log_sync")) res = -EIO;
+          if (res >= 0) fsync_time_.record(std::chrono::steady_clock::now() - linked_sync_started_);
+          finish_batch(write_res_, res);
+        });
   } else {
     rc = uring_.writev(fd_.get(), iov, offset_, [this](int res) { finish_batch(res, 0); });
   }
@@ -259,6 +269,7 @@ void Log::on_tick() noexcept {
   if (!dirty_ || sync_inflight_ || closed_ || writer_blocked()) return;
   dirty_ = false;
   sync_inflight_ = true;
+  tick_sync_started_ = std::chrono::steady_clock::now();
   const int rc = uring_.fsync(fd_.get(), true, [this](int res) {
     sync_inflight_ = false;
     if (fail_point("log_sync")) res = -EIO;
@@ -268,6 +279,7 @@ void Log::on_tick() noexcept {
       set_failing(true, -res);
     } else {
       ++stats_.fsyncs;
+      fsync_time_.record(std::chrono::steady_clock::now() - tick_sync_started_);
     }
     if (step_ == CompactStep::switching) try_switch();
   });
@@ -300,6 +312,16 @@ void Log::append_stats(kv::store::StatRows& rows) const {
       {"log_bytes", s.log_bytes, kv::store::StatKind::gauge, "bytes in the current log file"},
       {"log_generation", s.generation, kv::store::StatKind::gauge, "current log file generation"},
   });
+  fsync_rows_.append(rows, fsync_time_);
+}
+
+void Log::append_histograms(std::string& out) const {
+  constexpr std::string_view kName = "rkv_log_fsync_duration_seconds";
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP {} time of a successful fdatasync of the log (from its write's completion when linked to "
+                 "one)\n# TYPE {} histogram\n",
+                 kName, kName);
+  fsync_time_.append_prometheus(out, kName, "");
 }
 
 void Log::close_sync() noexcept {

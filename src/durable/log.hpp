@@ -35,6 +35,7 @@
 
 #include "durable/recovery.hpp"
 #include "kv/store/durability.hpp"
+#include "kv/store/histogram.hpp"
 #include "kv/store/store.hpp"
 #include "reactor/fd.hpp"
 #include "reactor/reactor.hpp"
@@ -102,6 +103,10 @@ class Log final : public kv::store::Durability {
   void record_eviction(std::string_view key) noexcept override;
   void flush() noexcept override;
   void append_stats(kv::store::StatRows& rows) const override;
+  // rkv_log_fsync_duration_seconds: each successful fdatasync of the log,
+  // from its submission (--fsync batch) or its write's completion (the sync
+  // linked to a write: --fsync always, or while failing) to its completion.
+  void append_histograms(std::string& out) const override;
 
   // Shutdown: stops compaction, waits for I/O in flight, writes what is
   // queued and syncs, synchronously. No sink calls after it starts.
@@ -197,6 +202,10 @@ class Log final : public kv::store::Durability {
   bool failing_ = false;
   bool closed_ = false;
   LogStats stats_;
+  kv::store::Histogram fsync_time_;
+  kv::store::QuantileRows fsync_rows_{"log_fsync", "the log's fsyncs"};
+  std::chrono::steady_clock::time_point linked_sync_started_;  // the linked sync's write completed
+  std::chrono::steady_clock::time_point tick_sync_started_;    // the periodic sync was submitted
   reactor::Timer tick_;
 
   // Compaction state.

@@ -47,6 +47,7 @@ class FakeDurability final : public kv::store::Durability {
   }
   void flush() noexcept override { ++flushes; }
   void append_stats(kv::store::StatRows& rows) const override { rows.push_back({"fake", 1, kv::store::StatKind::gauge, "a fake durability"}); }
+  void append_histograms(std::string& out) const override { out += "# a fake durability's histograms\n"; }
 };
 
 }  // namespace rkv::test

@@ -115,6 +115,16 @@ TEST(DurableLog, TombstonesAreLoggedAcknowledgedAndRecovered) {
     EXPECT_EQ(s.records, 20u + 10u + 1u + 1u + 1u);
     EXPECT_EQ(s.deletes, 12u);
     EXPECT_GE(s.fsyncs, 2u);
+    // Every successful sync is timed once: rkv_log_fsync_duration_seconds and log_fsync_* rows.
+    kv::store::StatRows rows;
+    d.log().append_stats(rows);
+    const std::string line = kv::store::format_stats_line(rows);
+    EXPECT_NE(line.find("log_fsync_count=" + std::to_string(s.fsyncs) + " "), std::string::npos) << line;
+    std::string text;
+    d.log().append_histograms(text);
+    EXPECT_NE(text.find("# TYPE rkv_log_fsync_duration_seconds histogram\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("rkv_log_fsync_duration_seconds_count " + std::to_string(s.fsyncs) + "\n"),
+              std::string::npos) << text;
     expect_recovers(t.path(), d.model());
     model = d.model();
   }  // close_sync

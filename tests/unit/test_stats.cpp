@@ -120,9 +120,53 @@ TEST(Stats, LatencyHistogramsBucketCountAndExport) {
   EXPECT_NE(text.find("rkv_request_duration_seconds_count{op=\"set_large\"} 1\n"), std::string::npos);
   store::StatRows rows;
   h.append_stats(rows);
-  EXPECT_EQ(rows.size(), 4 * server::kOpClasses);
+  EXPECT_EQ(rows.size(), 4 * server::kOpClasses + store::Histogram::kBounds + 1);
   const std::string line = store::format_stats_line(rows);
   EXPECT_NE(line.find("latency_get_count=100 latency_get_p50_microseconds=4 latency_get_p99_microseconds=1024"), std::string::npos) << line;
+  // The cumulative rows rkv top reads: every class but `other` together.
+  h.record(server::OpClass::other, 3us);
+  rows.clear();
+  h.append_stats(rows);
+  const std::string again = store::format_stats_line(rows);
+  EXPECT_NE(again.find("latency_le_1_microseconds=1 latency_le_2_microseconds=1 latency_le_4_microseconds=99 "),
+            std::string::npos) << again;
+  EXPECT_NE(again.find("latency_le_1024_microseconds=100 "), std::string::npos) << again;
+  EXPECT_NE(again.find("latency_le_4194304_microseconds=100 latency_le_inf=101"), std::string::npos) << again;
+  for (const auto& r : rows) EXPECT_EQ(r.kind, store::StatKind::derived) << r.name;
+}
+
+// One distribution alone: no labels, merging, and the quantile of cumulative
+// counts (what rkv top computes from the deltas of two STATS replies).
+TEST(Stats, HistogramWithoutLabelsMergesAndQuantilesFromCumulativeCounts) {
+  using namespace std::chrono_literals;
+  store::Histogram a;
+  store::Histogram b;
+  a.record(500us);  // bucket 512 µs
+  b.record(2ms);    // bucket 2048 µs
+  b.record(-5ns);   // a clock that went back counts as 0
+  a.add(b);
+  EXPECT_EQ(a.count(), 3u);
+  EXPECT_EQ(a.sum_ns(), 2'500'000u);
+  EXPECT_EQ(a.cumulative(0), 1u);
+  EXPECT_EQ(a.cumulative(9), 2u);
+  EXPECT_EQ(a.cumulative(store::Histogram::kBounds), 3u);
+  std::string text;
+  a.append_prometheus(text, "rkv_x_seconds", "");
+  EXPECT_NE(text.find("rkv_x_seconds_bucket{le=\"0.000512\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rkv_x_seconds_bucket{le=\"+Inf\"} 3\nrkv_x_seconds_sum 0.0025\nrkv_x_seconds_count 3\n"),
+            std::string::npos) << text;
+  std::array<std::uint64_t, store::Histogram::kBounds + 1> cumulative{};
+  for (std::size_t i = 0; i <= store::Histogram::kBounds; ++i) cumulative[i] = a.cumulative(i);
+  EXPECT_EQ(store::quantile_us(cumulative, 0.5), 512u);
+  EXPECT_EQ(store::quantile_us(cumulative, 0.99), 2048u);
+  EXPECT_EQ(store::quantile_us(cumulative, 0.99), a.quantile_us(0.99));
+  EXPECT_EQ(store::quantile_us({}, 0.99), 0u) << "no sample";
+  store::StatRows rows;
+  const store::QuantileRows names("log_fsync", "the log's fsyncs");
+  names.append(rows, a);
+  EXPECT_EQ(store::format_stats_line(rows),
+            "log_fsync_count=3 log_fsync_p50_microseconds=512 log_fsync_p99_microseconds=2048 "
+            "log_fsync_p999_microseconds=2048");
 }
 
 }  // namespace

@@ -4,10 +4,9 @@
 // SEND that carried the request to the post of the SEND that carries its
 // reply. One per Server, shared by its connections (like ServerCounters).
 // ServerConn reads the clock once per received buffer and once per post, not
-// per request. Buckets are powers of two of a microsecond (1 µs .. 2^22 µs,
-// about 4.2 s, then +Inf): Prometheus histograms (cumulative buckets, sum,
-// count) and, for `rkv stats`, p50/p99/p999 as the upper bound of the bucket
-// that holds the quantile. Thread: the reactor's.
+// per request. One store::Histogram per class (powers of two of a
+// microsecond): a Prometheus histogram family and, for `rkv stats`,
+// p50/p99/p999 rows. Thread: the reactor's.
 
 #include <array>
 #include <chrono>
@@ -15,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "kv/store/histogram.hpp"
 #include "kv/store/stats.hpp"
 
 namespace rkv::kv::server {
@@ -37,26 +37,31 @@ inline constexpr std::array<std::string_view, kOpClasses> kOpClassNames{"get", "
 
 class LatencyHistograms {
  public:
-  static constexpr std::size_t kBounds = 23;  // 2^0 .. 2^22 µs; bucket kBounds is +Inf
   using Duration = std::chrono::nanoseconds;
 
-  void record(OpClass c, Duration d) noexcept;
+  LatencyHistograms();
+  void record(OpClass c, Duration d) noexcept { of_[static_cast<std::size_t>(c)].record(d); }
 
-  [[nodiscard]] std::uint64_t count(OpClass c) const noexcept { return count_[static_cast<std::size_t>(c)]; }
-  // The upper bound (µs) of the bucket holding quantile q (0 < q <= 1) of
-  // class c; 0 with no sample; 2^23 for a quantile in the +Inf bucket.
-  [[nodiscard]] std::uint64_t quantile_us(OpClass c, double q) const noexcept;
-  // latency_<class>_count, _p50_microseconds, _p99_microseconds and
-  // _p999_microseconds per class, for rkv stats: derived rows (stats.hpp),
-  // which Prometheus does not get (it gets the histogram).
+  [[nodiscard]] const store::Histogram& of(OpClass c) const noexcept { return of_[static_cast<std::size_t>(c)]; }
+  [[nodiscard]] std::uint64_t count(OpClass c) const noexcept { return of(c).count(); }
+  [[nodiscard]] std::uint64_t quantile_us(OpClass c, double q) const noexcept { return of(c).quantile_us(q); }
+  // For rkv stats: per class latency_<class>_count, _p50_microseconds,
+  // _p99_microseconds and _p999_microseconds (store::QuantileRows); then the
+  // cumulative buckets of every class but `other` together,
+  // latency_le_<2^i>_microseconds and latency_le_inf, from whose deltas
+  // rkv top computes the p99 of an interval. All derived rows (stats.hpp):
+  // Prometheus gets the histograms themselves.
   void append_stats(store::StatRows& rows) const;
   // rkv_request_duration_seconds{op="<class>"} as one Prometheus histogram family.
   [[nodiscard]] std::string prometheus() const;
 
  private:
-  std::array<std::array<std::uint64_t, kBounds + 1>, kOpClasses> buckets_{};
-  std::array<std::uint64_t, kOpClasses> count_{};
-  std::array<std::uint64_t, kOpClasses> sum_ns_{};
+  std::array<store::Histogram, kOpClasses> of_{};
+  std::array<store::QuantileRows, kOpClasses> rows_;
 };
+
+// The names of the cumulative rows, latency_le_1_microseconds ..
+// latency_le_4194304_microseconds, latency_le_inf (rkv top reads them).
+[[nodiscard]] const std::array<std::string, store::Histogram::kBounds + 1>& latency_le_row_names();
 
 }  // namespace rkv::kv::server

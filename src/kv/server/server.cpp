@@ -79,7 +79,11 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
                port_, options_.credits, options_.buf_size, options_.max_clients);
   if (options_.metrics) {
     metrics_ = std::make_unique<MetricsEndpoint>(
-        *reactor_, *options_.metrics, [this] { return store::format_prometheus(stats_rows()) + latency_.prometheus(); },
+        *reactor_, *options_.metrics, [this] {
+          std::string text = store::format_prometheus(stats_rows()) + latency_.prometheus();
+          if (durability_ != nullptr) durability_->append_histograms(text);
+          return text;
+        },
         [this] { return healthy(); });
   }
 }

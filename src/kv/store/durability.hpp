@@ -73,6 +73,9 @@ class Durability {
   virtual void flush() noexcept = 0;
   // Its rows of the server's statistics (kv/store/stats.hpp).
   virtual void append_stats(StatRows& rows) const = 0;
+  // Its Prometheus histogram families (HELP, TYPE and samples), appended
+  // after the rows' exposition (kvd --metrics).
+  virtual void append_histograms(std::string& out) const = 0;
 };
 
 }  // namespace rkv::kv::store
