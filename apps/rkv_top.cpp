@@ -4,8 +4,10 @@
 // open) and prints one line per server: operations per second by kind (SET,
 // GET, DEL, CALL; one-sided GETs are the clients' and reach the server only
 // as TOUCH hints, shown as touches/s), the GET hit ratio of the interval,
-// connections, memory used of the limit, keys, evictions and expirations per
-// second. The first line of each server comes one interval after start (a
+// bytes in and out per second, the 99th percentile of the server's time per
+// request over the interval (from the deltas of the cumulative latency_le_*
+// rows: the bound of its power-of-two bucket), connections, memory used of
+// the limit, keys, evictions and expirations per second. The first line of each server comes one interval after start (a
 // rate needs two samples). A server that does not answer gets a "down" line
 // and is asked again at the next interval (a new connection).
 //
@@ -19,6 +21,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -33,6 +36,8 @@
 #include "cli.hpp"
 #include "kv/client/client.hpp"
 #include "kv/conn/auth_token.hpp"
+#include "kv/server/latency.hpp"
+#include "kv/store/histogram.hpp"
 #include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 #include "stats_reply.hpp"
@@ -79,6 +84,21 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
+// The 99th percentile (µs, a bucket bound) of the requests answered between
+// samples a and b, "-" if there were none; "+Inf" past the last bound.
+std::string interval_p99(const Sample& a, const Sample& b) {
+  const auto& names = kv::server::latency_le_row_names();
+  std::array<std::uint64_t, kv::store::Histogram::kBounds + 1> delta{};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::uint64_t x = get(a, names[i].c_str()), y = get(b, names[i].c_str());
+    delta[i] = y >= x ? y - x : y;
+  }
+  const std::uint64_t p99 = kv::store::quantile_us(delta, 0.99);
+  if (p99 == 0) return "-";
+  if (p99 > (std::uint64_t{1} << (kv::store::Histogram::kBounds - 1))) return "+Inf";
+  return std::to_string(p99);
+}
+
 std::string clock_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -110,9 +130,9 @@ std::optional<Sample> sample(reactor::Reactor& reactor, Server& s, const kv::cli
 }
 
 void print_header(std::size_t id_width) {
-  std::printf("%-8s %-*s %6s %9s %9s %8s %8s %8s %6s %23s %9s %8s %8s\n", "time", static_cast<int>(id_width), "server",
-              "conns", "sets/s", "gets/s", "dels/s", "calls/s", "touch/s", "hit%", "memory used / limit", "keys",
-              "evict/s", "expir/s");
+  std::printf("%-8s %-*s %6s %9s %9s %8s %8s %8s %6s %11s %11s %8s %23s %9s %8s %8s\n", "time",
+              static_cast<int>(id_width), "server", "conns", "sets/s", "gets/s", "dels/s", "calls/s", "touch/s", "hit%",
+              "in/s", "out/s", "p99us", "memory used / limit", "keys", "evict/s", "expir/s");
 }
 
 }  // namespace
@@ -123,8 +143,8 @@ int top_main(int argc, char** argv) {
   unsigned interval_ms = 1000;
   std::uint64_t count = 0;
   std::string auth_token_file;
-  CLI::App app{"rkv top: one line per second per kvd: operations per second by kind, hit ratio, connections, "
-               "memory, keys, evictions (from its STATS reply)"};
+  CLI::App app{"rkv top: one line per second per kvd: operations per second by kind, hit ratio, bytes in and "
+               "out, p99 server time, connections, memory, keys, evictions (from its STATS reply)"};
   app.name("rkv top");
   app.add_option("--server", server,
                  "kvd's address (host, host:port, [v6]:port), or a comma-separated list of them: a line for each")
@@ -195,12 +215,14 @@ int top_main(int argc, char** argv) {
         const std::uint64_t limit = get(b, "max_memory");
         const std::string mem = human_bytes(get(b, "memory_used")) + " / " + (limit == 0 ? "none" : human_bytes(limit));
         if (printed++ % 20 == 0) print_header(id_width);
-        std::printf("%-8s %-*s %6llu %9.0f %9.0f %8.0f %8.0f %8.0f %6s %23s %9llu %8.0f %8.0f\n", clock_now().c_str(),
-                    static_cast<int>(id_width), s.addr.id.c_str(),
+        const std::string in = human_bytes(static_cast<std::uint64_t>(rate(a, b, "bytes_received", secs)));
+        const std::string out = human_bytes(static_cast<std::uint64_t>(rate(a, b, "bytes_sent", secs)));
+        std::printf("%-8s %-*s %6llu %9.0f %9.0f %8.0f %8.0f %8.0f %6s %11s %11s %8s %23s %9llu %8.0f %8.0f\n",
+                    clock_now().c_str(), static_cast<int>(id_width), s.addr.id.c_str(),
                     static_cast<unsigned long long>(get(b, "connections")), rate(a, b, "sets", secs), gets,
-                    rate(a, b, "dels", secs), rate(a, b, "calls", secs), rate(a, b, "touches", secs), hit, mem.c_str(),
-                    static_cast<unsigned long long>(get(b, "keys")), rate(a, b, "evicted_keys", secs),
-                    rate(a, b, "expired_keys", secs));
+                    rate(a, b, "dels", secs), rate(a, b, "calls", secs), rate(a, b, "touches", secs), hit, in.c_str(),
+                    out.c_str(), interval_p99(a, b).c_str(), mem.c_str(), static_cast<unsigned long long>(get(b, "keys")),
+                    rate(a, b, "evicted_keys", secs), rate(a, b, "expired_keys", secs));
         ++s.lines;
       }
       s.last = *now_sample;

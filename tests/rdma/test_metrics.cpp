@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <chrono>
 #include <fstream>
 #include <cctype>
@@ -96,24 +97,113 @@ std::map<std::string, std::uint64_t> samples(const std::string& text) {
   return out;
 }
 
+// The sample names an exposition can have: each "# TYPE" family's name, and
+// for a histogram its _bucket, _sum and _count.
+std::set<std::string> sample_names(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string hash, type, name, kind;
+    if (!(words >> hash >> type >> name >> kind) || hash != "#" || type != "TYPE") continue;
+    out.insert(name);
+    if (kind == "histogram") out.insert({name + "_bucket", name + "_sum", name + "_count"});
+  }
+  return out;
+}
+
+// docs/metrics.md as an exposition generates it: a table row per family
+// (name, type, the labels its samples carry besides le, help), in order.
+std::string metrics_markdown(const std::string& text) {
+  struct Family {
+    std::string name, type, help;
+    std::map<std::string, std::set<std::string>> labels;
+  };
+  std::vector<Family> families;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("# HELP ")) {
+      const auto sp = line.find(' ', 7);
+      families.push_back({line.substr(7, sp - 7), "", line.substr(sp + 1), {}});
+    } else if (line.starts_with("# TYPE ") && !families.empty()) {
+      families.back().type = line.substr(line.rfind(' ') + 1);
+    } else if (!line.empty() && line[0] != '#' && !families.empty()) {
+      // name{k="v",k2="v2"} value: the label pairs (values hold no quote or comma here)
+      const auto open = line.find('{'), close = line.find('}');
+      if (open == std::string::npos || close == std::string::npos) continue;
+      std::istringstream pairs(line.substr(open + 1, close - open - 1));
+      for (std::string kv; std::getline(pairs, kv, ',');) {
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || kv.substr(0, eq) == "le") continue;
+        families.back().labels[kv.substr(0, eq)].insert(kv.substr(eq + 2, kv.size() - eq - 3));
+      }
+    }
+  }
+  std::string out =
+      "# kvd's metrics\n\n"
+      "Generated from the `/metrics` exposition of a live `kvd --data-dir DIR --metrics ADDR:PORT` (the log's\n"
+      "rows exist only with a `--data-dir`): each row of kvd's one list of statistics\n"
+      "(`src/kv/server/counters.hpp` and the rows the Store, arenas, index, log and endpoint add) and each\n"
+      "histogram, with its Prometheus type and the row's own help text. Do not edit: `metrics_e2e` compares\n"
+      "this file with what kvd exports and, when they differ, writes the fresh text to `metrics.md` in\n"
+      "`tests/rdma/` of the build directory. How the names derive: docs/observability.md.\n\n"
+      "| metric | type | labels | help |\n|---|---|---|---|\n";
+  for (const auto& f : families) {
+    std::string labels;
+    for (const auto& [k, values] : f.labels) {
+      labels += (labels.empty() ? "" : "; ") + k + ":";
+      for (const auto& v : values) labels += " `" + v + "`";
+    }
+    std::string help;
+    for (const char c : f.help) help += c == '|' ? std::string("\\|") : std::string(1, c);
+    out += "| `" + f.name + "` | " + f.type + " | " + labels + " | " + help + " |\n";
+  }
+  return out;
+}
+
 std::map<std::string, std::uint64_t> scrape(const MetricsKvd& m) {
   const auto r = curl(m.url("/metrics"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return samples(r.out);
 }
 
-// Counts of the workload file's SET and GET lines.
+// Counts of the workload file's SET and GET lines, and the value bytes they
+// move: each SET's value, each GET's (its key's latest, kvload keeping
+// each key's order).
 struct Sent {
   std::uint64_t sets = 0;
   std::uint64_t gets = 0;
+  std::uint64_t set_bytes = 0;
+  std::uint64_t get_bytes = 0;
 };
 Sent count_ops(const std::string& path) {
   Sent s;
+  std::map<std::string, std::uint64_t> size;
   std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
-    if (line.starts_with("SET ")) ++s.sets;
-    if (line.starts_with("GET ")) ++s.gets;
+    std::istringstream words(line);
+    std::string op, key, value;
+    words >> op >> key >> value;
+    if (op == "SET") {
+      ++s.sets;
+      std::uint64_t n = value.size();  // literal, or @SIZE[:SEED] (docs/kvload.md; @@text is literal)
+      if (value.starts_with("@") && !value.starts_with("@@")) {
+        std::size_t end = 0;
+        n = std::stoull(value.substr(1), &end);
+        const char unit = 1 + end < value.size() ? value[1 + end] : ':';
+        n <<= unit == 'k' ? 10 : unit == 'm' ? 20 : 0;
+      } else if (value.starts_with("@@")) {
+        n = value.size() - 1;
+      }
+      s.set_bytes += size[key] = n;
+    }
+    if (op == "GET") {
+      ++s.gets;
+      s.get_bytes += size[key];
+    }
   }
   return s;
 }
@@ -164,9 +254,22 @@ TEST(MetricsE2E, TheExpositionPassesPromtoolAndCountsWhatARunSent) {
   EXPECT_TRUE(contains(first.out, "# TYPE rkv_sets_total counter\n")) << first.out;
   EXPECT_TRUE(contains(first.out, "# TYPE rkv_connections gauge\n")) << first.out;
   // The shipped alert rules only name metrics kvd exports.
-  const auto exported = samples(first.out);
+  const auto exported = sample_names(first.out);
   const auto used = names_in(RKV_PROMETHEUS_RULES);
-  EXPECT_GE(used.size(), 5u) << RKV_PROMETHEUS_RULES;
+  EXPECT_GE(used.size(), 6u) << RKV_PROMETHEUS_RULES;
+  EXPECT_TRUE(used.contains("rkv_request_duration_seconds_bucket")) << "the p99 alert";
+  // docs/metrics.md is generated from this exposition: the README's list of names cannot drift.
+  {
+    const std::string fresh = metrics_markdown(first.out);
+    std::ifstream f(RKV_METRICS_DOC);
+    std::stringstream doc;
+    doc << f.rdbuf();
+    if (doc.str() != fresh) {
+      std::ofstream(RKV_METRICS_DOC_OUT) << fresh;
+      ADD_FAILURE() << RKV_METRICS_DOC " is not what kvd exports; the fresh text is in " RKV_METRICS_DOC_OUT
+                       " (copy it over)";
+    }
+  }
   for (const auto& name : used) EXPECT_TRUE(exported.contains(name)) << name << " (" RKV_PROMETHEUS_RULES ")";
 
   const auto health = run_command({"/usr/bin/curl", "-sS", "-m", "60", "-w", "%{http_code}", m.url("/health")});
@@ -194,6 +297,13 @@ TEST(MetricsE2E, TheExpositionPassesPromtoolAndCountsWhatARunSent) {
   EXPECT_EQ(after["rkv_accepted_total"] - before["rkv_accepted_total"], 1u);
   EXPECT_GT(after["rkv_large_sets_total"], 0u) << "the 5000-byte values took the rendezvous path";
   EXPECT_EQ(after["rkv_keys"], 200u);
+  // Bytes in and out: at least the values, plus headers and keys; not wildly more.
+  const std::uint64_t in = after["rkv_bytes_received_total"] - before["rkv_bytes_received_total"];
+  const std::uint64_t out = after["rkv_bytes_sent_total"] - before["rkv_bytes_sent_total"];
+  EXPECT_GT(in, sent.set_bytes) << "every SET value came in, by SEND or by kvd's READ";
+  EXPECT_LT(in, sent.set_bytes + 200 * (sent.sets + sent.gets)) << "a request's overhead is its header and key";
+  EXPECT_GT(out, sent.get_bytes) << "every GET value went out, by SEND or WRITE or pull";
+  EXPECT_LT(out, sent.get_bytes + 200 * (sent.sets + sent.gets));
   // The server's latency histograms count every request of the run once, by class.
   const auto hist = [&](std::map<std::string, std::uint64_t>& m, const char* op, const char* part = "_count") {
     return m[std::string("rkv_request_duration_seconds") + part + "{op=\"" + op + "\"}"];
@@ -318,7 +428,8 @@ class Child {
 };
 
 // rkv top over two servers while a kvload runs over both: a line per server
-// per interval, every one well formed, and the run's operations seen on each.
+// per interval, every one well formed, and the run's operations seen on each
+// (with bytes in and out and a p99 in the lines that saw them).
 TEST(RkvTop, ShowsALiveRunOverTwoServers) {
   TempDir t{"top"};
   const std::string addr = verbs::test::softroce_addr();
@@ -354,11 +465,17 @@ TEST(RkvTop, ShowsALiveRunOverTwoServers) {
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
     if (w.size() >= 2 && w[1] == "server") continue;  // the header
-    ASSERT_EQ(w.size(), 17u) << "time server conns sets/s gets/s dels/s calls/s touch/s hit% used unit / limit unit "
-                                "keys evict/s expir/s: "
+    ASSERT_EQ(w.size(), 22u) << "time server conns sets/s gets/s dels/s calls/s touch/s hit% in unit out unit p99us "
+                                "used unit / limit unit keys evict/s expir/s: "
                              << line;
     ++lines[w[1]];
-    if (std::stod(w[3]) + std::stod(w[4]) > 0) ++busy[w[1]];
+    if (std::stod(w[3]) + std::stod(w[4]) > 0) {
+      ++busy[w[1]];
+      // Requests came in and replies went out, and the interval's p99 is a bucket bound.
+      EXPECT_GT(std::stod(w[9]), 0.0) << "in/s: " << line;
+      EXPECT_GT(std::stod(w[11]), 0.0) << "out/s: " << line;
+      EXPECT_TRUE(w[13] == "+Inf" || std::has_single_bit(std::stoull(w[13]))) << "p99us: " << line;
+    }
     EXPECT_GE(std::stoull(w[2]), 2u) << "kvload's connection and top's own: " << line;
   }
   for (const auto* k : {&a, &b}) {

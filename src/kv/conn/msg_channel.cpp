@@ -93,6 +93,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
       break;
     }
     sealed_.pop_front();
+    if (sent_account_ != nullptr) *sent_account_ += s.size;
     ++in_flight_;
     ++posted;
   }

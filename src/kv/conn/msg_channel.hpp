@@ -73,6 +73,9 @@ class MessageChannel {
   // From now on the eager value bytes append() copies are added to *account
   // by the copy itself (proto::copy_bytes; a client's bytes_copied).
   void count_value_copies(std::uint64_t* account) noexcept { value_account_ = account; }
+  // From now on the bytes of every SEND flush() posts are added to *account
+  // (the server's bytes_sent).
+  void count_sent_bytes(std::uint64_t* account) noexcept { sent_account_ = account; }
   // Would a message of `bytes` fit without a new buffer, or with one free?
   [[nodiscard]] bool can_append(std::size_t bytes) const noexcept;
   // Posts up to max_sends queued SENDs (the open buffer too, if non-empty).
@@ -108,6 +111,7 @@ class MessageChannel {
   std::size_t open_messages_ = 0;
   std::size_t in_flight_ = 0;
   std::uint64_t* value_account_ = nullptr;
+  std::uint64_t* sent_account_ = nullptr;
 };
 
 }  // namespace rkv::kv::conn

@@ -36,6 +36,8 @@ struct ServerCounters {
   std::uint64_t stale_completions = 0;
   std::uint64_t sends_received = 0;
   std::uint64_t sends_posted = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t bytes_sent = 0;
   std::uint64_t sets = 0;
   std::uint64_t gets = 0;
   std::uint64_t get_hits = 0;
@@ -94,6 +96,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"stale_completions", &ServerCounters::stale_completions, store::StatKind::counter, "completions and acks for a slot or generation that moved on (dropped)"},
     CounterInfo{"sends_received", &ServerCounters::sends_received, store::StatKind::counter, "request SENDs received (one may pack several requests)"},
     CounterInfo{"sends_posted", &ServerCounters::sends_posted, store::StatKind::counter, "reply SENDs posted"},
+    CounterInfo{"bytes_received", &ServerCounters::bytes_received, store::StatKind::counter, "bytes that came in: request SENDs received and values the server READ (rendezvous SETs)"},
+    CounterInfo{"bytes_sent", &ServerCounters::bytes_sent, store::StatKind::counter, "bytes that went out: reply SENDs posted, values WRITTEN into offered buffers, and values offered to a pull (large GETs the client READs)"},
     CounterInfo{"sets", &ServerCounters::sets, store::StatKind::counter, "SET requests"},
     CounterInfo{"gets", &ServerCounters::gets, store::StatKind::counter, "GET requests by message"},
     CounterInfo{"get_hits", &ServerCounters::get_hits, store::StatKind::counter, "GET requests that found their key"},

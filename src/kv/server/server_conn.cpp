@@ -36,6 +36,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
       durability_(durability) {
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
+  channel_.count_sent_bytes(&counters_->bytes_sent);
   unposted_.reserve(kMaxUnposted);
   pulls_.reserve(config_.max_pins);
 }
@@ -201,6 +202,7 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   state_ = ConnState::established;
   ++received_;
   ++counters_->sends_received;
+  counters_->bytes_received += c.byte_len;
   if (received_ > granted_) {
     return fail(CloseCause::credit_overrun,
                 fmt::format("credit overrun: {} SENDs received, {} credits granted", received_, granted_));

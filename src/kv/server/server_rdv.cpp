@@ -81,6 +81,7 @@ ServerConn::Outcome ServerConn::post_request_read(Pending p, std::shared_ptr<Lar
                                            from.addr, from.rkey);
   if (!posted_transfer(*k, rc, "READ")) return Outcome::failed;
   ++counters_->rdma_reads;
+  counters_->bytes_received += target.size();
   SPDLOG_TRACE("conn {}: req {} RDMA READ {} bytes into entry {}", config_.label, id, target.size(), k->index);
   return Outcome::no_reply;
 }
@@ -102,6 +103,7 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
                                                 v->lkey, m.rdv->addr, m.rdv->rkey);
       if (!posted_transfer(*k, rc, "WRITE")) return Outcome::failed;
       ++counters_->rdma_writes;
+      counters_->bytes_sent += len;
       ++counters_->large_gets_written;
       reply = proto::msg::get_reply_rdv(id, 0, *m.rdv, len);
       return Outcome::reply;
@@ -120,6 +122,7 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
     return Outcome::reply;
   }
   ++counters_->large_gets_pulled;
+  counters_->bytes_sent += len;  // the client READs it: it leaves by this server's NIC all the same
   reply = proto::msg::get_reply_pull(id, 0, {v->addr, v->rkey}, len);
   return Outcome::reply;
 }
