@@ -29,6 +29,7 @@ class ProtectionDomain {
  private:
   friend class MemoryRegion;
   friend class QueuePair;
+  friend class DeviceEvents;
   std::shared_ptr<detail::PdHandle> handle_;
 };
 

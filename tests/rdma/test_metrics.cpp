@@ -13,6 +13,9 @@
 //   printed, never asserted.)
 // - rkv top over two servers while a kvload runs over both: a well-formed
 //   line per server per interval, the run's operations seen on each.
+// - /health follows the RDMA device: kvd on a Soft-RoCE device of its own
+//   (a veth pair and an rxe link this test adds) answers 503 once the port
+//   goes down and 200 once it is up again, and serves a kvload then.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -57,8 +60,8 @@ using namespace std::chrono_literals;
 struct MetricsKvd {
   KvdProcess kvd;
   std::uint16_t metrics_port = 0;
-  explicit MetricsKvd(std::vector<std::string> extra = {})
-      : kvd(RKV_KVD_PATH, verbs::test::softroce_addr(), with_metrics(std::move(extra))) {
+  explicit MetricsKvd(std::vector<std::string> extra = {}, const std::string& addr = verbs::test::softroce_addr())
+      : kvd(RKV_KVD_PATH, addr, with_metrics(std::move(extra))) {
     const auto deadline = deadline_after(60s);
     while (metrics_port == 0 && std::chrono::steady_clock::now() < deadline) {
       const std::string out = kvd.output();
@@ -483,6 +486,77 @@ TEST(RkvTop, ShowsALiveRunOverTwoServers) {
     EXPECT_EQ(lines[id], 3) << id << "\n" << top.out;
     EXPECT_GE(busy[id], 1) << id << ": the run's SETs and GETs, seen\n" << top.out;
   }
+}
+
+// An rxe device on a veth pair of its own, so that its port can go down
+// without touching the device every other test uses. Removed at the end.
+class PrivateDevice {
+ public:
+  PrivateDevice() {
+    const std::string id = std::to_string(::getpid() % 100000);
+    name_ = "rkvh" + id;
+    netdev_ = name_ + "a";
+    for (const auto& cmd : std::vector<std::vector<std::string>>{
+             {"/usr/bin/ip", "link", "add", netdev_, "mtu", "9000", "type", "veth", "peer", "name", name_ + "b", "mtu", "9000"},
+             {"/usr/bin/ip", "addr", "add", std::string(kAddr) + "/24", "dev", netdev_},
+             {"/usr/bin/ip", "link", "set", netdev_, "up"},
+             {"/usr/bin/ip", "link", "set", name_ + "b", "up"},
+             {"/usr/bin/rdma", "link", "add", name_, "type", "rxe", "netdev", netdev_}}) {
+      const auto r = run_command(cmd);
+      if (r.exit_code != 0) throw std::runtime_error(cmd[0] + " " + cmd[1] + " " + cmd[2] + ": " + r.err);
+    }
+  }
+  ~PrivateDevice() {
+    (void)run_command({"/usr/bin/rdma", "link", "delete", name_});
+    (void)run_command({"/usr/bin/ip", "link", "delete", netdev_});
+  }
+  PrivateDevice(const PrivateDevice&) = delete;
+  PrivateDevice& operator=(const PrivateDevice&) = delete;
+  void set_link(bool up) const {
+    const auto r = run_command({"/usr/bin/ip", "link", "set", netdev_, up ? "up" : "down"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  static constexpr const char* kAddr = "198.51.100.1";
+
+ private:
+  std::string name_, netdev_;
+};
+
+// /health's status code, once the deadline passes or it is `want`.
+std::string wait_health(const MetricsKvd& m, const std::string& want) {
+  const auto deadline = deadline_after(60s);
+  std::string code;
+  do {
+    code = run_command({"/usr/bin/curl", "-sS", "-m", "60", "-o", "/dev/null", "-w", "%{http_code}",
+                        m.url("/health")})
+               .out;
+  } while (code != want && std::chrono::steady_clock::now() < deadline && (std::this_thread::sleep_for(50ms), true));
+  return code;
+}
+
+TEST(MetricsE2E, HealthFollowsTheDevicePort) {
+  PrivateDevice dev;
+  TempDir t{"health"};
+  MetricsKvd m({}, PrivateDevice::kAddr);
+  EXPECT_EQ(wait_health(m, "200"), "200");
+  EXPECT_EQ(scrape(m)["rkv_device_usable"], 1u);
+
+  dev.set_link(false);  // rxe: IBV_EVENT_PORT_ERR
+  EXPECT_EQ(wait_health(m, "503"), "503") << "the port is down: /health must say so\n" << m.kvd.output();
+  auto down = scrape(m);
+  EXPECT_EQ(down["rkv_device_usable"], 0u);
+  EXPECT_GE(down["rkv_device_events_total"], 1u);
+  EXPECT_TRUE(contains(m.kvd.output(), "RDMA port 1 down")) << m.kvd.output();
+
+  dev.set_link(true);  // IBV_EVENT_PORT_ACTIVE
+  EXPECT_EQ(wait_health(m, "200"), "200") << "the port is up again\n" << m.kvd.output();
+  EXPECT_EQ(scrape(m)["rkv_device_usable"], 1u);
+  // And it serves.
+  const std::string wl = make_workload(t, 200);
+  const auto load = run_command({RKV_KVLOAD_PATH, "--server", PrivateDevice::kAddr, "--port",
+                                 std::to_string(m.kvd.port()), "--file", wl, "--depth", "4", "--verify"},
+                                {}, 300s);
+  EXPECT_EQ(load.exit_code, 0) << load.out << load.err;
 }
 
 }  // namespace

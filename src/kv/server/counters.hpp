@@ -73,6 +73,7 @@ struct ServerCounters {
   std::uint64_t cq_arms = 0;
   std::uint64_t durable_waits = 0;
   std::uint64_t io_errors = 0;
+  std::uint64_t device_events = 0;
 };
 
 struct CounterInfo {
@@ -133,6 +134,7 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"cq_arms", &ServerCounters::cq_arms, store::StatKind::counter, "CQs armed before the loop slept"},
     CounterInfo{"durable_waits", &ServerCounters::durable_waits, store::StatKind::gauge, "now: SET, DEL and CALL records whose reply waits for the log"},
     CounterInfo{"io_errors", &ServerCounters::io_errors, store::StatKind::counter, "SETs, DELs and CALLs answered io_error"},
+    CounterInfo{"device_events", &ServerCounters::device_events, store::StatKind::counter, "asynchronous events of the RDMA device (a port down or up, the device failing, a QP or CQ error)"},
 };
 
 namespace detail {

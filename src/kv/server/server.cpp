@@ -101,6 +101,7 @@ Server::~Server() {
   store_->detach();  // the index and the arenas go with the Server
   store_->budget()->release(index_charged_);
   events_watch_.reset();
+  device_watch_.reset();
   // Each Conn dies watch, deadline, Endpoint (the QP; it disconnects the
   // cm_id if still connected), then ServerConn (see Conn).
   conns_.clear();
@@ -108,6 +109,8 @@ Server::~Server() {
 
 void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
+  device_events_.emplace(*pd_);
+  device_watch_ = reactor_->watch(device_events_->fd(), EPOLLIN, [this](std::uint32_t) { on_device_readable(); });
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
   store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); },
@@ -131,6 +134,35 @@ void Server::make_pd(const verbs::CmId& id) {
 // rendezvous path can serve them; with the index on, small ones land in
 // index blocks so one-sided readers find them (not ask-by-message entries).
 // Nothing is recorded: they came from the log.
+void Server::on_device_readable() noexcept {
+  while (const auto e = device_events_->take()) {
+    ++counters_.device_events;
+    switch (e->type) {
+      case verbs::DeviceEventType::port_active:
+        if (device_ == DeviceState::port_down) {
+          device_ = DeviceState::usable;
+          spdlog::warn("server: RDMA port {} active again ({}); /health answers 200", e->port, e->name);
+        }
+        break;
+      case verbs::DeviceEventType::port_error:
+        if (device_ == DeviceState::usable) {
+          device_ = DeviceState::port_down;
+          spdlog::error("server: RDMA port {} down ({}); /health answers 503 until it is active", e->port, e->name);
+        }
+        break;
+      case verbs::DeviceEventType::device_fatal:
+        if (device_ != DeviceState::failed) {
+          device_ = DeviceState::failed;
+          spdlog::error("server: the RDMA device failed ({}); /health answers 503 from now on: restart kvd", e->name);
+        }
+        break;
+      case verbs::DeviceEventType::other:
+        SPDLOG_DEBUG("server: device event {}", e->name);
+        break;
+    }
+  }
+}
+
 void Server::migrate_large_values() noexcept {
   try {
     std::vector<std::string> keys;
@@ -249,6 +281,8 @@ store::StatRows Server::stats_rows() const {
       {"small_arena_reserved", sm.reserved_bytes, store::StatKind::gauge, "small-value arena bytes registered (index on)"},
       {"small_arena_used", sm.used_bytes, store::StatKind::gauge, "small-value arena bytes in use"},
   });
+  rows.push_back({"device_usable", device_ == DeviceState::usable ? 1u : 0u, store::StatKind::gauge,
+                  "1 while the RDMA device's port is up and the device has not failed (/health needs it)"});
   if (durability_ != nullptr) durability_->append_stats(rows);
   latency_.append_stats(rows);
   if (metrics_) metrics_->append_stats(rows);

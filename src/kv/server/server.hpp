@@ -81,6 +81,7 @@
 #include "reactor/reactor.hpp"
 #include "reactor/slot_table.hpp"
 #include "verbs/cm_id.hpp"
+#include "verbs/device.hpp"
 #include "verbs/event_channel.hpp"
 #include "verbs/pd.hpp"
 
@@ -168,8 +169,19 @@ class Server {
   // The metrics endpoint's port (options().metrics), 0 without one.
   [[nodiscard]] std::uint16_t metrics_port() const noexcept { return metrics_ ? metrics_->port() : 0; }
   // What /health answers: true while kvd accepts connections (its listener
-  // is up and it is not shutting down; the reactor answering is the rest).
-  [[nodiscard]] bool healthy() const noexcept { return !shutting_down_ && listener_.has_value(); }
+  // is up and it is not shutting down; the reactor answering is the rest)
+  // and its RDMA device is usable (device_state(): its port is up, it has
+  // not failed).
+  [[nodiscard]] bool healthy() const noexcept {
+    return !shutting_down_ && listener_.has_value() && device_ == DeviceState::usable;
+  }
+  // The device's state as its asynchronous events tell it (on_device_readable).
+  enum class DeviceState : std::uint8_t {
+    usable,     // no event said otherwise (also before the device is known)
+    port_down,  // IBV_EVENT_PORT_ERR, until IBV_EVENT_PORT_ACTIVE
+    failed,     // IBV_EVENT_DEVICE_FATAL: for good (restart kvd)
+  };
+  [[nodiscard]] DeviceState device_state() const noexcept { return device_; }
 
   // Stops accepting (the listener is destroyed), disconnects every client
   // and calls on_done once the last connection is torn down (at once if
@@ -258,6 +270,7 @@ class Server {
   void try_finish(Key key, bool force) noexcept;
   void destroy(Key key) noexcept;
   void make_pd(const verbs::CmId& id);
+  void on_device_readable() noexcept;
   void migrate_large_values() noexcept;
 
   reactor::Reactor* reactor_;
@@ -269,6 +282,8 @@ class Server {
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;
   std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  std::optional<verbs::DeviceEvents> device_events_;  // of pd_'s device (make_pd)
+  DeviceState device_ = DeviceState::usable;
   std::unique_ptr<PdRegistrar> registrar_;  // with pd_; before arena_ (used by it)
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
@@ -300,6 +315,7 @@ class Server {
   reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0
   reactor::Timer expire_more_;          // expire_keys() again at the next turn: more were due
   reactor::Registration events_watch_;  // unwatched before the rest
+  reactor::Registration device_watch_;  // device_events_->fd()
   std::unique_ptr<MetricsEndpoint> metrics_;  // declared last: its callbacks read the members above
 };
 
