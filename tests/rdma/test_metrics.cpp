@@ -6,7 +6,7 @@
 //   GETs, hits), its latency histograms counting each request once in its
 //   class; /health answers 200 "ok";
 // - scrapers that connect and send nothing, send garbage, send half a
-//   request, never read their answer, or come more than the endpoint holds
+//   request, never read their answer, read it a byte a second, or come more than the endpoint holds
 //   at once do not hold up requests: a kvload run beside them ends with 0
 //   errors, a proper scrape still works, and each misbehaving one is dropped
 //   at its deadline and counted. (Its ops/s beside the run without them is
@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <fstream>
@@ -361,13 +362,32 @@ TEST(MetricsE2E, MisbehavingScrapersDoNotHoldUpRequests) {
   fds.push_back(hold(m.metrics_port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"));  // half a request
   fds.push_back(hold(m.metrics_port, "GET /metrics HTTP/1.1\r\n\r\n"));       // never reads the answer
   fds.push_back(hold(m.metrics_port, "BREW /coffee HTCPCP/1.0\r\n\r\n"));     // answered 400, closed
+  // One that reads its answer one byte a second, all through the run.
+  const int slow = hold(m.metrics_port, "GET /metrics HTTP/1.1\r\n\r\n");
+  ASSERT_GE(slow, 0) << "connect to the metrics port";
+  timeval two_s{2, 0};
+  (void)::setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &two_s, sizeof two_s);
+  std::atomic<bool> stop_slow{false};
+  std::size_t slow_bytes = 0;
+  std::thread slow_reader([&] {
+    char c = 0;
+    while (!stop_slow.load() && ::recv(slow, &c, 1, 0) == 1) {
+      ++slow_bytes;
+      std::this_thread::sleep_for(1s);
+    }
+  });
   for (int i = 0; i < 20; ++i) fds.push_back(hold(m.metrics_port, ""));      // more than it holds at once
   for (const int fd : fds) ASSERT_GE(fd, 0) << "connect to the metrics port";
 
   const auto beside = kvload(m, wl);
+  stop_slow = true;
+  slow_reader.join();
+  ::close(slow);
   EXPECT_EQ(beside.exit_code, 0) << "requests go on beside misbehaving scrapers\n" << beside.err;
-  std::printf("kvload, 2,200 ops at depth 16: %.0f ops/s alone, %.0f ops/s beside %zu misbehaving scrapers\n",
-              ops_per_s(alone), ops_per_s(beside), fds.size());
+  EXPECT_GE(slow_bytes, 1u) << "the slow reader was answered, a byte a second";
+  std::printf("kvload, 2,200 ops at depth 16: %.0f ops/s alone, %.0f ops/s beside %zu misbehaving scrapers "
+              "(one of them read %zu bytes, one a second)\n",
+              ops_per_s(alone), ops_per_s(beside), fds.size() + 1, slow_bytes);
 
   // Once their deadline (5 s) passed, the silent and half ones are gone and a
   // proper scrape is answered.
