@@ -212,8 +212,8 @@ int top_main(int argc, char** argv) {
         const double hits = rate(a, b, "get_hits", secs);
         char hit[16] = "-";
         if (gets > 0) std::snprintf(hit, sizeof hit, "%.1f", 100.0 * hits / gets);
-        const std::uint64_t limit = get(b, "max_memory");
-        const std::string mem = human_bytes(get(b, "memory_used")) + " / " + (limit == 0 ? "none" : human_bytes(limit));
+        const std::uint64_t limit = get(b, "max_memory_bytes");
+        const std::string mem = human_bytes(get(b, "memory_used_bytes")) + " / " + (limit == 0 ? "none" : human_bytes(limit));
         if (printed++ % 20 == 0) print_header(id_width);
         const std::string in = human_bytes(static_cast<std::uint64_t>(rate(a, b, "bytes_received", secs)));
         const std::string out = human_bytes(static_cast<std::uint64_t>(rate(a, b, "bytes_sent", secs)));

@@ -468,7 +468,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   EXPECT_GT(hits, kReads / 10) << "the readers must really find values";
   EXPECT_GT(stats.at("evicted_keys"), 0u) << "the writer must force eviction";
   EXPECT_GT(stats.at("expired_keys"), 0u) << "the writer must force expiry";
-  EXPECT_LE(stats.at("memory_used"), std::uint64_t{48} << 20);
+  EXPECT_LE(stats.at("memory_used_bytes"), std::uint64_t{48} << 20);
 
   // After a DEL, and after an expiry plus the lag, a one-sided GET finds nothing.
   auto w = open_mode(reactor_, GetMode::rpc);

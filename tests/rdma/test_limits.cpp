@@ -7,7 +7,7 @@
 //   reads back byte-exactly (by message and by one-sided READ), the C API
 //   returns ENOMEM for a SET over the limit, and DELs give memory back.
 // - kvd --max-memory 64m --eviction lru: 256 MiB of the same mix all
-//   succeed, memory_used stays within the limit, keys were evicted, and the
+//   succeed, memory_used_bytes stays within the limit, keys were evicted, and the
 //   most recently written keys of both kinds read back byte-exactly (by
 //   message and by one-sided READ).
 #include <gtest/gtest.h>
@@ -137,8 +137,8 @@ TEST(MemoryLimitE2E, SetsBeyondTheLimitFailAndAcknowledgedOnesReadBack) {
   // kvd is up, within its budget, and counted each refusal.
   const auto stats = kvd.stats();
   ASSERT_TRUE(stats) << "kvd did not answer SIGUSR1";
-  EXPECT_EQ(stats->at("max_memory"), std::uint64_t{64} << 20);
-  EXPECT_LE(stats->at("memory_used"), std::uint64_t{64} << 20);
+  EXPECT_EQ(stats->at("max_memory_bytes"), std::uint64_t{64} << 20);
+  EXPECT_LE(stats->at("memory_used_bytes"), std::uint64_t{64} << 20);
   EXPECT_EQ(stats->at("no_memory"), wl.size() - acked.size()) << "every SET is acknowledged or refused no_memory";
   EXPECT_EQ(stats->at("keys"), acked.size());
 
@@ -188,14 +188,14 @@ TEST(MemoryLimitE2E, WithLruEveryWriteSucceedsWithinTheLimit) {
 
   const auto stats = kvd.stats();
   ASSERT_TRUE(stats) << "kvd did not answer SIGUSR1";
-  EXPECT_LE(stats->at("memory_used"), std::uint64_t{64} << 20);
+  EXPECT_LE(stats->at("memory_used_bytes"), std::uint64_t{64} << 20);
   EXPECT_EQ(stats->at("no_memory"), 0u);
   EXPECT_GT(stats->at("evicted_keys"), 0u);
   EXPECT_EQ(stats->at("keys") + stats->at("evicted_keys"), wl.size()) << "every key is stored or was evicted";
-  std::fprintf(stderr, "limits_e2e: lru: %zu SETs, %llu keys kept, %llu evicted, memory_used %llu\n", wl.size(),
+  std::fprintf(stderr, "limits_e2e: lru: %zu SETs, %llu keys kept, %llu evicted, memory_used_bytes %llu\n", wl.size(),
                static_cast<unsigned long long>(stats->at("keys")),
                static_cast<unsigned long long>(stats->at("evicted_keys")),
-               static_cast<unsigned long long>(stats->at("memory_used")));
+               static_cast<unsigned long long>(stats->at("memory_used_bytes")));
 
   // The last writes of each kind: the newest in their pools, never the coldest sampled.
   std::vector<unsigned> recent;

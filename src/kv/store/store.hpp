@@ -249,14 +249,14 @@ class Store {
   // The memory limit every set is checked against; the server's arenas and
   // index charge it too.
   [[nodiscard]] const std::shared_ptr<MemoryBudget>& budget() const noexcept { return budget_; }
-  // Its rows of the server's statistics: keys, bytes, the memory limit and use.
+  // Its rows of the server's statistics: keys, their bytes, the memory limit and use.
   void append_stats(StatRows& rows) const {
     rows.insert(rows.end(), {{"keys", size(), StatKind::gauge, "keys in the store"},
-                             {"bytes", bytes(), StatKind::gauge, "key + value bytes in the store"},
-                             {"max_memory", budget_->unlimited() ? 0 : budget_->limit(), StatKind::gauge,
+                             {"data_bytes", bytes(), StatKind::gauge, "key + value bytes in the store"},
+                             {"max_memory_bytes", budget_->unlimited() ? 0 : budget_->limit(), StatKind::gauge,
                               "memory limit of the store, bytes (kvd --max-memory; 0: none)"},
-                             {"memory_used", budget_->used(), StatKind::gauge,
-                              "bytes charged against max_memory: index, arena chunks, keys and unindexed values"},
+                             {"memory_used_bytes", budget_->used(), StatKind::gauge,
+                              "bytes charged against the limit: index, arena chunks, keys and unindexed values"},
                              {"evicted_keys", evicted_, StatKind::counter,
                               "keys dropped to make room for a write (kvd --eviction lru|lfu)"},
                              {"expired_keys", expired_, StatKind::counter, "keys removed because their time to live ran out"},
