@@ -10,7 +10,7 @@ from .common import HEADERS, PLOTS, SUMMARY_TABLE_HEADER
 # ------------------------------------------------------------------ --check
 def is_kv_row(name, row):
     """True for rows that measure kvd/kvload (or bench/onesided, bench/durability), not a reference tool."""
-    if name in ("sweep.csv", "scaling.csv", "shards.csv", "onesided.csv", "durability.csv"):
+    if name in ("sweep.csv", "scaling.csv", "shards.csv", "onesided.csv", "durability.csv", "idle.csv"):
         return True
     if name == "busypoll.csv":
         return row.get("op") != "pingpong"  # every polling mode and the idle rows; not ibv_rc_pingpong

@@ -29,7 +29,7 @@ HEADERS = {
         "mode", "op", "size", "depth", "ops", "ops_per_s", "p50_us", "p99_us",
         "client_cpu_us_per_op", "server_cpu_us_per_op", "status"],
     "scaling.csv": [
-        "clients", "depth", "depth_effective", "size", "ops_total", "errors", "max_seconds",
+        "op", "clients", "depth", "depth_effective", "size", "ops_total", "errors", "max_seconds",
         "aggregate_ops_per_s", "sum_client_ops_per_s", "speedup_vs_1", "status"],
     "shards.csv": [
         "servers", "clients", "depth", "size", "ops_total", "errors", "max_seconds", "aggregate_ops_per_s",
@@ -41,6 +41,8 @@ HEADERS = {
     "tcp.csv": [
         "system", "transport", "tool", "op", "size", "depth", "concurrency", "ops", "ops_per_s",
         "mean_us", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "status"],
+    "idle.csv": ["connections", "rss_bytes", "rss_more_bytes", "conn_bytes", "conn_bytes_each", "heap_bytes",
+                 "status"],
 }
 SUMMARY_TABLE_HEADER = "| experiment | KV figure | KV value | reference | reference value | ratio KV/ref |"
 PLOTS = ["throughput.png", "latency.png", "scaling.png", "tcp.png"]

@@ -137,47 +137,59 @@ class LoadExperiments:
 
     # -------------------------------------------------------------- experiment 4
     def scaling(self):
+        """Aggregate ops/s of 1..N concurrent kvload processes: the alternating
+        SET/GET series ("mixed", every count), then SET alone and GET alone at 1
+        and N processes (issue 31's figures, against N redis-benchmark processes
+        in the tcp experiment)."""
         size, depth = 32, 32
         counts = ", ".join(map(str, self.scaling_clients))
+        top = max(self.scaling_clients)
         log(f"scaling: {counts} concurrent kvload clients, {size} B, depth {depth}, "
             f"{self.scaling_ops} ops each or {self.measured_deep} split among them if more "
-            "(alternating SET and GET)")
-        base = None
+            f"(alternating SET and GET; then SET and GET alone at 1 and {top})")
         self.ensure_kvd()
-        for n in self.scaling_clients:
-            per_client = max(self.scaling_ops, self.measured_deep // n)  # each point lasts, however many clients
-            paths = []
-            for c in range(n):
-                keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]
-                wl = [self._line("set", k, size, 1) for k in keys]
-                ml = [self._line("set" if i % 2 == 0 else "get", keys[i % len(keys)], size, i)
-                      for i in range(per_client)]
-                paths.append((self.write_workload(f"sc-w-{n}-{c}.txt", wl), self.write_workload(f"sc-m-{n}-{c}.txt", ml)))
-            # warm-up (concurrently), then the measured runs start together
-            self._concurrent([p[0] for p in paths], depth, self.scaling_keys)
-            results = self._concurrent([p[1] for p in paths], depth, per_client)
-            row = {"clients": n, "depth": depth, "depth_effective": "", "size": size, "ops_total": "", "errors": "",
-                   "max_seconds": "", "aggregate_ops_per_s": "", "sum_client_ops_per_s": "", "speedup_vs_1": "",
-                   "status": ""}
-            reps = [r["report"] for r in results]
-            if any(r is None for r in reps):
-                bad = [r for r in results if r["report"] is None][0]
-                row["status"] = f"failed: {sum(r is None for r in reps)}/{n} clients: " + _last_line(bad["stderr"])
-            else:
-                errors = sum(int(r["errors"]) for r in reps)
-                ok = sum(int(r["ops"]) for r in reps) - errors
-                maxs = max(float(r["seconds"]) for r in reps)
-                row.update({"depth_effective": self.effective_depth(depth, reps[0]), "ops_total": ok,
-                            "errors": errors, "max_seconds": maxs,
-                            "aggregate_ops_per_s": ok / maxs if maxs > 0 else "",
-                            "sum_client_ops_per_s": sum((int(r["ops"]) - int(r["errors"])) / float(r["seconds"])
-                                                        for r in reps if float(r["seconds"]) > 0),
-                            "status": "ok" if errors == 0 else f"partial: {errors} errors"})
-                if n == 1:
-                    base = row["aggregate_ops_per_s"]
-                row["speedup_vs_1"] = ratio(row["aggregate_ops_per_s"] or None, base)
-            self.rows["scaling.csv"].append(row)
-            log(f"  {n} clients: {row['status']} {fmt(row['aggregate_ops_per_s'])} ops/s")
+        for op, ns in (("mixed", self.scaling_clients), ("set", (1, top)), ("get", (1, top))):
+            base = None
+            for n in ns:
+                base = self._scaling_point(op, n, size, depth, base)
+
+    def _scaling_point(self, op, n, size, depth, base):
+        """One point of the scaling experiment; returns the 1-process base."""
+        per_client = max(self.scaling_ops, self.measured_deep // n)  # each point lasts, however many clients
+        paths = []
+        for c in range(n):
+            keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]
+            wl = [self._line("set", k, size, 1) for k in keys]
+            ml = [self._line(op if op != "mixed" else "set" if i % 2 == 0 else "get", keys[i % len(keys)], size, i)
+                  for i in range(per_client)]
+            paths.append((self.write_workload(f"sc-w-{op}-{n}-{c}.txt", wl),
+                           self.write_workload(f"sc-m-{op}-{n}-{c}.txt", ml)))
+        # warm-up (concurrently), then the measured runs start together
+        self._concurrent([p[0] for p in paths], depth, self.scaling_keys)
+        results = self._concurrent([p[1] for p in paths], depth, per_client)
+        row = {"op": op, "clients": n, "depth": depth, "depth_effective": "", "size": size, "ops_total": "",
+               "errors": "", "max_seconds": "", "aggregate_ops_per_s": "", "sum_client_ops_per_s": "",
+               "speedup_vs_1": "", "status": ""}
+        reps = [r["report"] for r in results]
+        if any(r is None for r in reps):
+            bad = [r for r in results if r["report"] is None][0]
+            row["status"] = f"failed: {sum(r is None for r in reps)}/{n} clients: " + _last_line(bad["stderr"])
+        else:
+            errors = sum(int(r["errors"]) for r in reps)
+            ok = sum(int(r["ops"]) for r in reps) - errors
+            maxs = max(float(r["seconds"]) for r in reps)
+            row.update({"depth_effective": self.effective_depth(depth, reps[0]), "ops_total": ok,
+                        "errors": errors, "max_seconds": maxs,
+                        "aggregate_ops_per_s": ok / maxs if maxs > 0 else "",
+                        "sum_client_ops_per_s": sum((int(r["ops"]) - int(r["errors"])) / float(r["seconds"])
+                                                    for r in reps if float(r["seconds"]) > 0),
+                        "status": "ok" if errors == 0 else f"partial: {errors} errors"})
+            if n == 1:
+                base = row["aggregate_ops_per_s"]
+            row["speedup_vs_1"] = ratio(row["aggregate_ops_per_s"] or None, base)
+        self.rows["scaling.csv"].append(row)
+        log(f"  {op} {n} clients: {row['status']} {fmt(row['aggregate_ops_per_s'])} ops/s")
+        return base
 
     def _concurrent(self, paths, depth, nops):
         self.ensure_kvd()

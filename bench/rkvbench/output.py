@@ -98,7 +98,7 @@ set key top left
 plot 'latency.dat' using 2:xtic(1) title 'p50 (pingpong: usec/iter)' lc rgb '#1f77b4', \\
      '' using 3 title 'p99' lc rgb '#ff7f0e'
 """)
-        sc = [r for r in self.rows["scaling.csv"] if r["status"].startswith(("ok", "partial"))]
+        sc = [r for r in self.rows["scaling.csv"] if r["op"] == "mixed" and r["status"].startswith(("ok", "partial"))]
         with open(os.path.join(d, "scaling.dat"), "w") as f:
             base = sc[0]["aggregate_ops_per_s"] if sc and sc[0]["clients"] == 1 else None
             for r in sc or [{"clients": "NaN", "aggregate_ops_per_s": "NaN"}]:
@@ -233,14 +233,25 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             L.append(f"| {name} | {kv_text} | {ref_text} | {'' if q is None else fmt(q)} | {want} | "
                      f"{'not measured in this mode' if met is None else 'yes' if met else 'no'} |")
 
-        sc = one(self.rows["scaling.csv"], clients=8)
+        top = max(self.scaling_clients)
+        sc = one(self.rows["scaling.csv"], op="mixed", clients=top)
         q = sc and sc.get("speedup_vs_1")
         q = float(q) if q not in (None, "") else None
-        row("8 kvload processes ÷ 1, 32 B, depth 32, aggregate (alternating SET/GET)", q,
+        row(f"{top} kvload processes ÷ 1, 32 B, depth 32, aggregate (alternating SET/GET)", q,
             sc and f"{fmt(sc['aggregate_ops_per_s'])} ops/s" or "not measured", "1 process of the same run",
             "≥ 0.5", None if q is None else q >= 0.5)
-        row("8 kvload processes / 8 redis-benchmark processes `-P 32`, 32 B", None, "not measured",
-            "no 8-process Redis run in bench/run yet", "≥ 1.0", None)
+        for op in ("set", "get"):
+            k = one(self.rows["scaling.csv"], op=op, clients=top)
+            q = k and k.get("speedup_vs_1")
+            q = float(q) if q not in (None, "") else None
+            row(f"{top} kvload processes ÷ 1, 32 B {op.upper()}, depth 32, aggregate", q,
+                k and f"{fmt(k['aggregate_ops_per_s'])} ops/s" or "not measured", "1 process of the same run",
+                "≥ 0.5", None if q is None else q >= 0.5)
+            r = one(self.rows["tcp.csv"], system="redis", op=op, size=32, concurrency=f"{top} processes, pipeline 32")
+            q = ratio(k["aggregate_ops_per_s"], r["ops_per_s"]) if k and r else None
+            row(f"{top} kvload processes / {top} redis-benchmark processes `-P 32`, 32 B {op.upper()}, aggregate", q,
+                k and f"{fmt(k['aggregate_ops_per_s'])} ops/s" or "not measured",
+                r and f"{fmt(r['ops_per_s'])} ops/s" or "not measured", "≥ 1.0", None if q is None else q >= 1.0)
         for size in (4096, 65536):
             for op, tool in (("set", "ib_read_bw"), ("get", "ib_write_bw")):
                 k = one(self.rows["sweep.csv"], op=op, size=size, depth=32)
@@ -262,8 +273,17 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         row("32 B GET by RDMA READ / GET by message, depth 32", q,
             k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured", r and f"{fmt(r['ops_per_s'])} ops/s" or "",
             "≥ 0.6", None if q is None else q >= 0.6)
-        row("kvd's memory with 1,000 idle connections over none", None, "not measured",
-            "no idle-connection experiment in bench/run yet", "≤ 64 MiB", None)
+        idle = [r for r in self.rows["idle.csv"] if ok(r)]
+        base = next((r for r in idle if r["connections"] == 0), None)
+        most = max(idle, key=lambda r: r["connections"], default=None)
+        if base is None or most is None or most["connections"] == 0:
+            row("kvd's memory with 1,000 idle connections over none", None, "not measured", "", "≤ 64 MiB", None)
+        else:
+            more = max(most["rss_more_bytes"], most["conn_bytes"])
+            row(f"kvd's memory with {most['connections']:,} idle connections over none (RSS and registered)", None,
+                f"RSS +{fmt(most['rss_more_bytes'] / MIB)} MiB, registered {fmt(most['conn_bytes'] / MIB)} MiB",
+                "kvd with none, same run", "≤ 64 MiB at 1,000",
+                None if most["connections"] < 1000 else more <= 64 * MIB)
         ns = [float(c["ns_per_op_median"]) for c in self._server_cpu_cases()]
         row("server CPU per 32 B op, natively, worst case (`bench/cpu`)", None,
             "not measured" if not ns else f"{fmt(max(ns))} ns ({fmt(min(ns))}-{fmt(max(ns))} over {len(ns)} cases)",
@@ -398,16 +418,18 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                      f"{fmt(ratio(pp[1]['p50_us'], pp[0]['p50_us']))} |")
         send32 = [r for r in self.rows["perftest.csv"] if r["tool"] == "ib_send_bw" and r["size"] == 32
                   and r["status"] == "ok"]
-        for r in self.rows["scaling.csv"]:
+        scaling = self.rows["scaling.csv"]
+        for r in scaling:
             kv = (f"{fmt(r['aggregate_ops_per_s'])} ops/s" if r["status"].startswith(("ok", "partial"))
                   else r["status"])
-            L.append(f"| scaling | {r['clients']} client{'s' if r['clients'] > 1 else ''}, 32 B, depth 32"
+            base = next((b for b in scaling if b["op"] == r["op"] and b["clients"] == 1), None)
+            what = "alternating SET/GET" if r["op"] == "mixed" else r["op"].upper()
+            L.append(f"| scaling | {r['clients']} client{'s' if r['clients'] > 1 else ''}, 32 B {what}, depth 32"
                      f"{'' if r['depth_effective'] in ('', 32) else ' (eff. ' + str(r['depth_effective']) + ')'}"
-                     f" | {kv} | 1 client | {fmt(self.rows['scaling.csv'][0]['aggregate_ops_per_s'])} ops/s | "
+                     f" | {kv} | 1 client | {fmt(base and base['aggregate_ops_per_s'])} ops/s | "
                      f"{fmt(r['speedup_vs_1'])} |")
         if send32:
-            top = max((r["aggregate_ops_per_s"] for r in self.rows["scaling.csv"] if r["aggregate_ops_per_s"]),
-                      default=None)
+            top = max((r["aggregate_ops_per_s"] for r in scaling if r["aggregate_ops_per_s"]), default=None)
             L.append(f"| scaling | best aggregate, 32 B | {fmt(top)} ops/s | ib_send_bw 32 B message rate | "
                      f"{fmt(send32[0]['msg_rate_per_s'])} msg/s | {fmt(ratio(top, send32[0]['msg_rate_per_s']))} |")
         sh = self.rows["shards.csv"]
@@ -460,7 +482,8 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         L.append("| system | op | size | depth | ops/s | server CPU µs/op | client CPU µs/op | status |")
         L.append("|---|---|---|---|---|---|---|---|")
         for r in tc:
-            L.append(f"| {r['system']} | {r['op'].upper()} | {_hsize(r['size'])} | {r['depth']} | {fmt(r['ops_per_s'])} | "
+            many = " (" + r["concurrency"] + ")" if "processes" in str(r["concurrency"]) else ""
+            L.append(f"| {r['system']}{many} | {r['op'].upper()} | {_hsize(r['size'])} | {r['depth']} | {fmt(r['ops_per_s'])} | "
                      f"{fmt(r['server_cpu_us_per_op'])} | {fmt(r['client_cpu_us_per_op'])} | {r['status']} |")
         L.append("")
         L.append("## Files\n")

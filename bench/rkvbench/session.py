@@ -14,6 +14,7 @@ import time
 from .common import BENCH, HEADERS, MIB, Proc, default_build, die, log, proc_cpu_seconds, run_timed
 from .environment import active_mtu, build_info, cpu_model, gid_index, git_state, rdma_device
 from .fabric import FabricExperiments
+from .idle import IdleExperiments
 from .lab import LabExperiments
 from .load import LoadExperiments
 from .shards import ShardExperiments
@@ -22,7 +23,8 @@ from .output import Outputs
 
 
 # ------------------------------------------------------------------ the session
-class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments, TcpExperiments, Outputs):
+class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments, TcpExperiments, IdleExperiments,
+            Outputs):
     def __init__(self, args):
         self.args = args
         self.smoke = args.smoke
@@ -67,6 +69,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         self.polling_ops = ("get", "set")  # experiment 3
         self.shard_counts, self.shard_clients, self.shard_keys = (1, 2, 3), 2, 200  # experiment 8
         self.idle_settle, self.idle_seconds = 1.0, 2.0  # experiment 3's idle CPU: wait, then measure
+        self.idle_counts = (1, 100, 1000)  # experiment 9: idle connections held
         if self.smoke:
             # Depth 32 runs in experiments 4 (scaling) and 7 (group commit), so 1, 3 and 5
             # run at depth 1 only (the latency experiment reads the depth-1 sweep points).
@@ -90,6 +93,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
             self.shard_ops = 10
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 10, 4, 10, 2
             self.idle_settle, self.idle_seconds = 0.5, 0.5
+            self.idle_counts = (1, 4)
         elif self.fast:
             self.sizes = [32, 4096, 65536]
             self.warm, self.measured = 50, 400
@@ -98,6 +102,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
             self.perftest_iters, self.pingpong_iters, self.scaling_ops = 1000, 300, 200
             self.shard_ops = 400
             self.onesided_ops, self.durability_ops, self.tcp_ops, self.memcaslap_secs = 300, 40, 1000, 2
+            self.idle_counts = (1, 100)
         else:
             self.sizes = [1 << i for i in range(21)]
             self.warm, self.measured = 1000, 6000
@@ -284,6 +289,7 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
             self.stage("onesided", self.onesided)
             self.stage("durability", self.durability)
             self.stop_kvd()
+            self.stage("idle", self.idle)
             self.stage("tcp", self.tcp)
         finally:
             self.stop_kvd()

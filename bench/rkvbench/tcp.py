@@ -91,9 +91,40 @@ class TcpExperiments:
                             row["status"] = "ok"
                         self.rows["tcp.csv"].append(row)
                         log(f"  redis {op} {size} B pipeline {depth}: {row['status']} {fmt(row['ops_per_s'])} ops/s")
+            self._redis_processes(port)
         finally:
             srv.kill(signal.SIGTERM)
             srv.wait(30)
+
+    def _redis_processes(self, port):
+        """As many redis-benchmark processes at once as the scaling experiment's
+        most kvload processes, each one connection with pipeline 32, 32 B SET
+        then GET: issue 31's reference for many client processes. The
+        aggregate is every request over the slowest process's time, as the
+        kvload rows of scaling.csv count theirs."""
+        n, depth, size = max(self.scaling_clients), 32, 32
+        per = max(self.scaling_ops, self.measured_deep // n)
+        base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(depth),
+                "-d", str(size), "-r", "1000", "--csv"]
+        for op in ("set", "get"):
+            row = self._tcp_row("redis", "redis-benchmark", op, size, depth,
+                                concurrency=f"{n} processes, pipeline {depth}")
+            procs = [Proc(base + ["-t", op, "-n", str(per)]) for _ in range(n)]
+            rates, failed = [], None
+            for pr in procs:
+                rc, out, err = pr.wait(300 + per * n * 0.01)
+                parsed = _parse_redis_csv(out, op)
+                if rc != 0 or parsed is None or parsed["ops_per_s"] <= 0:
+                    failed = failed or f"failed: redis-benchmark exit {rc}: {_last_line(out + err)}"
+                else:
+                    rates.append(parsed["ops_per_s"])
+            if failed:
+                row["status"] = failed
+            else:
+                row.update({"ops": per * n, "ops_per_s": per * n / max(per / r for r in rates), "status": "ok"})
+            self.rows["tcp.csv"].append(row)
+            log(f"  redis {op} {size} B, {n} processes at pipeline {depth}: {row['status']} "
+                f"{fmt(row['ops_per_s'])} ops/s aggregate")
 
     def _memcached(self, sizes):
         port = self._free_port()
