@@ -110,7 +110,8 @@ Server::~Server() {
 void Server::make_pd(const verbs::CmId& id) {
   pd_ = std::make_shared<const verbs::ProtectionDomain>(id);
   device_events_.emplace(*pd_);
-  device_watch_ = reactor_->watch(device_events_->fd(), EPOLLIN, [this](std::uint32_t) { on_device_readable(); });
+  device_watch_ =
+      reactor_->watch(device_events_->fd(), EPOLLIN, [this](std::uint32_t ev) { on_device_readable(ev); });
   registrar_ = std::make_unique<PdRegistrar>(pd_);
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
   store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); },
@@ -128,13 +129,18 @@ void Server::make_pd(const verbs::CmId& id) {
   migrate_large_values();
 }
 
-// Values loaded before the PD existed (recovery: docs/durability.md) are
-// plain strings. Each is kept again as the Store keeps a value of its size
-// (Store::put, as every SET is): large ones move into the arena so the
-// rendezvous path can serve them; with the index on, small ones land in
-// index blocks so one-sided readers find them (not ask-by-message entries).
-// Nothing is recorded: they came from the log.
-void Server::on_device_readable() noexcept {
+// The device's asynchronous events: its state for /health (healthy()).
+void Server::on_device_readable(std::uint32_t ready) noexcept {
+  if ((ready & (EPOLLERR | EPOLLHUP)) != 0) {
+    // The device's event file is gone (a removed device): no event will come
+    // again, and a level-triggered error would wake the loop forever.
+    device_watch_.reset();
+    if (device_ != DeviceState::failed) {
+      device_ = DeviceState::failed;
+      spdlog::error("server: the RDMA device's event fd failed; /health answers 503 from now on: restart kvd");
+    }
+    return;
+  }
   while (const auto e = device_events_->take()) {
     ++counters_.device_events;
     switch (e->type) {
@@ -163,6 +169,12 @@ void Server::on_device_readable() noexcept {
   }
 }
 
+// Values loaded before the PD existed (recovery: docs/durability.md) are
+// plain strings. Each is kept again as the Store keeps a value of its size
+// (Store::put, as every SET is): large ones move into the arena so the
+// rendezvous path can serve them; with the index on, small ones land in
+// index blocks so one-sided readers find them (not ask-by-message entries).
+// Nothing is recorded: they came from the log.
 void Server::migrate_large_values() noexcept {
   try {
     std::vector<std::string> keys;

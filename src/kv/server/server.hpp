@@ -270,7 +270,7 @@ class Server {
   void try_finish(Key key, bool force) noexcept;
   void destroy(Key key) noexcept;
   void make_pd(const verbs::CmId& id);
-  void on_device_readable() noexcept;
+  void on_device_readable(std::uint32_t ready) noexcept;
   void migrate_large_values() noexcept;
 
   reactor::Reactor* reactor_;
