@@ -102,10 +102,11 @@ class TcpExperiments:
         then GET: issue 31's reference for many client processes. The
         aggregate is every request over the slowest process's time, as the
         kvload rows of scaling.csv count theirs. Each process makes as many
-        requests as one whole deep point (a process's start takes a good part
-        of a second in a TCG guest: with the kvload rows' share, 7,500 each at
-        tens of thousands a second, they barely overlapped and the aggregate
-        came out 3-4 times too high)."""
+        requests as one whole deep point, so that the runs overlap by far more
+        than the processes' starts differ (a start takes a good part of a
+        second in a TCG guest). Checked by hand in the 2026-11-26 20:42
+        guest: 8 x 60,000 gave 53-64k ops/s over the wall time from the
+        first start to the last end, and 58-70k as counted here."""
         n, depth, size = max(self.scaling_clients), 32, 32
         per = max(self.scaling_ops, self.measured_deep)
         base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(depth),
