@@ -7,9 +7,10 @@
 // bytes in and out per second, the 99th percentile of the server's time per
 // request over the interval (from the deltas of the cumulative latency_le_*
 // rows: the bound of its power-of-two bucket), connections, memory used of
-// the limit, keys, evictions and expirations per second. The first line of each server comes one interval after start (a
-// rate needs two samples). A server that does not answer gets a "down" line
-// and is asked again at the next interval (a new connection).
+// the limit, keys, evictions and expirations per second. The first line of
+// each server comes one interval after start (a rate needs two samples). A
+// server that does not answer gets a "down" line and is asked again at the
+// next interval (a new connection).
 //
 //   rkv top --server ADDR|LIST [--port P] [--interval-ms 1000] [--count N] [--auth-token-file F]
 //
