@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 
+#include "kv/conn/auth_token.hpp"
 #include "reactor/handle.hpp"
 #include "version.h"  // generated: RKV_VERSION, RKV_GIT_DESCRIBE
 
@@ -59,6 +61,18 @@ inline std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return std::nullopt;
+}
+
+// The token a client tool presents (its --auth-token-file; "" without one).
+// nullopt: the file is unusable, said on stderr as "TOOL: why" (exit 2).
+inline std::optional<std::string> client_auth_token(const char* tool, const std::string& file) {
+  if (file.empty()) return std::string();
+  try {
+    return kv::conn::read_auth_token_file(file).token;
+  } catch (const kv::conn::AuthTokenError& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace rkv::apps

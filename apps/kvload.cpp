@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
-#include "kv/conn/auth_token.hpp"
 #include "kv/load/report.hpp"
 #include "kv/load/workload.hpp"
 #include "reactor/reactor.hpp"
@@ -263,13 +262,10 @@ int kvload_main(int argc, char** argv) {
     std::fprintf(stderr, "kvload: --server: %s\n", why.c_str());
     return 2;
   }
-  if (!f.auth_token_file.empty()) {
-    try {
-      f.auth_token = kv::conn::read_auth_token_file(f.auth_token_file).token;
-    } catch (const kv::conn::AuthTokenError& e) {
-      std::fprintf(stderr, "kvload: %s\n", e.what());
-      return 2;
-    }
+  if (auto token = client_auth_token("kvload", f.auth_token_file)) {
+    f.auth_token = std::move(*token);
+  } else {
+    return 2;
   }
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).

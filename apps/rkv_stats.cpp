@@ -19,13 +19,13 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
-#include "kv/conn/auth_token.hpp"
 #include "kv/load/report.hpp"  // json_escape
 #include "kv/store/stats.hpp"
 #include "proto/placement.hpp"
@@ -70,15 +70,8 @@ int stats_main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "present the token in this file to a kvd started with --auth-token-file");
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
-  std::string auth_token;
-  if (!auth_token_file.empty()) {
-    try {
-      auth_token = kv::conn::read_auth_token_file(auth_token_file).token;
-    } catch (const kv::conn::AuthTokenError& e) {
-      std::fprintf(stderr, "rkv stats: %s\n", e.what());
-      return 2;
-    }
-  }
+  const std::optional<std::string> auth_token = client_auth_token("rkv stats", auth_token_file);
+  if (!auth_token) return 2;
 
   std::vector<proto::ServerAddr> servers;
   if (std::string why; !proto::parse_server_list(server, port, servers, why)) {
@@ -89,7 +82,7 @@ int stats_main(int argc, char** argv) {
   std::string json_all;
   for (const proto::ServerAddr& srv : servers) {
     std::vector<StatsRow> rows;
-    if (!fetch_rows(srv, auth_token, rows)) {
+    if (!fetch_rows(srv, *auth_token, rows)) {
       failed = true;
       continue;
     }

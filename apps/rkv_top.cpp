@@ -36,7 +36,6 @@
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
-#include "kv/conn/auth_token.hpp"
 #include "kv/server/latency.hpp"
 #include "kv/store/histogram.hpp"
 #include "proto/placement.hpp"
@@ -159,16 +158,9 @@ int top_main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "present the token in this file to a kvd started with --auth-token-file");
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
-  std::string auth_token;
-  if (!auth_token_file.empty()) {
-    try {
-      auth_token = kv::conn::read_auth_token_file(auth_token_file).token;
-    } catch (const kv::conn::AuthTokenError& e) {
-      std::fprintf(stderr, "rkv top: %s\n", e.what());
-      return 2;
-    }
-  }
-  const kv::client::ClientOptions copt = stats_client_options(auth_token);
+  const std::optional<std::string> auth_token = client_auth_token("rkv top", auth_token_file);
+  if (!auth_token) return 2;
+  const kv::client::ClientOptions copt = stats_client_options(*auth_token);
   std::vector<proto::ServerAddr> addrs;
   if (std::string why; !proto::parse_server_list(server, port, addrs, why)) {
     std::fprintf(stderr, "rkv top: --server: %s\n", why.c_str());

@@ -175,6 +175,11 @@ TEST(AuthTokenFile, BadFilesAreClearErrors) {
     const auto stats =
         run_command({rkv_beside(RKV_KVD_PATH), "stats", "--server", "127.0.0.1", "--auth-token-file", f}, {}, 60s);
     EXPECT_EQ(stats.exit_code, 2) << stats.err;
+    EXPECT_TRUE(contains(stats.err, "rkv stats: auth token file " + f)) << stats.err;
+    const auto top =
+        run_command({rkv_beside(RKV_KVD_PATH), "top", "--server", "127.0.0.1", "--auth-token-file", f}, {}, 60s);
+    EXPECT_EQ(top.exit_code, 2) << top.err;
+    EXPECT_TRUE(contains(top.err, "rkv top: auth token file " + f)) << top.err;
   }
   EXPECT_EQ(run_command({RKV_KVD_PATH, "--auth-token-file", "/nonexistent/token"}, {}, 60s).exit_code, 2);
   std::remove(empty.c_str());
