@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "../temp_dir.hpp"
+#include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
 
@@ -175,7 +176,7 @@ std::map<std::string, std::uint64_t> scrape(const MetricsKvd& m) {
 
 // Counts of the workload file's SET and GET lines, and the value bytes they
 // move: each SET's value, each GET's (its key's latest, kvload keeping
-// each key's order).
+// each key's order). Read with kvload's own parser.
 struct Sent {
   std::uint64_t sets = 0;
   std::uint64_t gets = 0;
@@ -186,27 +187,16 @@ Sent count_ops(const std::string& path) {
   Sent s;
   std::map<std::string, std::uint64_t> size;
   std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    std::istringstream words(line);
-    std::string op, key, value;
-    words >> op >> key >> value;
-    if (op == "SET") {
+  const auto parsed = kv::load::parse_workload(f);
+  EXPECT_TRUE(parsed.ok()) << path;
+  for (const auto& op : parsed.ops) {
+    if (op.kind == kv::load::Op::Kind::set) {
       ++s.sets;
-      std::uint64_t n = value.size();  // literal, or @SIZE[:SEED] (docs/kvload.md; @@text is literal)
-      if (value.starts_with("@") && !value.starts_with("@@")) {
-        std::size_t end = 0;
-        n = std::stoull(value.substr(1), &end);
-        const char unit = 1 + end < value.size() ? value[1 + end] : ':';
-        n <<= unit == 'k' ? 10 : unit == 'm' ? 20 : 0;
-      } else if (value.starts_with("@@")) {
-        n = value.size() - 1;
-      }
-      s.set_bytes += size[key] = n;
+      s.set_bytes += size[op.key] = kv::load::value_size(op.value);
     }
-    if (op == "GET") {
+    if (op.kind == kv::load::Op::Kind::get) {
       ++s.gets;
-      s.get_bytes += size[key];
+      s.get_bytes += size[op.key];
     }
   }
   return s;
