@@ -125,7 +125,14 @@ int kvd_main(int argc, char** argv) {
                  "numeric address to bind (0.0.0.0: every RDMA device; use the device's address, e.g. "
                  "$SOFTROCE_ADDR, to bind one)")
       ->capture_default_str();
-  app.add_option("--credits", opt.credits, "receive buffers posted per client (its send credits)")
+  app.add_option("--credits", opt.credits,
+                 "receive buffers (send credits) a client may hold at most: it grows to them while it spends every "
+                 "credit it has")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--initial-credits", opt.initial_credits,
+                 "receive buffers (send credits) a client starts with (at most --credits); an idle client holds no "
+                 "more")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_option("--max-clients", opt.max_clients, "connections accepted at once")

@@ -18,11 +18,14 @@ namespace rkv::test {
 
 class ServerHarness {
  public:
+  // A fixed window of `credits` per client (initial = most: the elastic
+  // credits never grow or shrink), which raw clients count on exactly.
   ServerHarness(const std::string& addr, std::uint16_t credits) {
     kv::server::ServerOptions opt;
     opt.bind_address = addr;
     opt.port = 0;
     opt.credits = credits;
+    opt.initial_credits = credits;
     opt.disconnect_timeout = std::chrono::seconds(5);
     opt.drain_timeout = std::chrono::seconds(5);
     server.emplace(reactor, store, opt);

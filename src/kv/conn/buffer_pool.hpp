@@ -1,8 +1,19 @@
 #pragma once
-// BufferPool: `count` fixed-size buffers carved from one allocation, so one
-// memory registration covers them all. The pool owns the memory; whoever
-// registers it (verbs::MemoryRegion over bytes()) hands the lkey back with
-// set_lkey(). Buffers are named by index, which is what a WrId slot carries.
+// BufferPool: fixed-size message buffers in chunks of `chunk_count`, each
+// chunk one allocation and one memory registration. Buffers are named by
+// index (chunk * chunk_count + position), which is what a WrId slot carries.
+//
+// Two kinds:
+// - fixed (a client's Endpoint): one chunk made at construction; whoever
+//   registers it (verbs::MemoryRegion over bytes()) hands the lkey back with
+//   set_lkey().
+// - elastic (kvd's, shared by every connection): no chunk until take() needs
+//   one; each chunk is registered through the Registrar with the pool's
+//   access, and released again once all its buffers are back while another
+//   chunk's worth stays free elsewhere (so a busy server does not register
+//   and deregister at every connect).
+//
+// Thread: the owner's (the reactor's); not thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,11 +21,18 @@
 #include <span>
 #include <vector>
 
+#include "kv/conn/registrar.hpp"
+
 namespace rkv::kv::conn {
 
 class BufferPool {
  public:
+  // Fixed: `count` buffers, unregistered. Throws std::bad_alloc.
   BufferPool(std::uint32_t count, std::size_t buffer_size);
+  // Elastic: up to `max_chunks` chunks of `chunk_count` buffers, registered
+  // with `access` through `registrar` (which outlives the pool).
+  BufferPool(std::uint32_t chunk_count, std::size_t buffer_size, Registrar& registrar, verbs::Access access,
+             std::uint32_t max_chunks);
 
   BufferPool(BufferPool&&) noexcept = default;
   BufferPool& operator=(BufferPool&&) noexcept = default;
@@ -22,27 +40,52 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
   ~BufferPool() = default;
 
-  [[nodiscard]] std::uint32_t count() const noexcept { return count_; }
+  // The index space: every index below it names a buffer of a chunk made so far.
+  [[nodiscard]] std::uint32_t count() const noexcept {
+    return static_cast<std::uint32_t>(chunks_.size()) * chunk_count_;
+  }
   [[nodiscard]] std::size_t buffer_size() const noexcept { return size_; }
-  [[nodiscard]] std::span<std::byte> bytes() const noexcept { return {memory_.get(), size_ * count_}; }
+  // A fixed pool's memory (its one chunk), to register.
+  [[nodiscard]] std::span<std::byte> bytes() const noexcept;
   [[nodiscard]] std::span<std::byte> buffer(std::uint32_t index) const noexcept;
 
-  [[nodiscard]] std::uint32_t lkey() const noexcept { return lkey_; }
-  void set_lkey(std::uint32_t lkey) noexcept { lkey_ = lkey; }
+  [[nodiscard]] std::uint32_t lkey(std::uint32_t index) const noexcept {
+    return chunks_[index / chunk_count_].lkey;
+  }
+  void set_lkey(std::uint32_t lkey) noexcept;  // a fixed pool's
 
-  // Free-list use (send buffers): take() returns false when all are in use.
+  // Free-list use: take() returns false when every buffer is in use and no
+  // chunk can be added (the limit, or the allocation or registration failed).
   [[nodiscard]] bool take(std::uint32_t& index) noexcept;
   void give_back(std::uint32_t index) noexcept;
   [[nodiscard]] std::size_t free_count() const noexcept { return free_.size(); }
+  // Whether take() would succeed without adding a chunk, or may add one.
+  [[nodiscard]] bool may_take() const noexcept { return !free_.empty() || live_chunks_ < max_chunks_; }
+  // Bytes of the chunks that exist now (registered, for an elastic pool).
+  [[nodiscard]] std::size_t chunk_bytes() const noexcept { return live_chunks_ * chunk_count_ * size_; }
+  [[nodiscard]] std::size_t in_use() const noexcept { return live_chunks_ * chunk_count_ - free_.size(); }
 
  private:
   struct Free {
     void operator()(std::byte* p) const noexcept;
   };
-  std::unique_ptr<std::byte, Free> memory_;
-  std::uint32_t count_;
+  struct Chunk {
+    std::unique_ptr<std::byte, Free> memory;  // null: released (its indices are unused)
+    std::unique_ptr<Registration> registration;
+    std::uint32_t lkey = 0;
+    std::uint32_t free = 0;  // its buffers on the free list
+  };
+  static std::unique_ptr<std::byte, Free> allocate(std::size_t bytes);
+  bool add_chunk() noexcept;
+  void release_chunk(std::uint32_t chunk) noexcept;
+
+  std::uint32_t chunk_count_;
   std::size_t size_;
-  std::uint32_t lkey_ = 0;
+  Registrar* registrar_ = nullptr;  // null: fixed
+  verbs::Access access_ = verbs::Access::none;
+  std::uint32_t max_chunks_ = 1;
+  std::uint32_t live_chunks_ = 0;
+  std::vector<Chunk> chunks_;
   std::vector<std::uint32_t> free_;
 };
 

@@ -20,16 +20,17 @@ Endpoint::Endpoint(verbs::CmId id, std::shared_ptr<const verbs::ProtectionDomain
       id_(std::move(id)),
       channel_(id_),
       cfg_(cfg),
-      recv_pool_(cfg.recv_count, cfg.recv_size),
-      send_pool_(cfg.send_count, cfg.send_size),
-      recv_mr_(*pd_, recv_pool_.bytes(), verbs::Access::local_write),  // RECV target
-      send_mr_(*pd_, send_pool_.bytes(), verbs::Access::none),         // SEND source: local read only
       // Every WR on this QP can complete at once: size the CQ for all of them.
       cq_(channel_, static_cast<int>(cfg.recv_count + cfg.send_count + cfg.rdma_depth)),
       qp_(id_, *pd_, cq_, cq_, caps_for(cfg)),
       link_(qp_) {
-  recv_pool_.set_lkey(recv_mr_.lkey());
-  send_pool_.set_lkey(send_mr_.lkey());
+  if (!cfg.own_buffers) return;
+  recv_pool_.emplace(cfg.recv_count, cfg.recv_size);
+  send_pool_.emplace(cfg.send_count, cfg.send_size);
+  recv_mr_.emplace(*pd_, recv_pool_->bytes(), verbs::Access::local_write);  // RECV target
+  send_mr_.emplace(*pd_, send_pool_->bytes(), verbs::Access::none);         // SEND source: local read only
+  recv_pool_->set_lkey(recv_mr_->lkey());
+  send_pool_->set_lkey(send_mr_->lkey());
 }
 
 }  // namespace rkv::kv::conn

@@ -1,8 +1,10 @@
 #pragma once
 // Endpoint: the verbs resources of one connection, client or server side:
-// cm_id, completion channel + CQ (event mode), RC QP, and the registered
-// send/receive buffer pools. Registered for local access only (SEND source,
-// RECV target): nothing here is remotely accessible.
+// cm_id, completion channel + CQ (event mode), RC QP, and (a client's) the
+// registered send/receive buffer pools; kvd's connections take their buffers
+// from the server's shared pools instead (`own_buffers` false). Registered for
+// local access only (SEND source, RECV target): nothing here is remotely
+// accessible.
 //
 // Members are declared so destruction runs QP -> CQ -> MR -> buffers ->
 // channel -> cm_id -> PD (each verbs handle also keeps its parents alive).
@@ -25,11 +27,12 @@
 namespace rkv::kv::conn {
 
 struct EndpointConfig {
-  std::uint32_t recv_count = 16;
+  std::uint32_t recv_count = 16;  // receives posted at most
   std::uint32_t recv_size = 8192;
-  std::uint32_t send_count = 16;
+  std::uint32_t send_count = 16;  // SENDs in flight at most
   std::uint32_t send_size = 8192;
   std::uint32_t rdma_depth = 16;  // RDMA READ/WRITE WRs in flight (rendezvous)
+  bool own_buffers = true;        // false: no pools here (the owner's shared ones feed the QP)
 };
 
 class Endpoint {
@@ -49,8 +52,9 @@ class Endpoint {
   [[nodiscard]] verbs::CompletionQueue& cq() noexcept { return cq_; }
   [[nodiscard]] int cq_fd() const noexcept { return channel_.fd(); }
   [[nodiscard]] Link& link() noexcept { return link_; }
-  [[nodiscard]] BufferPool& recv_pool() noexcept { return recv_pool_; }
-  [[nodiscard]] BufferPool& send_pool() noexcept { return send_pool_; }
+  // Only with own_buffers.
+  [[nodiscard]] BufferPool& recv_pool() noexcept { return *recv_pool_; }
+  [[nodiscard]] BufferPool& send_pool() noexcept { return *send_pool_; }
   [[nodiscard]] const EndpointConfig& config() const noexcept { return cfg_; }
 
  private:
@@ -58,10 +62,10 @@ class Endpoint {
   verbs::CmId id_;
   verbs::CompletionChannel channel_;
   EndpointConfig cfg_;
-  BufferPool recv_pool_;
-  BufferPool send_pool_;
-  verbs::MemoryRegion recv_mr_;
-  verbs::MemoryRegion send_mr_;
+  std::optional<BufferPool> recv_pool_;
+  std::optional<BufferPool> send_pool_;
+  std::optional<verbs::MemoryRegion> recv_mr_;
+  std::optional<verbs::MemoryRegion> send_mr_;
   verbs::CompletionQueue cq_;
   verbs::QueuePair qp_;
   QpLink link_;

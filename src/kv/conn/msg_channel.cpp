@@ -1,6 +1,8 @@
 #include "kv/conn/msg_channel.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <new>
 
 namespace rkv::kv::conn {
 
@@ -11,13 +13,6 @@ MessageChannel::MessageChannel(Link& link, BufferPool& recv, BufferPool& send, s
                                std::size_t peer_recv_size) noexcept
     : link_(&link), recv_(&recv), send_(&send), generation_(generation), peer_recv_size_(peer_recv_size) {}
 
-int MessageChannel::post_all_receives() noexcept {
-  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
-    if (int rc = repost(i); rc != 0) return rc;
-  }
-  return 0;
-}
-
 std::optional<MessageChannel::Received> MessageChannel::received(const verbs::Completion& c) const noexcept {
   if (c.wr_id.kind() != WrKind::recv || !c.wr_id.is_current(generation_) || c.wr_id.slot() >= recv_->count()) {
     return std::nullopt;
@@ -27,7 +22,7 @@ std::optional<MessageChannel::Received> MessageChannel::received(const verbs::Co
 }
 
 int MessageChannel::repost(std::uint32_t slot) noexcept {
-  return link_->post_recv(WrId(slot, generation_, WrKind::recv), recv_->buffer(slot), recv_->lkey());
+  return link_->post_recv(WrId(slot, generation_, WrKind::recv), recv_->buffer(slot), recv_->lkey(slot));
 }
 
 std::size_t MessageChannel::max_message() const noexcept {
@@ -36,7 +31,7 @@ std::size_t MessageChannel::max_message() const noexcept {
 
 bool MessageChannel::open_buffer() noexcept {
   std::uint32_t index = 0;
-  if (!send_->take(index)) return false;
+  if (send_buffers() >= send_limit_ || !send_->take(index)) return false;
   open_ = index;
   open_size_ = 0;
   return true;
@@ -57,7 +52,7 @@ void MessageChannel::seal_open() noexcept {
 bool MessageChannel::can_append(std::size_t bytes) const noexcept {
   if (bytes > max_message()) return false;
   if (open_ && open_size_ + bytes <= max_message()) return true;
-  return send_->free_count() > 0;
+  return send_buffers() < send_limit_ && send_->may_take();
 }
 
 AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
@@ -88,26 +83,42 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   while (posted < max_sends && !sealed_.empty()) {
     const Sealed s = sealed_.front();
     const auto bytes = send_->buffer(s.index).first(s.size);
-    if (int rc = link_->post_send(WrId(s.index, generation_, WrKind::send), bytes, send_->lkey()); rc != 0) {
+    try {
+      if (in_flight_.size() == in_flight_.capacity()) {
+        in_flight_.reserve(std::max<std::size_t>(16, 2 * in_flight_.size()));
+      }
+    } catch (const std::bad_alloc&) {
+      if (error != nullptr) *error = ENOMEM;
+      break;
+    }
+    if (int rc = link_->post_send(WrId(s.index, generation_, WrKind::send), bytes, send_->lkey(s.index)); rc != 0) {
       if (error != nullptr) *error = rc;
       break;
     }
     sealed_.pop_front();
     if (sent_account_ != nullptr) *sent_account_ += s.size;
-    ++in_flight_;
+    in_flight_.push_back(s.index);
     ++posted;
   }
   return posted;
 }
 
 bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {
-  if (c.wr_id.kind() != WrKind::send || !c.wr_id.is_current(generation_) || c.wr_id.slot() >= send_->count() ||
-      in_flight_ == 0) {
-    return false;
-  }
+  if (c.wr_id.kind() != WrKind::send || !c.wr_id.is_current(generation_)) return false;
+  // SENDs complete in the order they were posted: the first is the usual one.
+  const auto it = std::find(in_flight_.begin(), in_flight_.end(), c.wr_id.slot());
+  if (it == in_flight_.end()) return false;
+  in_flight_.erase(it);
   send_->give_back(c.wr_id.slot());
-  --in_flight_;
   return true;
+}
+
+void MessageChannel::release_buffers() noexcept {
+  seal_open();
+  for (const Sealed& s : sealed_) send_->give_back(s.index);
+  sealed_.clear();
+  for (const std::uint32_t i : in_flight_) send_->give_back(i);
+  in_flight_.clear();
 }
 
 }  // namespace rkv::kv::conn

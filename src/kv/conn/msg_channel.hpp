@@ -2,15 +2,17 @@
 // MessageChannel: the SEND/RECV half of one connection, shared by the server
 // and the client.
 //
-// Receive side: every receive buffer is posted by post_all_receives() (before
+// Receive side: the owner posts its receive buffers with repost(slot) (before
 // the QP reaches RTR, i.e. before connect/accept); a recv completion gives its
 // bytes through received(); the owner decodes them, copies out what it keeps,
-// and calls repost(slot).
+// and calls repost(slot) (or gives the buffer back to its pool).
 // Send side: messages are appended into the open send buffer (coalescing:
 // whatever is appended before the next flush() shares one SEND); a buffer
 // that fills up is sealed and queued; flush() posts queued buffers as SENDs,
 // at most `max_sends` of them (the client passes its credits). A send
-// completion returns the buffer to the pool.
+// completion returns the buffer to the pool. The send pool may be shared by
+// many channels (kvd's): set_send_limit() bounds what one channel holds, and
+// release_buffers() gives back all it holds when its QP is gone.
 //
 // WrIds: slot = buffer index, generation = the connection's generation, kind =
 // recv or send. Runs on the reactor thread only; not thread-safe.
@@ -21,6 +23,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/conn/link.hpp"
@@ -58,7 +61,6 @@ class MessageChannel {
   [[nodiscard]] Link& link() noexcept { return *link_; }
 
   // --- receive side -----------------------------------------------------------
-  [[nodiscard]] int post_all_receives() noexcept;
   // The bytes a successful recv completion delivered; nullopt if the
   // completion is not a current recv of this channel (stale generation, bad slot).
   struct Received {
@@ -76,7 +78,10 @@ class MessageChannel {
   // From now on the bytes of every SEND flush() posts are added to *account
   // (the server's bytes_sent).
   void count_sent_bytes(std::uint64_t* account) noexcept { sent_account_ = account; }
-  // Would a message of `bytes` fit without a new buffer, or with one free?
+  // At most `n` send buffers held at once (open, sealed and in flight).
+  void set_send_limit(std::size_t n) noexcept { send_limit_ = n; }
+  // Would a message of `bytes` fit without a new buffer, or with one the
+  // pool may give and the limit allows?
   [[nodiscard]] bool can_append(std::size_t bytes) const noexcept;
   // Posts up to max_sends queued SENDs (the open buffer too, if non-empty).
   // Returns the number posted; *error gets the errno of a failed post (the
@@ -88,7 +93,15 @@ class MessageChannel {
 
   [[nodiscard]] std::size_t queued_sends() const noexcept;   // sealed + open non-empty
   [[nodiscard]] std::size_t open_messages() const noexcept { return open_messages_; }  // in the open buffer
-  [[nodiscard]] std::size_t sends_in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t sends_in_flight() const noexcept { return in_flight_.size(); }
+  // Send buffers held now: the open one, sealed ones, those in flight.
+  [[nodiscard]] std::size_t send_buffers() const noexcept {
+    return (open_ ? 1 : 0) + sealed_.size() + in_flight_.size();
+  }
+  [[nodiscard]] std::size_t send_buffer_bytes() const noexcept { return send_buffers() * send_->buffer_size(); }
+  // Gives every send buffer held back to the pool (the QP is destroyed: no
+  // completion will return the ones in flight).
+  void release_buffers() noexcept;
   [[nodiscard]] std::size_t max_message() const noexcept;    // largest SEND allowed
 
  private:
@@ -109,7 +122,8 @@ class MessageChannel {
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
   std::size_t open_messages_ = 0;
-  std::size_t in_flight_ = 0;
+  std::vector<std::uint32_t> in_flight_;  // posted SENDs' buffers, in posting order
+  std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
   std::uint64_t* sent_account_ = nullptr;
 };

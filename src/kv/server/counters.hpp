@@ -67,6 +67,9 @@ struct ServerCounters {
   std::uint64_t transfers = 0;
   std::uint64_t max_conn_outstanding = 0;
   std::uint64_t conn_bytes = 0;
+  std::uint64_t conn_pool_bytes = 0;
+  std::uint64_t credit_grows = 0;
+  std::uint64_t credit_shrinks = 0;
   std::uint64_t completions = 0;
   std::uint64_t cq_wakeups = 0;
   std::uint64_t cq_polls = 0;
@@ -127,7 +130,10 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"pinned", &ServerCounters::pinned, store::StatKind::gauge, "now: large values held by transfers and pulls"},
     CounterInfo{"transfers", &ServerCounters::transfers, store::StatKind::gauge, "now: RDMA READ/WRITEs in flight"},
     CounterInfo{"max_conn_outstanding", &ServerCounters::max_conn_outstanding, store::StatKind::gauge, "most requests one connection had received and not yet answered"},
-    CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, store::StatKind::gauge, "now: send + receive buffer bytes of live connections"},
+    CounterInfo{"conn_bytes", &ServerCounters::conn_bytes, store::StatKind::gauge, "now: send + receive buffer bytes the live connections hold"},
+    CounterInfo{"conn_pool_bytes", &ServerCounters::conn_pool_bytes, store::StatKind::gauge, "now: registered bytes of the message buffer pools all connections share"},
+    CounterInfo{"credit_grows", &ServerCounters::credit_grows, store::StatKind::counter, "receive buffers added to a connection that had spent every credit"},
+    CounterInfo{"credit_shrinks", &ServerCounters::credit_shrinks, store::StatKind::counter, "receive buffers taken back from a connection that left half its credits unspent"},
     CounterInfo{"completions", &ServerCounters::completions, store::StatKind::counter, "work completions handled"},
     CounterInfo{"cq_wakeups", &ServerCounters::cq_wakeups, store::StatKind::counter, "completion events taken (a CQ armed before the loop slept)"},
     CounterInfo{"cq_polls", &ServerCounters::cq_polls, store::StatKind::counter, "poll passes over the poll list (CQs with traffic, while the loop spins)"},

@@ -75,8 +75,8 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
   if (options_.transfer_timeout.count() <= 0) throw std::invalid_argument("transfer timeout must be positive");
   arm_transfer_check();
   arm_expiry();  // recovered keys may carry TTLs
-  spdlog::info("server: listening on {}:{} (credits {}, buffers {} B, max clients {})", options_.bind_address,
-               port_, options_.credits, options_.buf_size, options_.max_clients);
+  spdlog::info("server: listening on {}:{} (credits {} to {}, buffers {} B, max clients {})", options_.bind_address,
+               port_, initial_credits(), options_.credits, options_.buf_size, options_.max_clients);
   if (options_.metrics) {
     metrics_ = std::make_unique<MetricsEndpoint>(
         *reactor_, *options_.metrics, [this] {
@@ -113,6 +113,15 @@ void Server::make_pd(const verbs::CmId& id) {
   device_watch_ =
       reactor_->watch(device_events_->fd(), EPOLLIN, [this](std::uint32_t ev) { on_device_readable(ev); });
   registrar_ = std::make_unique<PdRegistrar>(pd_);
+  buffer_registrar_ = std::make_unique<PdRegistrar>(pd_);
+  // Chunks of kBufferChunk buffers; at most what every client could hold at once.
+  const auto chunks = [](std::uint64_t buffers) {
+    return static_cast<std::uint32_t>((buffers + kBufferChunk - 1) / kBufferChunk + 1);
+  };
+  recv_buffers_.emplace(kBufferChunk, options_.buf_size, *buffer_registrar_, verbs::Access::local_write,
+                        chunks(std::uint64_t{options_.max_clients} * options_.credits));
+  send_buffers_.emplace(kBufferChunk, options_.buf_size, *buffer_registrar_, verbs::Access::none,
+                        chunks(std::uint64_t{options_.max_clients} * options_.max_send_buffers));
   arena_ = std::make_unique<Arena>(*registrar_, options_.arena, store_->budget());
   store_->attach_large_blocks([a = arena_.get()](std::size_t n) { return a->allocate(n); },
                               [a = arena_.get()](std::size_t n) { return a->block_size(n); });
@@ -217,11 +226,12 @@ ServerCounters Server::counters() const noexcept {
     const auto key = conns_.key_at(i);
     const Conn* conn = key ? conns_.find(*key) : nullptr;
     if (conn == nullptr || !conn->sc) continue;
-    c.conn_bytes += conn->ep->recv_pool().bytes().size() + conn->ep->send_pool().bytes().size();
+    c.conn_bytes += conn->sc->buffer_bytes();
     c.transfers += conn->sc->transfers_in_flight();
     c.pinned += conn->sc->pins();
     c.durable_waits += conn->sc->durable_waits();
   }
+  if (recv_buffers_) c.conn_pool_bytes = recv_buffers_->chunk_bytes() + send_buffers_->chunk_bytes();
   return c;
 }
 
@@ -369,15 +379,20 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     if (!pd_) make_pd(id);
     id.set_token(tok);
     EndpointConfig cfg;
+    cfg.own_buffers = false;  // recv_buffers_ and send_buffers_ feed it
     cfg.recv_count = options_.credits;
     cfg.recv_size = options_.buf_size;
-    cfg.send_count = std::min<std::uint32_t>(params.credits, options_.max_send_buffers);
+    cfg.send_count = std::max<std::uint32_t>(1, std::min<std::uint32_t>(params.credits, options_.max_send_buffers));
     cfg.send_size = options_.buf_size;
     const std::uint32_t transfers = std::max<std::uint32_t>(1, std::min<std::uint32_t>(params.credits, options_.max_transfers));
     cfg.rdma_depth = transfers;
-    auto ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
+    // Into the slot at once: a failure below destroys the Conn, QP before ServerConn.
+    c.ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
+    Endpoint* ep = c.ep.get();
     ServerConnConfig scfg;
-    scfg.credits = options_.credits;
+    scfg.credits = initial_credits();
+    scfg.max_credits = options_.credits;
+    scfg.max_send_buffers = cfg.send_count;
     scfg.generation = key->generation;
     scfg.peer_recv_size = params.recv_buf_size;
     // The decoder takes any RDV length; ServerConn refuses one over max_value
@@ -392,8 +407,9 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;
-    auto sc = std::make_unique<ServerConn>(ep->link(), ep->recv_pool(), ep->send_pool(), *store_, *arena_, counters_,
-                                           std::move(scfg), durability_);
+    c.sc = std::make_unique<ServerConn>(ep->link(), *recv_buffers_, *send_buffers_, *store_, *arena_, counters_,
+                                        std::move(scfg), durability_);
+    ServerConn* sc = c.sc.get();
     if (sc->start() != Verdict::keep) {  // receives go up BEFORE accept
       throw std::runtime_error("posting the receive buffers failed: " + sc->disconnect_reason());
     }
@@ -402,7 +418,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     reactor::Timer handshake = reactor_->after(options_.connect_timeout, [this, k = *key] { on_connect_timeout(k); });
     proto::ConnectParams mine;
     mine.role = proto::Role::server;
-    mine.credits = options_.credits;
+    mine.credits = initial_credits();
     mine.recv_buf_size = options_.buf_size;
     mine.max_value = options_.max_value;
     if (index_) {
@@ -421,8 +437,6 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     cp.rnr_retry_count = 7;
     ep->id().accept(cp);
     c.peer = peer;
-    c.sc = std::move(sc);
-    c.ep = std::move(ep);
     c.cq_watch = std::move(watch);
     c.deadline = std::move(handshake);
   } catch (const std::exception& e) {

@@ -96,7 +96,11 @@ using store::Store;
 struct ServerOptions {
   std::string bind_address = "0.0.0.0";  // numeric IPv4/IPv6
   std::uint16_t port = 0;                 // 0: the kernel picks one (see Server::port())
-  std::uint16_t credits = 16;             // receive buffers posted per client
+  // Elastic credits (docs/protocol.md "Flow control"): a client starts with
+  // initial_credits receive buffers and grows to `credits` while it spends
+  // them all; the buffers come from a pool every connection shares.
+  std::uint16_t credits = 16;             // receive buffers (credits) a client may hold at most
+  std::uint16_t initial_credits = 2;      // ... and at the start (clamped to credits)
   std::uint32_t buf_size = 8192;          // each receive and send buffer (multiple of 64)
   std::uint32_t max_clients = 1024;
   std::uint32_t max_value = static_cast<std::uint32_t>(proto::kDefaultMaxValue);
@@ -218,6 +222,7 @@ class Server {
   // Index 0xFFFFFFFF is never handed out by a SlotTable: no connection's token.
   static constexpr std::uint64_t kListenerToken = ~std::uint64_t{0};
   static constexpr int kPollBatch = 64;  // completions per connection per poll pass
+  static constexpr std::uint32_t kBufferChunk = 64;  // message buffers per registration of the shared pools
   static constexpr unsigned kTransferChecks = 4;  // checks per transfer_timeout
   // Active expiry (docs/protocol.md "Time to live"): how often expired keys
   // are withdrawn (one-sided readers see an expired key for at most about
@@ -270,6 +275,9 @@ class Server {
   void try_finish(Key key, bool force) noexcept;
   void destroy(Key key) noexcept;
   void make_pd(const verbs::CmId& id);
+  [[nodiscard]] std::uint16_t initial_credits() const noexcept {
+    return std::max<std::uint16_t>(1, std::min(options_.initial_credits, options_.credits));
+  }
   void on_device_readable(std::uint32_t ready) noexcept;
   void migrate_large_values() noexcept;
 
@@ -285,6 +293,13 @@ class Server {
   std::optional<verbs::DeviceEvents> device_events_;  // of pd_'s device (make_pd)
   DeviceState device_ = DeviceState::usable;
   std::unique_ptr<PdRegistrar> registrar_;  // with pd_; before arena_ (used by it)
+  // The message buffers every connection takes its receives and SENDs from
+  // (make_pd), registered through a registrar of their own (the
+  // `registrations` row counts the rendezvous path's). Before conns_: each
+  // ServerConn gives its buffers back when it goes.
+  std::unique_ptr<PdRegistrar> buffer_registrar_;
+  std::optional<conn::BufferPool> recv_buffers_;  // local_write: RECV targets
+  std::optional<conn::BufferPool> send_buffers_;  // no access: SEND sources
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> small_arena_;    // small values in blocks (index on)
   std::unique_ptr<IndexRegion> index_;    // remote_read only; the Store writes it

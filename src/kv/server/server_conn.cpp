@@ -37,7 +37,8 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
   channel_.count_sent_bytes(&counters_->bytes_sent);
-  unposted_.reserve(kMaxUnposted);
+  channel_.set_send_limit(config_.max_send_buffers);
+  posted_.reserve(max_credits());
   pulls_.reserve(config_.max_pins);
 }
 
@@ -45,11 +46,27 @@ ServerConn::~ServerConn() {
   // The owner destroyed the QP (or every WR came back): the memory of the
   // transfers may be reused. Pins go with the entries.
   counters_->transfers_aborted += transfers_in_flight_;
+  // No completion will return what the QP held: every buffer goes back now.
+  for (const std::uint32_t slot : posted_) recv_->give_back(slot);
+  for (const Held& h : held_) {
+    if (h.slot != kRecycled) recv_->give_back(h.slot);
+  }
+  channel_.release_buffers();
+}
+
+std::size_t ServerConn::buffer_bytes() const noexcept {
+  return std::size_t{allowance_} * recv_->buffer_size() + channel_.send_buffer_bytes();
 }
 
 Verdict ServerConn::start() noexcept {
-  for (std::uint32_t i = 0; i < recv_->count(); ++i) {
-    if (!repost(i)) return Verdict::disconnect;
+  for (std::uint32_t i = 0; i < config_.credits; ++i) {
+    std::uint32_t slot = 0;
+    if (!recv_->take(slot)) {
+      fail(CloseCause::internal, "no receive buffer: the pool could not grow");
+      return Verdict::disconnect;
+    }
+    ++allowance_;
+    if (!post_receive(slot)) return Verdict::disconnect;
   }
   return Verdict::keep;
 }
@@ -85,7 +102,7 @@ bool ServerConn::cm_done() noexcept {
 }
 
 bool ServerConn::drained() const noexcept {
-  return state_ == ConnState::flushing && recvs_posted_ == 0 && channel_.sends_in_flight() == 0 &&
+  return state_ == ConnState::flushing && posted_.empty() && channel_.sends_in_flight() == 0 &&
          transfers_in_flight_ == 0;
 }
 
@@ -111,7 +128,12 @@ void ServerConn::close_decided(CloseCause cause, std::string reason) noexcept {
   state_ = ConnState::draining;
   cause_ = cause;
   reason_ = std::move(reason);
-  held_.clear();  // their buffers are not re-posted: nothing more is executed
+  for (const Held& h : held_) {  // not re-posted: nothing more is executed
+    if (h.slot == kRecycled) continue;
+    recv_->give_back(h.slot);
+    --allowance_;
+  }
+  held_.clear();
   queued_.clear();
   for (std::uint32_t i = 0; i < pending_.slot_count(); ++i) {
     const auto k = pending_.key_at(i);
@@ -155,13 +177,66 @@ void ServerConn::finish(Key k) noexcept {
   p.wait = Wait::send;
 }
 
-bool ServerConn::repost(std::uint32_t slot) noexcept {
+bool ServerConn::post_receive(std::uint32_t slot) noexcept {
   if (const int rc = channel_.repost(slot); rc != 0) {
+    recv_->give_back(slot);
+    --allowance_;
     fail(CloseCause::post_error, fmt::format("post_recv failed: errno {}", rc));
     return false;
   }
-  ++recvs_posted_;
+  posted_.push_back(slot);  // reserved: never more than max_credits
   return true;
+}
+
+void ServerConn::drop(std::uint32_t slot) noexcept {
+  recv_->give_back(slot);
+  --allowance_;
+}
+
+void ServerConn::size_credits() noexcept {
+  const std::uint64_t unspent = granted_ - received_;  // received_ <= granted_: checked
+  if (unspent == 0 && allowance_ < max_credits()) {  // it spent its last credit
+    grow_credits();
+    shrink_ = 0;
+    window_ = 0;
+    low_water_ = allowance_;
+    return;
+  }
+  low_water_ = std::min<std::uint64_t>(low_water_, unspent);
+  if (++window_ < allowance_) return;
+  // A whole allowance of SENDs and the client never spent half its credits:
+  // the half it never touched goes back (by recycle(), as buffers come free).
+  if (low_water_ >= allowance_ / 2) shrink_ = static_cast<std::uint32_t>(low_water_ / 2);
+  window_ = 0;
+  low_water_ = allowance_;
+}
+
+bool ServerConn::recycle(std::uint32_t slot) noexcept {
+  if (shrink_ > 0 && allowance_ > config_.credits) {
+    --shrink_;
+    drop(slot);
+    ++counters_->credit_shrinks;
+    return true;
+  }
+  shrink_ = 0;
+  if (!post_receive(slot)) return false;
+  ++owed_;
+  return true;
+}
+
+void ServerConn::grow_credits() noexcept {
+  const std::uint32_t more = std::min(allowance_, max_credits() - allowance_);
+  for (std::uint32_t i = 0; i < more; ++i) {
+    std::uint32_t slot = 0;
+    if (!recv_->take(slot)) {
+      SPDLOG_DEBUG("conn {}: no receive buffer to grow its credits past {}", config_.label, allowance_);
+      return;
+    }
+    ++allowance_;
+    if (!post_receive(slot)) return;
+    ++owed_;  // posted before it is granted: the credit is backed when the client sees it
+    ++counters_->credit_grows;
+  }
 }
 
 Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
@@ -186,11 +261,13 @@ Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
 }
 
 void ServerConn::on_recv(const verbs::Completion& c) noexcept {
-  if (c.wr_id.slot() >= recv_->count() || recvs_posted_ == 0) {
+  const auto at = std::find(posted_.begin(), posted_.end(), c.wr_id.slot());
+  if (at == posted_.end()) {
     ++counters_->stale_completions;
     return;
   }
-  --recvs_posted_;
+  posted_.erase(at);
+  if (!serving() || !c.ok()) drop(c.wr_id.slot());  // not executed
   if (!serving()) return;  // flushed while closing: normal
   if (!c.ok()) {
     if (c.status == CompletionStatus::flushed) {
@@ -204,9 +281,11 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   ++counters_->sends_received;
   counters_->bytes_received += c.byte_len;
   if (received_ > granted_) {
+    drop(c.wr_id.slot());
     return fail(CloseCause::credit_overrun,
                 fmt::format("credit overrun: {} SENDs received, {} credits granted", received_, granted_));
   }
+  size_credits();
   const auto slot = c.wr_id.slot();
   const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
 
@@ -219,12 +298,14 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   for (;;) {
     const auto r = check.next();
     if (const auto* err = std::get_if<proto::DecodeError>(&r)) {
+      drop(slot);
       return fail(CloseCause::protocol_error, fmt::format("malformed request at offset {} of a {}-byte SEND: {}",
                                                           err->offset, bytes.size(), to_string(err->reason)));
     }
     if (std::holds_alternative<proto::EndOfBuffer>(r)) break;
     const auto& m = std::get<proto::MessageView>(r);
     if (!proto::is_request(m.opcode())) {
+      drop(slot);
       return fail(CloseCause::protocol_error, fmt::format("reply opcode {} at offset {} from a client",
                                                           to_string(m.opcode()), m.offset));
     }
@@ -257,13 +338,19 @@ void ServerConn::on_send(const verbs::Completion& c) noexcept {
   return process_held();  // a send buffer is free again
 }
 
+void ServerConn::no_send_buffer() noexcept {
+  // A send completion of ours resumes a pause. With none of our buffers out
+  // there is none to wait for: the shared pool could not grow.
+  if (channel_.send_buffers() == 0) fail(CloseCause::internal, "no send buffer: the pool could not grow");
+}
+
 void ServerConn::process_held() noexcept {
   while (!queued_.empty() && serving()) {  // deferred replies first, in order
     const Key k = queued_.front();
     Pending& p = *pending_.find(k);  // queued entries close only here or with the connection
     if (!channel_.can_append(proto::encoded_size(p.reply))) {
       ++counters_->pauses;
-      return;
+      return no_send_buffer();
     }
     queued_.pop_front();
     if (!append_reply(p.reply, p.op, p.received, p.large_request)) return;
@@ -275,7 +362,7 @@ void ServerConn::process_held() noexcept {
       case Progress::paused:
         ++counters_->pauses;
         SPDLOG_DEBUG("conn {}: no send buffer free; {} received buffer(s) wait", config_.label, held_.size());
-        return;
+        return no_send_buffer();
       case Progress::failed: return;  // fail() decided
     }
   }
@@ -283,8 +370,7 @@ void ServerConn::process_held() noexcept {
 
 ServerConn::Progress ServerConn::process(Held& h) noexcept {
   if (h.offset == h.len) {  // an empty SEND: nothing to answer, the buffer is free
-    if (!repost(h.slot)) return Progress::failed;
-    ++owed_;
+    if (!recycle(std::exchange(h.slot, kRecycled))) return Progress::failed;
     return Progress::finished;
   }
   const auto bytes = std::span<const std::byte>(recv_->buffer(h.slot)).first(h.len);
@@ -304,10 +390,8 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     if (out == Outcome::failed) return Progress::failed;
     h.offset += m.size;
     const bool last = h.offset == h.len;
-    if (last) {  // every request of the buffer is executed: give it back now
-      if (!repost(h.slot)) return Progress::failed;
-      ++owed_;
-    }
+    // Every request of the buffer is executed: give it back now.
+    if (last && !recycle(std::exchange(h.slot, kRecycled))) return Progress::failed;
     // No reply yet (a transfer answers on completion; RELEASE has none): the
     // credit rides on the next reply.
     if (out == Outcome::reply && !append_reply(reply, m.opcode(), h.received, m.rdv.has_value())) {
@@ -355,10 +439,27 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
     return false;
   }
   ++counters_->replies_sent;
-  // More than kMaxUnposted replies waiting for their posts (many send buffers
-  // queued): time those now, a little early, rather than allocate here.
-  if (unposted_.size() == unposted_.capacity()) record_posted();
-  unposted_.push_back({class_of(request, reply, large_request), received});
+  // Grown as replies come (an idle connection holds none), up to
+  // kMaxUnposted replies waiting for their posts (many send buffers queued):
+  // past that, or without memory, those are timed now, a little early.
+  if (unposted_.size() == unposted_.capacity()) {
+    bool grown = false;
+    if (unposted_.capacity() < kMaxUnposted) {
+      try {
+        unposted_.reserve(std::min(kMaxUnposted, std::max<std::size_t>(32, 2 * unposted_.capacity())));
+        grown = true;
+      } catch (const std::bad_alloc&) {
+        // timed now instead
+      }
+    }
+    if (!grown) record_posted();
+  }
+  const Unposted u{class_of(request, reply, large_request), received};
+  if (unposted_.size() < unposted_.capacity()) {
+    unposted_.push_back(u);
+  } else {
+    config_.latency->record(u.cls, Clock::now() - u.received);
+  }
   if (outstanding_ > 0) --outstanding_;
   granted_pending_ += owed_;
   owed_ = 0;

@@ -27,6 +27,19 @@
 // that were posted (counted at flush time, i.e. when the client could first
 // see them); a SEND arriving when received > granted is an overrun.
 //
+// Elastic credits (docs/protocol.md "Flow control"): the receive buffers come
+// from a pool all connections share, and a connection holds `allowance_` of
+// them (posted + held), each backing one credit. It starts with
+// config.credits. A SEND that spends the client's last credit doubles the
+// allowance (up to max_credits): the new buffers are posted first, and their
+// credits ride on the next reply. When, over a window of `allowance_` SENDs,
+// the client never had fewer than half its credits unspent, half of that
+// low-water mark goes back: that many executed buffers return to the pool
+// instead of being re-posted (a credit fewer each, never below
+// config.credits). Every credit the
+// client holds is a buffer posted on its QP, so RNR still cannot happen. The
+// send buffers come from a shared pool too, at most max_send_buffers each.
+//
 // Pending requests: a request the connection still holds something for (an
 // RDMA READ or WRITE in flight, records not durable yet, a reply waiting for
 // a send buffer) is one entry of pending_ (a SlotTable: its key is the WR's
@@ -45,6 +58,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -153,6 +167,8 @@ enum class Verdict : std::uint8_t {
 
 struct ServerConnConfig {
   std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
+  std::uint16_t max_credits = 0;    // the most it may grow to (0: credits; no growth)
+  std::uint32_t max_send_buffers = std::numeric_limits<std::uint32_t>::max();  // of the send pool, held at once
   std::uint32_t generation = 1;     // WrId generation of this connection
   std::size_t peer_recv_size = 0;   // client's receive buffer size (bounds each SEND)
   proto::Limits limits{};           // decoder limits
@@ -182,6 +198,8 @@ class ServerConn {
   // the value was not kept (over the memory limit: nothing changed).
   enum class Written : std::uint8_t { now, later, log_failed, no_memory };
 
+  // `recv`, `send` (outlive this): the pools its buffers come from (maybe
+  // shared; every buffer taken goes back by the destructor at the latest).
   // `arena` (outlives this): registered memory for the rendezvous path and
   // CALLs. `durability` (optional, outlives this): records every SET (see
   // above). Throws std::invalid_argument without config.stats.
@@ -192,7 +210,7 @@ class ServerConn {
   ServerConn& operator=(const ServerConn&) = delete;
   ServerConn(ServerConn&&) = delete;
   ServerConn& operator=(ServerConn&&) = delete;
-  ~ServerConn();  // releases transfers and pins (the owner destroyed the QP first)
+  ~ServerConn();  // releases transfers, pins and buffers (the owner destroyed the QP first)
 
   // Posts every receive buffer; call before accept(). Disconnect if a post fails.
   [[nodiscard]] Verdict start() noexcept;
@@ -227,7 +245,11 @@ class ServerConn {
   [[nodiscard]] std::uint64_t credits_granted() const noexcept { return granted_; }
   [[nodiscard]] std::uint32_t credits_owed() const noexcept { return owed_; }
   [[nodiscard]] std::size_t held_buffers() const noexcept { return held_.size(); }
-  [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return recvs_posted_; }
+  [[nodiscard]] std::uint32_t recvs_posted() const noexcept { return static_cast<std::uint32_t>(posted_.size()); }
+  // Receive buffers held (posted + being executed): the client's credits' backing.
+  [[nodiscard]] std::uint32_t allowance() const noexcept { return allowance_; }
+  // Buffer bytes held now: receive (allowance) and send.
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept;
   [[nodiscard]] std::size_t sends_in_flight() const noexcept { return channel_.sends_in_flight(); }
   [[nodiscard]] std::size_t transfers_in_flight() const noexcept { return transfers_in_flight_; }
   // RDMA transfers that completed (well or not) so far: the owner's progress mark.
@@ -241,8 +263,9 @@ class ServerConn {
  private:
   // A received buffer not fully handled yet.
   using Clock = std::chrono::steady_clock;
+  static constexpr std::uint32_t kRecycled = ~std::uint32_t{0};
   struct Held {
-    std::uint32_t slot;
+    std::uint32_t slot;      // kRecycled once its last request ran (the buffer is re-posted or back in the pool)
     std::size_t len;
     std::size_t offset;      // start of the next request to execute
     Clock::time_point received;  // its receive completion was handled (latency.hpp)
@@ -293,6 +316,8 @@ class ServerConn {
   void on_recv(const verbs::Completion& c) noexcept;
   void on_send(const verbs::Completion& c) noexcept;
   void process_held() noexcept;
+  // Paused for a send buffer: closes the connection if nothing will resume it.
+  void no_send_buffer() noexcept;
   Progress process(Held& h) noexcept;
   // THE one switch on a request's opcode: its reply planned (a GET looks
   // its key up), room for it checked (paused, nothing done, if there is
@@ -376,7 +401,22 @@ class ServerConn {
   [[nodiscard]] std::optional<Key> open_entry(Pending p) noexcept;
   // Records the appended replies' latencies once their SENDs are posted.
   void record_posted() noexcept;
-  bool repost(std::uint32_t slot) noexcept;
+  // Posts receive buffer `slot` (taken, or just executed) on the QP.
+  bool post_receive(std::uint32_t slot) noexcept;
+  // Buffer `slot` is executed: re-posted with its credit owed, or (the
+  // client left half its credits unspent) given back to the pool.
+  bool recycle(std::uint32_t slot) noexcept;
+  // A received buffer that will not be executed goes back to the pool.
+  void drop(std::uint32_t slot) noexcept;
+  // After each SEND received: grow when it spent the client's last credit;
+  // plan a shrink after a window of `allowance_` SENDs in which the client
+  // always had half its credits unspent.
+  void size_credits() noexcept;
+  // The client spent its last credit: double the allowance, if it may grow.
+  void grow_credits() noexcept;
+  [[nodiscard]] std::uint32_t max_credits() const noexcept {
+    return std::max<std::uint32_t>(config_.credits, config_.max_credits);
+  }
   // Decides to close (once; counted and logged here, where it is decided).
   void fail(CloseCause cause, std::string reason) noexcept;
   // THE close, whoever decided it (fail(), begin_draining()): nothing more
@@ -399,7 +439,11 @@ class ServerConn {
   std::string reason_;
 
   std::deque<Held> held_;
-  std::uint32_t recvs_posted_ = 0;
+  std::vector<std::uint32_t> posted_;  // receive buffers posted on the QP (reserved: max_credits)
+  std::uint32_t allowance_ = 0;        // receive buffers held: posted_ + held_
+  std::uint32_t window_ = 0;           // SENDs received since the allowance was last sized
+  std::uint64_t low_water_ = 0;        // fewest credits the client had unspent in that window
+  std::uint32_t shrink_ = 0;           // buffers recycle() gives back instead of re-posting
   std::uint64_t received_ = 0;         // request SENDs received
   std::uint64_t granted_ = 0;          // initial + credits in posted replies
   std::uint64_t granted_pending_ = 0;  // credits in appended, not yet posted replies
@@ -408,7 +452,7 @@ class ServerConn {
   std::string stats_text_;             // storage behind a STATS reply until it is appended
   Clock::time_point executing_received_{};  // the receive time of the request process() runs
   // Replies appended and not yet posted: their class and request receive
-  // time (recorded by record_posted() with one clock read). Reserved once.
+  // time (recorded by record_posted() with one clock read). Grown as needed, to kMaxUnposted.
   struct Unposted {
     OpClass cls;
     Clock::time_point received;
