@@ -10,6 +10,11 @@
 // read inside the guest before and after) did not move, while its packet
 // counters did (so the counters read are the device in use).
 //
+// A second test holds 64 connections at full depth in one process against a
+// kvd with default credits, so every connection's elastic credits
+// (docs/protocol.md "Flow control") grow from 2 while its client is out of
+// them, and the same counters must not move.
+//
 // The counters are the device's, shared by every process: meson runs this
 // test alone (is_parallel false) so no other test's traffic is counted.
 #include <gtest/gtest.h>
@@ -19,12 +24,20 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kv/client/shard_set.hpp"
+#include "kv/load/drive.hpp"
+#include "kv/load/runner.hpp"
+#include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
 #include "loopback.hpp"  // softroce_addr()
+#include "proto/placement.hpp"
+#include "reactor/reactor.hpp"
 
 #ifndef RKV_KVD_PATH
 #error "RKV_KVD_PATH must name the kvd binary"
@@ -75,6 +88,24 @@ std::int64_t total(const Counters& c, const std::string& name) {
     }
   }
   return sum;
+}
+
+// The RNR counters of `after` equal those of `before` (printed either way).
+void expect_no_rnr(const Counters& before, const Counters& after, double ops) {
+  for (const char* name : kRnrCounters) {
+    const std::int64_t b = total(before, name);
+    const std::int64_t a = total(after, name);
+    if (b < 0) continue;  // retry_rnr_exceeded_err is newer than the others
+    EXPECT_EQ(a, b) << name << " moved by " << (a - b) << " during " << ops << " operations";
+  }
+  const std::int64_t pkts = total(after, "sent_pkts") - total(before, "sent_pkts");
+  EXPECT_GT(pkts, static_cast<std::int64_t>(ops)) << "the device counters did not see the traffic";
+  std::printf("%.0f operations, %lld packets sent; RNR counters before/after:", ops, static_cast<long long>(pkts));
+  for (const char* name : kRnrCounters) {
+    std::printf(" %s %lld/%lld", name, static_cast<long long>(total(before, name)),
+                static_cast<long long>(total(after, name)));
+  }
+  std::printf("\n");
 }
 
 TEST(NoRnr, FullDepthMixedWorkloadsFromManyClientsMoveNoRnrCounter) {
@@ -137,22 +168,89 @@ TEST(NoRnr, FullDepthMixedWorkloadsFromManyClientsMoveNoRnrCounter) {
   EXPECT_GT(stat("dels"), 0u);
   for (const char* name : {"protocol_errors", "credit_overruns", "completion_errors"}) EXPECT_EQ(stat(name), 0u) << name;
 
-  const Counters after = read_hw_counters();
-  for (const char* name : kRnrCounters) {
-    const std::int64_t b = total(before, name);
-    const std::int64_t a = total(after, name);
-    if (b < 0) continue;  // retry_rnr_exceeded_err is newer than the others
-    EXPECT_EQ(a, b) << name << " moved by " << (a - b) << " during " << ops << " operations";
-  }
-  const std::int64_t pkts = total(after, "sent_pkts") - total(before, "sent_pkts");
-  EXPECT_GT(pkts, static_cast<std::int64_t>(ops)) << "the device counters did not see the traffic";
-  std::printf("%.0f operations, %lld packets sent; RNR counters before/after:", ops, static_cast<long long>(pkts));
-  for (const char* name : kRnrCounters) {
-    std::printf(" %s %lld/%lld", name, static_cast<long long>(total(before, name)),
-                static_cast<long long>(total(after, name)));
-  }
-  std::printf("\n");
+  expect_no_rnr(before, read_hw_counters(), ops);
   for (const auto& f : files) std::remove(f.c_str());
+}
+
+TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
+  constexpr int kClients = 64;
+  constexpr int kDepth = 32;
+  const std::string addr = verbs::test::softroce_addr();
+  const Counters before = read_hw_counters();
+  ASSERT_GE(total(before, "send_rnr_err"), 0);
+  KvdProcess kvd(RKV_KVD_PATH, addr);  // default credits: 2 at first, up to 16
+
+  // Every client its own keys: eager values of 16 B to 4 KiB and a few
+  // rendezvous ones, SET then GET, verified.
+  std::vector<std::vector<kv::load::Op>> workloads(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    std::string text;
+    for (int i = 0; i < 96; ++i) {
+      const std::string key = "r" + std::to_string(c) + ":" + std::to_string(i % 24);
+      const int size = i % 16 == 15 ? 9000 : 16 << (i % 9);
+      text += "SET " + key + " @" + std::to_string(size) + ":" + std::to_string(c * 1000 + i) + "\n";
+      text += "GET " + key + "\n";
+    }
+    std::istringstream in(text);
+    auto parsed = kv::load::parse_workload(in);
+    ASSERT_TRUE(parsed.ok());
+    workloads[c] = std::move(parsed.ops);
+  }
+
+  reactor::Reactor reactor;
+  std::vector<std::unique_ptr<kv::client::ShardSet>> clients;
+  kv::client::ClientOptions copt;
+  copt.max_in_flight = kDepth;
+  std::vector<proto::ServerAddr> one(1);
+  one[0] = {addr, kvd.port(), proto::server_id(addr, kvd.port())};
+  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::ShardSet::connect(reactor, one, copt));
+  std::uint64_t ops = 0;
+  {
+    kv::load::Scheduler scheduler;
+    std::vector<std::unique_ptr<kv::load::LoadRun>> runs;
+    for (int c = 0; c < kClients; ++c) {
+      kv::load::LoadOptions lo;
+      lo.depth = kDepth;
+      lo.verify = true;
+      lo.name = "client" + std::to_string(c);
+      lo.on_error = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+      runs.push_back(std::make_unique<kv::load::LoadRun>(scheduler, *clients[c], workloads[c], lo));
+      runs.back()->start();
+    }
+    const bool done = kv::load::drive(
+        reactor, scheduler,
+        [&] {
+          for (const auto& r : runs) {
+            if (!r->finished()) return false;
+          }
+          return true;
+        },
+        300s);
+    ASSERT_TRUE(done) << "64 runs did not finish";
+    for (const auto& r : runs) {
+      EXPECT_EQ(r->report().errors(), 0u) << r->report().name;
+      EXPECT_EQ(r->report().mismatches, 0u) << r->report().name;
+      ops += r->report().ops();
+    }
+    EXPECT_EQ(ops, std::uint64_t{kClients} * 192u);
+    const auto stats = kvd.stats();
+    ASSERT_TRUE(stats);
+    EXPECT_EQ(stats->at("connections"), std::uint64_t{kClients});
+    // Clients at depth 32 spent the 2 credits they started with: kvd gave them more.
+    EXPECT_GE(stats->at("credit_grows"), std::uint64_t{kClients});
+    for (const char* name : {"protocol_errors", "credit_overruns", "completion_errors"}) {
+      EXPECT_EQ(stats->at(name), 0u) << name;
+    }
+    std::printf("64 connections at depth %d: credit_grows %llu, credit_shrinks %llu, conn_bytes %llu, "
+                "conn_pool_bytes %llu\n",
+                kDepth, static_cast<unsigned long long>(stats->at("credit_grows")),
+                static_cast<unsigned long long>(stats->at("credit_shrinks")),
+                static_cast<unsigned long long>(stats->at("conn_bytes")),
+                static_cast<unsigned long long>(stats->at("conn_pool_bytes")));
+    for (auto& c : clients) c->close();  // before the scheduler goes
+  }
+  clients.clear();
+  expect_no_rnr(before, read_hw_counters(), static_cast<double>(ops));
 }
 
 }  // namespace
