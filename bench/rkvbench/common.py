@@ -41,8 +41,8 @@ HEADERS = {
     "tcp.csv": [
         "system", "transport", "tool", "op", "size", "depth", "concurrency", "ops", "ops_per_s",
         "mean_us", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "status"],
-    "idle.csv": ["connections", "rss_bytes", "rss_more_bytes", "conn_bytes", "conn_bytes_each", "heap_bytes",
-                 "status"],
+    "idle.csv": ["connections", "rss_bytes", "rss_more_bytes", "conn_bytes", "registered_bytes", "conn_bytes_each",
+                 "heap_bytes", "status"],
 }
 SUMMARY_TABLE_HEADER = "| experiment | KV figure | KV value | reference | reference value | ratio KV/ref |"
 PLOTS = ["throughput.png", "latency.png", "scaling.png", "tcp.png"]

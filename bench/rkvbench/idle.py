@@ -20,24 +20,27 @@ class IdleExperiments:
         rows = self._parse_idle(out)
         if rc != 0 or not rows:
             self.rows["idle.csv"].append({"connections": max(counts), "rss_bytes": "", "rss_more_bytes": "",
-                                          "conn_bytes": "", "conn_bytes_each": "", "heap_bytes": "",
+                                          "conn_bytes": "", "registered_bytes": "", "conn_bytes_each": "",
+                                          "heap_bytes": "",
                                           "status": f"failed: bench/idle exit {rc}: {_last_line(out + err)}"})
             return
         for r in rows:
             self.rows["idle.csv"].append(r)
             log(f"  {r['connections']} connections: RSS {fmt(r['rss_bytes'])} B "
-                f"(+{fmt(r['rss_more_bytes'])}), registered {fmt(r['conn_bytes'])} B")
+                f"(+{fmt(r['rss_more_bytes'])}), buffers held {fmt(r['conn_bytes'])} B, "
+                f"registered {fmt(r['registered_bytes'])} B")
 
     @staticmethod
     def _parse_idle(out):
-        """bench/idle's table: a header, then `COUNT RSS MORE CONN_BYTES EACH HEAP` per line ("-" for
-        the differences of the line with none)."""
+        """bench/idle's table: a header, then `COUNT RSS MORE CONN_BYTES POOL_BYTES EACH HEAP` per line
+        ("-" for the differences of the line with none)."""
         rows = []
         for line in out.splitlines():
             w = line.split()
-            if len(w) != 6 or not w[0].isdigit():
+            if len(w) != 7 or not w[0].isdigit():
                 continue
             num = [int(x) if x.lstrip("-").isdigit() else 0 for x in w]
             rows.append({"connections": num[0], "rss_bytes": num[1], "rss_more_bytes": num[2], "conn_bytes": num[3],
-                         "conn_bytes_each": num[4], "heap_bytes": num[5], "status": "ok"})
+                         "registered_bytes": num[4], "conn_bytes_each": num[5], "heap_bytes": num[6],
+                         "status": "ok"})
         return rows
