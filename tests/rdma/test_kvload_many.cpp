@@ -33,6 +33,7 @@
 #include "kv/load/runner.hpp"
 #include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
+#include "load_runs.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "reactor/reactor.hpp"
 
@@ -201,38 +202,16 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
               static_cast<unsigned long long>(conn_bytes), static_cast<unsigned long long>(conn_bytes / kClients));
 
   {
-    kv::load::Scheduler scheduler;
-    std::vector<std::unique_ptr<kv::load::LoadRun>> runs;
-    for (int c = 0; c < kClients; ++c) {
-      kv::load::LoadOptions lo;
-      lo.depth = 4;
-      lo.verify = true;
-      lo.name = "client" + std::to_string(c);
-      lo.on_error = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-      runs.push_back(std::make_unique<kv::load::LoadRun>(scheduler, *clients[c], workloads[c], lo));
-      runs.back()->start();
-    }
-    const bool done = kv::load::drive(
-        reactor, scheduler,
-        [&] {
-          for (const auto& r : runs) {
-            if (!r->finished()) return false;
-          }
-          return true;
-        },
-        90s);
-    ASSERT_TRUE(done) << "64 runs did not finish";
+    const LoadRuns runs = run_verified(reactor, clients, workloads, 4, 90s);
+    ASSERT_TRUE(runs.finished) << "64 runs did not finish";
     std::uint64_t ops = 0;
-    std::size_t most = 0;
-    for (const auto& r : runs) {
-      EXPECT_EQ(r->report().errors(), 0u) << r->report().name;
-      EXPECT_EQ(r->report().mismatches, 0u) << r->report().name;
-      ops += r->report().ops();
-      most = std::max(most, r->max_in_flight());
+    for (const auto& r : runs.reports) {
+      EXPECT_EQ(r.errors(), 0u) << r.name;
+      EXPECT_EQ(r.mismatches, 0u) << r.name;
+      ops += r.ops();
     }
     EXPECT_EQ(ops, static_cast<std::uint64_t>(kClients) * 24u);
-    EXPECT_GT(most, 1u);  // the fibers of one client did overlap
-    for (auto& c : clients) c->close();  // before the scheduler goes
+    EXPECT_GT(runs.most_in_flight, 1u);  // the fibers of one client did overlap
   }
   clients.clear();
 

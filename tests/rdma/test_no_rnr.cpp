@@ -31,10 +31,9 @@
 #include <vector>
 
 #include "kv/client/shard_set.hpp"
-#include "kv/load/drive.hpp"
-#include "kv/load/runner.hpp"
 #include "kv/load/workload.hpp"
 #include "kvd_process.hpp"
+#include "load_runs.hpp"
 #include "loopback.hpp"  // softroce_addr()
 #include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
@@ -204,51 +203,29 @@ TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
   std::vector<proto::ServerAddr> one(1);
   one[0] = {addr, kvd.port(), proto::server_id(addr, kvd.port())};
   for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::ShardSet::connect(reactor, one, copt));
+  const auto busy = kvd.stats();
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->at("connections"), std::uint64_t{kClients});
+  const LoadRuns runs = run_verified(reactor, clients, workloads, kDepth, 300s);
+  ASSERT_TRUE(runs.finished) << "64 runs did not finish";
   std::uint64_t ops = 0;
-  {
-    kv::load::Scheduler scheduler;
-    std::vector<std::unique_ptr<kv::load::LoadRun>> runs;
-    for (int c = 0; c < kClients; ++c) {
-      kv::load::LoadOptions lo;
-      lo.depth = kDepth;
-      lo.verify = true;
-      lo.name = "client" + std::to_string(c);
-      lo.on_error = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-      runs.push_back(std::make_unique<kv::load::LoadRun>(scheduler, *clients[c], workloads[c], lo));
-      runs.back()->start();
-    }
-    const bool done = kv::load::drive(
-        reactor, scheduler,
-        [&] {
-          for (const auto& r : runs) {
-            if (!r->finished()) return false;
-          }
-          return true;
-        },
-        300s);
-    ASSERT_TRUE(done) << "64 runs did not finish";
-    for (const auto& r : runs) {
-      EXPECT_EQ(r->report().errors(), 0u) << r->report().name;
-      EXPECT_EQ(r->report().mismatches, 0u) << r->report().name;
-      ops += r->report().ops();
-    }
-    EXPECT_EQ(ops, std::uint64_t{kClients} * 192u);
-    const auto stats = kvd.stats();
-    ASSERT_TRUE(stats);
-    EXPECT_EQ(stats->at("connections"), std::uint64_t{kClients});
-    // Clients at depth 32 spent the 2 credits they started with: kvd gave them more.
-    EXPECT_GE(stats->at("credit_grows"), std::uint64_t{kClients});
-    for (const char* name : {"protocol_errors", "credit_overruns", "completion_errors"}) {
-      EXPECT_EQ(stats->at(name), 0u) << name;
-    }
-    std::printf("64 connections at depth %d: credit_grows %llu, credit_shrinks %llu, conn_bytes %llu, "
-                "conn_pool_bytes %llu\n",
-                kDepth, static_cast<unsigned long long>(stats->at("credit_grows")),
-                static_cast<unsigned long long>(stats->at("credit_shrinks")),
-                static_cast<unsigned long long>(stats->at("conn_bytes")),
-                static_cast<unsigned long long>(stats->at("conn_pool_bytes")));
-    for (auto& c : clients) c->close();  // before the scheduler goes
+  for (const auto& r : runs.reports) {
+    EXPECT_EQ(r.errors(), 0u) << r.name;
+    EXPECT_EQ(r.mismatches, 0u) << r.name;
+    ops += r.ops();
   }
+  EXPECT_EQ(ops, std::uint64_t{kClients} * 192u);
+  const auto stats = kvd.stats();
+  ASSERT_TRUE(stats);
+  // Clients at depth 32 spent the 2 credits they started with: kvd gave them more.
+  EXPECT_GE(stats->at("credit_grows"), std::uint64_t{kClients});
+  for (const char* name : {"protocol_errors", "credit_overruns", "completion_errors"}) {
+    EXPECT_EQ(stats->at(name), 0u) << name;
+  }
+  std::printf("64 connections at depth %d: credit_grows %llu, credit_shrinks %llu, conn_pool_bytes %llu\n", kDepth,
+              static_cast<unsigned long long>(stats->at("credit_grows")),
+              static_cast<unsigned long long>(stats->at("credit_shrinks")),
+              static_cast<unsigned long long>(stats->at("conn_pool_bytes")));
   clients.clear();
   expect_no_rnr(before, read_hw_counters(), static_cast<double>(ops));
 }
