@@ -179,20 +179,14 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
         text += "GET " + key + "\n";
       }
     }
-    std::istringstream in(text);
-    auto parsed = kv::load::parse_workload(in);
-    ASSERT_TRUE(parsed.ok());
-    workloads[c] = std::move(parsed.ops);
+    workloads[c] = parse_ops(text);
   }
 
   reactor::Reactor reactor;
-  std::vector<std::unique_ptr<kv::client::ShardSet>> clients;  // each over the one server
   kv::client::ClientOptions copt;
   copt.max_in_flight = 4;
   copt.send_count = 4;
-  std::vector<proto::ServerAddr> one(1);
-  one[0] = {addr, kvd.port(), proto::server_id(addr, kvd.port())};
-  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::ShardSet::connect(reactor, one, copt));
+  auto clients = connect_clients(reactor, addr, kvd.port(), kClients, copt);  // each over the one server
   const auto busy = kvd.stats();
   ASSERT_TRUE(busy);
   EXPECT_EQ(stat(*busy, "connections"), static_cast<std::uint64_t>(kClients));
@@ -204,12 +198,7 @@ TEST(KvloadMany, SixtyFourClientsConnectRunDisconnectAndCountersReturnToIdle) {
   {
     const LoadRuns runs = run_verified(reactor, clients, workloads, 4, 90s);
     ASSERT_TRUE(runs.finished) << "64 runs did not finish";
-    std::uint64_t ops = 0;
-    for (const auto& r : runs.reports) {
-      EXPECT_EQ(r.errors(), 0u) << r.name;
-      EXPECT_EQ(r.mismatches, 0u) << r.name;
-      ops += r.ops();
-    }
+    const std::uint64_t ops = expect_clean(runs);
     EXPECT_EQ(ops, static_cast<std::uint64_t>(kClients) * 24u);
     EXPECT_GT(runs.most_in_flight, 1u);  // the fibers of one client did overlap
   }

@@ -25,7 +25,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,7 +34,6 @@
 #include "kvd_process.hpp"
 #include "load_runs.hpp"
 #include "loopback.hpp"  // softroce_addr()
-#include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 
 #ifndef RKV_KVD_PATH
@@ -190,30 +188,19 @@ TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
       text += "SET " + key + " @" + std::to_string(size) + ":" + std::to_string(c * 1000 + i) + "\n";
       text += "GET " + key + "\n";
     }
-    std::istringstream in(text);
-    auto parsed = kv::load::parse_workload(in);
-    ASSERT_TRUE(parsed.ok());
-    workloads[c] = std::move(parsed.ops);
+    workloads[c] = parse_ops(text);
   }
 
   reactor::Reactor reactor;
-  std::vector<std::unique_ptr<kv::client::ShardSet>> clients;
   kv::client::ClientOptions copt;
   copt.max_in_flight = kDepth;
-  std::vector<proto::ServerAddr> one(1);
-  one[0] = {addr, kvd.port(), proto::server_id(addr, kvd.port())};
-  for (int c = 0; c < kClients; ++c) clients.push_back(kv::client::ShardSet::connect(reactor, one, copt));
+  auto clients = connect_clients(reactor, addr, kvd.port(), kClients, copt);
   const auto busy = kvd.stats();
   ASSERT_TRUE(busy);
   EXPECT_EQ(busy->at("connections"), std::uint64_t{kClients});
   const LoadRuns runs = run_verified(reactor, clients, workloads, kDepth, 300s);
   ASSERT_TRUE(runs.finished) << "64 runs did not finish";
-  std::uint64_t ops = 0;
-  for (const auto& r : runs.reports) {
-    EXPECT_EQ(r.errors(), 0u) << r.name;
-    EXPECT_EQ(r.mismatches, 0u) << r.name;
-    ops += r.ops();
-  }
+  const std::uint64_t ops = expect_clean(runs);
   EXPECT_EQ(ops, std::uint64_t{kClients} * 192u);
   const auto stats = kvd.stats();
   ASSERT_TRUE(stats);
