@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iterator>
 #include <new>
 #include <system_error>
 
@@ -317,10 +316,8 @@ void Log::append_stats(kv::store::StatRows& rows) const {
 
 void Log::append_histograms(std::string& out) const {
   constexpr std::string_view kName = "rkv_log_fsync_duration_seconds";
-  fmt::format_to(std::back_inserter(out),
-                 "# HELP {} time of a successful fdatasync of the log (from its write's completion when linked to "
-                 "one)\n# TYPE {} histogram\n",
-                 kName, kName);
+  kv::store::Histogram::append_family(
+      out, kName, "time of a successful fdatasync of the log (from its write's completion when linked to one)");
   fsync_time_.append_prometheus(out, kName, "");
 }
 

@@ -44,10 +44,9 @@ void LatencyHistograms::append_stats(store::StatRows& rows) const {
 
 std::string LatencyHistograms::prometheus() const {
   constexpr std::string_view kName = "rkv_request_duration_seconds";
-  std::string out = fmt::format(
-      "# HELP {} server time of a request: the receive completion of its SEND to the post of its reply's SEND\n"
-      "# TYPE {} histogram\n",
-      kName, kName);
+  std::string out;
+  store::Histogram::append_family(
+      out, kName, "server time of a request: the receive completion of its SEND to the post of its reply's SEND");
   for (std::size_t c = 0; c < kOpClasses; ++c) {
     of_[c].append_prometheus(out, kName, fmt::format("op=\"{}\"", kOpClassNames[c]));
   }

@@ -65,6 +65,10 @@ void Histogram::append_prometheus(std::string& out, std::string_view name, std::
   fmt::format_to(std::back_inserter(out), "{}_count{} {}\n", name, braces, count_);
 }
 
+void Histogram::append_family(std::string& out, std::string_view name, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+}
+
 QuantileRows::QuantileRows(std::string_view prefix, std::string_view what)
     : names_{fmt::format("{}_count", prefix), fmt::format("{}_p50_microseconds", prefix),
              fmt::format("{}_p99_microseconds", prefix), fmt::format("{}_p999_microseconds", prefix)},

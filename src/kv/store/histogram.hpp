@@ -36,8 +36,11 @@ class Histogram {
   // with no sample; 2^kBounds for a quantile in the +Inf bucket.
   [[nodiscard]] std::uint64_t quantile_us(double q) const noexcept;
   // NAME_bucket{LABELS,le="..."} per bucket, NAME_sum{LABELS}, NAME_count{LABELS};
-  // labels: "" or e.g. op="get". No HELP/TYPE lines (the family's owner writes them once).
+  // labels: "" or e.g. op="get". No HELP/TYPE lines: a family's are written
+  // once, by append_family() before its first histogram.
   void append_prometheus(std::string& out, std::string_view name, std::string_view labels) const;
+  // The HELP and TYPE lines of histogram family `name`.
+  static void append_family(std::string& out, std::string_view name, std::string_view help);
 
  private:
   std::array<std::uint64_t, kBounds + 1> buckets_{};
