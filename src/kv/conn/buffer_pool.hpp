@@ -1,7 +1,8 @@
 #pragma once
-// BufferPool: fixed-size message buffers in chunks of `chunk_count`, each
-// chunk one allocation and one memory registration. Buffers are named by
-// index (chunk * chunk_count + position), which is what a WrId slot carries.
+// BufferPool: fixed-size message buffers in chunks, each chunk one
+// allocation and one memory registration. Buffers are named by index
+// (chunk << shift | position), which is what a WrId slot carries; a chunk's
+// index range is a power of two, so finding a buffer is a shift and a mask.
 //
 // Two kinds:
 // - fixed (a client's Endpoint): one chunk made at construction; whoever
@@ -15,9 +16,11 @@
 //
 // Thread: the owner's (the reactor's); not thread-safe.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -29,8 +32,8 @@ class BufferPool {
  public:
   // Fixed: `count` buffers, unregistered. Throws std::bad_alloc.
   BufferPool(std::uint32_t count, std::size_t buffer_size);
-  // Elastic: up to `max_chunks` chunks of `chunk_count` buffers, registered
-  // with `access` through `registrar` (which outlives the pool).
+  // Elastic: up to `max_chunks` chunks of `chunk_count` buffers (a power of
+  // two), registered with `access` through `registrar` (which outlives the pool).
   BufferPool(std::uint32_t chunk_count, std::size_t buffer_size, Registrar& registrar, verbs::Access access,
              std::uint32_t max_chunks);
 
@@ -41,17 +44,15 @@ class BufferPool {
   ~BufferPool() = default;
 
   // The index space: every index below it names a buffer of a chunk made so far.
-  [[nodiscard]] std::uint32_t count() const noexcept {
-    return static_cast<std::uint32_t>(chunks_.size()) * chunk_count_;
-  }
+  [[nodiscard]] std::uint32_t count() const noexcept { return count_; }
   [[nodiscard]] std::size_t buffer_size() const noexcept { return size_; }
   // A fixed pool's memory (its one chunk), to register.
   [[nodiscard]] std::span<std::byte> bytes() const noexcept;
-  [[nodiscard]] std::span<std::byte> buffer(std::uint32_t index) const noexcept;
-
-  [[nodiscard]] std::uint32_t lkey(std::uint32_t index) const noexcept {
-    return chunks_[index / chunk_count_].lkey;
+  [[nodiscard]] std::span<std::byte> buffer(std::uint32_t index) const noexcept {
+    return {chunks_[index >> shift_].memory.get() + std::size_t{index & mask_} * size_, size_};
   }
+
+  [[nodiscard]] std::uint32_t lkey(std::uint32_t index) const noexcept { return chunks_[index >> shift_].lkey; }
   void set_lkey(std::uint32_t lkey) noexcept;  // a fixed pool's
 
   // Free-list use: take() returns false when every buffer is in use and no
@@ -79,7 +80,10 @@ class BufferPool {
   bool add_chunk() noexcept;
   void release_chunk(std::uint32_t chunk) noexcept;
 
-  std::uint32_t chunk_count_;
+  std::uint32_t chunk_count_;  // buffers per chunk
+  std::uint32_t shift_ = 0;     // index >> shift_: its chunk (1 << shift_ >= chunk_count_)
+  std::uint32_t mask_ = 0;      // index & mask_: its place in the chunk
+  std::uint32_t count_ = 0;     // the index space
   std::size_t size_;
   Registrar* registrar_ = nullptr;  // null: fixed
   verbs::Access access_ = verbs::Access::none;
@@ -87,6 +91,56 @@ class BufferPool {
   std::uint32_t live_chunks_ = 0;
   std::vector<Chunk> chunks_;
   std::vector<std::uint32_t> free_;
+};
+
+// Buffer indices in the order they were posted (receives on one QP, SENDs in
+// flight): completions come back in that order, so taking the oldest is the
+// usual removal and costs no shifting; any other is found and erased.
+class PostedIds {
+ public:
+  // Room for one more without allocating: compacts when at least half the
+  // vector is taken ones (so each id is moved O(1) times), else grows (false
+  // if that failed).
+  [[nodiscard]] bool make_room() noexcept {
+    if (ids_.size() < ids_.capacity()) return true;
+    if (head_ > 0 && head_ >= ids_.size() / 2) {
+      ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+      return true;
+    }
+    try {
+      ids_.reserve(std::max<std::size_t>(16, 2 * ids_.size()));
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  }
+  void push(std::uint32_t id) noexcept { ids_.push_back(id); }  // after make_room()
+  // Removes `id`; false if it is not here.
+  [[nodiscard]] bool remove(std::uint32_t id) noexcept {
+    if (head_ < ids_.size() && ids_[head_] == id) {
+      if (++head_ == ids_.size()) clear();
+      return true;
+    }
+    const auto it = std::find(ids_.begin() + static_cast<std::ptrdiff_t>(head_), ids_.end(), id);
+    if (it == ids_.end()) return false;
+    ids_.erase(it);
+    return true;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return ids_.size() - head_; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  void clear() noexcept {
+    ids_.clear();
+    head_ = 0;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = head_; i < ids_.size(); ++i) f(ids_[i]);
+  }
+
+ private:
+  std::vector<std::uint32_t> ids_;
+  std::size_t head_ = 0;  // ids_[head_..] are the ones here
 };
 
 }  // namespace rkv::kv::conn

@@ -31,7 +31,8 @@ std::size_t MessageChannel::max_message() const noexcept {
 
 bool MessageChannel::open_buffer() noexcept {
   std::uint32_t index = 0;
-  if (send_buffers() >= send_limit_ || !send_->take(index)) return false;
+  if (send_buffers_ >= send_limit_ || !send_->take(index)) return false;
+  ++send_buffers_;
   open_ = index;
   open_size_ = 0;
   return true;
@@ -41,6 +42,7 @@ void MessageChannel::seal_open() noexcept {
   if (!open_) return;
   if (open_size_ == 0) {
     send_->give_back(*open_);
+    --send_buffers_;
   } else {
     sealed_.push_back({*open_, open_size_});
   }
@@ -52,7 +54,7 @@ void MessageChannel::seal_open() noexcept {
 bool MessageChannel::can_append(std::size_t bytes) const noexcept {
   if (bytes > max_message()) return false;
   if (open_ && open_size_ + bytes <= max_message()) return true;
-  return send_buffers() < send_limit_ && send_->may_take();
+  return send_buffers_ < send_limit_ && send_->may_take();
 }
 
 AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
@@ -83,11 +85,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   while (posted < max_sends && !sealed_.empty()) {
     const Sealed s = sealed_.front();
     const auto bytes = send_->buffer(s.index).first(s.size);
-    try {
-      if (in_flight_.size() == in_flight_.capacity()) {
-        in_flight_.reserve(std::max<std::size_t>(16, 2 * in_flight_.size()));
-      }
-    } catch (const std::bad_alloc&) {
+    if (!in_flight_.make_room()) {
       if (error != nullptr) *error = ENOMEM;
       break;
     }
@@ -97,7 +95,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     }
     sealed_.pop_front();
     if (sent_account_ != nullptr) *sent_account_ += s.size;
-    in_flight_.push_back(s.index);
+    in_flight_.push(s.index);
     ++posted;
   }
   return posted;
@@ -105,11 +103,9 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
 
 bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {
   if (c.wr_id.kind() != WrKind::send || !c.wr_id.is_current(generation_)) return false;
-  // SENDs complete in the order they were posted: the first is the usual one.
-  const auto it = std::find(in_flight_.begin(), in_flight_.end(), c.wr_id.slot());
-  if (it == in_flight_.end()) return false;
-  in_flight_.erase(it);
+  if (!in_flight_.remove(c.wr_id.slot())) return false;
   send_->give_back(c.wr_id.slot());
+  --send_buffers_;
   return true;
 }
 
@@ -117,8 +113,9 @@ void MessageChannel::release_buffers() noexcept {
   seal_open();
   for (const Sealed& s : sealed_) send_->give_back(s.index);
   sealed_.clear();
-  for (const std::uint32_t i : in_flight_) send_->give_back(i);
+  in_flight_.for_each([&](std::uint32_t i) { send_->give_back(i); });
   in_flight_.clear();
+  send_buffers_ = 0;
 }
 
 }  // namespace rkv::kv::conn

@@ -95,9 +95,7 @@ class MessageChannel {
   [[nodiscard]] std::size_t open_messages() const noexcept { return open_messages_; }  // in the open buffer
   [[nodiscard]] std::size_t sends_in_flight() const noexcept { return in_flight_.size(); }
   // Send buffers held now: the open one, sealed ones, those in flight.
-  [[nodiscard]] std::size_t send_buffers() const noexcept {
-    return (open_ ? 1 : 0) + sealed_.size() + in_flight_.size();
-  }
+  [[nodiscard]] std::size_t send_buffers() const noexcept { return send_buffers_; }
   [[nodiscard]] std::size_t send_buffer_bytes() const noexcept { return send_buffers() * send_->buffer_size(); }
   // Gives every send buffer held back to the pool (the QP is destroyed: no
   // completion will return the ones in flight).
@@ -122,7 +120,8 @@ class MessageChannel {
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
   std::size_t open_messages_ = 0;
-  std::vector<std::uint32_t> in_flight_;  // posted SENDs' buffers, in posting order
+  PostedIds in_flight_;          // posted SENDs' buffers
+  std::size_t send_buffers_ = 0;  // taken from the pool and not given back: open + sealed + in flight
   std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
   std::uint64_t* sent_account_ = nullptr;

@@ -38,7 +38,6 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
   channel_.count_sent_bytes(&counters_->bytes_sent);
   channel_.set_send_limit(config_.max_send_buffers);
-  posted_.reserve(max_credits());
   pulls_.reserve(config_.max_pins);
 }
 
@@ -47,7 +46,7 @@ ServerConn::~ServerConn() {
   // transfers may be reused. Pins go with the entries.
   counters_->transfers_aborted += transfers_in_flight_;
   // No completion will return what the QP held: every buffer goes back now.
-  for (const std::uint32_t slot : posted_) recv_->give_back(slot);
+  posted_.for_each([&](std::uint32_t slot) { recv_->give_back(slot); });
   for (const Held& h : held_) {
     if (h.slot != kRecycled) recv_->give_back(h.slot);
   }
@@ -178,13 +177,13 @@ void ServerConn::finish(Key k) noexcept {
 }
 
 bool ServerConn::post_receive(std::uint32_t slot) noexcept {
-  if (const int rc = channel_.repost(slot); rc != 0) {
-    recv_->give_back(slot);
-    --allowance_;
+  const int rc = posted_.make_room() ? channel_.repost(slot) : ENOMEM;
+  if (rc != 0) {
+    drop(slot);
     fail(CloseCause::post_error, fmt::format("post_recv failed: errno {}", rc));
     return false;
   }
-  posted_.push_back(slot);  // reserved: never more than max_credits
+  posted_.push(slot);
   return true;
 }
 
@@ -261,12 +260,10 @@ Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
 }
 
 void ServerConn::on_recv(const verbs::Completion& c) noexcept {
-  const auto at = std::find(posted_.begin(), posted_.end(), c.wr_id.slot());
-  if (at == posted_.end()) {
+  if (!posted_.remove(c.wr_id.slot())) {
     ++counters_->stale_completions;
     return;
   }
-  posted_.erase(at);
   if (!serving() || !c.ok()) drop(c.wr_id.slot());  // not executed
   if (!serving()) return;  // flushed while closing: normal
   if (!c.ok()) {

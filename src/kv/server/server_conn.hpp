@@ -439,7 +439,7 @@ class ServerConn {
   std::string reason_;
 
   std::deque<Held> held_;
-  std::vector<std::uint32_t> posted_;  // receive buffers posted on the QP (reserved: max_credits)
+  conn::PostedIds posted_;             // receive buffers posted on the QP
   std::uint32_t allowance_ = 0;        // receive buffers held: posted_ + held_
   std::uint32_t window_ = 0;           // SENDs received since the allowance was last sized
   std::uint64_t low_water_ = 0;        // fewest credits the client had unspent in that window
