@@ -153,7 +153,8 @@ int kvd_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--reply-batch", opt.reply_batch,
                  "post a SEND of replies as soon as it holds this many, so the client starts on them while the "
-                 "rest of a batch runs (0: one SEND per batch of requests)")
+                 "rest of a batch runs, while no other connection has work waiting (0: one SEND per batch of "
+                 "requests)")
       ->check(CLI::Range(0u, 4096u))
       ->capture_default_str();
   PollFlags poll;

@@ -206,6 +206,32 @@ TEST_F(ServerConnTest, ReplyBatchPostsFullSendsMidBuffer) {
   EXPECT_EQ(credits, 1u);
 }
 
+// Crowded (other connections have work waiting): the same buffer's replies
+// wait for the flush at the end of the pass and go out as one SEND; back to
+// mid-buffer SENDs once the owner says it is alone again.
+TEST_F(ServerConnTest, CrowdedConnectionPostsItsRepliesOnceAtTheEndOfThePass) {
+  conn_.reset();
+  link_ = FakeLink{};
+  make(2);
+  const auto five = [](std::uint32_t a) {
+    return pack({proto::msg::get_request(a, "k"), proto::msg::get_request(a + 1, "k"),
+                 proto::msg::get_request(a + 2, "k"), proto::msg::get_request(a + 3, "k"),
+                 proto::msg::get_request(a + 4, "k")});
+  };
+  conn_->set_crowded(true);
+  ASSERT_EQ(deliver(five(1)), Verdict::keep);
+  EXPECT_TRUE(link_.sends.empty()) << "nothing posted mid-pass while crowded";
+  ASSERT_EQ(conn_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 1u);
+  const auto r = decode_all(link_.sends[0].bytes);
+  ASSERT_EQ(r.size(), 5u);
+  for (std::uint32_t i = 0; i < 5; ++i) EXPECT_EQ(r[i].header.req_id, i + 1);
+
+  conn_->set_crowded(false);
+  ASSERT_EQ(deliver(five(6)), Verdict::keep);
+  EXPECT_EQ(link_.sends.size(), 3u) << "alone again: two full SENDs of 2 replies before the flush";
+}
+
 TEST_F(ServerConnTest, ReceiveBufferIsRepostedAfterHandling) {
   const WrId first = link_.recvs[0].id;
   ASSERT_EQ(deliver(pack({proto::msg::get_request(1, "k")})), Verdict::keep);

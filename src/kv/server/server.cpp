@@ -558,6 +558,9 @@ Verdict Server::service(Conn& c, CqPass pass, std::size_t& handled) noexcept {
   Verdict v = Verdict::keep;
   auto feed = [&sc, &v](const verbs::Completion& wc) noexcept { v = v | sc.on_completion(wc); };
   handled = 0;
+  // Other connections with traffic listed: this one's replies wait for the
+  // end of its pass (ServerConn::set_crowded).
+  sc.set_crowded(polled_.size() > 1);
   int error = 0;
   switch (pass) {
     case CqPass::poll: {

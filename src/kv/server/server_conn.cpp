@@ -394,7 +394,7 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     if (out == Outcome::reply && !append_reply(reply, m.opcode(), h.received, m.rdv.has_value())) {
       return Progress::failed;
     }
-    if (config_.reply_batch != 0 && channel_.open_messages() >= config_.reply_batch &&
+    if (config_.reply_batch != 0 && !crowded_ && channel_.open_messages() >= config_.reply_batch &&
         flush() != Verdict::keep) {
       return Progress::failed;
     }

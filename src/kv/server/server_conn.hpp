@@ -183,7 +183,8 @@ struct ServerConnConfig {
   // Null: every CALL is answered no_handler.
   const Handlers* handlers = nullptr;
   // Post a SEND as soon as it holds this many replies, instead of at the end
-  // of the pass (0: at the end only). The client starts on the first replies
+  // of the pass (0: at the end only), while the owner says no other
+  // connection waits (set_crowded). The client starts on the first replies
   // while the rest are executed: its work and ours overlap.
   std::uint32_t reply_batch = 0;
   // Where each request's server time is recorded (latency.hpp; owned by the
@@ -225,6 +226,12 @@ class ServerConn {
   [[nodiscard]] Verdict on_durable(std::uint32_t wait, bool ok) noexcept;
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
+  // Whether other connections have work waiting (the owner says so before
+  // each pass): then replies go out once, at the end of the pass, not every
+  // reply_batch. Posting early overlaps one client's work with ours; with
+  // several clients it only wakes each one more often, and a woken client
+  // takes the CPU the others' requests wait for.
+  void set_crowded(bool crowded) noexcept { crowded_ = crowded; }
 
   // The owner closes the connection for its own reason (peer left, shutdown,
   // CQ failure): disconnect if this call decided it, keep if it was already
@@ -431,6 +438,7 @@ class ServerConn {
   Store* store_;
   ServerCounters* counters_;
   ServerConnConfig config_;
+  bool crowded_ = false;  // set_crowded: replies wait for the end of the pass
   BufferPool* recv_;
   MessageChannel channel_;
 
