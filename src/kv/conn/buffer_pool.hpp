@@ -17,6 +17,7 @@
 // Thread: the owner's (the reactor's); not thread-safe.
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,7 @@ class BufferPool {
   // A fixed pool's memory (its one chunk), to register.
   [[nodiscard]] std::span<std::byte> bytes() const noexcept;
   [[nodiscard]] std::span<std::byte> buffer(std::uint32_t index) const noexcept {
+    assert(index < count_ && chunks_[index >> shift_].memory);
     return {chunks_[index >> shift_].memory.get() + std::size_t{index & mask_} * size_, size_};
   }
 

@@ -23,7 +23,6 @@
 #include <limits>
 #include <optional>
 #include <span>
-#include <vector>
 
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/conn/link.hpp"
