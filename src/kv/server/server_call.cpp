@@ -78,7 +78,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
     }
     const std::size_t at = size_;
     size_ = need;
-    return (block_ ? block_->bytes.first(block_->capacity) : std::span<std::byte>(small_)).subspan(at, n);
+    return (block_ ? block_->block() : std::span<std::byte>(small_)).subspan(at, n);
   }
   void reserve(std::size_t n) override {
     assert_owner();
@@ -155,7 +155,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
     const std::size_t want = std::max(n, block_ ? block_->capacity * 2 : n);
     auto b = c_->arena_->allocate(want);
     if (!b) throw std::bad_alloc();
-    b->bytes = b->bytes.first(b->capacity);
+    b->bytes = b->block();  // the reply may grow into all of it
     proto::copy_bytes(b->bytes.data(), block_ ? block_->bytes.data() : small_.data(), size_);
     block_ = std::move(b);
     small_ = {};

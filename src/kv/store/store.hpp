@@ -36,6 +36,7 @@
 // that are due, a bounded number per call: that is what withdraws an expired
 // key's one-sided index entry without anyone asking for it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -66,6 +67,10 @@ struct LargeValue {
   // Bytes of the block from bytes.data() (>= bytes.size()); 0 = unknown. With
   // an index the key is stored right after the value, inside it.
   std::size_t capacity = 0;
+  // The whole block from bytes.data(): capacity bytes (bytes alone when unknown).
+  [[nodiscard]] std::span<std::byte> block() const noexcept {
+    return {bytes.data(), std::max(capacity, bytes.size())};
+  }
   [[nodiscard]] std::string_view view() const noexcept {
     return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
   }
