@@ -9,6 +9,7 @@
 // DELs included).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -36,11 +37,14 @@ using namespace std::chrono_literals;
 std::string pattern(std::size_t n, std::uint64_t seed) {
   std::string s(n, '\0');
   std::uint64_t x = 0x9E3779B97F4A7C15ull ^ (seed * 0xD1B54A32D192ED03ull);
-  for (auto& c : s) {
+  // Eight bytes per step through a raw pointer (this program is built at -O0,
+  // where a byte-wise loop over the string costs the guest far more).
+  char* p = s.data();
+  for (std::size_t i = 0; i < n; i += 8) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    c = static_cast<char>(x);
+    std::memcpy(p + i, &x, std::min<std::size_t>(8, n - i));
   }
   return s;
 }
