@@ -15,7 +15,6 @@
 //   after a DEL or an expiry (plus the lag) a one-sided GET finds nothing.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -29,6 +28,7 @@
 #include "kv/client/client.hpp"
 #include "kv/client/kv.h"
 #include "kvd_fixture.hpp"
+#include "pattern.hpp"
 #include "proto/crc32c.hpp"
 #include "proto/wire.hpp"
 #include "reactor/reactor.hpp"
@@ -47,17 +47,7 @@ constexpr auto kSlop = 20ms;
 // the rest u32][pad u32] then bytes drawn from (key id, version).
 std::string tagged(std::uint32_t key_id, std::uint32_t version, std::size_t n) {
   std::string v(n, '\0');
-  std::uint64_t x = 0x9E3779B97F4A7C15ull ^ ((std::uint64_t{key_id} << 32 | version) * 0xD1B54A32D192ED03ull);
-  // Eight bytes per step, through a raw pointer: this test program is built
-  // at -O0, where a byte-wise loop through std::string's operator[] was a
-  // tenth of the whole race test's CPU in the guest (perf).
-  char* p = v.data();
-  for (std::size_t i = 16; i < n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, std::min<std::size_t>(8, n - i));
-  }
+  test::fill_pattern(v.data() + 16, n - 16, std::uint64_t{key_id} << 32 | version);
   const std::uint32_t crc = proto::crc32c(v.data() + 16, n - 16);
   std::memcpy(v.data(), &key_id, 4);
   std::memcpy(v.data() + 4, &version, 4);

@@ -9,7 +9,6 @@
 // DELs included).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include "kv/client/client.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
+#include "pattern.hpp"
 #include "proto/crc32c.hpp"
 #include "proto/index_format.hpp"
 #include "reactor/reactor.hpp"
@@ -34,20 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string pattern(std::size_t n, std::uint64_t seed) {
-  std::string s(n, '\0');
-  std::uint64_t x = 0x9E3779B97F4A7C15ull ^ (seed * 0xD1B54A32D192ED03ull);
-  // Eight bytes per step through a raw pointer (this program is built at -O0,
-  // where a byte-wise loop over the string costs the guest far more).
-  char* p = s.data();
-  for (std::size_t i = 0; i < n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, std::min<std::size_t>(8, n - i));
-  }
-  return s;
-}
+using test::pattern;
 
 // RDMA READs a one-sided GET hit of `key` with this value costs: the
 // neighborhood, plus the value block unless value and key fit the entry.

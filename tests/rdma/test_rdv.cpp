@@ -28,6 +28,7 @@
 #include "kv/client/client_conn.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"
+#include "pattern.hpp"
 #include "proto/copy.hpp"
 #include "reactor/reactor.hpp"
 
@@ -41,17 +42,7 @@ namespace {
 using namespace std::chrono_literals;
 using Stats = std::map<std::string, std::uint64_t>;
 
-std::string pattern(std::size_t n, std::uint64_t seed) {
-  std::string s(n, '\0');
-  std::uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x);
-  }
-  return s;
-}
+using test::pattern;
 
 std::uint64_t checksum(std::string_view v) {
   std::uint64_t h = 1469598103934665603ull;
