@@ -441,7 +441,18 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
     }
   };
   for (unsigned i = 0; i < kDepth; ++i) issue();
-  while (completed < issued && Clock::now() - begin < 600s) reactor_.run_once(100ms);
+  // No bound on the whole run (how long 100,000 READs take is the machine's
+  // speed: a 600 s bound failed a slow guest at 96,294); only a stall ends it
+  // early: 120 s in which not one GET completed is a hang, and fails below.
+  auto progress_at = Clock::now();
+  std::uint64_t seen = 0;
+  while (completed < issued && Clock::now() - progress_at < 120s) {
+    reactor_.run_once(100ms);
+    if (completed != seen) {
+      seen = completed;
+      progress_at = Clock::now();
+    }
+  }
   const double secs = std::chrono::duration<double>(Clock::now() - begin).count();
   const std::uint64_t sets_during = sets.load();
   stop = true;
