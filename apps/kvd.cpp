@@ -12,6 +12,10 @@
 // default is half of the machine's memory or of the cgroup's limit, whichever
 // is smaller): SETs beyond it are answered no_memory, or with --eviction
 // lru|lfu make room by dropping cold keys (kv/store/eviction.cpp).
+//
+// --cluster etcd://HOST:PORT/NAME joins a cluster described in etcd
+// (docs/cluster.md): before the listening line kvd publishes itself as a
+// member under a lease it renews from the reactor, and revokes it on exit.
 #include "cli.hpp"
 #include "kvd.hpp"
 #include "kvd_ops.hpp"
@@ -32,6 +36,7 @@
 #include <optional>
 #include <string>
 
+#include "cluster/membership.hpp"
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
 #include "kv/conn/auth_token.hpp"
@@ -229,11 +234,46 @@ int kvd_main(int argc, char** argv) {
         kv::server::MetricsEndpoint::Options o;
         return parse_listen_address(v, o) ? std::string{} : "must be ADDR:PORT (numeric address, port 0-65535)";
       });
+  std::string cluster_text;
+  std::string advertise;
+  unsigned lease_ttl_s = 5;
+  auto* cluster_opt =
+      app.add_option("--cluster", cluster_text,
+                     "join the cluster etcd://HOST:PORT/NAME (docs/cluster.md): publish this kvd as a member under an "
+                     "etcd lease, renewed from the event loop; clients opened on the cluster find it there")
+          ->check([](const std::string& v) -> std::string {
+            cluster::ClusterUrl url;
+            std::string why;
+            return cluster::parse_cluster_url(v, url, why) ? std::string{} : why;
+          });
+  app.add_option("--advertise", advertise,
+                 "--cluster: the address clients connect to, as they must write it (default: --bind, which must then "
+                 "be one address)")
+      ->needs(cluster_opt);
+  app.add_option("--lease-ttl", lease_ttl_s,
+                 "--cluster: seconds without a renewal after which etcd drops this kvd from the members")
+      ->check(CLI::Range(2u, 600u))
+      ->needs(cluster_opt)
+      ->capture_default_str();
   app.add_flag("--repair", repair,
                "start even if a log or snapshot is corrupt in the middle: drop the damaged bytes (logged), keep "
                "every good record, rewrite the directory")
       ->needs(dir_opt);
   if (auto code = parse_cli(app, argc, argv)) return *code;
+  std::optional<cluster::ClusterUrl> cluster_url;
+  if (!cluster_text.empty()) {
+    std::string why;
+    cluster_url.emplace();
+    (void)cluster::parse_cluster_url(cluster_text, *cluster_url, why);  // checked by the option
+    if (advertise.empty()) {
+      if (opt.bind_address == "0.0.0.0" || opt.bind_address == "::") {
+        std::fprintf(stderr, "kvd: --cluster with --bind %s: say where clients connect with --advertise ADDR\n",
+                     opt.bind_address.c_str());
+        return 2;
+      }
+      advertise = opt.bind_address;
+    }
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
   lopt.interval = std::chrono::milliseconds(interval_ms);
   opt.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
@@ -313,12 +353,26 @@ int kvd_main(int argc, char** argv) {
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
     }
+    std::unique_ptr<cluster::MemberLease> member;
+    if (cluster_url) {
+      try {
+        member = std::make_unique<cluster::MemberLease>(
+            reactor, *cluster_url, cluster::Member{advertise, server.port(), max_memory}, std::chrono::seconds(lease_ttl_s));
+      } catch (const cluster::ClusterError& e) {
+        std::fprintf(stderr, "kvd: --cluster %s: %s\n", cluster_text.c_str(), e.what());
+        return 1;
+      }
+      std::printf("kvd: member %s of %s\n", member->key().c_str(), cluster_url->text().c_str());
+    }
+    // Last: whoever waits for this line (scripts/kvds, the tests) may use the server, and find it in its cluster.
     std::printf("kvd: listening on %s:%u\n", opt.bind_address.c_str(), static_cast<unsigned>(server.port()));
     if (opt.metrics) {
       std::printf("kvd: metrics on %s:%u\n", opt.metrics->address.c_str(), static_cast<unsigned>(server.metrics_port()));
     }
     std::fflush(stdout);
     reactor.run();
+    if (member) member->leave();  // the record goes now, not when the lease expires
+    member.reset();
     server_ptr = nullptr;
     if (log) log->close_sync();  // writes and syncs what is queued
     const auto final_stats = stats_json ? server.stats_json() : server.stats_text();

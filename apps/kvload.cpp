@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/server_list.hpp"
 #include "kv/load/report.hpp"
 #include "kv/load/workload.hpp"
 #include "reactor/reactor.hpp"
@@ -258,9 +260,9 @@ int kvload_main(int argc, char** argv) {
                  "without the trailing newline)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
-  if (std::string why; !proto::parse_server_list(f.server, f.port, f.servers, why)) {
+  if (std::string why; const int rc = kv::client::resolve_servers(f.server, f.port, f.servers, why)) {
     std::fprintf(stderr, "kvload: --server: %s\n", why.c_str());
-    return 2;
+    return rc == EINVAL ? 2 : 1;
   }
   if (auto token = client_auth_token("kvload", f.auth_token_file)) {
     f.auth_token = std::move(*token);

@@ -1,4 +1,4 @@
-// rkv: one executable for both roles, as the assignment asks (plus `rkv stats`). It picks the
+// rkv: one executable for both roles, as the assignment asks (plus `rkv stats`, `rkv top`, `rkv cluster`). It picks the
 // role from the name it was started under (kvd, kvload: links made by the
 // build) or from its first argument (`rkv server ...`, `rkv load ...`).
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include "cli.hpp"  // version_line
 #include "kvd.hpp"
 #include "kvload.hpp"
+#include "rkv_cluster.hpp"
 #include "rkv_stats.hpp"
 #include "rkv_top.hpp"
 
@@ -23,6 +24,7 @@ int usage() {
              "       kvload [OPTIONS]         (client; or: rkv load [OPTIONS])\n"
              "       rkv stats --server ADDR [--port P] [--json]   (a kvd's counters)\n"
              "       rkv top --server ADDR|LIST [--interval-ms MS] [--count N]   (a live view, a line per second)\n"
+             "       rkv cluster status --server etcd://HOST:PORT/NAME [--json]   (a cluster's members)\n"
              "       rkv --version\n"
              "       run any of them with --help for its options (each also takes --version)\n",
              stderr);
@@ -44,5 +46,6 @@ int main(int argc, char** argv) {
   if (role == "load" || role == "client" || role == "kvload") return rkv::apps::kvload_main(argc - 1, argv + 1);
   if (role == "stats") return rkv::apps::stats_main(argc - 1, argv + 1);
   if (role == "top") return rkv::apps::top_main(argc - 1, argv + 1);
+  if (role == "cluster") return rkv::apps::cluster_main(argc - 1, argv + 1);
   return usage();
 }

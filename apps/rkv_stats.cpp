@@ -15,6 +15,7 @@
 #include "stats_reply.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -26,6 +27,7 @@
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
+#include "kv/client/server_list.hpp"
 #include "kv/load/report.hpp"  // json_escape
 #include "kv/store/stats.hpp"
 #include "proto/placement.hpp"
@@ -74,9 +76,9 @@ int stats_main(int argc, char** argv) {
   if (!auth_token) return 2;
 
   std::vector<proto::ServerAddr> servers;
-  if (std::string why; !proto::parse_server_list(server, port, servers, why)) {
+  if (std::string why; const int rc = kv::client::resolve_servers(server, port, servers, why)) {
     std::fprintf(stderr, "rkv stats: --server: %s\n", why.c_str());
-    return 2;
+    return rc == EINVAL ? 2 : 1;
   }
   bool failed = false;
   std::string json_all;

@@ -22,6 +22,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +37,7 @@
 
 #include "cli.hpp"
 #include "kv/client/client.hpp"
+#include "kv/client/server_list.hpp"
 #include "kv/server/latency.hpp"
 #include "kv/store/histogram.hpp"
 #include "proto/placement.hpp"
@@ -162,9 +164,9 @@ int top_main(int argc, char** argv) {
   if (!auth_token) return 2;
   const kv::client::ClientOptions copt = stats_client_options(*auth_token);
   std::vector<proto::ServerAddr> addrs;
-  if (std::string why; !proto::parse_server_list(server, port, addrs, why)) {
+  if (std::string why; const int rc = kv::client::resolve_servers(server, port, addrs, why)) {
     std::fprintf(stderr, "rkv top: --server: %s\n", why.c_str());
-    return 2;
+    return rc == EINVAL ? 2 : 1;
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

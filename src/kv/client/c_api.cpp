@@ -24,6 +24,7 @@
 #include "kv/client/c_handle.hpp"
 #include "kv/conn/auth_token.hpp"
 #include "kv/client/client.hpp"
+#include "kv/client/server_list.hpp"
 #include "proto/call_ops.hpp"
 #include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
@@ -161,12 +162,12 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
   if (kv_handle == nullptr) return set_error(nullptr, EINVAL, "kv_open: kv_handle is NULL");
   if (servername == nullptr) return set_error(nullptr, EINVAL, "kv_open: servername is NULL");
   try {
-    // One server, or several separated by commas (placement: docs/protocol.md "Several servers").
+    // One server, several separated by commas (placement: docs/protocol.md "Several servers"), or a
+    // cluster's members (etcd://HOST:PORT/NAME, docs/cluster.md).
     std::vector<rkv::proto::ServerAddr> servers;
     std::string why;
-    if (!rkv::proto::parse_server_list(servername, KV_DEFAULT_PORT, servers, why)) {
-      return set_error(nullptr, EINVAL, std::string("kv_open: bad server name '") + servername + "': " + why +
-                                            " (expected host, host:port or a comma-separated list of them)");
+    if (const int rc = rkv::kv::client::resolve_servers(servername, KV_DEFAULT_PORT, servers, why)) {
+      return set_error(nullptr, rc, std::string("kv_open: server name '") + servername + "': " + why);
     }
     rkv::kv::client::ClientOptions opt;
     // An option given here, else its environment variable.

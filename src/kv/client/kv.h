@@ -73,6 +73,11 @@ extern "C" {
  * when a retry is due). kv_call (no key) is EINVAL on such a handle; kv_stats
  * gives each server's counters under a "# shard ID up|down" line; kv_counters
  * the sum over the servers plus shard_failures and reconnects lines.
+ * servername may also name a cluster, "etcd://HOST:PORT/NAME" (docs/cluster.md):
+ * kv_open reads its members from etcd (within 5 s) and opens them as the
+ * list above (a member that joins later is not seen by this handle). etcd
+ * unreachable: ECONNREFUSED, ETIMEDOUT or EPROTO; no member: EHOSTDOWN; a
+ * malformed address: EINVAL.
  * Environment: RKV_GET_MODE=rpc (default) or read. With "read", kv_get reads
  * values with one-sided RDMA READs of the server's index and memory, sending
  * no message (it falls back to a message GET when the index cannot answer, or

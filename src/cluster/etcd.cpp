@@ -1,0 +1,190 @@
+// EtcdClient: see etcd.hpp.
+#include "cluster/etcd.hpp"
+
+#include <curl/curl.h>
+
+#include <cerrno>
+#include <mutex>
+#include <optional>
+
+#include "cluster/etcd_wire.hpp"
+
+namespace rkv::cluster {
+
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  static CURLcode rc = CURLE_OK;
+  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (rc != CURLE_OK) throw ClusterError(ENOMEM, std::string("libcurl: ") + curl_easy_strerror(rc));
+}
+
+int errno_of(CURLcode rc) noexcept {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT: return ECONNREFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST: return EHOSTUNREACH;
+    case CURLE_OPERATION_TIMEDOUT: return ETIMEDOUT;
+    case CURLE_OUT_OF_MEMORY: return ENOMEM;
+    default: return EIO;
+  }
+}
+
+std::size_t on_data(char* data, std::size_t size, std::size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+}  // namespace
+
+struct EtcdClient::Request {
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  std::string url;
+  std::string body;
+  std::string response;
+  EtcdCallback cb;
+  char error[CURL_ERROR_SIZE] = {};
+
+  ~Request() {
+    if (easy != nullptr) curl_easy_cleanup(easy);
+    if (headers != nullptr) curl_slist_free_all(headers);
+  }
+};
+
+void EtcdReply::check(std::string_view what) const {
+  if (!ok) throw ClusterError(code != 0 ? code : EIO, std::string(what) + ": " + error);
+}
+
+EtcdClient::EtcdClient(reactor::Reactor& reactor, std::string endpoint, std::chrono::milliseconds timeout)
+    : reactor_(&reactor), endpoint_(std::move(endpoint)), timeout_(timeout) {
+  global_init();
+  multi_ = curl_multi_init();
+  if (multi_ == nullptr) throw ClusterError(ENOMEM, "libcurl: curl_multi_init failed");
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &EtcdClient::on_socket);
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &EtcdClient::on_timer);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
+}
+
+EtcdClient::~EtcdClient() {
+  reactor_->assert_owner_thread();
+  for (auto& [easy, r] : requests_) curl_multi_remove_handle(multi_, easy);
+  requests_.clear();
+  // curl_multi_cleanup closes the kept connections, telling on_socket first.
+  curl_multi_cleanup(multi_);
+  sockets_.clear();
+  timer_.reset();
+}
+
+void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb) {
+  reactor_->assert_owner_thread();
+  auto r = std::make_unique<Request>();
+  r->easy = curl_easy_init();
+  if (r->easy == nullptr) throw ClusterError(ENOMEM, "libcurl: curl_easy_init failed");
+  r->url = endpoint_ + std::string(path);
+  r->body = std::move(body);
+  r->cb = std::move(cb);
+  r->headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  CURL* e = r->easy;
+  curl_easy_setopt(e, CURLOPT_URL, r->url.c_str());
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.c_str());
+  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_data);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &r->response);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+  if (curl_multi_add_handle(multi_, e) != CURLM_OK) throw ClusterError(ENOMEM, "libcurl: curl_multi_add_handle failed");
+  requests_.emplace(e, std::move(r));
+}
+
+EtcdReply EtcdClient::call(std::string_view path, std::string body) {
+  reactor_->assert_owner_thread();
+  std::optional<EtcdReply> reply;
+  post(path, std::move(body), [&reply](EtcdReply& r) { reply = std::move(r); });
+  // curl's own timeout ends the request; the loop's deadline is a backstop.
+  const auto deadline = reactor::Reactor::now() + 2 * timeout_ + std::chrono::seconds(1);
+  while (!reply && reactor::Reactor::now() < deadline) reactor_->run_once(std::chrono::milliseconds(100));
+  if (!reply) {
+    EtcdReply r;
+    r.error = "no reply from etcd at " + endpoint_;
+    r.code = ETIMEDOUT;
+    return r;
+  }
+  return std::move(*reply);
+}
+
+int EtcdClient::on_socket(void* /*easy*/, int fd, int what, void* self_ptr, void* /*socketp*/) {
+  auto* self = static_cast<EtcdClient*>(self_ptr);
+  if (what == CURL_POLL_REMOVE) {
+    self->sockets_.erase(fd);  // before curl closes it
+    return 0;
+  }
+  std::uint32_t events = 0;
+  if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) events |= EPOLLIN;
+  if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) events |= EPOLLOUT;
+  if (auto it = self->sockets_.find(fd); it != self->sockets_.end()) {
+    it->second.modify(events);
+  } else {
+    self->sockets_.emplace(fd, self->reactor_->watch(fd, events, [self, fd](std::uint32_t revents) {
+      int flags = 0;
+      if ((revents & EPOLLIN) != 0) flags |= CURL_CSELECT_IN;
+      if ((revents & EPOLLOUT) != 0) flags |= CURL_CSELECT_OUT;
+      if ((revents & (EPOLLERR | EPOLLHUP)) != 0) flags |= CURL_CSELECT_ERR;
+      self->socket_action(fd, flags);  // may remove this very registration: touch nothing of it after
+    }));
+  }
+  return 0;
+}
+
+int EtcdClient::on_timer(void* /*multi*/, long timeout_ms, void* self_ptr) {
+  auto* self = static_cast<EtcdClient*>(self_ptr);
+  if (timeout_ms < 0) {
+    self->timer_.reset();
+    return 0;
+  }
+  self->timer_ = self->reactor_->after(std::chrono::milliseconds(timeout_ms),
+                                       [self] { self->socket_action(CURL_SOCKET_TIMEOUT, 0); });
+  return 0;
+}
+
+void EtcdClient::socket_action(int fd, int flags) {
+  int running = 0;
+  curl_multi_socket_action(multi_, fd, flags, &running);
+  complete_done();
+}
+
+void EtcdClient::complete_done() {
+  int left = 0;
+  while (CURLMsg* m = curl_multi_info_read(multi_, &left)) {
+    if (m->msg != CURLMSG_DONE) continue;
+    CURL* e = m->easy_handle;
+    const CURLcode rc = m->data.result;
+    auto it = requests_.find(e);
+    if (it == requests_.end()) continue;
+    std::unique_ptr<Request> r = std::move(it->second);
+    requests_.erase(it);
+    curl_multi_remove_handle(multi_, e);
+    EtcdReply reply;
+    if (rc != CURLE_OK) {
+      reply.error = r->error[0] != '\0' ? std::string(r->error) : std::string(curl_easy_strerror(rc));
+      reply.error += " (etcd at " + endpoint_ + ")";
+      reply.code = errno_of(rc);
+    } else {
+      curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &reply.http_status);
+      reply.ok = reply.http_status == 200;
+      if (!reply.ok) {
+        reply.error = "HTTP " + std::to_string(reply.http_status) + " from etcd at " + endpoint_ + ": " +
+                      error_message(r->response);
+        reply.code = EPROTO;
+      }
+      reply.body = std::move(r->response);
+    }
+    r->cb(reply);
+  }
+}
+
+}  // namespace rkv::cluster

@@ -1,0 +1,95 @@
+#pragma once
+// EtcdClient: HTTP POSTs to etcd's v3 JSON gateway (etcd_wire.hpp), driven by
+// a Reactor so a kvd keeps its lease alive without blocking its data path
+// (docs/cluster.md "Talking to etcd").
+//
+// libcurl's multi interface does the HTTP: curl tells us which sockets to
+// watch (each becomes a reactor Registration) and when to call it back (one
+// reactor Timer); the reactor's events go back to curl_multi_socket_action.
+// Connections to etcd are kept and reused between requests.
+//
+// Owns: the curl multi handle, one easy handle per request in flight, the
+// Registrations of curl's sockets and the timer. The Reactor is the caller's
+// and must outlive it.
+//
+// Thread: the reactor's. A request's callback runs on the reactor, once; it
+// may post more requests but must not destroy the EtcdClient. The destructor
+// drops requests still in flight without calling their callbacks.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "reactor/reactor.hpp"
+
+namespace rkv::cluster {
+
+// A failure to reach or use etcd where the caller cannot go on (setup:
+// kvd --cluster joining, a client reading a cluster's members). `code` is
+// an errno value for the C API (ECONNREFUSED, ETIMEDOUT, EPROTO, EHOSTDOWN, ...).
+class ClusterError : public std::runtime_error {
+ public:
+  ClusterError(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+struct EtcdReply {
+  bool ok = false;       // an HTTP 200 reply arrived; body holds it
+  long http_status = 0;  // 0: no HTTP reply at all (connect failed, timed out)
+  std::string body;
+  std::string error;     // why not ok: curl's message or the gateway's
+  int code = 0;          // why not ok, as an errno value
+
+  // Throws ClusterError(code, what + ": " + error) unless ok.
+  void check(std::string_view what) const;
+};
+using EtcdCallback = std::function<void(EtcdReply&)>;
+
+class EtcdClient {
+ public:
+  // `endpoint`: "http://HOST:PORT" (ClusterUrl::endpoint()); `timeout`
+  // bounds each request, connecting included. Throws ClusterError if libcurl
+  // cannot be set up.
+  EtcdClient(reactor::Reactor& reactor, std::string endpoint, std::chrono::milliseconds timeout);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+  EtcdClient(EtcdClient&&) = delete;
+  EtcdClient& operator=(EtcdClient&&) = delete;
+
+  // Async: POSTs `body` to endpoint + path; `cb` runs with the reply (or the
+  // failure) from a reactor callback. Throws std::bad_alloc, ClusterError if
+  // curl refuses the request (out of memory).
+  void post(std::string_view path, std::string body, EtcdCallback cb);
+  // Sync, for setup and shutdown: posts and runs the reactor until the reply
+  // (at most the timeout). Outside reactor callbacks only.
+  [[nodiscard]] EtcdReply call(std::string_view path, std::string body);
+
+  [[nodiscard]] std::size_t in_flight() const noexcept { return requests_.size(); }
+  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
+
+ private:
+  struct Request;
+  static int on_socket(void* easy, int fd, int what, void* self, void* socketp);
+  static int on_timer(void* multi, long timeout_ms, void* self);
+  void socket_action(int fd, int flags);
+  void complete_done();
+
+  reactor::Reactor* reactor_;
+  std::string endpoint_;
+  std::chrono::milliseconds timeout_;
+  void* multi_ = nullptr;  // CURLM*
+  std::unordered_map<void*, std::unique_ptr<Request>> requests_;  // by CURL*
+  std::unordered_map<int, reactor::Registration> sockets_;       // curl's sockets
+  reactor::Timer timer_;
+};
+
+}  // namespace rkv::cluster

@@ -1,0 +1,75 @@
+#pragma once
+// etcd's v3 JSON gateway, as bytes: the request bodies this project sends and
+// strict parsers of the replies it reads (docs/cluster.md "Talking to etcd").
+// The gateway is etcd's gRPC API mapped to JSON over HTTP POST: keys and
+// values travel base64-encoded, 64-bit numbers as decimal strings, fields at
+// their default value (0, false, empty) are left out.
+//
+// Pure: no I/O, so every parser here is unit-tested on hostile input
+// (tests/unit/test_etcd_wire.cpp). A reply that is not what the call expects
+// parses to std::nullopt with why in `error`, never an exception.
+//
+// Owns: nothing. Thread: any.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rkv::cluster {
+
+[[nodiscard]] std::string base64_encode(std::string_view bytes);
+// Strict: standard alphabet, padded to a multiple of 4; nullopt otherwise.
+[[nodiscard]] std::optional<std::string> base64_decode(std::string_view text);
+
+// The range_end that makes a range (or a watch) cover every key starting
+// with `prefix`: the prefix with its last byte incremented (a byte of 0xff is
+// dropped and the one before it incremented). `prefix` must not be empty.
+[[nodiscard]] std::string prefix_end(std::string_view prefix);
+
+// Request bodies (paths: the kPath* constants).
+inline constexpr std::string_view kPathGrant = "/v3/lease/grant";
+inline constexpr std::string_view kPathKeepAlive = "/v3/lease/keepalive";
+inline constexpr std::string_view kPathRevoke = "/v3/lease/revoke";
+inline constexpr std::string_view kPathPut = "/v3/kv/put";
+inline constexpr std::string_view kPathRange = "/v3/kv/range";
+inline constexpr std::string_view kPathDelete = "/v3/kv/deleterange";
+
+[[nodiscard]] std::string grant_body(std::int64_t ttl_seconds);
+[[nodiscard]] std::string keepalive_body(std::int64_t lease);
+[[nodiscard]] std::string revoke_body(std::int64_t lease);
+// lease 0: the key lives until deleted.
+[[nodiscard]] std::string put_body(std::string_view key, std::string_view value, std::int64_t lease);
+// Every key starting with `prefix`.
+[[nodiscard]] std::string range_prefix_body(std::string_view prefix);
+[[nodiscard]] std::string delete_body(std::string_view key);
+
+struct Lease {
+  std::int64_t id = 0;
+  std::int64_t ttl = 0;  // seconds; 0 from a keepalive: the lease is gone
+};
+struct KeyValue {
+  std::string key;
+  std::string value;
+  std::int64_t lease = 0;
+  std::int64_t mod_revision = 0;
+};
+struct RangeResult {
+  std::int64_t revision = 0;  // the store's revision the range was read at
+  std::vector<KeyValue> kvs;
+};
+
+// Reply parsers. Each takes the HTTP body of a 200 reply.
+[[nodiscard]] std::optional<Lease> parse_grant(std::string_view body, std::string& error);
+// A keepalive reply: {"result": {... "ID", "TTL"}}; TTL absent or 0 means
+// the lease expired or was revoked.
+[[nodiscard]] std::optional<Lease> parse_keepalive(std::string_view body, std::string& error);
+[[nodiscard]] std::optional<RangeResult> parse_range(std::string_view body, std::string& error);
+// Any reply that carries a header (put, delete, revoke): its revision.
+[[nodiscard]] std::optional<std::int64_t> parse_header_revision(std::string_view body, std::string& error);
+// The gateway's error body ({"error": ..., "code": N, "message": ...}), for a
+// reply whose HTTP status is not 200: the message, or the body cut short.
+[[nodiscard]] std::string error_message(std::string_view body);
+
+}  // namespace rkv::cluster

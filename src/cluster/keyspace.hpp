@@ -1,0 +1,54 @@
+#pragma once
+// A cluster's place in etcd (docs/cluster.md "The keyspace"): the
+// `etcd://HOST:PORT/NAME` address every tool takes, the keys under
+// /rkv/NAME/, and the member record each kvd keeps there under its lease.
+//
+// Pure: no I/O (tests/unit/test_etcd_wire.cpp).
+//
+// Owns: nothing. Thread: any.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rkv::cluster {
+
+inline constexpr std::string_view kScheme = "etcd://";
+inline constexpr std::uint16_t kDefaultEtcdPort = 2379;
+
+// "etcd://HOST[:PORT]/NAME": where etcd's client API listens and the
+// cluster's name. NAME: 1 to 64 of [A-Za-z0-9_.-].
+struct ClusterUrl {
+  std::string host;  // as written ("[v6]" without its brackets)
+  std::uint16_t port = kDefaultEtcdPort;
+  std::string name;
+
+  [[nodiscard]] std::string endpoint() const;        // "http://HOST:PORT", for the HTTP client
+  [[nodiscard]] std::string prefix() const;          // "/rkv/NAME/"
+  [[nodiscard]] std::string members_prefix() const;  // "/rkv/NAME/members/"
+  [[nodiscard]] std::string text() const;            // "etcd://HOST:PORT/NAME"
+};
+
+// True if `text` names a cluster (starts with etcd://), whether or not it parses.
+[[nodiscard]] bool is_cluster_url(std::string_view text) noexcept;
+// False (and why in `error`) for anything but the form above.
+[[nodiscard]] bool parse_cluster_url(std::string_view text, ClusterUrl& out, std::string& error);
+
+// What a kvd publishes about itself: where clients connect (`host` as they
+// must write it, see proto::ServerAddr) and its memory limit. The key is
+// members_prefix() + proto::server_id(host, port).
+struct Member {
+  std::string host;
+  std::uint16_t port = 0;
+  std::uint64_t capacity = 0;  // bytes: kvd's --max-memory
+
+  [[nodiscard]] std::string id() const;  // proto::server_id(host, port)
+};
+[[nodiscard]] std::string member_key(const ClusterUrl& url, const Member& m);
+[[nodiscard]] std::string member_value(const Member& m);  // one JSON object
+// A member record; nullopt (and why) if it is not one (another version's
+// record, or a key someone wrote by hand).
+[[nodiscard]] std::optional<Member> parse_member(std::string_view value, std::string& error);
+
+}  // namespace rkv::cluster

@@ -1,0 +1,150 @@
+// Membership through etcd leases: see membership.hpp.
+#include "cluster/membership.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "cluster/etcd_wire.hpp"
+
+namespace rkv::cluster {
+
+namespace {
+
+// Requests to etcd: long enough for a loaded TCG guest, short against the TTL.
+constexpr std::chrono::milliseconds kRequestTimeout{2'000};
+
+Lease grant_sync(EtcdClient& etcd, std::chrono::seconds ttl) {
+  const EtcdReply reply = etcd.call(kPathGrant, grant_body(ttl.count()));
+  reply.check("etcd lease grant");
+  std::string why;
+  const auto lease = parse_grant(reply.body, why);
+  if (!lease) throw ClusterError(EPROTO, "etcd lease grant: " + why);
+  return *lease;
+}
+
+}  // namespace
+
+std::string_view to_string(LeaseState s) noexcept {
+  switch (s) {
+    case LeaseState::joined: return "joined";
+    case LeaseState::rejoining: return "rejoining";
+    case LeaseState::left: return "left";
+  }
+  return "?";
+}
+
+MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl)
+    : reactor_(&reactor),
+      url_(std::move(url)),
+      self_(std::move(self)),
+      ttl_(std::max(ttl, std::chrono::seconds(2))),
+      key_(member_key(url_, self_)),
+      etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
+  lease_ = grant_sync(etcd_, ttl_).id;
+  etcd_.call(kPathPut, put_body(key_, member_value(self_), lease_)).check("etcd put of " + key_);
+  renew_timer_ = reactor_->every(renew_period(), [this] { renew(); });
+  spdlog::info("kvd: joined cluster {} as {} (lease {:x}, {} s)", url_.text(), self_.id(), lease_, ttl_.count());
+}
+
+MemberLease::~MemberLease() = default;
+
+void MemberLease::leave() noexcept {
+  if (state_ == LeaseState::left) return;
+  state_ = LeaseState::left;
+  renew_timer_.reset();
+  try {
+    const EtcdReply reply = etcd_.call(kPathRevoke, revoke_body(lease_));
+    if (!reply.ok) {
+      spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), reply.error);
+      return;
+    }
+    spdlog::info("kvd: left cluster {}", url_.text());
+  } catch (const std::exception& e) {
+    spdlog::warn("kvd: leaving cluster {}: {}", url_.text(), e.what());
+  }
+}
+
+void MemberLease::renew() {
+  if (in_flight_ || state_ == LeaseState::left) return;
+  if (state_ == LeaseState::rejoining) {
+    rejoin();  // the last attempt failed: try again
+    return;
+  }
+  in_flight_ = true;
+  etcd_.post(kPathKeepAlive, keepalive_body(lease_), [this](EtcdReply& r) { on_renewed(r); });
+}
+
+void MemberLease::on_renewed(EtcdReply& reply) {
+  in_flight_ = false;
+  if (state_ == LeaseState::left) return;
+  if (!reply.ok) return on_failure("renewing the lease", reply.error);
+  std::string why;
+  const auto lease = parse_keepalive(reply.body, why);
+  if (!lease) return on_failure("renewing the lease", why);
+  if (failing_) spdlog::info("kvd: cluster {}: etcd answers again", url_.text());
+  failing_ = false;
+  if (lease->ttl > 0) return;
+  // Expired: etcd deleted the record. Join again under a new lease.
+  spdlog::warn("kvd: cluster {}: the lease expired (not renewed within {} s); joining again", url_.text(),
+               ttl_.count());
+  ++rejoins_;
+  state_ = LeaseState::rejoining;
+  rejoin();
+}
+
+void MemberLease::rejoin() {
+  in_flight_ = true;
+  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this](EtcdReply& r) {
+    if (state_ == LeaseState::left) return void(in_flight_ = false);
+    std::string why;
+    std::optional<Lease> lease;
+    if (!r.ok || !(lease = parse_grant(r.body, why))) {
+      in_flight_ = false;
+      return on_failure("granting a new lease", r.ok ? why : r.error);
+    }
+    lease_ = lease->id;
+    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this](EtcdReply& p) {
+      in_flight_ = false;
+      if (state_ == LeaseState::left) return;
+      if (!p.ok) return on_failure("putting the member record", p.error);
+      state_ = LeaseState::joined;
+      failing_ = false;
+      spdlog::info("kvd: joined cluster {} again (lease {:x})", url_.text(), lease_);
+    });
+  });
+}
+
+void MemberLease::on_failure(std::string_view what, const std::string& why) {
+  ++renew_failures_;
+  if (!failing_) {
+    spdlog::warn("kvd: cluster {}: {}: {} (retrying every {} ms)", url_.text(), what, why, renew_period().count());
+  }
+  failing_ = true;
+}
+
+std::vector<Member> read_members(const ClusterUrl& url, std::chrono::milliseconds timeout) {
+  reactor::Reactor reactor;
+  std::vector<Member> out;
+  {
+    EtcdClient etcd(reactor, url.endpoint(), timeout);
+    const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.members_prefix()));
+    reply.check("reading the members of " + url.text());
+    std::string why;
+    const auto range = parse_range(reply.body, why);
+    if (!range) throw ClusterError(EPROTO, "reading the members of " + url.text() + ": " + why);
+    for (const auto& kv : range->kvs) {
+      auto m = parse_member(kv.value, why);
+      if (!m) {
+        spdlog::warn("cluster {}: skipping {}: {}", url.text(), kv.key, why);
+        continue;
+      }
+      out.push_back(std::move(*m));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Member& a, const Member& b) { return a.id() < b.id(); });
+  return out;
+}
+
+}  // namespace rkv::cluster

@@ -1,0 +1,90 @@
+#pragma once
+// A cluster's members in etcd (docs/cluster.md "Membership"): the lease a
+// kvd keeps its member record under (MemberLease), and the read a client
+// makes of every member (read_members).
+//
+// A kvd joins by granting a lease of --lease-ttl seconds and putting its
+// record (keyspace.hpp) under it; it renews the lease every third of the TTL
+// from a reactor timer, without blocking the data path. When the kvd dies,
+// or stops renewing for longer than the TTL (killed, paused, cut off from
+// etcd), etcd expires the lease and deletes the record: etcd, not the kvd,
+// decides that a member is gone. A kvd that finds its lease expired while it
+// still runs joins again under a new one. Leaving (shutdown) revokes the
+// lease, so the record goes at once.
+//
+// Owns: its EtcdClient, the renewal timer. The Reactor is the caller's and
+// must outlive it. Thread: the reactor's.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/etcd.hpp"
+#include "cluster/keyspace.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::cluster {
+
+enum class LeaseState : std::uint8_t {
+  joined,     // the lease is live and the record is under it
+  rejoining,  // the lease expired (etcd said TTL 0): a new grant + put is in flight
+  left,       // leave() ran: revoked (or given up)
+};
+[[nodiscard]] std::string_view to_string(LeaseState s) noexcept;
+
+class MemberLease {
+ public:
+  // Joins (sync, setup): grants the lease and puts the record; throws
+  // ClusterError if etcd cannot be reached or refuses. `ttl` >= 2 s.
+  MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl);
+  ~MemberLease();  // stops renewing; leave() first to remove the record at once
+  MemberLease(const MemberLease&) = delete;
+  MemberLease& operator=(const MemberLease&) = delete;
+  MemberLease(MemberLease&&) = delete;
+  MemberLease& operator=(MemberLease&&) = delete;
+
+  // Revokes the lease (sync, bounded by the request timeout; outside reactor
+  // callbacks). A failure is logged: the record then goes when the lease
+  // expires. Idempotent.
+  void leave() noexcept;
+
+  [[nodiscard]] LeaseState state() const noexcept { return state_; }
+  [[nodiscard]] std::int64_t lease() const noexcept { return lease_; }
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+  // Renewals that failed to reach etcd, and times the lease was found expired.
+  [[nodiscard]] std::uint64_t renew_failures() const noexcept { return renew_failures_; }
+  [[nodiscard]] std::uint64_t rejoins() const noexcept { return rejoins_; }
+
+ private:
+  [[nodiscard]] std::chrono::milliseconds renew_period() const noexcept {
+    return std::chrono::milliseconds(ttl_) / 3;  // 2 s: 666 ms
+  }
+  void renew();                       // the timer: one keepalive, unless one is in flight
+  void on_renewed(EtcdReply& reply);  // keepalive reply
+  void rejoin();                      // grant, then put (async)
+  void on_failure(std::string_view what, const std::string& why);
+
+  reactor::Reactor* reactor_;
+  ClusterUrl url_;
+  Member self_;
+  std::chrono::seconds ttl_;
+  std::string key_;
+  EtcdClient etcd_;
+  reactor::Timer renew_timer_;
+  std::int64_t lease_ = 0;
+  LeaseState state_ = LeaseState::joined;
+  bool in_flight_ = false;   // a keepalive or a rejoin step is out
+  bool failing_ = false;     // the last request failed (logged once per streak)
+  std::uint64_t renew_failures_ = 0;
+  std::uint64_t rejoins_ = 0;
+};
+
+// Every member of the cluster, ordered by id, none if no kvd joined it
+// (sync: its own reactor, at most `timeout`). Records that do not parse are
+// skipped with a warning. Throws ClusterError: etcd unreachable or refusing
+// (its errno), a reply that is not etcd's (EPROTO).
+[[nodiscard]] std::vector<Member> read_members(const ClusterUrl& url, std::chrono::milliseconds timeout);
+
+}  // namespace rkv::cluster

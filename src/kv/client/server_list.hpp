@@ -1,0 +1,31 @@
+#pragma once
+// The servers a client opens, from what its user wrote: a static list
+// ("h1:7471,h2,[::1]:7473", proto::parse_server_list) or a cluster in etcd
+// ("etcd://HOST:PORT/NAME": its members at the time of the call,
+// docs/cluster.md). kv_open, kvload, rkv stats and rkv top all take their
+// --server (servername) through here.
+//
+// Owns: nothing. Thread: any (a cluster is read on a reactor of its own).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/placement.hpp"
+
+namespace rkv::kv::client {
+
+// How long reading a cluster's members may take (etcd's reply).
+inline constexpr std::chrono::milliseconds kClusterReadTimeout{5'000};
+
+// 0 and the servers in `out`, or an errno value and why in `error`:
+// EINVAL for a malformed list or cluster address; for a cluster, etcd's
+// failure (ECONNREFUSED, ETIMEDOUT, EPROTO, ...) or EHOSTDOWN when it has
+// no member.
+[[nodiscard]] int resolve_servers(std::string_view text, std::uint16_t default_port,
+                                  std::vector<proto::ServerAddr>& out, std::string& error,
+                                  std::chrono::milliseconds timeout = kClusterReadTimeout);
+
+}  // namespace rkv::kv::client

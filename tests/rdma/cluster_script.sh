@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# cluster_script (rdma suite): a cluster described in etcd (docs/cluster.md),
+# through scripts/cluster: etcd + 3 kvd --cluster, then clients that name
+# only the cluster.
+#
+#   tests/rdma/cluster_script.sh REPO BUILD   (meson test `cluster_script`, via scripts/softroce exec)
+#
+# Checks, each with a generous deadline and none on speed:
+#  - the 3 kvd are the members etcd lists (`rkv cluster status`), with the
+#    ids of the list scripts/kvds hands over, so placement is the same;
+#  - kvload --verify and rkv stats over etcd://...: every key on some member;
+#  - kill -9 of a member: etcd drops it when its lease expires, and a client
+#    opened on the cluster then works over the other two;
+#  - a member paused (SIGSTOP) past its lease is dropped, and joins again by
+#    itself after SIGCONT;
+#  - a 4th kvd (lease 600 s) joins; SIGTERM makes it leave at once (gone on
+#    its exit, long before its lease could expire);
+#  - bad input: a kvd that cannot reach etcd exits 1, a client of an
+#    unreachable etcd or an empty cluster exits 1, a malformed address 2.
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 REPO BUILD" >&2; exit 2; }
+REPO=$1 BUILD=$2
+fail() { echo "cluster_script: FAILED: $*" >&2; exit 1; }
+[ -n "${SOFTROCE_ADDR:-}" ] || fail "SOFTROCE_ADDR is not set (run through scripts/softroce exec)"
+work=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$work"' EXIT
+for i in $(seq 1 60); do echo "SET key$i value$i"; done >"$work/load.txt"
+for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
+
+# shellcheck disable=SC2016  # expanded by the inner shell
+"$REPO/scripts/cluster" --build "$BUILD" 3 --lease-ttl 2 --log-level warn -- bash -c '
+  set -u
+  work=$1 B=$2/apps
+  fail() { echo "cluster_script: FAILED: $*" >&2; exit 1; }
+  members() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | grep "^member " | cut -d" " -f2 | sort | tr "\n" " "; }
+  # Waits (at most 120 s) until the members are exactly $1.
+  await_members() {
+    local t0=$SECONDS got
+    while :; do
+      got=$(members)
+      [ "$got" = "$1" ] && return 0
+      [ $((SECONDS - t0)) -lt 120 ] || fail "$2: members are \"$got\", expected \"$1\""
+      sleep 0.5
+    done
+  }
+  "$B/kvload" --server "${RKV_CLUSTER%/*}/nobody" --file "$work/load.txt" >"$work/out" 2>&1
+  [ $? = 1 ] && grep -q "has no members" "$work/out" || fail "kvload on an empty cluster: $(cat "$work/out")"
+  expected=$(echo "$RKV_SERVERS" | tr "," "\n" | sort | tr "\n" " ")
+  [ "$(members)" = "$expected" ] || fail "members \"$(members)\" are not the kvd \"$expected\""
+
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q || fail "kvload --verify over the cluster"
+  "$B/rkv" stats --server "$RKV_CLUSTER" >"$work/stats" || fail "rkv stats over the cluster"
+  [ "$(grep -c "^# server " "$work/stats")" = 3 ] || fail "rkv stats did not ask 3 servers: $(cat "$work/stats")"
+  total=0
+  grep "^keys " "$work/stats" >"$work/keys"
+  while read -r _ v; do total=$((total + v)); done <"$work/keys"
+  [ "$total" = 60 ] || fail "the members hold $total keys, not 60"
+
+  set -- $RKV_KVD_PIDS
+  victim=$1 paused=$2
+  IFS=, read -r -a list <<<"$RKV_SERVERS"
+  kill -9 "$victim"
+  rest=$(printf "%s\n" "${list[1]}" "${list[2]}" | sort | tr "\n" " ")
+  await_members "$rest" "after kill -9 of ${list[0]}"
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q || fail "kvload over the 2 members left"
+
+  kill -STOP "$paused"
+  await_members "${list[2]} " "with ${list[1]} paused past its lease"
+  kill -CONT "$paused"
+  await_members "$rest" "after SIGCONT of ${list[1]} (it should join again)"
+
+  "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port 0 --cluster "$RKV_CLUSTER" --lease-ttl 600 >"$work/kvd4.log" 2>&1 &
+  fourth=$!
+  t0=$SECONDS
+  until grep -q "^kvd: listening on " "$work/kvd4.log"; do
+    kill -0 "$fourth" 2>/dev/null && [ $((SECONDS - t0)) -lt 120 ] || fail "a 4th kvd did not start: $(cat "$work/kvd4.log")"
+    sleep 0.2
+  done
+  id4=$(sed -n "s/^kvd: listening on //p" "$work/kvd4.log")
+  with4=$(printf "%s\n" "${list[1]}" "${list[2]}" "$id4" | sort | tr "\n" " ")
+  [ "$(members)" = "$with4" ] || fail "the 4th kvd is not a member once listening: \"$(members)\""
+  kill -TERM "$fourth"
+  wait "$fourth" || fail "the 4th kvd exited with status $? on SIGTERM"
+  [ "$(members)" = "$rest" ] || fail "the 4th kvd (lease 600 s) is still a member after it exited: \"$(members)\""
+  grep -q "left cluster" "$work/kvd4.log" || fail "the 4th kvd did not say it left: $(cat "$work/kvd4.log")"
+' _ "$work" "$BUILD"
+rc=$?
+[ "$rc" = 0 ] || fail "the command over the cluster failed (status $rc)"
+
+# Bad input: clear errors, right exit statuses.
+"$BUILD/apps/kvd" --bind "$SOFTROCE_ADDR" --port 0 --cluster etcd://127.0.0.1:1/x >"$work/out" 2>&1
+[ $? = 1 ] && grep -q "cluster" "$work/out" || fail "kvd with an unreachable etcd: $(cat "$work/out")"
+"$BUILD/apps/kvd" --port 0 --cluster etcd://127.0.0.1:1/x >"$work/out" 2>&1
+[ $? = 2 ] && grep -q -- "--advertise" "$work/out" || fail "kvd --cluster on every address without --advertise: $(cat "$work/out")"
+"$BUILD/apps/kvload" --server etcd://127.0.0.1:1/x --file "$work/load.txt" >"$work/out" 2>&1
+[ $? = 1 ] && grep -q "etcd" "$work/out" || fail "kvload with an unreachable etcd: $(cat "$work/out")"
+"$BUILD/apps/kvload" --server etcd://127.0.0.1 --file "$work/load.txt" >"$work/out" 2>&1
+[ $? = 2 ] || fail "kvload with a malformed cluster address: $(cat "$work/out")"
+echo "cluster_script: ok"

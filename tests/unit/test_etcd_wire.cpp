@@ -1,0 +1,163 @@
+// etcd's JSON gateway bodies and a cluster's keys (cluster/etcd_wire.hpp,
+// cluster/keyspace.hpp): round trips, the gateway's real replies (captured
+// from etcd 3.4, Debian 12's), and hostile ones that must parse to an error.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster/etcd_wire.hpp"
+#include "cluster/keyspace.hpp"
+
+namespace rkv::cluster {
+namespace {
+
+TEST(EtcdWire, Base64RoundTripsEveryLengthAndByte) {
+  std::string bytes;
+  for (int i = 0; i < 300; ++i) {
+    bytes.push_back(static_cast<char>(i * 7 + 3));
+    const auto text = base64_encode(bytes);
+    EXPECT_EQ(text.size() % 4, 0u);
+    const auto back = base64_decode(text);
+    ASSERT_TRUE(back) << text;
+    EXPECT_EQ(*back, bytes);
+  }
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode("/rkv/c/members/b"), "L3Jrdi9jL21lbWJlcnMvYg==");
+  EXPECT_EQ(base64_decode(""), std::string());
+}
+
+TEST(EtcdWire, Base64RejectsWhatIsNotStrictBase64) {
+  for (const char* bad : {"Zm9", "Zm9v=", "Zm=v", "Z===", "Zm9v\n", "Zm 9", "Zm9*", "=Zm9", "Zg==Zm9v"}) {
+    EXPECT_FALSE(base64_decode(bad)) << bad;
+  }
+}
+
+TEST(EtcdWire, PrefixEndCoversThePrefix) {
+  EXPECT_EQ(prefix_end("/rkv/c/"), "/rkv/c0");
+  EXPECT_EQ(prefix_end(std::string("a\xff", 2)), "b");
+  EXPECT_EQ(prefix_end(std::string("\xff\xff", 2)), std::string(1, '\0'));
+}
+
+TEST(EtcdWire, RequestBodiesAreWhatTheGatewayTakes) {
+  const auto put = nlohmann::json::parse(put_body("k", "v", 42));
+  EXPECT_EQ(put["key"], "aw==");
+  EXPECT_EQ(put["value"], "dg==");
+  EXPECT_EQ(put["lease"], "42");
+  EXPECT_FALSE(nlohmann::json::parse(put_body("k", "v", 0)).contains("lease"));
+  const auto range = nlohmann::json::parse(range_prefix_body("/rkv/c/"));
+  EXPECT_EQ(*base64_decode(range["range_end"].get<std::string>()), "/rkv/c0");
+  EXPECT_EQ(nlohmann::json::parse(grant_body(5))["TTL"], "5");
+  EXPECT_EQ(nlohmann::json::parse(keepalive_body(-7))["ID"], "-7");
+}
+
+TEST(EtcdWire, ParsesTheGatewaysReplies) {
+  std::string why;
+  const auto lease = parse_grant(
+      R"({"header":{"cluster_id":"1","member_id":"2","revision":"1","raft_term":"2"},"ID":"7587899191183823621","TTL":"3"})",
+      why);
+  ASSERT_TRUE(lease) << why;
+  EXPECT_EQ(lease->id, 7587899191183823621);
+  EXPECT_EQ(lease->ttl, 3);
+
+  const auto alive = parse_keepalive(R"({"result":{"header":{"revision":"1"},"ID":"75","TTL":"3"}})", why);
+  ASSERT_TRUE(alive) << why;
+  EXPECT_EQ(alive->ttl, 3);
+  const auto gone = parse_keepalive(R"({"result":{"header":{"revision":"1"},"ID":"75"}})", why);
+  ASSERT_TRUE(gone) << why;
+  EXPECT_EQ(gone->ttl, 0);  // left out: the lease expired
+
+  const auto range = parse_range(
+      R"({"header":{"revision":"2"},"kvs":[{"key":"Zm9v","create_revision":"2","mod_revision":"2","version":"1","value":"YmFy","lease":"9"}],"count":"1"})",
+      why);
+  ASSERT_TRUE(range) << why;
+  EXPECT_EQ(range->revision, 2);
+  ASSERT_EQ(range->kvs.size(), 1u);
+  EXPECT_EQ(range->kvs[0].key, "foo");
+  EXPECT_EQ(range->kvs[0].value, "bar");
+  EXPECT_EQ(range->kvs[0].lease, 9);
+  const auto empty = parse_range(R"({"header":{"revision":"5"}})", why);
+  ASSERT_TRUE(empty) << why;
+  EXPECT_TRUE(empty->kvs.empty());
+
+  EXPECT_EQ(error_message(R"({"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested lease not found"})"),
+            "etcdserver: requested lease not found");
+  EXPECT_EQ(error_message("<html>bad gateway</html>"), "<html>bad gateway</html>");
+}
+
+TEST(EtcdWire, HostileRepliesParseToAnErrorNeverAThrow) {
+  const char* hostile[] = {
+      "",
+      "not json",
+      "[]",
+      "42",
+      R"({"ID":"x","TTL":"3"})",
+      R"({"ID":"12","TTL":"3x"})",
+      R"({"ID":"99999999999999999999","TTL":"3"})",
+      R"({"ID":{},"TTL":"3"})",
+      R"({"ID":"0","TTL":"3"})",
+      R"({"error":"no","ID":"1","TTL":"3"})",
+      R"({"result":5})",
+      R"({"header":{"revision":"2"},"kvs":{}})",
+      R"({"header":{"revision":"2"},"kvs":[7]})",
+      R"({"header":{"revision":"2"},"kvs":[{"key":"!!!!"}]})",
+      R"({"header":{"revision":"2"},"kvs":[{"key":"Zm9v","value":5}]})",
+      R"({"header":7})",
+      R"({"kvs":[]})",
+      "{\"header\":{\"revision\":\"2\"},\"kvs\":[{\"key\":\"Zm9v\"",
+  };
+  for (const char* body : hostile) {
+    std::string why;
+    EXPECT_FALSE(parse_grant(body, why)) << body;
+    why.clear();
+    const auto k = parse_keepalive(body, why);
+    if (k) {
+      EXPECT_NE(std::string(body).find("result"), std::string::npos) << body;
+    }
+    why.clear();
+    EXPECT_FALSE(parse_range(body, why)) << body;
+    EXPECT_FALSE(why.empty()) << body;
+    (void)error_message(body);
+  }
+}
+
+TEST(Keyspace, ParsesClusterAddresses) {
+  ClusterUrl url;
+  std::string why;
+  ASSERT_TRUE(parse_cluster_url("etcd://127.0.0.1:23790/prod-1", url, why)) << why;
+  EXPECT_EQ(url.host, "127.0.0.1");
+  EXPECT_EQ(url.port, 23790);
+  EXPECT_EQ(url.name, "prod-1");
+  EXPECT_EQ(url.endpoint(), "http://127.0.0.1:23790");
+  EXPECT_EQ(url.members_prefix(), "/rkv/prod-1/members/");
+  EXPECT_EQ(url.text(), "etcd://127.0.0.1:23790/prod-1");
+  ASSERT_TRUE(parse_cluster_url("etcd://[::1]/c", url, why)) << why;
+  EXPECT_EQ(url.port, kDefaultEtcdPort);
+  EXPECT_EQ(url.endpoint(), "http://[::1]:2379");
+  for (const char* bad : {"etcd://", "etcd://h", "etcd://h/", "etcd:///c", "etcd://h:0/c", "etcd://h:x/c",
+                          "etcd://h/c/d", "etcd://h/c d", "http://h/c", "etcd://h/../x"}) {
+    EXPECT_FALSE(parse_cluster_url(bad, url, why)) << bad;
+  }
+  EXPECT_TRUE(is_cluster_url("etcd://x"));
+  EXPECT_FALSE(is_cluster_url("h1:7471,h2"));
+}
+
+TEST(Keyspace, MemberRecordsRoundTripAndStrangersAreRefused) {
+  const Member m{"10.0.2.15", 7471, 1u << 30};
+  EXPECT_EQ(m.id(), "10.0.2.15:7471");
+  ClusterUrl url{"h", 2379, "c"};
+  EXPECT_EQ(member_key(url, m), "/rkv/c/members/10.0.2.15:7471");
+  std::string why;
+  const auto back = parse_member(member_value(m), why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->host, m.host);
+  EXPECT_EQ(back->port, m.port);
+  EXPECT_EQ(back->capacity, m.capacity);
+  for (const char* bad : {"", "x", "[]", R"({"port":1})", R"({"host":"","port":1})", R"({"host":"h"})",
+                          R"({"host":"h","port":0})", R"({"host":"h","port":70000})", R"({"host":"h","port":-1})",
+                          R"({"host":"h","port":"1"})", R"({"host":"h","port":1,"capacity":-5})"}) {
+    EXPECT_FALSE(parse_member(bad, why)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace rkv::cluster
