@@ -125,6 +125,8 @@ std::optional<std::string> base64_decode(std::string_view text) {
     }
     const unsigned n = (static_cast<unsigned>(v[0]) << 18) | (static_cast<unsigned>(v[1]) << 12) |
                        (static_cast<unsigned>(v[2]) << 6) | static_cast<unsigned>(v[3]);
+    // Canonical: the bits padding leaves unused are zero ("Zh==" is not "Zg==").
+    if ((pad == 2 && (n & 0xffff) != 0) || (pad == 1 && (n & 0xff) != 0)) return std::nullopt;
     out += static_cast<char>((n >> 16) & 0xff);
     if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
     if (pad < 1) out += static_cast<char>(n & 0xff);

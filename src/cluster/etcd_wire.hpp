@@ -20,7 +20,8 @@
 namespace rkv::cluster {
 
 [[nodiscard]] std::string base64_encode(std::string_view bytes);
-// Strict: standard alphabet, padded to a multiple of 4; nullopt otherwise.
+// Strict: standard alphabet, padded to a multiple of 4, unused bits zero (so
+// base64_encode gives back the same text); nullopt otherwise.
 [[nodiscard]] std::optional<std::string> base64_decode(std::string_view text);
 
 // The range_end that makes a range (or a watch) cover every key starting

@@ -42,6 +42,13 @@ bool parse_cluster_url(std::string_view text, ClusterUrl& out, std::string& erro
     error = "'" + std::string(text) + "': etcd's address: " + error;
     return false;
   }
+  for (const char c : addr.host) {
+    // A host name or an IP address (v6 with ':' and a zone's '%'): nothing a URL would need escaped.
+    if (!(name_char(c) || c == ':' || c == '%') || c == '_') {
+      error = "'" + std::string(text) + "': etcd's host may hold only letters, digits, '.', '-' (and ':' '%' in IPv6)";
+      return false;
+    }
+  }
   const std::string_view name = rest.substr(slash + 1);
   if (name.empty() || name.size() > 64) {
     error = "'" + std::string(text) + "': the cluster name must have 1 to 64 characters";

@@ -18,7 +18,8 @@ inline constexpr std::string_view kScheme = "etcd://";
 inline constexpr std::uint16_t kDefaultEtcdPort = 2379;
 
 // "etcd://HOST[:PORT]/NAME": where etcd's client API listens and the
-// cluster's name. NAME: 1 to 64 of [A-Za-z0-9_.-].
+// cluster's name. HOST: a name or address of [A-Za-z0-9.-] ("[v6]": hex, ':'
+// and '%'); NAME: 1 to 64 of [A-Za-z0-9_.-].
 struct ClusterUrl {
   std::string host;  // as written ("[v6]" without its brackets)
   std::uint16_t port = kDefaultEtcdPort;

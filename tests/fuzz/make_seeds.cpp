@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/keyspace.hpp"
 #include "durable/files.hpp"
 #include "durable/record.hpp"
 #include "proto/auth.hpp"
@@ -219,6 +220,22 @@ void recovery() {
 
 }  // namespace
 
+// etcd's replies as etcd 3.4's gateway writes them (selector 0), base64 (1),
+// member records (2), cluster addresses (3): fuzz_etcd.cpp.
+void etcd() {
+  const auto seed = [](char selector, const std::string& name, const std::string& text) {
+    put_text("etcd", name, std::string(1, selector) + text);
+  };
+  seed(0, "grant", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"1","raft_term":"2"},"ID":"7587899191178280710","TTL":"5"})");
+  seed(0, "keepalive", R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"1","raft_term":"2"},"ID":"7587899191183823621","TTL":"3"}})");
+  seed(0, "range", R"({"header":{"revision":"2"},"kvs":[{"key":"L3Jrdi9jL21lbWJlcnMvYg==","create_revision":"2","mod_revision":"2","version":"1","value":"eyJob3N0IjoiMTAuMC4wLjEiLCJwb3J0Ijo3NDcxfQ==","lease":"9"}],"count":"1"})");
+  seed(0, "error", R"({"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested lease not found"})");
+  seed(1, "b64", "L3Jrdi9jL21lbWJlcnMvYg==");
+  seed(2, "member", cluster::member_value({"10.0.2.15", 7471, 1u << 30}));
+  seed(3, "address", "etcd://127.0.0.1:2379/prod-1");
+  seed(3, "address6", "etcd://[::1]/c");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
@@ -230,5 +247,6 @@ int main(int argc, char** argv) {
   index();
   workload();
   recovery();
+  etcd();
   return 0;
 }

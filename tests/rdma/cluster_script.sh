@@ -8,7 +8,8 @@
 # Checks, each with a generous deadline and none on speed:
 #  - the 3 kvd are the members etcd lists (`rkv cluster status`), with the
 #    ids of the list scripts/kvds hands over, so placement is the same;
-#  - kvload --verify and rkv stats over etcd://...: every key on some member;
+#  - kvload --verify, rkv stats and rkv.Client (Python) over etcd://...:
+#    every key on some member;
 #  - kill -9 of a member: etcd drops it when its lease expires, and a client
 #    opened on the cluster then works over the other two;
 #  - a member paused (SIGSTOP) past its lease is dropped, and joins again by
@@ -55,6 +56,18 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
   grep "^keys " "$work/stats" >"$work/keys"
   while read -r _ v; do total=$((total + v)); done <"$work/keys"
   [ "$total" = 60 ] || fail "the members hold $total keys, not 60"
+  # The Python package opens the cluster too (built with -Dpython; the sanitized build runs its interpreter).
+  if [ -d "$2/python/rkv" ]; then
+    py=$2/tests/python/python_sanitized
+    [ -x "$py" ] || py=python3
+    PYTHONPATH=$2/python "$py" -c "
+import os, rkv
+with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
+    assert c.get(\"key7\") == b\"value7\", c.get(\"key7\")
+    c.set(\"py-key\", b\"py-value\")
+    assert c.get(\"py-key\") == b\"py-value\"
+" || fail "rkv.Client on the cluster"
+  fi
 
   set -- $RKV_KVD_PIDS
   victim=$1 paused=$2

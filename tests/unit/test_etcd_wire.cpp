@@ -27,7 +27,7 @@ TEST(EtcdWire, Base64RoundTripsEveryLengthAndByte) {
 }
 
 TEST(EtcdWire, Base64RejectsWhatIsNotStrictBase64) {
-  for (const char* bad : {"Zm9", "Zm9v=", "Zm=v", "Z===", "Zm9v\n", "Zm 9", "Zm9*", "=Zm9", "Zg==Zm9v"}) {
+  for (const char* bad : {"Zm9", "Zm9v=", "Zm=v", "Z===", "Zm9v\n", "Zm 9", "Zm9*", "=Zm9", "Zg==Zm9v", "Zh==", "Zm9=" /* Zm8= */}) {
     EXPECT_FALSE(base64_decode(bad)) << bad;
   }
 }
@@ -134,7 +134,8 @@ TEST(Keyspace, ParsesClusterAddresses) {
   EXPECT_EQ(url.port, kDefaultEtcdPort);
   EXPECT_EQ(url.endpoint(), "http://[::1]:2379");
   for (const char* bad : {"etcd://", "etcd://h", "etcd://h/", "etcd:///c", "etcd://h:0/c", "etcd://h:x/c",
-                          "etcd://h/c/d", "etcd://h/c d", "http://h/c", "etcd://h/../x"}) {
+                          "etcd://h/c/d", "etcd://h/c d", "http://h/c", "etcd://h/../x", "etcd://a_b/c",
+                          "etcd://h\"[::1]/c", "etcd://h@x:1/c", "etcd://h?x/c"}) {
     EXPECT_FALSE(parse_cluster_url(bad, url, why)) << bad;
   }
   EXPECT_TRUE(is_cluster_url("etcd://x"));

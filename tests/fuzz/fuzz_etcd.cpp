@@ -1,0 +1,90 @@
+// Fuzz target: what kvd and every client read from etcd (src/cluster,
+// docs/cluster.md): the JSON gateway's replies, member records, cluster
+// addresses and base64. etcd is an outside process: a reply must never crash
+// or mislead a reader, whatever bytes it holds. Input: a selector byte, then
+// the text. Properties:
+// - no parser throws or crashes; each returns a value or an error with a reason;
+// - base64 is canonical: what decodes encodes back to the same text, and
+//   every byte string round-trips;
+// - a parsed member record re-encodes to one that parses to the same member;
+// - a parsed cluster address prints as one that parses to the same address;
+// - a parsed range holds only decoded keys and values.
+#include <string>
+
+#include "cluster/etcd_wire.hpp"
+#include "cluster/keyspace.hpp"
+#include "fuzz_target.hpp"
+
+namespace {
+
+using namespace rkv::cluster;
+
+void replies(std::string_view text) {
+  std::string why;
+  if (const auto l = parse_grant(text, why)) {
+    FUZZ_CHECK(l->id != 0 && l->ttl > 0);
+  } else {
+    FUZZ_CHECK(!why.empty());
+  }
+  why.clear();
+  if (!parse_keepalive(text, why)) FUZZ_CHECK(!why.empty());
+  why.clear();
+  if (const auto r = parse_range(text, why)) {
+    for (const auto& kv : r->kvs) {
+      // What etcd sent base64-encoded, decoded once: encoding it again is legal base64.
+      FUZZ_CHECK(base64_decode(base64_encode(kv.key)) == kv.key);
+    }
+  } else {
+    FUZZ_CHECK(!why.empty());
+  }
+  why.clear();
+  if (!parse_header_revision(text, why)) FUZZ_CHECK(!why.empty());
+  (void)error_message(text);
+}
+
+void base64(std::string_view text) {
+  if (const auto bytes = base64_decode(text)) FUZZ_CHECK(base64_encode(*bytes) == text);
+  FUZZ_CHECK(base64_decode(base64_encode(text)) == std::string(text));
+  if (!text.empty()) {
+    const std::string end = prefix_end(text);
+    FUZZ_CHECK(end > std::string(text) || end == std::string(1, '\0'));
+  }
+}
+
+void member(std::string_view text) {
+  std::string why;
+  const auto m = parse_member(text, why);
+  if (!m) {
+    FUZZ_CHECK(!why.empty());
+    return;
+  }
+  const auto again = parse_member(member_value(*m), why);
+  FUZZ_CHECK(again && again->host == m->host && again->port == m->port && again->capacity == m->capacity);
+}
+
+void address(std::string_view text) {
+  ClusterUrl url;
+  std::string why;
+  if (!parse_cluster_url(text, url, why)) {
+    FUZZ_CHECK(!why.empty());
+    return;
+  }
+  ClusterUrl again;
+  FUZZ_CHECK(parse_cluster_url(url.text(), again, why));
+  FUZZ_CHECK(again.host == url.host && again.port == url.port && again.name == url.name);
+  FUZZ_CHECK(url.members_prefix().starts_with("/rkv/" + url.name + "/"));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 4) {
+    case 0: replies(text); break;
+    case 1: base64(text); break;
+    case 2: member(text); break;
+    default: address(text); break;
+  }
+  return 0;
+}
