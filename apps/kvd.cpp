@@ -42,6 +42,7 @@
 #include "kv/conn/auth_token.hpp"
 #include "kv/server/server.hpp"
 #include "kv/store/store.hpp"
+#include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::apps {
@@ -249,6 +250,13 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "--cluster: the address clients connect to, as they must write it (default: --bind, which must then "
                  "be one address)")
+      ->check([](const std::string& v) -> std::string {
+        proto::ServerAddr a;
+        std::string why;
+        if (!proto::parse_server(v, 1, a, why)) return why;
+        return a.host == v || "[" + a.host + "]" == v ? std::string{}
+                                                      : "an address without a port (the port is --port's)";
+      })
       ->needs(cluster_opt);
   app.add_option("--lease-ttl", lease_ttl_s,
                  "--cluster: seconds without a renewal after which etcd drops this kvd from the members")
@@ -265,6 +273,9 @@ int kvd_main(int argc, char** argv) {
     std::string why;
     cluster_url.emplace();
     (void)cluster::parse_cluster_url(cluster_text, *cluster_url, why);  // checked by the option
+    if (proto::ServerAddr a; !advertise.empty() && proto::parse_server(advertise, 1, a, why)) {
+      advertise = a.host;  // "[v6]" as the bare address: the member's id brackets it again
+    }
     if (advertise.empty()) {
       if (opt.bind_address == "0.0.0.0" || opt.bind_address == "::") {
         std::fprintf(stderr, "kvd: --cluster with --bind %s: say where clients connect with --advertise ADDR\n",
