@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "cluster/keyspace.hpp"
 #include "kv/conn/auth_token.hpp"
 #include "reactor/handle.hpp"
 #include "version.h"  // generated: RKV_VERSION, RKV_GIT_DESCRIBE
@@ -61,6 +62,13 @@ inline std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return std::nullopt;
+}
+
+// CLI11 check of an etcd://HOST:PORT/NAME option (kvd --cluster, rkv cluster --server).
+inline std::string check_cluster_url(const std::string& text) {
+  cluster::ClusterUrl url;
+  std::string why;
+  return cluster::parse_cluster_url(text, url, why) ? std::string{} : why;
 }
 
 // The token a client tool presents (its --auth-token-file; "" without one).

@@ -242,11 +242,7 @@ int kvd_main(int argc, char** argv) {
       app.add_option("--cluster", cluster_text,
                      "join the cluster etcd://HOST:PORT/NAME (docs/cluster.md): publish this kvd as a member under an "
                      "etcd lease, renewed from the event loop; clients opened on the cluster find it there")
-          ->check([](const std::string& v) -> std::string {
-            cluster::ClusterUrl url;
-            std::string why;
-            return cluster::parse_cluster_url(v, url, why) ? std::string{} : why;
-          });
+          ->check(check_cluster_url);
   app.add_option("--advertise", advertise,
                  "--cluster: the address clients connect to, as they must write it (default: --bind, which must then "
                  "be one address)")

@@ -29,11 +29,7 @@ int cluster_main(int argc, char** argv) {
   std::string server;
   bool json = false;
   status->add_option("--server", server, "the cluster: etcd://HOST:PORT/NAME")->required()
-      ->check([](const std::string& v) -> std::string {
-        cluster::ClusterUrl url;
-        std::string why;
-        return cluster::parse_cluster_url(v, url, why) ? std::string{} : why;
-      });
+      ->check(check_cluster_url);
   status->add_flag("--json", json, "print one JSON object");
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
 
