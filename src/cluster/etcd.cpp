@@ -78,6 +78,10 @@ EtcdClient::~EtcdClient() {
 }
 
 void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb) {
+  (void)start(path, std::move(body), std::move(cb), timeout_);
+}
+
+void* EtcdClient::start(std::string_view path, std::string body, EtcdCallback cb, std::chrono::milliseconds timeout) {
   reactor_->assert_owner_thread();
   auto r = std::make_unique<Request>();
   r->easy = curl_easy_init();
@@ -94,21 +98,31 @@ void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb) 
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_data);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, &r->response);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
   if (curl_multi_add_handle(multi_, e) != CURLM_OK) throw ClusterError(ENOMEM, "libcurl: curl_multi_add_handle failed");
   requests_.emplace(e, std::move(r));
+  return e;
 }
 
-EtcdReply EtcdClient::call(std::string_view path, std::string body) {
+void EtcdClient::cancel(void* easy) noexcept {
+  const auto it = requests_.find(easy);
+  if (it == requests_.end()) return;
+  curl_multi_remove_handle(multi_, easy);
+  requests_.erase(it);
+}
+
+EtcdReply EtcdClient::call(std::string_view path, std::string body, std::chrono::milliseconds timeout) {
   reactor_->assert_owner_thread();
+  if (timeout.count() <= 0) timeout = timeout_;
   std::optional<EtcdReply> reply;
-  post(path, std::move(body), [&reply](EtcdReply& r) { reply = std::move(r); });
+  void* const request = start(path, std::move(body), [&reply](EtcdReply& r) { reply = std::move(r); }, timeout);
   // curl's own timeout ends the request; the loop's deadline is a backstop.
-  const auto deadline = reactor::Reactor::now() + 2 * timeout_ + std::chrono::seconds(1);
+  const auto deadline = reactor::Reactor::now() + 2 * timeout + std::chrono::seconds(1);
   while (!reply && reactor::Reactor::now() < deadline) reactor_->run_once(std::chrono::milliseconds(100));
   if (!reply) {
+    cancel(request);  // its callback refers to `reply`, which dies with this call
     EtcdReply r;
     r.error = "no reply from etcd at " + endpoint_;
     r.code = ETIMEDOUT;

@@ -70,14 +70,18 @@ class EtcdClient {
   // curl refuses the request (out of memory).
   void post(std::string_view path, std::string body, EtcdCallback cb);
   // Sync, for setup and shutdown: posts and runs the reactor until the reply
-  // (at most the timeout). Outside reactor callbacks only.
-  [[nodiscard]] EtcdReply call(std::string_view path, std::string body);
+  // (at most `timeout`; 0: the client's). Outside reactor callbacks only.
+  [[nodiscard]] EtcdReply call(std::string_view path, std::string body,
+                               std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   [[nodiscard]] std::size_t in_flight() const noexcept { return requests_.size(); }
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
 
  private:
   struct Request;
+  [[nodiscard]] void* start(std::string_view path, std::string body, EtcdCallback cb,
+                            std::chrono::milliseconds timeout);  // post(); its CURL*
+  void cancel(void* easy) noexcept;  // drops a request in flight; its callback is not called
   static int on_socket(void* easy, int fd, int what, void* self, void* socketp);
   static int on_timer(void* multi, long timeout_ms, void* self);
   void socket_action(int fd, int flags);

@@ -12,11 +12,14 @@ namespace rkv::cluster {
 
 namespace {
 
-// Requests to etcd: long enough for a loaded TCG guest, short against the TTL.
+// A renewal: short against the TTL (a late one is retried at the next tick).
 constexpr std::chrono::milliseconds kRequestTimeout{2'000};
+// Joining and leaving: a slow etcd (a loaded machine: a lease grant once took
+// over 1 s in a TCG guest beside a CI run) must not fail kvd's start.
+constexpr std::chrono::milliseconds kSetupTimeout{15'000};
 
 Lease grant_sync(EtcdClient& etcd, std::chrono::seconds ttl) {
-  const EtcdReply reply = etcd.call(kPathGrant, grant_body(ttl.count()));
+  const EtcdReply reply = etcd.call(kPathGrant, grant_body(ttl.count()), kSetupTimeout);
   reply.check("etcd lease grant");
   std::string why;
   const auto lease = parse_grant(reply.body, why);
@@ -43,7 +46,7 @@ MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self,
       key_(member_key(url_, self_)),
       etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
   lease_ = grant_sync(etcd_, ttl_).id;
-  etcd_.call(kPathPut, put_body(key_, member_value(self_), lease_)).check("etcd put of " + key_);
+  etcd_.call(kPathPut, put_body(key_, member_value(self_), lease_), kSetupTimeout).check("etcd put of " + key_);
   renew_timer_ = reactor_->every(renew_period(), [this] { renew(); });
   spdlog::info("kvd: joined cluster {} as {} (lease {:x}, {} s)", url_.text(), self_.id(), lease_, ttl_.count());
 }
@@ -55,7 +58,7 @@ void MemberLease::leave() noexcept {
   state_ = LeaseState::left;
   renew_timer_.reset();
   try {
-    const EtcdReply reply = etcd_.call(kPathRevoke, revoke_body(lease_));
+    const EtcdReply reply = etcd_.call(kPathRevoke, revoke_body(lease_), kSetupTimeout);
     if (!reply.ok) {
       spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), reply.error);
       return;
