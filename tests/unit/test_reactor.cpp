@@ -585,8 +585,11 @@ TEST(Reactor, SpinWindowThenBeforeSleepThenBlock) {
   EXPECT_EQ(sleeps, 0);  // no hook while spinning
 
   int fired = 0;
-  Timer t = r.after(30ms, [&] { ++fired; });
+  // t1 before the timer: its deadline is then at least t1 + 30 ms whatever
+  // the scheduler does between the two lines (taken after, a preemption
+  // there once left 3.8 ms to wait on a loaded CI host).
   const auto t1 = Reactor::now();
+  Timer t = r.after(30ms, [&] { ++fired; });
   r.run_once(10s);  // about to sleep: the hook, then a wait until the timer
   EXPECT_EQ(sleeps, 1);
   EXPECT_EQ(fired, 1);
