@@ -39,15 +39,14 @@ std::string_view to_string(LeaseState s) noexcept {
 }
 
 MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl)
-    : reactor_(&reactor),
-      url_(std::move(url)),
+    : url_(std::move(url)),
       self_(std::move(self)),
       ttl_(std::max(ttl, std::chrono::seconds(2))),
       key_(member_key(url_, self_)),
       etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
   lease_ = grant_sync(etcd_, ttl_).id;
   etcd_.call(kPathPut, put_body(key_, member_value(self_), lease_), kSetupTimeout).check("etcd put of " + key_);
-  renew_timer_ = reactor_->every(renew_period(), [this] { renew(); });
+  renew_timer_ = reactor.every(renew_period(), [this] { renew(); });
   spdlog::info("kvd: joined cluster {} as {} (lease {:x}, {} s)", url_.text(), self_.id(), lease_, ttl_.count());
 }
 

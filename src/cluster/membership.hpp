@@ -66,7 +66,6 @@ class MemberLease {
   void rejoin();                      // grant, then put (async)
   void on_failure(std::string_view what, const std::string& why);
 
-  reactor::Reactor* reactor_;
   ClusterUrl url_;
   Member self_;
   std::chrono::seconds ttl_;
