@@ -30,11 +30,6 @@ int errno_of(CURLcode rc) noexcept {
   }
 }
 
-std::size_t on_data(char* data, std::size_t size, std::size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
 }  // namespace
 
 struct EtcdClient::Request {
@@ -42,13 +37,53 @@ struct EtcdClient::Request {
   curl_slist* headers = nullptr;
   std::string url;
   std::string body;
-  std::string response;
+  std::string response;  // the reply; a stream's unfinished line
   EtcdCallback cb;
+  EtcdLineCallback on_line;  // a stream's
+  bool ended = false;        // on_line refused a line, or one was too long
   char error[CURL_ERROR_SIZE] = {};
 
   ~Request() {
     if (easy != nullptr) curl_easy_cleanup(easy);
     if (headers != nullptr) curl_slist_free_all(headers);
+  }
+
+  // CURLOPT_WRITEFUNCTION. A stream's lines go to on_line while the reply is
+  // a 200; anything else is kept whole for the error message.
+  static std::size_t on_data(char* data, std::size_t size, std::size_t n, void* self) {
+    auto* r = static_cast<Request*>(self);
+    const std::size_t len = size * n;
+    long status = 0;
+    if (!r->on_line || (curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status), status != 200)) {
+      if (r->response.size() + len > kMaxLine) return 0;  // the reply is not etcd's
+      r->response.append(data, len);
+      return len;
+    }
+    std::string_view in(data, len);
+    while (!in.empty()) {
+      const std::size_t nl = in.find('\n');
+      if (nl == std::string_view::npos) {
+        r->response.append(in);
+        break;
+      }
+      std::string_view line = in.substr(0, nl);
+      in.remove_prefix(nl + 1);
+      if (!r->response.empty()) {
+        r->response.append(line);
+        line = r->response;
+      }
+      const bool go_on = line.empty() || r->on_line(line);
+      r->response.clear();
+      if (!go_on) {
+        r->ended = true;
+        return 0;  // curl ends the transfer (CURLE_WRITE_ERROR)
+      }
+    }
+    if (r->response.size() > kMaxLine) {
+      r->ended = true;
+      return 0;
+    }
+    return len;
   }
 };
 
@@ -81,7 +116,12 @@ void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb) 
   (void)start(path, std::move(body), std::move(cb), timeout_);
 }
 
-void* EtcdClient::start(std::string_view path, std::string body, EtcdCallback cb, std::chrono::milliseconds timeout) {
+void EtcdClient::stream(std::string_view path, std::string body, EtcdLineCallback on_line, EtcdCallback on_end) {
+  (void)start(path, std::move(body), std::move(on_end), std::chrono::milliseconds(0), std::move(on_line));
+}
+
+void* EtcdClient::start(std::string_view path, std::string body, EtcdCallback cb, std::chrono::milliseconds timeout,
+                        EtcdLineCallback on_line) {
   reactor_->assert_owner_thread();
   auto r = std::make_unique<Request>();
   r->easy = curl_easy_init();
@@ -89,16 +129,24 @@ void* EtcdClient::start(std::string_view path, std::string body, EtcdCallback cb
   r->url = endpoint_ + std::string(path);
   r->body = std::move(body);
   r->cb = std::move(cb);
+  r->on_line = std::move(on_line);
   r->headers = curl_slist_append(nullptr, "Content-Type: application/json");
   CURL* e = r->easy;
   curl_easy_setopt(e, CURLOPT_URL, r->url.c_str());
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.c_str());
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->body.size()));
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_data);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &r->response);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Request::on_data);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  if (timeout.count() > 0) {
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  } else {
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 5L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L);
+  }
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
   if (curl_multi_add_handle(multi_, e) != CURLM_OK) throw ClusterError(ENOMEM, "libcurl: curl_multi_add_handle failed");
@@ -183,7 +231,10 @@ void EtcdClient::complete_done() {
     requests_.erase(it);
     curl_multi_remove_handle(multi_, e);
     EtcdReply reply;
-    if (rc != CURLE_OK) {
+    if (rc != CURLE_OK && r->ended) {
+      reply.error = "the stream from etcd at " + endpoint_ + " was ended";
+      reply.code = EPROTO;
+    } else if (rc != CURLE_OK) {
       reply.error = r->error[0] != '\0' ? std::string(r->error) : std::string(curl_easy_strerror(rc));
       reply.error += " (etcd at " + endpoint_ + ")";
       reply.code = errno_of(rc);

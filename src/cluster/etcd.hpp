@@ -52,6 +52,8 @@ struct EtcdReply {
   void check(std::string_view what) const;
 };
 using EtcdCallback = std::function<void(EtcdReply&)>;
+// One line of a streamed reply (without its newline); false ends the stream.
+using EtcdLineCallback = std::function<bool(std::string_view)>;
 
 class EtcdClient {
  public:
@@ -69,6 +71,16 @@ class EtcdClient {
   // failure) from a reactor callback. Throws std::bad_alloc, ClusterError if
   // curl refuses the request (out of memory).
   void post(std::string_view path, std::string body, EtcdCallback cb);
+  // Async, streaming (a watch): POSTs `body`; while the reply is HTTP 200,
+  // each newline-terminated line of it goes to `on_line` as it arrives (a
+  // line over kMaxLine ends the stream). `on_end` runs once when the stream
+  // ended, for whatever reason (etcd closed it, the connection broke,
+  // on_line returned false: the reply is then not ok). Only connecting is
+  // bounded by the timeout; the stream itself may last forever (TCP
+  // keepalive notices a peer that vanished). Throws like post().
+  void stream(std::string_view path, std::string body, EtcdLineCallback on_line, EtcdCallback on_end);
+  static constexpr std::size_t kMaxLine = 1 << 20;
+
   // Sync, for setup and shutdown: posts and runs the reactor until the reply
   // (at most `timeout`; 0: the client's). Outside reactor callbacks only.
   [[nodiscard]] EtcdReply call(std::string_view path, std::string body,
@@ -79,8 +91,9 @@ class EtcdClient {
 
  private:
   struct Request;
+  // post() and stream() (on_line set): its CURL*. timeout 0: no overall bound.
   [[nodiscard]] void* start(std::string_view path, std::string body, EtcdCallback cb,
-                            std::chrono::milliseconds timeout);  // post(); its CURL*
+                            std::chrono::milliseconds timeout, EtcdLineCallback on_line = nullptr);
   void cancel(void* easy) noexcept;  // drops a request in flight; its callback is not called
   static int on_socket(void* easy, int fd, int what, void* self, void* socketp);
   static int on_timer(void* multi, long timeout_ms, void* self);

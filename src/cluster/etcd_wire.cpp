@@ -163,6 +163,14 @@ std::string range_prefix_body(std::string_view prefix) {
 
 std::string delete_body(std::string_view key) { return json{{"key", base64_encode(key)}}.dump(); }
 
+std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revision) {
+  return json{{"create_request",
+               {{"key", base64_encode(prefix)},
+                {"range_end", base64_encode(prefix_end(prefix))},
+                {"start_revision", std::to_string(start_revision)}}}}
+      .dump();
+}
+
 std::optional<Lease> parse_grant(std::string_view body, std::string& error) {
   const auto j = object(body, error);
   if (!j) return std::nullopt;
@@ -213,6 +221,71 @@ std::optional<RangeResult> parse_range(std::string_view body, std::string& error
     const auto mod = int64_field(e, "mod_revision", error);
     if (!key || !value || !lease || !mod) return std::nullopt;
     out.kvs.push_back(KeyValue{std::move(*key), std::move(*value), *lease, *mod});
+  }
+  return out;
+}
+
+std::optional<WatchMessage> parse_watch(std::string_view line, std::string& error) {
+  const auto j = object(line, error);
+  if (!j) return std::nullopt;
+  if (j->contains("error")) {
+    error = "etcd ended the watch: " + error_message(line);
+    return std::nullopt;
+  }
+  const auto r = j->find("result");
+  if (r == j->end() || !r->is_object()) {
+    error = "etcd's watch message has no result";
+    return std::nullopt;
+  }
+  WatchMessage out;
+  const auto rev = header_revision(*r, error);
+  const auto compact = int64_field(*r, "compact_revision", error);
+  if (!rev || !compact) return std::nullopt;
+  out.revision = *rev;
+  out.compact_revision = *compact;
+  for (auto [name, flag] : {std::pair{"created", &out.created}, std::pair{"canceled", &out.canceled}}) {
+    const auto f = r->find(name);
+    if (f == r->end()) continue;
+    if (!f->is_boolean()) {
+      error = std::string("etcd's watch message has a bad '") + name + "'";
+      return std::nullopt;
+    }
+    *flag = f->get<bool>();
+  }
+  if (const auto c = r->find("cancel_reason"); c != r->end() && c->is_string()) out.cancel_reason = c->get<std::string>();
+  const auto events = r->find("events");
+  if (events == r->end()) return out;
+  if (!events->is_array()) {
+    error = "etcd's watch message has a bad 'events'";
+    return std::nullopt;
+  }
+  for (const auto& e : *events) {
+    const auto kv = e.is_object() ? e.find("kv") : e.end();
+    if (!e.is_object() || kv == e.end() || !kv->is_object()) {
+      error = "etcd's watch message has a bad event";
+      return std::nullopt;
+    }
+    WatchEvent ev;
+    // The gateway leaves the default type (PUT) out.
+    if (const auto t = e.find("type"); t != e.end()) {
+      if (t->is_string() && t->get_ref<const std::string&>() == "DELETE") {
+        ev.type = WatchEvent::Type::del;
+      } else if (!(t->is_string() && t->get_ref<const std::string&>() == "PUT")) {
+        error = "etcd's watch message has an event of an unknown type";
+        return std::nullopt;
+      }
+    }
+    auto key = bytes_field(*kv, "key", error);
+    auto value = bytes_field(*kv, "value", error);
+    const auto lease = int64_field(*kv, "lease", error);
+    const auto mod = int64_field(*kv, "mod_revision", error);
+    if (!key || !value || !lease || !mod) return std::nullopt;
+    if (key->empty()) {
+      error = "etcd's watch message has an event without a key";
+      return std::nullopt;
+    }
+    ev.kv = KeyValue{std::move(*key), std::move(*value), *lease, *mod};
+    out.events.push_back(std::move(ev));
   }
   return out;
 }

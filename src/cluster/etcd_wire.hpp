@@ -36,6 +36,7 @@ inline constexpr std::string_view kPathRevoke = "/v3/lease/revoke";
 inline constexpr std::string_view kPathPut = "/v3/kv/put";
 inline constexpr std::string_view kPathRange = "/v3/kv/range";
 inline constexpr std::string_view kPathDelete = "/v3/kv/deleterange";
+inline constexpr std::string_view kPathWatch = "/v3/watch";
 
 [[nodiscard]] std::string grant_body(std::int64_t ttl_seconds);
 [[nodiscard]] std::string keepalive_body(std::int64_t lease);
@@ -45,6 +46,9 @@ inline constexpr std::string_view kPathDelete = "/v3/kv/deleterange";
 // Every key starting with `prefix`.
 [[nodiscard]] std::string range_prefix_body(std::string_view prefix);
 [[nodiscard]] std::string delete_body(std::string_view key);
+// A watch of every key starting with `prefix`, from store revision
+// `start_revision` on (the first revision the watcher has not seen).
+[[nodiscard]] std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revision);
 
 struct Lease {
   std::int64_t id = 0;
@@ -61,12 +65,30 @@ struct RangeResult {
   std::vector<KeyValue> kvs;
 };
 
+// One message of a watch stream (the gateway writes one JSON object per
+// line): its creation, events, or its end.
+struct WatchEvent {
+  enum class Type : std::uint8_t { put, del };
+  Type type = Type::put;
+  KeyValue kv;  // a del carries the key (and its mod_revision) only
+};
+struct WatchMessage {
+  std::int64_t revision = 0;  // the store's revision when it was sent
+  bool created = false;       // the watch now runs
+  bool canceled = false;      // the watch ended (etcd's reason in cancel_reason)
+  std::int64_t compact_revision = 0;  // canceled because the start revision was compacted away
+  std::string cancel_reason;
+  std::vector<WatchEvent> events;
+};
+
 // Reply parsers. Each takes the HTTP body of a 200 reply.
 [[nodiscard]] std::optional<Lease> parse_grant(std::string_view body, std::string& error);
 // A keepalive reply: {"result": {... "ID", "TTL"}}; TTL absent or 0 means
 // the lease expired or was revoked.
 [[nodiscard]] std::optional<Lease> parse_keepalive(std::string_view body, std::string& error);
 [[nodiscard]] std::optional<RangeResult> parse_range(std::string_view body, std::string& error);
+// One line of a watch stream; an {"error": ...} line is an error.
+[[nodiscard]] std::optional<WatchMessage> parse_watch(std::string_view line, std::string& error);
 // Any reply that carries a header (put, delete, revoke): its revision.
 [[nodiscard]] std::optional<std::int64_t> parse_header_revision(std::string_view body, std::string& error);
 // The gateway's error body ({"error": ..., "code": N, "message": ...}), for a

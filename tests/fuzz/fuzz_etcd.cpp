@@ -38,6 +38,12 @@ void replies(std::string_view text) {
     FUZZ_CHECK(!why.empty());
   }
   why.clear();
+  if (const auto w = parse_watch(text, why)) {
+    for (const auto& ev : w->events) FUZZ_CHECK(!ev.kv.key.empty());
+  } else {
+    FUZZ_CHECK(!why.empty());
+  }
+  why.clear();
   if (!parse_header_revision(text, why)) FUZZ_CHECK(!why.empty());
   (void)error_message(text);
 }

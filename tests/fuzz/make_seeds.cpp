@@ -230,6 +230,9 @@ void etcd() {
   seed(0, "keepalive", R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"1","raft_term":"2"},"ID":"7587899191183823621","TTL":"3"}})");
   seed(0, "range", R"({"header":{"revision":"2"},"kvs":[{"key":"L3Jrdi9jL21lbWJlcnMvYg==","create_revision":"2","mod_revision":"2","version":"1","value":"eyJob3N0IjoiMTAuMC4wLjEiLCJwb3J0Ijo3NDcxfQ==","lease":"9"}],"count":"1"})");
   seed(0, "error", R"({"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested lease not found"})");
+  seed(0, "watch_put", R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"2","raft_term":"2"},"events":[{"kv":{"key":"L3Jrdi90L21lbWJlcnMvYTox","create_revision":"2","mod_revision":"2","version":"1","value":"eyJ4IjoxfQ=="}}]}})");
+  seed(0, "watch_delete", R"({"result":{"header":{"revision":"4"},"events":[{"type":"DELETE","kv":{"key":"L3Jrdi90L21lbWJlcnMvYTox","mod_revision":"4"}}]}})");
+  seed(0, "watch_canceled", R"({"result":{"header":{"raft_term":"2"},"canceled":true,"compact_revision":"4"}})");
   seed(1, "b64", "L3Jrdi9jL21lbWJlcnMvYg==");
   seed(2, "member", cluster::member_value({"10.0.2.15", 7471, 1u << 30}));
   seed(3, "address", "etcd://127.0.0.1:2379/prod-1");

@@ -84,6 +84,73 @@ TEST(EtcdWire, ParsesTheGatewaysReplies) {
   EXPECT_EQ(error_message("<html>bad gateway</html>"), "<html>bad gateway</html>");
 }
 
+TEST(EtcdWire, ParsesTheGatewaysWatchStream) {
+  std::string why;
+  const std::string body = watch_prefix_body("/rkv/t/members/", 7);
+  const auto j = nlohmann::json::parse(body);
+  EXPECT_EQ(j["create_request"]["key"], base64_encode("/rkv/t/members/"));
+  EXPECT_EQ(j["create_request"]["range_end"], base64_encode("/rkv/t/members0"));
+  EXPECT_EQ(j["create_request"]["start_revision"], "7");
+  // Lines as etcd 3.4's gateway wrote them for a watch of /rkv/t/members/.
+  const auto created = parse_watch(
+      R"({"result":{"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"1","raft_term":"2"},"created":true}})",
+      why);
+  ASSERT_TRUE(created) << why;
+  EXPECT_TRUE(created->created);
+  EXPECT_FALSE(created->canceled);
+  EXPECT_TRUE(created->events.empty());
+  EXPECT_EQ(created->revision, 1);
+  const auto put = parse_watch(
+      R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"2","raft_term":"2"},"events":[{"kv":{"key":"L3Jrdi90L21lbWJlcnMvYTox","create_revision":"2","mod_revision":"2","version":"1","value":"eyJ4IjoxfQ=="}}]}})",
+      why);
+  ASSERT_TRUE(put) << why;
+  ASSERT_EQ(put->events.size(), 1U);
+  EXPECT_EQ(put->events[0].type, WatchEvent::Type::put);
+  EXPECT_EQ(put->events[0].kv.key, "/rkv/t/members/a:1");
+  EXPECT_EQ(put->events[0].kv.value, R"({"x":1})");
+  EXPECT_EQ(put->events[0].kv.mod_revision, 2);
+  const auto del = parse_watch(
+      R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"4","raft_term":"2"},"events":[{"type":"DELETE","kv":{"key":"L3Jrdi90L21lbWJlcnMvYTox","mod_revision":"4"}}]}})",
+      why);
+  ASSERT_TRUE(del) << why;
+  ASSERT_EQ(del->events.size(), 1U);
+  EXPECT_EQ(del->events[0].type, WatchEvent::Type::del);
+  EXPECT_EQ(del->events[0].kv.key, "/rkv/t/members/a:1");
+  EXPECT_TRUE(del->events[0].kv.value.empty());
+  // A start revision etcd compacted away: created, then canceled.
+  const auto compacted = parse_watch(
+      R"({"result":{"header":{"cluster_id":"1","member_id":"2","raft_term":"2"},"canceled":true,"compact_revision":"4"}})",
+      why);
+  ASSERT_TRUE(compacted) << why;
+  EXPECT_TRUE(compacted->canceled);
+  EXPECT_EQ(compacted->compact_revision, 4);
+  // A request the gateway refused: one error line.
+  why.clear();
+  EXPECT_FALSE(parse_watch(
+      R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":2})",
+      why));
+  EXPECT_NE(why.find("illegal base64"), std::string::npos) << why;
+}
+
+TEST(EtcdWire, HostileWatchLinesParseToAnError) {
+  for (const char* line : {
+           "", "{", "[]", R"({"result":5})", R"({"result":{"header":7}})",
+           R"({"result":{"header":{"revision":"x"}}})", R"({"result":{"header":{},"created":"yes"}})",
+           R"({"result":{"header":{},"events":{}}})", R"({"result":{"header":{},"events":[5]}})",
+           R"({"result":{"header":{},"events":[{"type":"PUT"}]}})",
+           R"({"result":{"header":{},"events":[{"type":"MOVE","kv":{"key":"Zm9v"}}]}})",
+           R"({"result":{"header":{},"events":[{"type":7,"kv":{"key":"Zm9v"}}]}})",
+           R"({"result":{"header":{},"events":[{"kv":{"key":"Zm9v","value":"!!"}}]}})",
+           R"({"result":{"header":{},"events":[{"kv":{"value":"Zm9v"}}]}})",
+           R"({"result":{"header":{},"events":[{"kv":{"key":"Zm9v","mod_revision":"-"}}]}})",
+           R"({"error":{"grpc_code":1}})",
+       }) {
+    std::string why;
+    EXPECT_FALSE(parse_watch(line, why)) << line;
+    EXPECT_FALSE(why.empty()) << line;
+  }
+}
+
 TEST(EtcdWire, HostileRepliesParseToAnErrorNeverAThrow) {
   const char* hostile[] = {
       "",
