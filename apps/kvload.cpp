@@ -260,7 +260,7 @@ int kvload_main(int argc, char** argv) {
                  "without the trailing newline)");
   app.footer("Write a workload file: kvload gen --help");
   if (auto code = parse_cli(app, argc, argv)) return *code;
-  if (std::string why; const int rc = kv::client::resolve_servers(f.server, f.port, f.servers, why)) {
+  if (std::string why; const int rc = kv::client::resolve_servers(f.server, f.port, f.servers, why, &f.cluster)) {
     std::fprintf(stderr, "kvload: --server: %s\n", why.c_str());
     return rc == EINVAL ? 2 : 1;
   }

@@ -3,10 +3,12 @@
 // parses; kvload_run.cpp runs a file; kvload_gen.cpp writes one).
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
+#include "cluster/membership.hpp"
 #include "kv/client/client.hpp"
 #include "kv/load/runner.hpp"
 #include "proto/placement.hpp"
@@ -17,6 +19,7 @@ struct KvloadFlags {
   std::string server;  // --server: one address or a comma-separated list
   std::uint16_t port = kv::client::kDefaultPort;  // for entries without their own
   std::vector<proto::ServerAddr> servers;  // parsed from both
+  std::optional<cluster::MemberView> cluster;  // --server etcd://...: followed while the run lasts
   std::string file;
   bool json = false;
   bool quiet = false;

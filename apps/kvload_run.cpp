@@ -79,10 +79,10 @@ int kvload_run_file(const KvloadFlags& f) {
     }
   }
 
-  if (f.servers.size() > 1 &&
+  if ((f.servers.size() > 1 || f.cluster) &&
       std::any_of(parsed->ops.begin(), parsed->ops.end(), [](const kv::load::Op& op) { return op.kind == kv::load::Op::Kind::call; })) {
     std::fprintf(stderr, "kvload: a workload with CALL lines runs against one server (a CALL has no key, so no "
-                         "server of the list is its own)\n");
+                         "server of the list or cluster is its own)\n");
     return 1;
   }
 
@@ -96,7 +96,9 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.op_timeout = std::chrono::milliseconds(f.stall_timeout_ms);  // the client's watchdog agrees with --stall-timeout
   std::unique_ptr<kv::client::ShardSet> client;  // one Client per server, all on this reactor
   try {
-    client = kv::client::ShardSet::connect(reactor, f.servers, copt);
+    kv::client::ShardSetOptions so;
+    so.cluster = f.cluster;  // a cluster's members are followed (maintain(), between reactor turns)
+    client = kv::client::ShardSet::connect(reactor, f.servers, copt, std::move(so));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());
     return 1;

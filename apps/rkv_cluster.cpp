@@ -38,7 +38,7 @@ int cluster_main(int argc, char** argv) {
   (void)cluster::parse_cluster_url(server, url, why);  // checked by the option
   std::vector<cluster::Member> members;
   try {
-    members = cluster::read_members(url, std::chrono::seconds(5));
+    members = cluster::read_members(url, std::chrono::seconds(5)).members;
   } catch (const cluster::ClusterError& e) {
     std::fprintf(stderr, "rkv cluster: %s\n", e.what());
     return 1;

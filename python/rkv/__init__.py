@@ -125,7 +125,11 @@ class Client(_Client):
               (errno EHOSTDOWN) while the others keep serving, and it is
               reconnected in the background; call() (no key) raises
               rkv.InvalidArgument; stats() gives {server: its counters or
-              None while down}
+              None while down}. Or a cluster, "etcd://HOST:PORT/NAME"
+              (docs/cluster.md): its members, followed while the client
+              is open (a member that joins takes its share of the keys;
+              one that left is None in stats()); changes are applied at
+              the client's calls
     get_mode  "rpc" (GET messages answered by the server) or "read"
               (one-sided: GETs by RDMA READ of the server's index, no message);
               None: the RKV_GET_MODE environment variable, else "rpc"

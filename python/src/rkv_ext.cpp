@@ -374,8 +374,9 @@ class Handle {
     return as_memoryview(reply, reply_len);
   }
 
-  // One server: its counters. Several (kv_stats: "# shard ID up|down" and
-  // then that server's lines): {ID: counters, or None while it is down}.
+  // One server: its counters. Several (kv_stats: "# shard ID up|down|gone"
+  // and then that server's lines): {ID: counters, or None while it is down
+  // or after it left the cluster}.
   py::dict stats() {
     const std::string text = text_call(&kv_stats);
     constexpr std::string_view kShard = "# shard ";

@@ -126,27 +126,39 @@ void MemberLease::on_failure(std::string_view what, const std::string& why) {
   failing_ = true;
 }
 
-std::vector<Member> read_members(const ClusterUrl& url, std::chrono::milliseconds timeout) {
-  reactor::Reactor reactor;
+std::optional<Member> member_record(const ClusterUrl& url, const KeyValue& kv, std::string& error) {
+  auto m = parse_member(kv.value, error);
+  if (m && member_key(url, *m) != kv.key) {
+    error = "a member record must be under its id's key (" + member_key(url, *m) + ")";
+    return std::nullopt;
+  }
+  return m;
+}
+
+std::vector<Member> members_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs) {
   std::vector<Member> out;
-  {
-    EtcdClient etcd(reactor, url.endpoint(), timeout);
-    const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.members_prefix()));
-    reply.check("reading the members of " + url.text());
-    std::string why;
-    const auto range = parse_range(reply.body, why);
-    if (!range) throw ClusterError(EPROTO, "reading the members of " + url.text() + ": " + why);
-    for (const auto& kv : range->kvs) {
-      auto m = parse_member(kv.value, why);
-      if (!m) {
-        spdlog::warn("cluster {}: skipping {}: {}", url.text(), kv.key, why);
-        continue;
-      }
-      out.push_back(std::move(*m));
+  std::string why;
+  for (const auto& kv : kvs) {
+    auto m = member_record(url, kv, why);
+    if (!m) {
+      spdlog::warn("cluster {}: skipping {}: {}", url.text(), kv.key, why);
+      continue;
     }
+    out.push_back(std::move(*m));
   }
   std::sort(out.begin(), out.end(), [](const Member& a, const Member& b) { return a.id() < b.id(); });
   return out;
+}
+
+MemberView read_members(const ClusterUrl& url, std::chrono::milliseconds timeout) {
+  reactor::Reactor reactor;
+  EtcdClient etcd(reactor, url.endpoint(), timeout);
+  const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.members_prefix()));
+  reply.check("reading the members of " + url.text());
+  std::string why;
+  const auto range = parse_range(reply.body, why);
+  if (!range) throw ClusterError(EPROTO, "reading the members of " + url.text() + ": " + why);
+  return MemberView{url, members_of(url, range->kvs), range->revision};
 }
 
 }  // namespace rkv::cluster

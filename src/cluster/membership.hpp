@@ -17,11 +17,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cluster/etcd.hpp"
+#include "cluster/etcd_wire.hpp"
 #include "cluster/keyspace.hpp"
 #include "reactor/reactor.hpp"
 
@@ -80,10 +82,22 @@ class MemberLease {
   std::uint64_t rejoins_ = 0;
 };
 
-// Every member of the cluster, ordered by id, none if no kvd joined it
-// (sync: its own reactor, at most `timeout`). Records that do not parse are
-// skipped with a warning. Throws ClusterError: etcd unreachable or refusing
-// (its errno), a reply that is not etcd's (EPROTO).
-[[nodiscard]] std::vector<Member> read_members(const ClusterUrl& url, std::chrono::milliseconds timeout);
+// A cluster's members at one revision of etcd's store.
+struct MemberView {
+  ClusterUrl url;
+  std::vector<Member> members;  // ordered by id
+  std::int64_t revision = 0;    // what a watch continues from (+1)
+};
+// The member in a record read from etcd, if it is one: its value parses and
+// its key is member_key() of it (so a watch's delete of that key removes it).
+[[nodiscard]] std::optional<Member> member_record(const ClusterUrl& url, const KeyValue& kv, std::string& error);
+// The member records of a range read (keys under url.members_prefix()),
+// ordered by id; records that do not parse are skipped with a warning.
+[[nodiscard]] std::vector<Member> members_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs);
+
+// Every member of the cluster, none if no kvd joined it (sync: its own
+// reactor, at most `timeout`). Throws ClusterError: etcd unreachable or
+// refusing (its errno), a reply that is not etcd's (EPROTO).
+[[nodiscard]] MemberView read_members(const ClusterUrl& url, std::chrono::milliseconds timeout);
 
 }  // namespace rkv::cluster

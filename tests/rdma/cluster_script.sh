@@ -16,6 +16,9 @@
 #    itself after SIGCONT;
 #  - a 4th kvd (lease 600 s) joins; SIGTERM makes it leave at once (gone on
 #    its exit, long before its lease could expire);
+#  - a client that stays open follows the members (cluster_follow.py): a
+#    kvd that joins gets some of its keys, and once it left every write
+#    goes to the others;
 #  - bad input: a kvd that cannot reach etcd exits 1, a client of an
 #    unreachable etcd or an empty cluster exits 1, a malformed address 2.
 set -uo pipefail
@@ -31,7 +34,7 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
 # shellcheck disable=SC2016  # expanded by the inner shell
 "$REPO/scripts/cluster" --build "$BUILD" 3 --lease-ttl 2 --log-level warn -- bash -c '
   set -u
-  work=$1 B=$2/apps
+  work=$1 build=$2 repo=$3 B=$2/apps
   fail() { echo "cluster_script: FAILED: $*" >&2; exit 1; }
   members() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | grep "^member " | cut -d" " -f2 | sort | tr "\n" " "; }
   # Waits (at most 120 s) until the members are exactly $1.
@@ -96,7 +99,14 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   wait "$fourth" || fail "the 4th kvd exited with status $? on SIGTERM"
   [ "$(members)" = "$rest" ] || fail "the 4th kvd (lease 600 s) is still a member after it exited: \"$(members)\""
   grep -q "left cluster" "$work/kvd4.log" || fail "the 4th kvd did not say it left: $(cat "$work/kvd4.log")"
-' _ "$work" "$BUILD"
+
+  # A client that stays open follows the members: tests/rdma/cluster_follow.py.
+  if [ -d "$build/python/rkv" ]; then
+    WORK=$work PYTHONPATH=$build/python "$py" "$repo/tests/rdma/cluster_follow.py" || fail "a client following the cluster"
+  else
+    echo "cluster_script: no Python package in $build: the follow check did not run" >&2
+  fi
+' _ "$work" "$BUILD" "$REPO"
 rc=$?
 [ "$rc" = 0 ] || fail "the command over the cluster failed (status $rc)"
 

@@ -165,8 +165,9 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
     // One server, several separated by commas (placement: docs/protocol.md "Several servers"), or a
     // cluster's members (etcd://HOST:PORT/NAME, docs/cluster.md).
     std::vector<rkv::proto::ServerAddr> servers;
+    std::optional<rkv::cluster::MemberView> cluster;  // a cluster's handle follows its members
     std::string why;
-    if (const int rc = rkv::kv::client::resolve_servers(servername, KV_DEFAULT_PORT, servers, why)) {
+    if (const int rc = rkv::kv::client::resolve_servers(servername, KV_DEFAULT_PORT, servers, why, &cluster)) {
       return set_error(nullptr, rc, std::string("kv_open: server name '") + servername + "': " + why);
     }
     rkv::kv::client::ClientOptions opt;
@@ -198,7 +199,7 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
         return set_error(nullptr, EINVAL, std::string("kv_open: RKV_AUTH_TOKEN_FILE: ") + e.what());
       }
     }
-    *kv_handle = CHandle::open(std::move(servers), opt).release();
+    *kv_handle = CHandle::open(std::move(servers), opt, std::move(cluster)).release();
     t_last_error.clear();
     return 0;
   } catch (const rkv::kv::client::ConnectError& e) {

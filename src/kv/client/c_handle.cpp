@@ -92,7 +92,8 @@ void release_value(void* value) noexcept {
 
 CHandle::CHandle(std::unique_ptr<reactor::Reactor> reactor) : reactor_(std::move(reactor)), ready_(kMaxPending) {}
 
-std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, ClientOptions options) {
+std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, ClientOptions options,
+                                       std::optional<cluster::MemberView> cluster) {
   // Requests go out at the end of a turn only: a submission then never
   // flushes, so no completion runs inside Client::set/get (the lines rely
   // on it: send() is never re-entered by a callback).
@@ -103,7 +104,8 @@ std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, C
   h->wake_watch_ = h->reactor_->watch(h->wake_.fd(), EPOLLIN, [](std::uint32_t) {});
   ShardSetOptions so;
   CHandle* self = h.get();
-  so.on_retry_due = [self] { self->signal(); };  // kv_fd readable: the caller comes back to kv_poll (maintain)
+  so.on_maintain_due = [self] { self->signal(); };  // kv_fd readable: the caller comes back to kv_poll (maintain)
+  so.cluster = std::move(cluster);
   h->shards_ = ShardSet::connect(*h->reactor_, std::move(servers), options, std::move(so));
   return h;
 }
@@ -439,9 +441,13 @@ int CHandle::stats(std::string& out, const char* what) {
     if (st != Status::ok) return status_error(st, what);
     return 0;
   }
-  // Several servers: a "# shard ID up|down" line, then that server's lines.
+  // Several servers: a "# shard ID up|down|gone" line, then that server's lines.
   out.clear();
   for (std::size_t i = 0; i < shards_->size(); ++i) {
+    if (shards_->state(i) == ShardState::gone) {
+      out += "# shard " + shards_->server(i).id + " gone\n";  // it left the cluster
+      continue;
+    }
     Client* client = shards_->usable(i) == Status::ok ? shards_->client(i) : nullptr;
     std::string text;
     const Status st = client != nullptr ? client->stats_sync(text) : Status::shard_down;
@@ -465,6 +471,7 @@ std::string CHandle::counters_text() const {
     out += "shard_failures " + std::to_string(shards_->shard_failures()) + "\n";
     out += "reconnects " + std::to_string(shards_->reconnects()) + "\n";
   }
+  if (shards_->following()) out += "membership_changes " + std::to_string(shards_->membership_changes()) + "\n";
   return out;
 }
 

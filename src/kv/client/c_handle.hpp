@@ -93,8 +93,10 @@ class CHandle {
 
   // Connects (on the calling thread, which owns the handle from now on).
   // Throws ConnectError, std::system_error or std::bad_alloc.
-  // `servers`: one or more (kv_open's list, parsed and checked).
-  static std::unique_ptr<CHandle> open(std::vector<proto::ServerAddr> servers, ClientOptions options);
+  // `servers`: one or more (kv_open's list, parsed and checked); `cluster`:
+  // the cluster they are the members of, to follow (ShardSetOptions::cluster).
+  static std::unique_ptr<CHandle> open(std::vector<proto::ServerAddr> servers, ClientOptions options,
+                                       std::optional<cluster::MemberView> cluster = std::nullopt);
 
   CHandle(const CHandle&) = delete;
   CHandle& operator=(const CHandle&) = delete;

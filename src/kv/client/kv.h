@@ -71,13 +71,19 @@ extern "C" {
  * while the other servers keep serving; the handle retries that server with
  * a backoff (100 ms doubling to 2 s) at its calls (kv_fd becomes readable
  * when a retry is due). kv_call (no key) is EINVAL on such a handle; kv_stats
- * gives each server's counters under a "# shard ID up|down" line; kv_counters
- * the sum over the servers plus shard_failures and reconnects lines.
+ * gives each server's counters under a "# shard ID up|down|gone" line;
+ * kv_counters the sum over the servers plus shard_failures and reconnects
+ * lines.
  * servername may also name a cluster, "etcd://HOST:PORT/NAME" (docs/cluster.md):
  * kv_open reads its members from etcd (within 5 s) and opens them as the
- * list above (a member that joins later is not seen by this handle). etcd
- * unreachable: ECONNREFUSED, ETIMEDOUT or EPROTO; no member: EHOSTDOWN; a
- * malformed address: EINVAL.
+ * list above, and the handle then follows the membership: a member that
+ * joins is connected and takes its share of the keys, one that leaves is
+ * "gone" (its keys go to the others; its pending operations fail with
+ * EHOSTDOWN). Changes are applied at the handle's calls (kv_fd becomes
+ * readable when one arrived); kv_counters adds a membership_changes line.
+ * Such a handle is always sharded (EHOSTDOWN, retries, kv_call EINVAL), even
+ * with one member. etcd unreachable at kv_open: ECONNREFUSED, ETIMEDOUT or
+ * EPROTO; no member: EHOSTDOWN; a malformed address: EINVAL.
  * Environment: RKV_GET_MODE=rpc (default) or read. With "read", kv_get reads
  * values with one-sided RDMA READs of the server's index and memory, sending
  * no message (it falls back to a message GET when the index cannot answer, or

@@ -7,8 +7,10 @@
 
 namespace rkv::kv::client {
 
+proto::ServerAddr server_of(const cluster::Member& m) { return proto::ServerAddr{m.host, m.port, m.id()}; }
+
 int resolve_servers(std::string_view text, std::uint16_t default_port, std::vector<proto::ServerAddr>& out,
-                    std::string& error, std::chrono::milliseconds timeout) {
+                    std::string& error, std::optional<cluster::MemberView>* cluster) {
   if (!cluster::is_cluster_url(text)) {
     if (proto::parse_server_list(text, default_port, out, error)) return 0;
     error += " (expected host, host:port, a comma-separated list of them, or etcd://HOST:PORT/NAME)";
@@ -17,10 +19,9 @@ int resolve_servers(std::string_view text, std::uint16_t default_port, std::vect
   cluster::ClusterUrl url;
   if (!cluster::parse_cluster_url(text, url, error)) return EINVAL;
   try {
+    cluster::MemberView view = cluster::read_members(url, kClusterReadTimeout);
     std::vector<proto::ServerAddr> servers;
-    for (const auto& m : cluster::read_members(url, timeout)) {
-      servers.push_back(proto::ServerAddr{m.host, m.port, m.id()});
-    }
+    for (const auto& m : view.members) servers.push_back(server_of(m));
     if (servers.empty()) {
       error = "cluster " + url.text() + " has no members (no kvd --cluster joined it, or every one's lease expired)";
       return EHOSTDOWN;
@@ -31,6 +32,7 @@ int resolve_servers(std::string_view text, std::uint16_t default_port, std::vect
       return E2BIG;
     }
     out = std::move(servers);
+    if (cluster != nullptr) *cluster = std::move(view);
     return 0;
   } catch (const cluster::ClusterError& e) {
     error = e.what();

@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cluster/membership.hpp"
 #include "proto/placement.hpp"
 
 namespace rkv::kv::client {
@@ -23,9 +25,13 @@ inline constexpr std::chrono::milliseconds kClusterReadTimeout{5'000};
 // 0 and the servers in `out`, or an errno value and why in `error`:
 // EINVAL for a malformed list or cluster address; for a cluster, etcd's
 // failure (ECONNREFUSED, ETIMEDOUT, EPROTO, ...) or EHOSTDOWN when it has
-// no member.
+// no member. For a cluster, `cluster` (if given) receives what was read, for
+// a client that follows the membership (ShardSetOptions::cluster); it is
+// left empty for a list.
 [[nodiscard]] int resolve_servers(std::string_view text, std::uint16_t default_port,
                                   std::vector<proto::ServerAddr>& out, std::string& error,
-                                  std::chrono::milliseconds timeout = kClusterReadTimeout);
+                                  std::optional<cluster::MemberView>* cluster = nullptr);
+// A member as a server to connect.
+[[nodiscard]] proto::ServerAddr server_of(const cluster::Member& m);
 
 }  // namespace rkv::kv::client

@@ -1,6 +1,8 @@
 // ShardSet: see shard_set.hpp. Reactor thread only.
 #include "kv/client/shard_set.hpp"
 
+#include "kv/client/server_list.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@ std::string_view to_string(ShardState s) noexcept {
     case ShardState::up: return "up";
     case ShardState::down: return "down";
     case ShardState::retry_due: return "retry_due";
+    case ShardState::gone: return "gone";
     case ShardState::closed: return "closed";
   }
   return "?";
@@ -67,15 +70,94 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
     s.backoff = set->shard_options_.backoff_min;
     set->shards_.push_back(std::move(s));
   }
+  set->place_live();
   for (Shard& s : set->shards_) {
     s.client = Client::connect(reactor, s.addr.host, s.addr.port, options);  // throws: ~ShardSet closes the others
     s.max_value = s.client->server_max_value();
+    s.connected_once = true;
+  }
+  if (set->shard_options_.cluster) {
+    set->following_ = true;
+    ShardSet* self = set.get();
+    set->watch_ = std::make_unique<cluster::MemberWatch>(
+        reactor, *set->shard_options_.cluster, [self](const std::vector<cluster::Member>& m) { self->on_members(m); });
+    set->shard_options_.cluster.reset();  // the watch holds what it needs
   }
   return set;
 }
 
 std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
-  return shards_.size() == 1 ? 0 : proto::place(key, ids_);
+  if (shards_.size() == 1) return 0;
+  if (live_ids_.empty()) return proto::place(key, ids_);  // every member left: some gone shard
+  return live_slots_[proto::place(key, live_ids_)];
+}
+
+void ShardSet::place_live() {
+  live_ids_.clear();
+  live_slots_.clear();
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (shards_[i].state == ShardState::gone) continue;
+    live_ids_.push_back(ids_[i]);
+    live_slots_.push_back(i);
+  }
+}
+
+void ShardSet::on_members(const std::vector<cluster::Member>& members) {
+  std::vector<proto::ServerAddr> servers;
+  servers.reserve(members.size());
+  for (const auto& m : members) servers.push_back(server_of(m));
+  reported_ = std::move(servers);
+  if (shard_options_.on_maintain_due) shard_options_.on_maintain_due();
+}
+
+bool ShardSet::apply_members() {
+  if (!reported_) return false;
+  std::vector<proto::ServerAddr> now = std::move(*reported_);
+  reported_.reset();
+  bool changed = false;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {  // who left
+    Shard& s = shards_[i];
+    const bool member = std::any_of(now.begin(), now.end(), [&](const proto::ServerAddr& a) { return a.id == s.addr.id; });
+    if (member || s.state == ShardState::gone || s.state == ShardState::closed) continue;
+    spdlog::info("client: server {} left the cluster", s.addr.id);
+    s.state = ShardState::gone;
+    s.retry.reset();
+    s.failure = "it left the cluster";
+    retire(s);  // its pending ops complete with shard_down
+    changed = true;
+  }
+  for (proto::ServerAddr& a : now) {  // who joined (or came back)
+    const auto it = std::find(ids_.begin(), ids_.end(), a.id);
+    if (it != ids_.end()) {
+      Shard& s = shards_[static_cast<std::size_t>(it - ids_.begin())];
+      if (s.state != ShardState::gone) continue;
+      s.addr = std::move(a);
+      s.state = ShardState::retry_due;  // connects below, in this maintain()
+      s.backoff = shard_options_.backoff_min;
+      s.failure.clear();
+      spdlog::info("client: server {} joined the cluster again", s.addr.id);
+      changed = true;
+      continue;
+    }
+    if (shards_.size() >= proto::kMaxServers) {
+      spdlog::warn("client: server {} joined the cluster, but this client already has {} servers; not using it",
+                   a.id, shards_.size());
+      continue;
+    }
+    spdlog::info("client: server {} joined the cluster", a.id);
+    ids_.push_back(a.id);
+    Shard s;
+    s.addr = std::move(a);
+    s.state = ShardState::retry_due;
+    s.backoff = shard_options_.backoff_min;
+    shards_.push_back(std::move(s));
+    changed = true;
+  }
+  if (changed) {
+    ++membership_changes_;
+    place_live();
+  }
+  return changed;
 }
 
 ShardState ShardSet::state(std::size_t i) const noexcept {
@@ -112,6 +194,8 @@ Status ShardSet::usable(std::size_t i) noexcept {
     case ShardState::down:
     case ShardState::retry_due:
       return sharded() ? Status::shard_down : Status::not_connected;
+    case ShardState::gone:
+      return Status::shard_down;
     case ShardState::closed:
       return Status::not_connected;
   }
@@ -142,7 +226,7 @@ void ShardSet::start_retry_timer(std::size_t i) {
     Shard& sh = shards_[i];
     if (sh.state != ShardState::down) return;
     sh.state = ShardState::retry_due;
-    if (shard_options_.on_retry_due) shard_options_.on_retry_due();
+    if (shard_options_.on_maintain_due) shard_options_.on_maintain_due();
   });
 }
 
@@ -230,9 +314,11 @@ void ShardSet::try_reconnect(std::size_t i) {
     s.max_value = s.client->server_max_value();
     s.state = ShardState::up;
     s.backoff = shard_options_.backoff_min;
+    const bool first = !s.connected_once;
+    s.connected_once = true;
     s.failure.clear();
     ++reconnects_;
-    spdlog::info("client: shard {} is back", s.addr.id);
+    spdlog::info("client: shard {} is {}", s.addr.id, first ? "up" : "back");
   } catch (const ConnectError& e) {
     s.failure = e.what();
     s.backoff = std::min(s.backoff * 2, shard_options_.backoff_max);
@@ -245,7 +331,7 @@ void ShardSet::try_reconnect(std::size_t i) {
 bool ShardSet::maintain() {
   assert_owner();
   if (closing_ || !sharded() || reactor_->state() != reactor::ReactorState::kIdle) return false;
-  bool changed = false;
+  bool changed = apply_members();
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     Shard& s = shards_[i];
     switch (s.state) {
@@ -274,6 +360,7 @@ bool ShardSet::maintain() {
         try_reconnect(i);
         changed = true;
         break;
+      case ShardState::gone:
       case ShardState::closed:
         break;
     }
@@ -284,6 +371,7 @@ bool ShardSet::maintain() {
 void ShardSet::close() noexcept {
   assert_owner();
   closing_ = true;
+  watch_.reset();
   for (Shard& s : shards_) {
     s.retry.reset();
     retire(s);

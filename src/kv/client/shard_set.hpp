@@ -5,7 +5,8 @@
 //
 // Owns: one Client (one connection) per server, all on the caller's one
 // Reactor, so operations to different shards are in flight together; each
-// shard's state (ShardState), its reconnect backoff and timer. The Reactor is
+// shard's state (ShardState), its reconnect backoff and timer; the
+// MemberWatch of a cluster it follows. The Reactor is
 // the caller's and must outlive the ShardSet.
 //
 // A shard that fails: with more than one server, an operation whose shard's
@@ -21,6 +22,17 @@
 // server nothing changes from a plain Client: failures are
 // connection_failed / not_connected and there is no reconnect.
 //
+// Following a cluster (ShardSetOptions::cluster, docs/cluster.md "Following
+// the membership"): a MemberWatch reports every change of the members; the
+// next maintain() applies it. The shard slots are append-only, so the shard
+// index an operation recorded never names another server: a member that
+// joins gets a new slot (or its old one back) and connects in that
+// maintain(); a member that left is `gone` (its pending ops end with
+// shard_down, its Client is dropped). Placement runs over the live members'
+// ids only, so it is what a client opened on the same members computes. A
+// cluster client is always sharded (shard_down, reconnects), even with one
+// member.
+//
 // Thread: the reactor's; every public member function asserts it (debug).
 
 #include <chrono>
@@ -28,11 +40,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cluster/member_watch.hpp"
+#include "cluster/membership.hpp"
 #include "kv/client/client.hpp"
 #include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
@@ -42,7 +57,8 @@ namespace rkv::kv::client {
 enum class ShardState : std::uint8_t {
   up,         // connected: operations go to its Client
   down,       // its connection failed: operations end with shard_down; the backoff timer runs
-  retry_due,  // the backoff passed: the next maintain() tries to connect
+  retry_due,  // the backoff passed (or it joined the cluster): the next maintain() tries to connect
+  gone,       // it left the cluster: placement skips it; ops end with shard_down
   closed,     // ShardSet::close()
 };
 [[nodiscard]] std::string_view to_string(ShardState s) noexcept;
@@ -54,10 +70,15 @@ struct ShardSetOptions {
   // (the open's are ClientOptions'): a killed kvd on a live host refuses at
   // once; this bounds what an unreachable host costs the attempt.
   std::chrono::milliseconds reconnect_timeout{1'000};
-  // Called from the retry timer (a reactor callback) when a shard's retry is
-  // due: the owner arranges a maintain() call soon (the C API makes kv_fd
-  // readable). May be null (the owner calls maintain() regularly anyway).
-  std::function<void()> on_retry_due;
+  // Called from a reactor callback when maintain() has work (a shard's retry
+  // is due, the members changed): the owner arranges a maintain() call soon
+  // (the C API makes kv_fd readable). May be null (the owner calls
+  // maintain() regularly anyway).
+  std::function<void()> on_maintain_due;
+  // Follow this cluster (from resolve_servers): the servers given to
+  // connect() are its members at view.revision, and its changes from then on
+  // are applied by maintain(). Empty: a static list.
+  std::optional<cluster::MemberView> cluster;
 };
 
 class ShardSet {
@@ -74,8 +95,9 @@ class ShardSet {
   ~ShardSet();  // close(); never throws
 
   [[nodiscard]] std::size_t size() const noexcept { return shards_.size(); }
-  [[nodiscard]] bool sharded() const noexcept { return shards_.size() > 1; }
-  // The key's shard (placement; 0 with one server).
+  [[nodiscard]] bool sharded() const noexcept { return shards_.size() > 1 || following_; }
+  // The key's shard (placement over the live members; 0 with one server). If
+  // every member left, some gone shard (its ops end with shard_down).
   [[nodiscard]] std::size_t shard_of(std::string_view key) const noexcept;
   [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }
   [[nodiscard]] ShardState state(std::size_t i) const noexcept;
@@ -111,10 +133,10 @@ class ShardSet {
   // Drops cached registrations of `bytes` in every shard's Client.
   void forget(std::span<const std::byte> bytes) noexcept;
 
-  // Outside reactor callbacks only: drops the Clients of shards whose
-  // connection failed (their pending ops complete first, with shard_down)
-  // and tries to reconnect the shards whose retry is due. True if a shard
-  // changed state.
+  // Outside reactor callbacks only: applies a change of the members (a
+  // cluster's), drops the Clients of shards whose connection failed or that
+  // left (their pending ops complete first, with shard_down) and tries to
+  // connect the shards whose retry is due. True if a shard changed state.
   bool maintain();
   // Closes every shard (pending ops complete with Status::closed). Idempotent.
   void close() noexcept;
@@ -124,6 +146,9 @@ class ShardSet {
   // How often shards were found down / were reconnected (handle lifetime).
   [[nodiscard]] std::uint64_t shard_failures() const noexcept { return shard_failures_; }
   [[nodiscard]] std::uint64_t reconnects() const noexcept { return reconnects_; }
+  // Following a cluster: the changes of its members applied so far.
+  [[nodiscard]] bool following() const noexcept { return following_; }
+  [[nodiscard]] std::uint64_t membership_changes() const noexcept { return membership_changes_; }
 
   static constexpr std::uint64_t kNoShard = ~std::uint64_t{0};
 
@@ -137,6 +162,7 @@ class ShardSet {
     reactor::Reactor::Clock::time_point retry_at{};  // when `retry` fires (maintain() also checks it:
                                                       // a caller that does not run the reactor still retries)
     std::uint64_t max_value = 0;
+    bool connected_once = false;  // a connection was up (a member that joins has none yet)
     std::string failure;     // why it went down
     ClientCounters past{};   // counters of the Clients it had before
   };
@@ -157,12 +183,21 @@ class ShardSet {
   void retire(Shard& s) noexcept;          // close and drop its Client (not from its callbacks)
   void try_reconnect(std::size_t i);
   void start_retry_timer(std::size_t i);  // down: retry_due after the backoff
+  void on_members(const std::vector<cluster::Member>& members);  // the watch's report (a reactor callback)
+  bool apply_members();  // maintain(): the last report, if one is new
+  void place_live();     // live_ids_/live_slots_ from the shards' states
 
   reactor::Reactor* reactor_;
   ClientOptions options_;
   ShardSetOptions shard_options_;
-  std::vector<Shard> shards_;
-  std::vector<std::string> ids_;  // shards_[i].addr.id, for place()
+  std::vector<Shard> shards_;             // append-only: an index names one server for good
+  std::vector<std::string> ids_;          // shards_[i].addr.id, every slot
+  std::vector<std::string> live_ids_;     // the slots not gone, for place()
+  std::vector<std::size_t> live_slots_;   // their indices in shards_
+  std::unique_ptr<cluster::MemberWatch> watch_;
+  std::optional<std::vector<proto::ServerAddr>> reported_;  // members the watch reported, not yet applied
+  bool following_ = false;
+  std::uint64_t membership_changes_ = 0;
   bool closing_ = false;
   std::uint64_t shard_failures_ = 0;
   std::uint64_t reconnects_ = 0;

@@ -147,6 +147,15 @@ void LoadRun::end_op(Clock::time_point now) {
 }
 
 void LoadRun::record_shard(std::size_t shard, Status st, std::uint64_t ns) noexcept {
+  // A cluster's member that joined during the run has a new shard index: its row.
+  if (shard >= report_.shards.size() && shard < shards_->size()) {
+    try {
+      const std::size_t from = report_.shards.size();
+      report_.shards.resize(shards_->size());
+      for (std::size_t i = from; i < shards_->size(); ++i) report_.shards[i].server = shards_->server(i).id;
+    } catch (...) {  // out of memory: the op counts in the totals, not in a row
+    }
+  }
   report_.record_shard(shard, st == Status::ok, st == Status::shard_down, ns);
 }
 

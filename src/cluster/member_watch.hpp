@@ -1,0 +1,84 @@
+#pragma once
+// MemberWatch: a client's live view of a cluster's members
+// (docs/cluster.md "Following the membership"). It starts from a read of
+// the members (read_members) and follows etcd's watch of the members'
+// prefix from the revision after it, so it misses no change in between.
+//
+// Each watch message that changes the members calls `on_change` with all of
+// them (ordered by id), from a reactor callback. When the stream ends (etcd
+// restarted or compacted the history, the connection broke, a message did
+// not parse), the members are read again and a new watch starts from that
+// read's revision: after a backoff of 100 ms doubling to 2 s while etcd
+// cannot be reached. A failure is logged once per streak; meanwhile the
+// last members known stay in force.
+//
+// Owns: its EtcdClient and the backoff timer. The Reactor is the caller's
+// and must outlive it. Thread: the reactor's; `on_change` must not destroy
+// the MemberWatch.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/etcd.hpp"
+#include "cluster/keyspace.hpp"
+#include "cluster/membership.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::cluster {
+
+enum class WatchState : std::uint8_t {
+  watching,  // a watch stream is open (or being opened)
+  waiting,   // the stream ended: the backoff timer runs
+  reading,   // reading the members again (then watching)
+};
+[[nodiscard]] std::string_view to_string(WatchState s) noexcept;
+
+class MemberWatch {
+ public:
+  using OnChange = std::function<void(const std::vector<Member>&)>;
+
+  // Starts watching start.url after `start` (a read_members).
+  // Throws ClusterError if libcurl cannot be set up.
+  MemberWatch(reactor::Reactor& reactor, const MemberView& start, OnChange on_change);
+  ~MemberWatch() = default;  // the stream and a read in flight are dropped
+  MemberWatch(const MemberWatch&) = delete;
+  MemberWatch& operator=(const MemberWatch&) = delete;
+  MemberWatch(MemberWatch&&) = delete;
+  MemberWatch& operator=(MemberWatch&&) = delete;
+
+  [[nodiscard]] std::vector<Member> members() const;  // ordered by id
+  [[nodiscard]] WatchState state() const noexcept { return state_; }
+  [[nodiscard]] std::int64_t revision() const noexcept { return revision_; }
+  // Changes delivered, and watches that ended (each followed by a new read).
+  [[nodiscard]] std::uint64_t changes() const noexcept { return changes_; }
+  [[nodiscard]] std::uint64_t restarts() const noexcept { return restarts_; }
+
+ private:
+  void watch();                                  // -> watching: a stream from revision_ + 1
+  [[nodiscard]] bool on_line(std::string_view line);  // a stream message; false ends the stream
+  void on_end(const EtcdReply& reply);           // -> waiting
+  void read();                                   // -> reading (the backoff passed)
+  void on_read(EtcdReply& reply);                // -> watching, or waiting again
+  void failed(const std::string& why);           // logs once per streak
+  void notify();                                 // on_change with every member
+
+  reactor::Reactor* reactor_;
+  ClusterUrl url_;
+  OnChange on_change_;
+  EtcdClient etcd_;
+  reactor::Timer backoff_timer_;
+  std::map<std::string, Member> members_;  // by etcd key
+  std::int64_t revision_ = 0;              // every change up to this one is in members_
+  WatchState state_ = WatchState::watching;
+  std::chrono::milliseconds backoff_;
+  bool failing_ = false;
+  std::uint64_t changes_ = 0;
+  std::uint64_t restarts_ = 0;
+};
+
+}  // namespace rkv::cluster
