@@ -1,0 +1,203 @@
+// MemberWatch against a real etcd (Debian's etcd-server; scripts/setup
+// --rdma installs it): the members it reports follow puts and deletes of
+// member records, a record under another key than its id's is not a member,
+// and when etcd is killed and started again on the same data the watch reads
+// the members again and goes on watching. Runs on the host (etcd and the
+// reactor; no verbs). Every wait has a 60 s deadline; nothing is timed.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../temp_dir.hpp"
+#include "cluster/etcd.hpp"
+#include "cluster/etcd_wire.hpp"
+#include "cluster/member_watch.hpp"
+#include "cluster/membership.hpp"
+#include "reactor/reactor.hpp"
+
+extern char** environ;
+
+namespace rkv::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kDeadline = 60s;
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    throw std::runtime_error("no free port");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One single-node etcd on free ports of 127.0.0.1, its data in a temp dir.
+class Etcd {
+ public:
+  Etcd() : dir_("member-watch"), client_(free_port()), peer_(free_port()) { start(); }
+  ~Etcd() { kill(SIGTERM); }
+  Etcd(const Etcd&) = delete;
+  Etcd& operator=(const Etcd&) = delete;
+
+  [[nodiscard]] std::uint16_t port() const { return client_; }
+
+  void start() {
+    const std::string c = "http://127.0.0.1:" + std::to_string(client_);
+    const std::string p = "http://127.0.0.1:" + std::to_string(peer_);
+    const std::string log = dir_.path() + "/etcd.log";
+    std::vector<std::string> args = {"etcd", "--name", "w", "--data-dir", dir_.path() + "/data", "--log-level", "warn",
+                                     "--listen-client-urls", c, "--advertise-client-urls", c,
+                                     "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                                     "--initial-cluster", "w=" + p};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t io;
+    posix_spawn_file_actions_init(&io);
+    posix_spawn_file_actions_addopen(&io, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&io, STDOUT_FILENO, STDERR_FILENO);
+    const int rc = ::posix_spawnp(&pid_, "etcd", &io, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&io);
+    if (rc != 0) throw std::runtime_error("cannot start etcd (Debian: etcd-server; scripts/setup --rdma installs it)");
+  }
+
+  [[nodiscard]] bool alive() {
+    int status = 0;
+    return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
+  }
+
+  void kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  [[nodiscard]] std::string log() const {
+    std::ifstream in(dir_.path() + "/etcd.log");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  test::TempDir dir_;
+  std::uint16_t client_;
+  std::uint16_t peer_;
+  pid_t pid_ = -1;
+};
+
+class MemberWatchTest : public ::testing::Test {
+ protected:
+  MemberWatchTest() {
+    url_.host = "127.0.0.1";
+    url_.port = etcd_.port();
+    url_.name = "w";
+    await_etcd();
+  }
+
+  // Runs the reactor until done() (false after the deadline).
+  bool run_until(const std::function<bool()>& done) {
+    const auto end = reactor::Reactor::now() + kDeadline;
+    while (!done()) {
+      if (reactor::Reactor::now() > end) return false;
+      reactor_.run_once(100ms);
+    }
+    return true;
+  }
+
+  void await_etcd() {
+    EtcdClient etcd(reactor_, url_.endpoint(), 2s);
+    const auto end = reactor::Reactor::now() + kDeadline;
+    while (!etcd.call(kPathRange, range_prefix_body("/")).ok) {
+      ASSERT_TRUE(etcd_.alive()) << "etcd exited; its log:\n" << etcd_.log();
+      ASSERT_LT(reactor::Reactor::now(), end) << "etcd did not answer; its log:\n" << etcd_.log();
+      reactor_.run_once(200ms);
+    }
+  }
+
+  void put(const std::string& key, const Member& m) {
+    EtcdClient etcd(reactor_, url_.endpoint(), 10s);
+    const EtcdReply r = etcd.call(kPathPut, put_body(key, member_value(m), 0));
+    ASSERT_TRUE(r.ok) << r.error;
+  }
+  void del(const std::string& key) {
+    EtcdClient etcd(reactor_, url_.endpoint(), 10s);
+    const EtcdReply r = etcd.call(kPathDelete, delete_body(key));
+    ASSERT_TRUE(r.ok) << r.error;
+  }
+
+  static std::vector<std::string> ids(const std::vector<Member>& members) {
+    std::vector<std::string> out;
+    for (const auto& m : members) out.push_back(m.id());
+    return out;
+  }
+
+  Etcd etcd_;
+  ClusterUrl url_;
+  reactor::Reactor reactor_;
+};
+
+TEST_F(MemberWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
+  const Member a{"10.0.0.1", 7471, 1};
+  const Member b{"10.0.0.2", 7471, 2};
+  const Member c{"10.0.0.3", 7471, 3};
+  put(member_key(url_, a), a);
+  const MemberView start = read_members(url_, 10s);
+  ASSERT_EQ(ids(start.members), std::vector<std::string>{a.id()});
+
+  std::vector<std::string> seen;  // the last report
+  int reports = 0;
+  MemberWatch watch(reactor_, start, [&](const std::vector<Member>& m) {
+    seen = ids(m);
+    ++reports;
+  });
+
+  // A record under another key than its id's is not a member; b's is.
+  put(url_.members_prefix() + "someone-else", c);
+  put(member_key(url_, b), b);
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a.id(), b.id()}; }))
+      << "reports " << reports << ", state " << to_string(watch.state());
+  del(member_key(url_, a));
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{b.id()}; }));
+  EXPECT_EQ(ids(watch.members()), std::vector<std::string>{b.id()});
+  const std::uint64_t restarts = watch.restarts();
+
+  // etcd dies and comes back on the same data: the stream ended; the watch
+  // reads the members again and watches from there.
+  etcd_.kill(SIGKILL);
+  ASSERT_TRUE(run_until([&] { return watch.restarts() > restarts; })) << "the watch did not notice etcd dying";
+  etcd_.start();
+  await_etcd();
+  put(member_key(url_, c), c);
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{b.id(), c.id()}; }))
+      << "after etcd restarted: state " << to_string(watch.state()) << "; its log:\n" << etcd_.log();
+  del(member_key(url_, b));
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{c.id()}; }));
+  EXPECT_EQ(watch.state(), WatchState::watching);
+}
+
+}  // namespace
+}  // namespace rkv::cluster
