@@ -146,6 +146,17 @@ int CHandle::status_error(Status st, const char* what, std::size_t shard) noexce
   }
 }
 
+std::size_t CHandle::shard_for(std::string_view key) noexcept {
+  if (shards_->membership_reported()) {
+    try {
+      shards_->maintain();
+    } catch (const std::exception& e) {
+      spdlog::warn("kv: applying a change of the cluster's members: {}", e.what());
+    }
+  }
+  return key.empty() ? 0 : shards_->shard_of(key);
+}
+
 int CHandle::check(std::string_view key, std::size_t shard, std::size_t value_len, const char* what) noexcept {
   try {
     if (key.empty()) return set_error(EINVAL, std::string(what) + ": empty key");

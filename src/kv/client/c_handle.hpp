@@ -150,12 +150,11 @@ class CHandle {
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] bool sharded() const noexcept { return shards_->sharded(); }
   // The server of an op on `key`: where an operation's shard is decided (the
-  // one hash of its key; everything after is given the index). kv_call's line
-  // is the empty key: c_api.cpp refuses kv_call on several servers, so it is
-  // shard 0, the one server.
-  [[nodiscard]] std::size_t shard_for(std::string_view key) const noexcept {
-    return key.empty() ? 0 : shards_->shard_of(key);
-  }
+  // one hash of its key; everything after is given the index), over the
+  // members as last seen (a change the cluster's watch reported is applied
+  // first). kv_call's line is the empty key: c_api.cpp refuses kv_call on
+  // several servers, so it is shard 0, the one server.
+  [[nodiscard]] std::size_t shard_for(std::string_view key) noexcept;
 
  private:
   enum class OpState : std::uint8_t {

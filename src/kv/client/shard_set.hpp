@@ -148,6 +148,8 @@ class ShardSet {
   [[nodiscard]] std::uint64_t reconnects() const noexcept { return reconnects_; }
   // Following a cluster: the changes of its members applied so far.
   [[nodiscard]] bool following() const noexcept { return following_; }
+  // The watch reported members that the next maintain() applies.
+  [[nodiscard]] bool membership_reported() const noexcept { return reported_.has_value(); }
   [[nodiscard]] std::uint64_t membership_changes() const noexcept { return membership_changes_; }
 
   static constexpr std::uint64_t kNoShard = ~std::uint64_t{0};
