@@ -15,7 +15,9 @@
 //
 // --cluster etcd://HOST:PORT/NAME joins a cluster described in etcd
 // (docs/cluster.md): before the listening line kvd publishes itself as a
-// member under a lease it renews from the reactor, and revokes it on exit.
+// member under a lease it renews from the reactor. On SIGINT/SIGTERM it
+// revokes the lease first, serves until no client is connected (clients that
+// follow the cluster drop it) or --drain-timeout passed, then shuts down.
 #include "cli.hpp"
 #include "kvd.hpp"
 #include "kvd_ops.hpp"
@@ -238,6 +240,7 @@ int kvd_main(int argc, char** argv) {
   std::string cluster_text;
   std::string advertise;
   unsigned lease_ttl_s = 5;
+  unsigned drain_timeout_s = 5;
   auto* cluster_opt =
       app.add_option("--cluster", cluster_text,
                      "join the cluster etcd://HOST:PORT/NAME (docs/cluster.md): publish this kvd as a member under an "
@@ -257,6 +260,13 @@ int kvd_main(int argc, char** argv) {
   app.add_option("--lease-ttl", lease_ttl_s,
                  "--cluster: seconds without a renewal after which etcd drops this kvd from the members")
       ->check(CLI::Range(2u, 600u))
+      ->needs(cluster_opt)
+      ->capture_default_str();
+  app.add_option("--drain-timeout", drain_timeout_s,
+                 "--cluster: on SIGINT/SIGTERM, leave the cluster first, then keep serving until every client "
+                 "disconnected (clients that follow the cluster drop this kvd once they see it leave) or this many "
+                 "seconds passed, then shut down")
+      ->check(CLI::Range(0u, 3600u))
       ->needs(cluster_opt)
       ->capture_default_str();
   app.add_flag("--repair", repair,
@@ -339,6 +349,12 @@ int kvd_main(int argc, char** argv) {
     }
     // Signals first: they must be blocked before anything could start a thread.
     kv::server::Server* server_ptr = nullptr;
+    std::unique_ptr<cluster::MemberLease> member;
+    reactor::Timer drain;  // leaving a cluster: until no client is connected, or the drain timeout
+    const auto shut_down = [&] {
+      drain.reset();
+      server_ptr->shutdown([&reactor] { reactor.stop(); });
+    };
     auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
       if (signo == SIGUSR1) {
         if (server_ptr != nullptr) {
@@ -347,12 +363,31 @@ int kvd_main(int argc, char** argv) {
         }
         return;
       }
-      if (server_ptr == nullptr || server_ptr->shutting_down()) {
+      if (server_ptr == nullptr || server_ptr->shutting_down() || (member && member->state() == cluster::LeaseState::left)) {
         reactor.stop();  // a second signal: stop now
         return;
       }
-      spdlog::info("kvd: signal {}: shutting down", signo);
-      server_ptr->shutdown([&reactor] { reactor.stop(); });
+      if (!member) {
+        spdlog::info("kvd: signal {}: shutting down", signo);
+        return shut_down();
+      }
+      // A member leaves first, so clients that follow the cluster move its
+      // keys elsewhere and disconnect; it serves them until they did.
+      spdlog::info("kvd: signal {}: leaving the cluster, then shutting down once no client is connected "
+                   "(at most {} s)", signo, drain_timeout_s);
+      member->leave_async([&] {
+        const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
+        const auto check = [&, deadline] {
+          if (server_ptr->connections() > 0 && reactor::Reactor::now() < deadline) return;
+          if (server_ptr->connections() > 0) {
+            spdlog::warn("kvd: {} client(s) still connected after {} s; shutting down", server_ptr->connections(),
+                         drain_timeout_s);
+          }
+          shut_down();
+        };
+        drain = reactor.every(std::chrono::milliseconds(100), check);
+        check();
+      });
     });
     kv::server::Server server(reactor, store, opt, log.get());
     server_ptr = &server;
@@ -360,7 +395,6 @@ int kvd_main(int argc, char** argv) {
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
     }
-    std::unique_ptr<cluster::MemberLease> member;
     if (cluster_url) {
       try {
         member = std::make_unique<cluster::MemberLease>(

@@ -112,8 +112,8 @@ EtcdClient::~EtcdClient() {
   timer_.reset();
 }
 
-void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb) {
-  (void)start(path, std::move(body), std::move(cb), timeout_);
+void EtcdClient::post(std::string_view path, std::string body, EtcdCallback cb, std::chrono::milliseconds timeout) {
+  (void)start(path, std::move(body), std::move(cb), timeout.count() > 0 ? timeout : timeout_);
 }
 
 void EtcdClient::stream(std::string_view path, std::string body, EtcdLineCallback on_line, EtcdCallback on_end) {

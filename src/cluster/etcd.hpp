@@ -68,9 +68,11 @@ class EtcdClient {
   EtcdClient& operator=(EtcdClient&&) = delete;
 
   // Async: POSTs `body` to endpoint + path; `cb` runs with the reply (or the
-  // failure) from a reactor callback. Throws std::bad_alloc, ClusterError if
-  // curl refuses the request (out of memory).
-  void post(std::string_view path, std::string body, EtcdCallback cb);
+  // failure) from a reactor callback, at most `timeout` later (0: the
+  // client's). Throws std::bad_alloc, ClusterError if curl refuses the
+  // request (out of memory).
+  void post(std::string_view path, std::string body, EtcdCallback cb,
+            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Async, streaming (a watch): POSTs `body`; while the reply is HTTP 200,
   // each newline-terminated line of it goes to `on_line` as it arrives (a
   // line over kMaxLine ends the stream). `on_end` runs once when the stream

@@ -68,6 +68,20 @@ void MemberLease::leave() noexcept {
   }
 }
 
+void MemberLease::leave_async(std::function<void()> done) {
+  if (state_ == LeaseState::left) return done();
+  state_ = LeaseState::left;
+  renew_timer_.reset();
+  etcd_.post(kPathRevoke, revoke_body(lease_), [this, done = std::move(done)](EtcdReply& r) {
+    if (r.ok) {
+      spdlog::info("kvd: left cluster {}", url_.text());
+    } else {
+      spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), r.error);
+    }
+    done();
+  }, kSetupTimeout);
+}
+
 void MemberLease::renew() {
   if (in_flight_ || state_ == LeaseState::left) return;
   if (state_ == LeaseState::rejoining) {

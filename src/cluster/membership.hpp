@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +52,9 @@ class MemberLease {
   // callbacks). A failure is logged: the record then goes when the lease
   // expires. Idempotent.
   void leave() noexcept;
+  // The same, async (from a reactor callback): `done` runs once the revoke
+  // was answered or failed (at once if the lease was already left).
+  void leave_async(std::function<void()> done);
 
   [[nodiscard]] LeaseState state() const noexcept { return state_; }
   [[nodiscard]] std::int64_t lease() const noexcept { return lease_; }

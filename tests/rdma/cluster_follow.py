@@ -6,9 +6,10 @@ rkv.Client is opened on the cluster; then a new kvd joins and later leaves.
 Checks, each with a 120 s deadline and none on speed:
   - the open client connects the new member and places keys on it (its
     stats show the member up, holding some of 300 new keys);
-  - after the member leaves (SIGTERM: it revokes its lease), the client
-    drops it and every one of 300 more writes succeeds on the others, so
-    placement no longer picks it;
+  - the member leaves (SIGTERM: it revokes its lease, then serves until its
+    clients disconnected): no write fails while it leaves, the client drops
+    it, the kvd then exits by itself, and 300 more writes all succeed on
+    the others, so placement no longer picks it;
   - the client's membership_changes counter counts both changes.
 """
 import os
@@ -43,7 +44,8 @@ def main() -> None:
 
         log = open(os.path.join(os.environ["WORK"], "kvd5.log"), "w+")
         kvd = subprocess.Popen([os.environ["RKV_KVD"], "--bind", os.environ["SOFTROCE_ADDR"], "--port", "0",
-                                "--cluster", cluster, "--lease-ttl", "600"], stdout=log, stderr=subprocess.STDOUT)
+                                "--cluster", cluster, "--lease-ttl", "600", "--drain-timeout", "600"],
+                               stdout=log, stderr=subprocess.STDOUT)
         new_id = None
 
         def listening() -> bool:
@@ -74,15 +76,30 @@ def main() -> None:
             if held == 0:
                 fail(f"{new_id} holds none of 300 new keys: the client does not place keys on it")
             print(f"cluster_follow: {new_id} joined; it holds {held} of 300 new keys")
-        finally:
-            kvd.send_signal(signal.SIGTERM)
-            rc = kvd.wait(timeout=DEADLINE)
-        if rc != 0:
-            fail(f"the new kvd exited with {rc} on SIGTERM")
 
-        # stats() runs the client's loop (counters() only reads).
-        wait_for(f"the open client dropping {new_id}",
-                 lambda: c.stats() is not None and c.counters()["membership_changes"] >= changes0 + 2)
+            # SIGTERM: the kvd leaves the cluster first and serves until this
+            # client dropped it, so no write fails while it leaves, and the
+            # ones after go to the others.
+            kvd.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            writes = 0
+            while c.counters()["membership_changes"] < changes0 + 2:  # each write also applies what the watch saw
+                try:
+                    c.set(f"leaving-{writes}", "v")
+                except rkv.Error as e:
+                    fail(f"leaving-{writes}: a write while {new_id} left failed: {e}")
+                writes += 1
+                if time.monotonic() - t0 > DEADLINE:
+                    fail(f"the open client did not see {new_id} leave within {DEADLINE:.0f} s")
+            rc = kvd.wait(timeout=DEADLINE)
+            if rc != 0:
+                fail(f"the new kvd exited with {rc} on SIGTERM")
+            print(f"cluster_follow: {new_id} left; {writes} writes while it left, none failed")
+        finally:
+            if kvd.poll() is None:
+                kvd.kill()
+                kvd.wait()
+
         for i in range(300):
             try:
                 c.set(f"after-{i}", "v")

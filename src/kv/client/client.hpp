@@ -205,6 +205,11 @@ class Client {
   void close() noexcept;
 
   [[nodiscard]] ConnState state() const noexcept;
+  // Requests submitted and not completed yet (queued or on the wire).
+  [[nodiscard]] std::size_t pending() const noexcept {
+    assert_owner();
+    return conn_ ? conn_->pending() : 0;
+  }
   [[nodiscard]] const std::string& failure() const noexcept;  // why the connection failed
   [[nodiscard]] ClientCounters counters() const noexcept;  // live, or as of close()
   [[nodiscard]] std::uint32_t server_credits() const noexcept {

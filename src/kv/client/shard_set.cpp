@@ -123,7 +123,9 @@ bool ShardSet::apply_members() {
     s.state = ShardState::gone;
     s.retry.reset();
     s.failure = "it left the cluster";
-    retire(s);  // its pending ops complete with shard_down
+    // Its ops in flight finish there (a leaving kvd serves until its clients
+    // disconnected); maintain() drops the Client once none is pending.
+    if (!s.client || s.client->pending() == 0 || conn_gone(s.client->state())) retire(s);
     changed = true;
   }
   for (proto::ServerAddr& a : now) {  // who joined (or came back)
@@ -361,6 +363,11 @@ bool ShardSet::maintain() {
         changed = true;
         break;
       case ShardState::gone:
+        if (s.client && (s.client->pending() == 0 || conn_gone(s.client->state()))) {
+          retire(s);  // the last of its ops finished
+          changed = true;
+        }
+        break;
       case ShardState::closed:
         break;
     }

@@ -27,8 +27,9 @@
 // next maintain() applies it. The shard slots are append-only, so the shard
 // index an operation recorded never names another server: a member that
 // joins gets a new slot (or its old one back) and connects in that
-// maintain(); a member that left is `gone` (its pending ops end with
-// shard_down, its Client is dropped). Placement runs over the live members'
+// maintain(); a member that left is `gone`: new ops on it end with
+// shard_down, those in flight finish there, and a later maintain() drops
+// its Client once none is pending. Placement runs over the live members'
 // ids only, so it is what a client opened on the same members computes. A
 // cluster client is always sharded (shard_down, reconnects), even with one
 // member.
@@ -58,7 +59,7 @@ enum class ShardState : std::uint8_t {
   up,         // connected: operations go to its Client
   down,       // its connection failed: operations end with shard_down; the backoff timer runs
   retry_due,  // the backoff passed (or it joined the cluster): the next maintain() tries to connect
-  gone,       // it left the cluster: placement skips it; ops end with shard_down
+  gone,       // it left the cluster: placement skips it; new ops end with shard_down, those in flight finish
   closed,     // ShardSet::close()
 };
 [[nodiscard]] std::string_view to_string(ShardState s) noexcept;
