@@ -100,6 +100,10 @@ bool MemberWatch::on_line(std::string_view line) {
 void MemberWatch::on_end(const EtcdReply& reply) {
   ++restarts_;
   if (!reply.ok && !reply.error.empty()) failed("the watch ended: " + reply.error);
+  wait_then_read();
+}
+
+void MemberWatch::wait_then_read() {
   state_ = WatchState::waiting;
   backoff_timer_ = reactor_->after(backoff_, [this] { read(); });
   backoff_ = std::min(backoff_ * 2, kBackoffMax);
@@ -111,7 +115,7 @@ void MemberWatch::read() {
     etcd_.post(kPathRange, range_prefix_body(url_.members_prefix()), [this](EtcdReply& r) { on_read(r); });
   } catch (const std::exception& e) {
     failed(std::string("reading the members: ") + e.what());
-    on_end(EtcdReply{});
+    wait_then_read();
   }
 }
 
@@ -120,10 +124,7 @@ void MemberWatch::on_read(EtcdReply& reply) {
   std::optional<RangeResult> range;
   if (!reply.ok || !(range = parse_range(reply.body, why))) {
     failed("reading the members: " + (reply.ok ? why : reply.error));
-    state_ = WatchState::waiting;
-    backoff_timer_ = reactor_->after(backoff_, [this] { read(); });
-    backoff_ = std::min(backoff_ * 2, kBackoffMax);
-    return;
+    return wait_then_read();
   }
   std::map<std::string, Member> now;
   for (Member& m : members_of(url_, range->kvs)) now.emplace(member_key(url_, m), std::move(m));

@@ -62,6 +62,7 @@ class MemberWatch {
   void watch();                                  // -> watching: a stream from revision_ + 1
   [[nodiscard]] bool on_line(std::string_view line);  // a stream message; false ends the stream
   void on_end(const EtcdReply& reply);           // -> waiting
+  void wait_then_read();                         // -> waiting: read() after the backoff (doubled for next time)
   void read();                                   // -> reading (the backoff passed)
   void on_read(EtcdReply& reply);                // -> watching, or waiting again
   void failed(const std::string& why);           // logs once per streak

@@ -57,14 +57,17 @@ void MemberLease::leave() noexcept {
   state_ = LeaseState::left;
   renew_timer_.reset();
   try {
-    const EtcdReply reply = etcd_.call(kPathRevoke, revoke_body(lease_), kSetupTimeout);
-    if (!reply.ok) {
-      spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), reply.error);
-      return;
-    }
-    spdlog::info("kvd: left cluster {}", url_.text());
+    on_revoked(etcd_.call(kPathRevoke, revoke_body(lease_), kSetupTimeout));
   } catch (const std::exception& e) {
     spdlog::warn("kvd: leaving cluster {}: {}", url_.text(), e.what());
+  }
+}
+
+void MemberLease::on_revoked(const EtcdReply& reply) const {
+  if (reply.ok) {
+    spdlog::info("kvd: left cluster {}", url_.text());
+  } else {
+    spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), reply.error);
   }
 }
 
@@ -73,11 +76,7 @@ void MemberLease::leave_async(std::function<void()> done) {
   state_ = LeaseState::left;
   renew_timer_.reset();
   etcd_.post(kPathRevoke, revoke_body(lease_), [this, done = std::move(done)](EtcdReply& r) {
-    if (r.ok) {
-      spdlog::info("kvd: left cluster {}", url_.text());
-    } else {
-      spdlog::warn("kvd: leaving cluster {}: {}; the record goes when its lease expires", url_.text(), r.error);
-    }
+    on_revoked(r);
     done();
   }, kSetupTimeout);
 }

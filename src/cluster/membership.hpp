@@ -71,6 +71,7 @@ class MemberLease {
   void on_renewed(EtcdReply& reply);  // keepalive reply
   void rejoin();                      // grant, then put (async)
   void on_failure(std::string_view what, const std::string& why);
+  void on_revoked(const EtcdReply& reply) const;  // leave()'s and leave_async()'s log line
 
   ClusterUrl url_;
   Member self_;
