@@ -141,9 +141,14 @@ bool ShardSet::apply_members() {
       changed = true;
       continue;
     }
-    if (shards_.size() >= proto::kMaxServers) {
+    // The bound is on members at once (a static list's); slots of members
+    // that left stay (a Shard each), so churn does not stop a client from
+    // taking new members, which would make it place keys unlike the others.
+    const auto live = static_cast<std::size_t>(std::count_if(
+        shards_.begin(), shards_.end(), [](const Shard& sh) { return sh.state != ShardState::gone; }));
+    if (live >= proto::kMaxServers) {
       spdlog::warn("client: server {} joined the cluster, but this client already has {} servers; not using it",
-                   a.id, shards_.size());
+                   a.id, live);
       continue;
     }
     spdlog::info("client: server {} joined the cluster", a.id);
