@@ -75,6 +75,19 @@ TEST(KvdCli, BadFlagsExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_TRUE(contains(r.err, "must be ADDR:PORT")) << bad << ": " << r.err;
   }
+  // The cluster's flags: refused before etcd is tried (nothing listens on port 1).
+  EXPECT_EQ(run_command({RKV_KVD_PATH, "--drain-timeout", "5"}, {}, 60s).exit_code, 2);  // needs --cluster
+  EXPECT_EQ(run_command({RKV_KVD_PATH, "--lease-ttl", "5"}, {}, 60s).exit_code, 2);      // needs --cluster
+  for (const char* bad : {"-1", "3601", "x"}) {
+    const auto r = run_command({RKV_KVD_PATH, "--bind", "127.0.0.1", "--cluster", "etcd://127.0.0.1:1/x",
+                                "--drain-timeout", bad}, {}, 60s);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+  }
+  for (const char* bad : {"1", "601"}) {
+    const auto r = run_command({RKV_KVD_PATH, "--bind", "127.0.0.1", "--cluster", "etcd://127.0.0.1:1/x",
+                                "--lease-ttl", bad}, {}, 60s);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+  }
 }
 
 TEST(RkvTopCli, BadFlagsExitTwo) {
