@@ -39,10 +39,11 @@ MemberWatch::MemberWatch(reactor::Reactor& reactor, const MemberView& start, OnC
 }
 
 std::vector<Member> MemberWatch::members() const {
+  // Keyed by member_key() (member_record refuses any other key): one prefix
+  // plus the id, so the map's order is the ids' order.
   std::vector<Member> out;
   out.reserve(members_.size());
   for (const auto& [key, m] : members_) out.push_back(m);
-  std::sort(out.begin(), out.end(), [](const Member& a, const Member& b) { return a.id() < b.id(); });
   return out;
 }
 
@@ -131,8 +132,7 @@ void MemberWatch::on_read(EtcdReply& reply) {
   revision_ = range->revision;
   const bool changed = now.size() != members_.size() ||
                        !std::equal(now.begin(), now.end(), members_.begin(), [](const auto& a, const auto& b) {
-                         return a.first == b.first && a.second.id() == b.second.id() &&
-                                a.second.capacity == b.second.capacity;
+                         return a.first == b.first && a.second.capacity == b.second.capacity;  // the key is the id's
                        });
   members_ = std::move(now);
   if (changed) notify();
