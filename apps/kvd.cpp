@@ -15,7 +15,8 @@
 //
 // --cluster etcd://HOST:PORT/NAME joins a cluster described in etcd
 // (docs/cluster.md): before the listening line kvd publishes itself as a
-// member under a lease it renews from the reactor. On SIGINT/SIGTERM it
+// member under a lease it renews from the reactor, and takes its part in
+// keeping the cluster's shard map (cluster/map_keeper.hpp). On SIGINT/SIGTERM it
 // revokes the lease first, serves until no client is connected (clients that
 // follow the cluster drop it) or --drain-timeout passed, then shuts down.
 #include "cli.hpp"
@@ -38,6 +39,7 @@
 #include <optional>
 #include <string>
 
+#include "cluster/map_keeper.hpp"
 #include "cluster/membership.hpp"
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
@@ -350,6 +352,7 @@ int kvd_main(int argc, char** argv) {
     // Signals first: they must be blocked before anything could start a thread.
     kv::server::Server* server_ptr = nullptr;
     std::unique_ptr<cluster::MemberLease> member;
+    std::unique_ptr<cluster::MapKeeper> keeper;  // with member: this kvd's part in keeping the shard map
     reactor::Timer drain;  // leaving a cluster: until no client is connected, or the drain timeout
     const auto shut_down = [&] {
       drain.reset();
@@ -399,6 +402,8 @@ int kvd_main(int argc, char** argv) {
       try {
         member = std::make_unique<cluster::MemberLease>(
             reactor, *cluster_url, cluster::Member{advertise, server.port(), max_memory}, std::chrono::seconds(lease_ttl_s));
+        keeper = std::make_unique<cluster::MapKeeper>(
+            reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{});
       } catch (const cluster::ClusterError& e) {
         std::fprintf(stderr, "kvd: --cluster %s: %s\n", cluster_text.c_str(), e.what());
         return 1;
@@ -412,6 +417,7 @@ int kvd_main(int argc, char** argv) {
     }
     std::fflush(stdout);
     reactor.run();
+    keeper.reset();
     if (member) member->leave();  // the record goes now, not when the lease expires
     member.reset();
     server_ptr = nullptr;

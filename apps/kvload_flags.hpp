@@ -19,7 +19,7 @@ struct KvloadFlags {
   std::string server;  // --server: one address or a comma-separated list
   std::uint16_t port = kv::client::kDefaultPort;  // for entries without their own
   std::vector<proto::ServerAddr> servers;  // parsed from both
-  std::optional<cluster::MemberView> cluster;  // --server etcd://...: followed while the run lasts
+  std::optional<cluster::ClusterView> cluster;  // --server etcd://...: followed while the run lasts
   std::string file;
   bool json = false;
   bool quiet = false;

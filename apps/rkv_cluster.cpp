@@ -2,18 +2,25 @@
 //
 //   rkv cluster status --server etcd://HOST:PORT/NAME [--json]
 //
-// Prints "# cluster etcd://HOST:PORT/NAME: N members" and one line per
-// member, "member ID capacity BYTES" (ordered by id), or with --json one
-// object {"cluster": ..., "members": [{"id", "host", "port", "capacity"}]}.
-// A member is a kvd whose lease etcd still holds (kvd --cluster): one that
-// died stays listed until its --lease-ttl passes.
+// Prints "# cluster etcd://HOST:PORT/NAME: N members", the shard map's
+// "# map epoch E shards S replicas R" (or "# no map"), and one line per
+// member, "member ID capacity BYTES primaries P" (ordered by id; P: shards
+// it is the primary of), then "absent ID primaries P" for an owner in the
+// map that is no member (the map not yet planned again since it left). With
+// --json one object {"cluster": ..., "map": {"epoch", "shards", "replicas"}
+// or null, "members": [{"id", "host", "port", "capacity", "primaries"}],
+// "absent": [{"id", "primaries"}]}. A member is a kvd whose lease etcd
+// still holds (kvd --cluster): one that died stays listed until its
+// --lease-ttl passes.
 //
 // Exit status: 0 printed (also with no member), 1 etcd could not be read,
 // 2 bad arguments.
 #include "rkv_cluster.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "cli.hpp"
@@ -23,9 +30,9 @@
 namespace rkv::apps {
 
 int cluster_main(int argc, char** argv) {
-  CLI::App app{"rkv cluster: a cluster's members, as etcd holds them (docs/cluster.md)", "rkv cluster"};
+  CLI::App app{"rkv cluster: a cluster's members and shard map, as etcd holds them (docs/cluster.md)", "rkv cluster"};
   app.require_subcommand(1, 1);
-  auto* status = app.add_subcommand("status", "list the members: kvd that joined with --cluster and whose lease lives");
+  auto* status = app.add_subcommand("status", "list the members (kvd that joined with --cluster and whose lease lives) and the shards each is the primary of");
   std::string server;
   bool json = false;
   status->add_option("--server", server, "the cluster: etcd://HOST:PORT/NAME")->required()
@@ -36,28 +43,60 @@ int cluster_main(int argc, char** argv) {
   cluster::ClusterUrl url;
   std::string why;
   (void)cluster::parse_cluster_url(server, url, why);  // checked by the option
-  std::vector<cluster::Member> members;
+  cluster::ClusterView view;
   try {
-    members = cluster::read_members(url, std::chrono::seconds(5)).members;
+    view = cluster::read_cluster(url, std::chrono::seconds(5));
   } catch (const cluster::ClusterError& e) {
     std::fprintf(stderr, "rkv cluster: %s\n", e.what());
     return 1;
   }
+  const auto& members = view.members;
+  const auto primaries = [&view](const std::string& id) { return view.map ? view.map->primaries_of(id) : 0u; };
+  std::map<std::string, unsigned> absent;  // owners in the map that are not members
+  if (view.map) {
+    for (const auto& s : view.map->shards) {
+      const std::string& p = s.owners.front();
+      if (std::none_of(members.begin(), members.end(), [&p](const cluster::Member& m) { return m.id() == p; })) {
+        ++absent[p];
+      }
+    }
+  }
   if (json) {
-    std::string out = "{\"cluster\":\"" + kv::load::json_escape(url.text()) + "\",\"members\":[";
+    std::string out = "{\"cluster\":\"" + kv::load::json_escape(url.text()) + "\",\"map\":";
+    out += view.map ? "{\"epoch\":" + std::to_string(view.map->epoch) + ",\"shards\":" +
+                          std::to_string(view.map->shards.size()) + ",\"replicas\":" +
+                          std::to_string(view.map->replicas) + "}"
+                    : std::string("null");
+    out += ",\"members\":[";
     for (std::size_t i = 0; i < members.size(); ++i) {
       const auto& m = members[i];
       out += (i > 0 ? "," : "");
       out += "{\"id\":\"" + kv::load::json_escape(m.id()) + "\",\"host\":\"" + kv::load::json_escape(m.host) +
-             "\",\"port\":" + std::to_string(m.port) + ",\"capacity\":" + std::to_string(m.capacity) + "}";
+             "\",\"port\":" + std::to_string(m.port) + ",\"capacity\":" + std::to_string(m.capacity) +
+             ",\"primaries\":" + std::to_string(primaries(m.id())) + "}";
+    }
+    out += "],\"absent\":[";
+    bool first = true;
+    for (const auto& [id, n] : absent) {
+      out += (first ? "" : ",");
+      out += "{\"id\":\"" + kv::load::json_escape(id) + "\",\"primaries\":" + std::to_string(n) + "}";
+      first = false;
     }
     std::printf("%s]}\n", out.c_str());
     return 0;
   }
   std::printf("# cluster %s: %zu member%s\n", url.text().c_str(), members.size(), members.size() == 1 ? "" : "s");
-  for (const auto& m : members) {
-    std::printf("member %s capacity %llu\n", m.id().c_str(), static_cast<unsigned long long>(m.capacity));
+  if (view.map) {
+    std::printf("# map epoch %llu shards %zu replicas %u\n", static_cast<unsigned long long>(view.map->epoch),
+                view.map->shards.size(), view.map->replicas);
+  } else {
+    std::printf("# no map\n");
   }
+  for (const auto& m : members) {
+    std::printf("member %s capacity %llu primaries %u\n", m.id().c_str(), static_cast<unsigned long long>(m.capacity),
+                primaries(m.id()));
+  }
+  for (const auto& [id, n] : absent) std::printf("absent %s primaries %u\n", id.c_str(), n);
   return 0;
 }
 

@@ -171,6 +171,15 @@ std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revisi
       .dump();
 }
 
+std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision) {
+  const std::string k = base64_encode(key);
+  // etcd compares a key that does not exist as mod_revision 0.
+  return json{{"compare", json::array({{{"key", k}, {"result", "EQUAL"}, {"target", "MOD"},
+                                        {"mod_revision", std::to_string(mod_revision)}}})},
+              {"success", json::array({{{"request_put", {{"key", k}, {"value", base64_encode(value)}}}}})}}
+      .dump();
+}
+
 std::optional<Lease> parse_grant(std::string_view body, std::string& error) {
   const auto j = object(body, error);
   if (!j) return std::nullopt;
@@ -294,6 +303,22 @@ std::optional<std::int64_t> parse_header_revision(std::string_view body, std::st
   const auto j = object(body, error);
   if (!j) return std::nullopt;
   return header_revision(*j, error);
+}
+
+std::optional<TxnResult> parse_txn(std::string_view body, std::string& error) {
+  const auto j = object(body, error);
+  if (!j) return std::nullopt;
+  const auto rev = header_revision(*j, error);
+  if (!rev) return std::nullopt;
+  TxnResult out{*rev, false};
+  if (const auto ok = j->find("succeeded"); ok != j->end()) {  // left out when false
+    if (!ok->is_boolean()) {
+      error = "etcd's txn reply has a bad 'succeeded'";
+      return std::nullopt;
+    }
+    out.succeeded = ok->get<bool>();
+  }
+  return out;
 }
 
 std::string error_message(std::string_view body) {

@@ -37,6 +37,7 @@ inline constexpr std::string_view kPathPut = "/v3/kv/put";
 inline constexpr std::string_view kPathRange = "/v3/kv/range";
 inline constexpr std::string_view kPathDelete = "/v3/kv/deleterange";
 inline constexpr std::string_view kPathWatch = "/v3/watch";
+inline constexpr std::string_view kPathTxn = "/v3/kv/txn";
 
 [[nodiscard]] std::string grant_body(std::int64_t ttl_seconds);
 [[nodiscard]] std::string keepalive_body(std::int64_t lease);
@@ -49,6 +50,9 @@ inline constexpr std::string_view kPathWatch = "/v3/watch";
 // A watch of every key starting with `prefix`, from store revision
 // `start_revision` on (the first revision the watcher has not seen).
 [[nodiscard]] std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revision);
+// A transaction that puts `value` at `key` (no lease) only if the key's
+// mod_revision is still `mod_revision` (0: only if the key does not exist).
+[[nodiscard]] std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision);
 
 struct Lease {
   std::int64_t id = 0;
@@ -89,6 +93,12 @@ struct WatchMessage {
 [[nodiscard]] std::optional<RangeResult> parse_range(std::string_view body, std::string& error);
 // One line of a watch stream; an {"error": ...} line is an error.
 [[nodiscard]] std::optional<WatchMessage> parse_watch(std::string_view line, std::string& error);
+// A transaction's reply: whether its comparisons held (and its puts ran).
+struct TxnResult {
+  std::int64_t revision = 0;
+  bool succeeded = false;
+};
+[[nodiscard]] std::optional<TxnResult> parse_txn(std::string_view body, std::string& error);
 // Any reply that carries a header (put, delete, revoke): its revision.
 [[nodiscard]] std::optional<std::int64_t> parse_header_revision(std::string_view body, std::string& error);
 // The gateway's error body ({"error": ..., "code": N, "message": ...}), for a

@@ -22,6 +22,7 @@ std::string ClusterUrl::endpoint() const {
 }
 std::string ClusterUrl::prefix() const { return "/rkv/" + name + "/"; }
 std::string ClusterUrl::members_prefix() const { return prefix() + "members/"; }
+std::string ClusterUrl::map_key() const { return prefix() + "map"; }
 std::string ClusterUrl::text() const { return std::string(kScheme) + proto::server_id(host, port) + "/" + name; }
 
 bool is_cluster_url(std::string_view text) noexcept { return text.starts_with(kScheme); }

@@ -28,6 +28,7 @@ struct ClusterUrl {
   [[nodiscard]] std::string endpoint() const;        // "http://HOST:PORT", for the HTTP client
   [[nodiscard]] std::string prefix() const;          // "/rkv/NAME/"
   [[nodiscard]] std::string members_prefix() const;  // "/rkv/NAME/members/"
+  [[nodiscard]] std::string map_key() const;         // "/rkv/NAME/map" (shard_map.hpp)
   [[nodiscard]] std::string text() const;            // "etcd://HOST:PORT/NAME"
 };
 
@@ -45,6 +46,7 @@ struct Member {
   std::uint64_t capacity = 0;  // bytes: kvd's --max-memory
 
   [[nodiscard]] std::string id() const;  // proto::server_id(host, port)
+  bool operator==(const Member&) const = default;
 };
 [[nodiscard]] std::string member_key(const ClusterUrl& url, const Member& m);
 [[nodiscard]] std::string member_value(const Member& m);  // one JSON object

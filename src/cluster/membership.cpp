@@ -148,30 +148,52 @@ std::optional<Member> member_record(const ClusterUrl& url, const KeyValue& kv, s
   return m;
 }
 
-std::vector<Member> members_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs) {
-  std::vector<Member> out;
-  std::string why;
-  for (const auto& kv : kvs) {
-    auto m = member_record(url, kv, why);
-    if (!m) {
-      spdlog::warn("cluster {}: skipping {}: {}", url.text(), kv.key, why);
-      continue;
-    }
-    out.push_back(std::move(*m));
-  }
-  std::sort(out.begin(), out.end(), [](const Member& a, const Member& b) { return a.id() < b.id(); });
+std::vector<std::string> ClusterView::ids() const {
+  std::vector<std::string> out;
+  out.reserve(members.size());
+  for (const Member& m : members) out.push_back(m.id());
   return out;
 }
 
-MemberView read_members(const ClusterUrl& url, std::chrono::milliseconds timeout) {
+std::optional<Member> member_or_skip(const ClusterUrl& url, const KeyValue& kv) {
+  std::string why;
+  auto m = member_record(url, kv, why);
+  if (!m) spdlog::warn("cluster {}: skipping {}: {}", url.text(), kv.key, why);
+  return m;
+}
+
+std::optional<ShardMap> map_or_none(const ClusterUrl& url, const KeyValue& kv) {
+  std::string why;
+  auto map = parse_map(kv.value, why);
+  if (!map) spdlog::warn("cluster {}: the shard map does not parse ({}); taken as none", url.text(), why);
+  return map;
+}
+
+ClusterView view_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs, std::int64_t revision) {
+  ClusterView view{url, {}, std::nullopt, 0, revision};
+  const std::string members = url.members_prefix();
+  const std::string map = url.map_key();
+  for (const auto& kv : kvs) {
+    if (kv.key == map) {
+      view.map_revision = kv.mod_revision;
+      view.map = map_or_none(url, kv);
+    } else if (kv.key.starts_with(members)) {
+      if (auto m = member_or_skip(url, kv)) view.members.push_back(std::move(*m));
+    }  // else another key under the cluster's prefix
+  }
+  std::sort(view.members.begin(), view.members.end(), [](const Member& a, const Member& b) { return a.id() < b.id(); });
+  return view;
+}
+
+ClusterView read_cluster(const ClusterUrl& url, std::chrono::milliseconds timeout) {
   reactor::Reactor reactor;
   EtcdClient etcd(reactor, url.endpoint(), timeout);
-  const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.members_prefix()));
-  reply.check("reading the members of " + url.text());
+  const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.prefix()));
+  reply.check("reading cluster " + url.text());
   std::string why;
   const auto range = parse_range(reply.body, why);
-  if (!range) throw ClusterError(EPROTO, "reading the members of " + url.text() + ": " + why);
-  return MemberView{url, members_of(url, range->kvs), range->revision};
+  if (!range) throw ClusterError(EPROTO, "reading cluster " + url.text() + ": " + why);
+  return view_of(url, range->kvs, range->revision);
 }
 
 }  // namespace rkv::cluster

@@ -1,7 +1,7 @@
 #pragma once
 // A cluster's members in etcd (docs/cluster.md "Membership"): the lease a
-// kvd keeps its member record under (MemberLease), and the read a client
-// makes of every member (read_members).
+// kvd keeps its member record under (MemberLease), and a read of the
+// cluster's members and shard map (read_cluster).
 //
 // A kvd joins by granting a lease of --lease-ttl seconds and putting its
 // record (keyspace.hpp) under it; it renews the lease every third of the TTL
@@ -26,6 +26,7 @@
 #include "cluster/etcd.hpp"
 #include "cluster/etcd_wire.hpp"
 #include "cluster/keyspace.hpp"
+#include "cluster/shard_map.hpp"
 #include "reactor/reactor.hpp"
 
 namespace rkv::cluster {
@@ -87,22 +88,31 @@ class MemberLease {
   std::uint64_t rejoins_ = 0;
 };
 
-// A cluster's members at one revision of etcd's store.
-struct MemberView {
+// A cluster at one revision of etcd's store: its members and its shard map.
+struct ClusterView {
   ClusterUrl url;
-  std::vector<Member> members;  // ordered by id
-  std::int64_t revision = 0;    // what a watch continues from (+1)
+  std::vector<Member> members;    // ordered by id
+  std::optional<ShardMap> map;    // none until a member wrote one (or it does not parse)
+  std::int64_t map_revision = 0;  // the map key's mod_revision (0: no map key)
+  std::int64_t revision = 0;      // what a watch continues from (+1)
+
+  [[nodiscard]] std::vector<std::string> ids() const;  // the members' ids, in order
 };
 // The member in a record read from etcd, if it is one: its value parses and
 // its key is member_key() of it (so a watch's delete of that key removes it).
 [[nodiscard]] std::optional<Member> member_record(const ClusterUrl& url, const KeyValue& kv, std::string& error);
-// The member records of a range read (keys under url.members_prefix()),
-// ordered by id; records that do not parse are skipped with a warning.
-[[nodiscard]] std::vector<Member> members_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs);
+// The same, and a record that is not one logged as skipped.
+[[nodiscard]] std::optional<Member> member_or_skip(const ClusterUrl& url, const KeyValue& kv);
+// The map in a record of url.map_key(), or none (logged) if it does not parse.
+[[nodiscard]] std::optional<ShardMap> map_or_none(const ClusterUrl& url, const KeyValue& kv);
+// The cluster in a range read of url.prefix() at `revision`: the member
+// records (ordered by id) and the map. Records that do not parse are
+// skipped, and a map that does not parse is taken as none, with a warning.
+[[nodiscard]] ClusterView view_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs, std::int64_t revision);
 
-// Every member of the cluster, none if no kvd joined it (sync: its own
+// The cluster's members (none if no kvd joined it) and map (sync: its own
 // reactor, at most `timeout`). Throws ClusterError: etcd unreachable or
 // refusing (its errno), a reply that is not etcd's (EPROTO).
-[[nodiscard]] MemberView read_members(const ClusterUrl& url, std::chrono::milliseconds timeout);
+[[nodiscard]] ClusterView read_cluster(const ClusterUrl& url, std::chrono::milliseconds timeout);
 
 }  // namespace rkv::cluster

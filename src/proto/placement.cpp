@@ -127,4 +127,9 @@ std::size_t place(std::string_view key, std::span<const std::string> ids) noexce
   return best;
 }
 
+std::uint32_t shard_of(std::string_view key, std::uint32_t shards) noexcept {
+  assert(shards > 0);
+  return static_cast<std::uint32_t>(fmix64(hash64(key) ^ kShardSalt) % shards);
+}
+
 }  // namespace rkv::proto

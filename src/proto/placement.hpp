@@ -56,4 +56,12 @@ inline constexpr std::size_t kMaxServers = 64;
 // order of the list does not matter). `ids` must not be empty.
 [[nodiscard]] std::size_t place(std::string_view key, std::span<const std::string> ids) noexcept;
 
+// The shard of `key` in a cluster's shard map of `shards` shards
+// (docs/cluster.md "The shard map"): fmix64(hash64(key) ^ kShardSalt) modulo
+// `shards`. Salted so that a server's keys, a few shards' worth, still fill
+// every home bucket of its index (which takes hash64's low bits). `shards`
+// must not be 0.
+inline constexpr std::uint64_t kShardSalt = 0x7368617264736c74ull;  // "shardslt"
+[[nodiscard]] std::uint32_t shard_of(std::string_view key, std::uint32_t shards) noexcept;
+
 }  // namespace rkv::proto

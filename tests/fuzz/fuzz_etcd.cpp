@@ -8,11 +8,16 @@
 //   every byte string round-trips;
 // - a parsed member record re-encodes to one that parses to the same member;
 // - a parsed cluster address prints as one that parses to the same address;
-// - a parsed range holds only decoded keys and values.
+// - a parsed range holds only decoded keys and values;
+// - a parsed shard map re-encodes to the same map, and planning it over its
+//   own owners gives a map owned by them only, which is a fixed point.
+#include <set>
 #include <string>
+#include <vector>
 
 #include "cluster/etcd_wire.hpp"
 #include "cluster/keyspace.hpp"
+#include "cluster/shard_map.hpp"
 #include "fuzz_target.hpp"
 
 namespace {
@@ -43,6 +48,8 @@ void replies(std::string_view text) {
   } else {
     FUZZ_CHECK(!why.empty());
   }
+  why.clear();
+  if (!parse_txn(text, why)) FUZZ_CHECK(!why.empty());
   why.clear();
   if (!parse_header_revision(text, why)) FUZZ_CHECK(!why.empty());
   (void)error_message(text);
@@ -81,16 +88,36 @@ void address(std::string_view text) {
   FUZZ_CHECK(url.members_prefix().starts_with("/rkv/" + url.name + "/"));
 }
 
+void shard_map(std::string_view text) {
+  std::string why;
+  const auto m = parse_map(text, why);
+  if (!m) {
+    FUZZ_CHECK(!why.empty());
+    return;
+  }
+  FUZZ_CHECK(parse_map(map_value(*m), why) == m);
+  std::set<std::string> owners;
+  for (const auto& s : m->shards) owners.insert(s.owners.begin(), s.owners.end());
+  const std::vector<std::string> ids(owners.begin(), owners.end());
+  const auto next = plan_map(m, ids, MapShape{});
+  const ShardMap& planned = next ? *next : *m;
+  for (const auto& s : planned.shards) {
+    for (const auto& o : s.owners) FUZZ_CHECK(owners.count(o) == 1);
+  }
+  FUZZ_CHECK(!plan_map(planned, ids, MapShape{}));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: replies(text); break;
     case 1: base64(text); break;
     case 2: member(text); break;
-    default: address(text); break;
+    case 3: address(text); break;
+    default: shard_map(text); break;
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cluster/keyspace.hpp"
+#include "cluster/shard_map.hpp"
 #include "durable/files.hpp"
 #include "durable/record.hpp"
 #include "proto/auth.hpp"
@@ -221,7 +222,7 @@ void recovery() {
 }  // namespace
 
 // etcd's replies as etcd 3.4's gateway writes them (selector 0), base64 (1),
-// member records (2), cluster addresses (3): fuzz_etcd.cpp.
+// member records (2), cluster addresses (3), shard maps (4): fuzz_etcd.cpp.
 void etcd() {
   const auto seed = [](char selector, const std::string& name, const std::string& text) {
     put_text("etcd", name, std::string(1, selector) + text);
@@ -237,6 +238,10 @@ void etcd() {
   seed(2, "member", cluster::member_value({"10.0.2.15", 7471, 1u << 30}));
   seed(3, "address", "etcd://127.0.0.1:2379/prod-1");
   seed(3, "address6", "etcd://[::1]/c");
+  seed(0, "txn_won", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"2"}}}]})");
+  seed(0, "txn_lost", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"}})");
+  const std::vector<std::string> ids = {"10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471"};
+  seed(4, "map", cluster::map_value(*cluster::plan_map(std::nullopt, ids, cluster::MapShape{8, 1})));
 }
 
 int main(int argc, char** argv) {

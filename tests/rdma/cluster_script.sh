@@ -8,6 +8,9 @@
 # Checks, each with a generous deadline and none on speed:
 #  - the 3 kvd are the members etcd lists (`rkv cluster status`), with the
 #    ids of the list scripts/kvds hands over, so placement is the same;
+#  - the members keep a shard map in etcd (docs/cluster.md "The shard
+#    map"): after every change below it names only members, each the
+#    primary of a fair share of the shards, at a higher epoch;
 #  - kvload --verify, rkv stats and rkv.Client (Python) over etcd://...:
 #    every key on some member;
 #  - kill -9 of a member: etcd drops it when its lease expires, and a client
@@ -47,10 +50,34 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
       sleep 0.5
     done
   }
+  # Waits (at most 120 s) until the map names only the members, each the
+  # primary of shards/N (rounded down or up) shards, at an epoch above $2;
+  # sets epoch.
+  await_balanced() {
+    local t0=$SECONDS out
+    while :; do
+      out=$("$B/rkv" cluster status --server "$RKV_CLUSTER")
+      epoch=$(echo "$out" | awk "\$2 == \"map\" { print \$4 }")
+      if [ "${epoch:-0}" -gt "$2" ] && echo "$out" | awk "
+          \$2 == \"map\" { shards = \$6 }
+          \$1 == \"member\" { p[++n] = \$6 }
+          \$1 == \"absent\" { bad = 1 }
+          END {
+            if (!shards || bad || !n) exit 1
+            lo = int(shards / n); hi = lo + (shards % n ? 1 : 0)
+            for (i = 1; i <= n; i++) if (p[i] < lo || p[i] > hi) exit 1
+          }"; then
+        return 0
+      fi
+      [ $((SECONDS - t0)) -lt 120 ] || fail "$1: the shard map is not balanced over the members at an epoch above $2: $out"
+      sleep 0.5
+    done
+  }
   "$B/kvload" --server "${RKV_CLUSTER%/*}/nobody" --file "$work/load.txt" >"$work/out" 2>&1
   [ $? = 1 ] && grep -q "has no members" "$work/out" || fail "kvload on an empty cluster: $(cat "$work/out")"
   expected=$(echo "$RKV_SERVERS" | tr "," "\n" | sort | tr "\n" " ")
   [ "$(members)" = "$expected" ] || fail "members \"$(members)\" are not the kvd \"$expected\""
+  await_balanced "3 members" 0
 
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q || fail "kvload --verify over the cluster"
   "$B/rkv" stats --server "$RKV_CLUSTER" >"$work/stats" || fail "rkv stats over the cluster"
@@ -78,12 +105,14 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   kill -9 "$victim"
   rest=$(printf "%s\n" "${list[1]}" "${list[2]}" | sort | tr "\n" " ")
   await_members "$rest" "after kill -9 of ${list[0]}"
+  await_balanced "after kill -9 of ${list[0]}" "$epoch"
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q || fail "kvload over the 2 members left"
 
   kill -STOP "$paused"
   await_members "${list[2]} " "with ${list[1]} paused past its lease"
   kill -CONT "$paused"
   await_members "$rest" "after SIGCONT of ${list[1]} (it should join again)"
+  await_balanced "after ${list[1]} joined again" 0
 
   "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port 0 --cluster "$RKV_CLUSTER" --lease-ttl 600 >"$work/kvd4.log" 2>&1 &
   fourth=$!
@@ -95,10 +124,12 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   id4=$(sed -n "s/^kvd: listening on //p" "$work/kvd4.log")
   with4=$(printf "%s\n" "${list[1]}" "${list[2]}" "$id4" | sort | tr "\n" " ")
   [ "$(members)" = "$with4" ] || fail "the 4th kvd is not a member once listening: \"$(members)\""
+  await_balanced "with a 4th kvd" "$epoch"
   kill -TERM "$fourth"
   wait "$fourth" || fail "the 4th kvd exited with status $? on SIGTERM"
   [ "$(members)" = "$rest" ] || fail "the 4th kvd (lease 600 s) is still a member after it exited: \"$(members)\""
   grep -q "left cluster" "$work/kvd4.log" || fail "the 4th kvd did not say it left: $(cat "$work/kvd4.log")"
+  await_balanced "after the 4th kvd left" "$epoch"
 
   # A client that stays open follows the members: tests/rdma/cluster_follow.py.
   if [ -d "$build/python/rkv" ]; then

@@ -48,6 +48,32 @@ TEST(EtcdWire, RequestBodiesAreWhatTheGatewayTakes) {
   EXPECT_EQ(*base64_decode(range["range_end"].get<std::string>()), "/rkv/c0");
   EXPECT_EQ(nlohmann::json::parse(grant_body(5))["TTL"], "5");
   EXPECT_EQ(nlohmann::json::parse(keepalive_body(-7))["ID"], "-7");
+  const auto txn = nlohmann::json::parse(put_if_body("k", "v", 9));
+  EXPECT_EQ(txn["compare"][0]["key"], "aw==");
+  EXPECT_EQ(txn["compare"][0]["target"], "MOD");
+  EXPECT_EQ(txn["compare"][0]["result"], "EQUAL");
+  EXPECT_EQ(txn["compare"][0]["mod_revision"], "9");
+  EXPECT_EQ(txn["success"][0]["request_put"]["value"], "dg==");
+}
+
+TEST(EtcdWire, ParsesATransactionsReply) {
+  // As etcd 3.4.23's gateway wrote them: the comparison held, then did not.
+  std::string why;
+  const auto won = parse_txn(
+      R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"2"}}}]})",
+      why);
+  ASSERT_TRUE(won) << why;
+  EXPECT_TRUE(won->succeeded);
+  EXPECT_EQ(won->revision, 2);
+  const auto lost = parse_txn(
+      R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"}})",
+      why);
+  ASSERT_TRUE(lost) << why;
+  EXPECT_FALSE(lost->succeeded);
+  for (const char* bad : {"", "{}", R"({"succeeded":true})", R"({"header":{"revision":"2"},"succeeded":"yes"})",
+                          R"({"error":"invalid character","code":3})"}) {
+    EXPECT_FALSE(parse_txn(bad, why)) << bad;
+  }
 }
 
 TEST(EtcdWire, ParsesTheGatewaysReplies) {

@@ -35,6 +35,20 @@ TEST(Placement, PinnedChoices) {
   for (const Case& c : cases) EXPECT_EQ(place(c.key, kThree), c.shard) << c.key;
 }
 
+TEST(Placement, PinnedShards) {
+  // Any reimplementation must produce these (docs/cluster.md "The shard map").
+  EXPECT_EQ(shard_of("key", 64), 2u);
+  EXPECT_EQ(shard_of("user:42", 64), 53u);
+  EXPECT_EQ(shard_of("user:42", 4096), 2933u);
+  EXPECT_EQ(shard_of("anything", 1), 0u);
+  std::array<std::size_t, 64> n{};
+  for (std::size_t i = 0; i < 64'000; ++i) ++n[shard_of(key_of(i), 64)];
+  for (std::size_t s = 0; s < 64; ++s) {
+    EXPECT_GT(n[s], 800u) << "shard " << s;
+    EXPECT_LT(n[s], 1200u) << "shard " << s;
+  }
+}
+
 TEST(Placement, OrderOfTheListDoesNotMatter) {
   const std::vector<std::string> reversed(kThree.rbegin(), kThree.rend());
   for (std::size_t i = 0; i < 10'000; ++i) {

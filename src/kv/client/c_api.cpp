@@ -165,7 +165,7 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
     // One server, several separated by commas (placement: docs/protocol.md "Several servers"), or a
     // cluster's members (etcd://HOST:PORT/NAME, docs/cluster.md).
     std::vector<rkv::proto::ServerAddr> servers;
-    std::optional<rkv::cluster::MemberView> cluster;  // a cluster's handle follows its members
+    std::optional<rkv::cluster::ClusterView> cluster;  // a cluster's handle follows its members
     std::string why;
     if (const int rc = rkv::kv::client::resolve_servers(servername, KV_DEFAULT_PORT, servers, why, &cluster)) {
       return set_error(nullptr, rc, std::string("kv_open: server name '") + servername + "': " + why);

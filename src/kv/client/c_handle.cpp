@@ -93,7 +93,7 @@ void release_value(void* value) noexcept {
 CHandle::CHandle(std::unique_ptr<reactor::Reactor> reactor) : reactor_(std::move(reactor)), ready_(kMaxPending) {}
 
 std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, ClientOptions options,
-                                       std::optional<cluster::MemberView> cluster) {
+                                       std::optional<cluster::ClusterView> cluster) {
   // Requests go out at the end of a turn only: a submission then never
   // flushes, so no completion runs inside Client::set/get (the lines rely
   // on it: send() is never re-entered by a callback).

@@ -96,7 +96,7 @@ class CHandle {
   // `servers`: one or more (kv_open's list, parsed and checked); `cluster`:
   // the cluster they are the members of, to follow (ShardSetOptions::cluster).
   static std::unique_ptr<CHandle> open(std::vector<proto::ServerAddr> servers, ClientOptions options,
-                                       std::optional<cluster::MemberView> cluster = std::nullopt);
+                                       std::optional<cluster::ClusterView> cluster = std::nullopt);
 
   CHandle(const CHandle&) = delete;
   CHandle& operator=(const CHandle&) = delete;

@@ -10,7 +10,7 @@ namespace rkv::kv::client {
 proto::ServerAddr server_of(const cluster::Member& m) { return proto::ServerAddr{m.host, m.port, m.id()}; }
 
 int resolve_servers(std::string_view text, std::uint16_t default_port, std::vector<proto::ServerAddr>& out,
-                    std::string& error, std::optional<cluster::MemberView>* cluster) {
+                    std::string& error, std::optional<cluster::ClusterView>* cluster) {
   if (!cluster::is_cluster_url(text)) {
     if (proto::parse_server_list(text, default_port, out, error)) return 0;
     error += " (expected host, host:port, a comma-separated list of them, or etcd://HOST:PORT/NAME)";
@@ -19,7 +19,7 @@ int resolve_servers(std::string_view text, std::uint16_t default_port, std::vect
   cluster::ClusterUrl url;
   if (!cluster::parse_cluster_url(text, url, error)) return EINVAL;
   try {
-    cluster::MemberView view = cluster::read_members(url, kClusterReadTimeout);
+    cluster::ClusterView view = cluster::read_cluster(url, kClusterReadTimeout);
     std::vector<proto::ServerAddr> servers;
     for (const auto& m : view.members) servers.push_back(server_of(m));
     if (servers.empty()) {

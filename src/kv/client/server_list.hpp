@@ -30,7 +30,7 @@ inline constexpr std::chrono::milliseconds kClusterReadTimeout{5'000};
 // left empty for a list.
 [[nodiscard]] int resolve_servers(std::string_view text, std::uint16_t default_port,
                                   std::vector<proto::ServerAddr>& out, std::string& error,
-                                  std::optional<cluster::MemberView>* cluster = nullptr);
+                                  std::optional<cluster::ClusterView>* cluster = nullptr);
 // A member as a server to connect.
 [[nodiscard]] proto::ServerAddr server_of(const cluster::Member& m);
 

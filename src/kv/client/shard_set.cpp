@@ -79,8 +79,8 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
   if (set->shard_options_.cluster) {
     set->following_ = true;
     ShardSet* self = set.get();
-    set->watch_ = std::make_unique<cluster::MemberWatch>(
-        reactor, *set->shard_options_.cluster, [self](const std::vector<cluster::Member>& m) { self->on_members(m); });
+    set->watch_ = std::make_unique<cluster::ClusterWatch>(
+        reactor, *set->shard_options_.cluster, [self](const cluster::ClusterView& v) { self->on_members(v.members); });
     set->shard_options_.cluster.reset();  // the watch holds what it needs
   }
   return set;

@@ -6,7 +6,7 @@
 // Owns: one Client (one connection) per server, all on the caller's one
 // Reactor, so operations to different shards are in flight together; each
 // shard's state (ShardState), its reconnect backoff and timer; the
-// MemberWatch of a cluster it follows. The Reactor is
+// ClusterWatch of a cluster it follows. The Reactor is
 // the caller's and must outlive the ShardSet.
 //
 // A shard that fails: with more than one server, an operation whose shard's
@@ -23,7 +23,7 @@
 // connection_failed / not_connected and there is no reconnect.
 //
 // Following a cluster (ShardSetOptions::cluster, docs/cluster.md "Following
-// the membership"): a MemberWatch reports every change of the members; the
+// the membership"): a ClusterWatch reports every change of the members; the
 // next maintain() applies it. The shard slots are append-only, so the shard
 // index an operation recorded never names another server: a member that
 // joins gets a new slot (or its old one back) and connects in that
@@ -47,7 +47,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/member_watch.hpp"
+#include "cluster/cluster_watch.hpp"
 #include "cluster/membership.hpp"
 #include "kv/client/client.hpp"
 #include "proto/placement.hpp"
@@ -79,7 +79,7 @@ struct ShardSetOptions {
   // Follow this cluster (from resolve_servers): the servers given to
   // connect() are its members at view.revision, and its changes from then on
   // are applied by maintain(). Empty: a static list.
-  std::optional<cluster::MemberView> cluster;
+  std::optional<cluster::ClusterView> cluster;
 };
 
 class ShardSet {
@@ -197,7 +197,7 @@ class ShardSet {
   std::vector<std::string> ids_;          // shards_[i].addr.id, every slot
   std::vector<std::string> live_ids_;     // the slots not gone, for place()
   std::vector<std::size_t> live_slots_;   // their indices in shards_
-  std::unique_ptr<cluster::MemberWatch> watch_;
+  std::unique_ptr<cluster::ClusterWatch> watch_;
   std::optional<std::vector<proto::ServerAddr>> reported_;  // members the watch reported, not yet applied
   bool following_ = false;
   std::uint64_t membership_changes_ = 0;

@@ -1,4 +1,4 @@
-// MemberWatch against a real etcd (Debian's etcd-server; scripts/setup
+// ClusterWatch against a real etcd (Debian's etcd-server; scripts/setup
 // --rdma installs it): the members it reports follow puts and deletes of
 // member records, a record under another key than its id's is not a member,
 // and when etcd is killed and started again on the same data the watch reads
@@ -26,7 +26,7 @@
 #include "../temp_dir.hpp"
 #include "cluster/etcd.hpp"
 #include "cluster/etcd_wire.hpp"
-#include "cluster/member_watch.hpp"
+#include "cluster/cluster_watch.hpp"
 #include "cluster/membership.hpp"
 #include "reactor/reactor.hpp"
 
@@ -109,9 +109,9 @@ class Etcd {
   pid_t pid_ = -1;
 };
 
-class MemberWatchTest : public ::testing::Test {
+class ClusterWatchTest : public ::testing::Test {
  protected:
-  MemberWatchTest() {
+  ClusterWatchTest() {
     url_.host = "127.0.0.1";
     url_.port = etcd_.port();
     url_.name = "w";
@@ -138,9 +138,10 @@ class MemberWatchTest : public ::testing::Test {
     }
   }
 
-  void put(const std::string& key, const Member& m) {
+  void put(const std::string& key, const Member& m) { put_raw(key, member_value(m)); }
+  void put_raw(const std::string& key, const std::string& value) {
     EtcdClient etcd(reactor_, url_.endpoint(), 10s);
-    const EtcdReply r = etcd.call(kPathPut, put_body(key, member_value(m), 0));
+    const EtcdReply r = etcd.call(kPathPut, put_body(key, value, 0));
     ASSERT_TRUE(r.ok) << r.error;
   }
   void del(const std::string& key) {
@@ -160,18 +161,20 @@ class MemberWatchTest : public ::testing::Test {
   reactor::Reactor reactor_;
 };
 
-TEST_F(MemberWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
+TEST_F(ClusterWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
   const Member a{"10.0.0.1", 7471, 1};
   const Member b{"10.0.0.2", 7471, 2};
   const Member c{"10.0.0.3", 7471, 3};
   put(member_key(url_, a), a);
-  const MemberView start = read_members(url_, 10s);
+  const ClusterView start = read_cluster(url_, 10s);
   ASSERT_EQ(ids(start.members), std::vector<std::string>{a.id()});
 
   std::vector<std::string> seen;  // the last report
+  std::optional<ShardMap> seen_map;
   int reports = 0;
-  MemberWatch watch(reactor_, start, [&](const std::vector<Member>& m) {
-    seen = ids(m);
+  ClusterWatch watch(reactor_, start, [&](const ClusterView& v) {
+    seen = ids(v.members);
+    seen_map = v.map;
     ++reports;
   });
 
@@ -182,7 +185,28 @@ TEST_F(MemberWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
       << "reports " << reports << ", state " << to_string(watch.state());
   del(member_key(url_, a));
   ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{b.id()}; }));
-  EXPECT_EQ(ids(watch.members()), std::vector<std::string>{b.id()});
+  EXPECT_EQ(ids(watch.view().members), std::vector<std::string>{b.id()});
+
+  // The map: put, replaced by one that does not parse (taken as none), put
+  // again. A key of the cluster's that is neither changes nothing.
+  const std::vector<std::string> one{b.id()};
+  const ShardMap map = *plan_map(std::nullopt, one, MapShape{4, 0});
+  put_raw(url_.map_key(), map_value(map));
+  ASSERT_TRUE(run_until([&] { return seen_map == map; }));
+  put_raw(url_.map_key(), "{\"epoch\": 1}");
+  ASSERT_TRUE(run_until([&] { return !seen_map; }));
+  const ShardMap next = *plan_map(map, std::vector<std::string>{b.id(), c.id()}, MapShape{});
+  put_raw(url_.map_key(), map_value(next));
+  ASSERT_TRUE(run_until([&] { return seen_map == next; }));
+  const int before = reports;
+  put_raw(url_.prefix() + "something-else", "x");
+  put_raw(url_.members_prefix() + "zz-not-a-member", "x");  // skipped: it was not a member either
+  put(member_key(url_, a), a);                                 // a sentinel: the report after it
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a.id(), b.id()}; }));
+  EXPECT_EQ(reports, before + 1) << "a key that changed neither the members nor the map was reported";
+  EXPECT_GT(watch.view().map_revision, 0);
+  del(member_key(url_, a));
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{b.id()}; }));
   const std::uint64_t restarts = watch.restarts();
 
   // etcd dies and comes back on the same data: the stream ended; the watch
@@ -196,6 +220,7 @@ TEST_F(MemberWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
       << "after etcd restarted: state " << to_string(watch.state()) << "; its log:\n" << etcd_.log();
   del(member_key(url_, b));
   ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{c.id()}; }));
+  EXPECT_EQ(seen_map, next) << "the map read again after the restart";
   EXPECT_EQ(watch.state(), WatchState::watching);
 }
 

@@ -1,25 +1,27 @@
 #pragma once
-// MemberWatch: a client's live view of a cluster's members
-// (docs/cluster.md "Following the membership"). It starts from a read of
-// the members (read_members) and follows etcd's watch of the members'
-// prefix from the revision after it, so it misses no change in between.
+// ClusterWatch: a live view of a cluster's members and shard map
+// (docs/cluster.md "Following the membership"), for clients and for the
+// kvd that keep the map. It starts from a read of the cluster
+// (read_cluster) and follows etcd's watch of the cluster's prefix from the
+// revision after it, so it misses no change in between.
 //
-// Each watch message that changes the members calls `on_change` with all of
-// them (ordered by id), from a reactor callback. When the stream ends (etcd
+// Each watch message that changes the members or the map calls `on_change`
+// with the whole view, from a reactor callback. When the stream ends (etcd
 // restarted or compacted the history, the connection broke, a message did
-// not parse), the members are read again and a new watch starts from that
+// not parse), the cluster is read again and a new watch starts from that
 // read's revision: after a backoff of 100 ms doubling to 2 s while etcd
 // cannot be reached. A failure is logged once per streak; meanwhile the
-// last members known stay in force.
+// last view known stays in force.
 //
 // Owns: its EtcdClient and the backoff timer. The Reactor is the caller's
 // and must outlive it. Thread: the reactor's; `on_change` must not destroy
-// the MemberWatch.
+// the ClusterWatch.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,24 +36,24 @@ namespace rkv::cluster {
 enum class WatchState : std::uint8_t {
   watching,  // a watch stream is open (or being opened)
   waiting,   // the stream ended: the backoff timer runs
-  reading,   // reading the members again (then watching)
+  reading,   // reading the cluster again (then watching)
 };
 [[nodiscard]] std::string_view to_string(WatchState s) noexcept;
 
-class MemberWatch {
+class ClusterWatch {
  public:
-  using OnChange = std::function<void(const std::vector<Member>&)>;
+  using OnChange = std::function<void(const ClusterView&)>;
 
-  // Starts watching start.url after `start` (a read_members).
+  // Starts watching start.url after `start` (a read_cluster).
   // Throws ClusterError if libcurl cannot be set up.
-  MemberWatch(reactor::Reactor& reactor, const MemberView& start, OnChange on_change);
-  ~MemberWatch() = default;  // the stream and a read in flight are dropped
-  MemberWatch(const MemberWatch&) = delete;
-  MemberWatch& operator=(const MemberWatch&) = delete;
-  MemberWatch(MemberWatch&&) = delete;
-  MemberWatch& operator=(MemberWatch&&) = delete;
+  ClusterWatch(reactor::Reactor& reactor, const ClusterView& start, OnChange on_change);
+  ~ClusterWatch() = default;  // the stream and a read in flight are dropped
+  ClusterWatch(const ClusterWatch&) = delete;
+  ClusterWatch& operator=(const ClusterWatch&) = delete;
+  ClusterWatch(ClusterWatch&&) = delete;
+  ClusterWatch& operator=(ClusterWatch&&) = delete;
 
-  [[nodiscard]] std::vector<Member> members() const;  // ordered by id
+  [[nodiscard]] ClusterView view() const;
   [[nodiscard]] WatchState state() const noexcept { return state_; }
   [[nodiscard]] std::int64_t revision() const noexcept { return revision_; }
   // Changes delivered, and watches that ended (each followed by a new read).
@@ -65,8 +67,9 @@ class MemberWatch {
   void wait_then_read();                         // -> waiting: read() after the backoff (doubled for next time)
   void read();                                   // -> reading (the backoff passed)
   void on_read(EtcdReply& reply);                // -> watching, or waiting again
+  [[nodiscard]] bool apply(const WatchEvent& ev);  // one event; true if it changed the view
   void failed(const std::string& why);           // logs once per streak
-  void notify();                                 // on_change with every member
+  void notify();                                 // on_change with the view
 
   reactor::Reactor* reactor_;
   ClusterUrl url_;
@@ -74,7 +77,9 @@ class MemberWatch {
   EtcdClient etcd_;
   reactor::Timer backoff_timer_;
   std::map<std::string, Member> members_;  // by etcd key
-  std::int64_t revision_ = 0;              // every change up to this one is in members_
+  std::optional<ShardMap> map_;
+  std::int64_t map_revision_ = 0;
+  std::int64_t revision_ = 0;              // every change up to this one is in the view
   WatchState state_ = WatchState::watching;
   std::chrono::milliseconds backoff_;
   bool failing_ = false;

@@ -1,0 +1,74 @@
+#pragma once
+// MapKeeper: a member's part in keeping its cluster's shard map
+// (docs/cluster.md "The shard map"). Every kvd with --cluster runs one. It
+// watches the cluster (ClusterWatch) and, whenever the members or the map
+// change, computes plan_map() of what it sees; if that differs from the
+// map, it writes it with a transaction that holds only if the map is still
+// the one it planned from (its mod_revision). Every member plans the same
+// map from the same revision, one transaction lands, and the others find
+// nothing left to change once the watch shows them the new map. No member
+// is a leader: etcd's transaction decides, and a member with a stale view
+// cannot overwrite a map it has not seen.
+//
+// One transaction at a time; a change seen meanwhile is planned once it is
+// answered. One that fails to reach etcd is planned again after 1 s (the
+// failure logged once per streak).
+//
+// Owns: its ClusterWatch, an EtcdClient, the retry timer. The Reactor is
+// the caller's and must outlive it. Thread: the reactor's.
+
+#include <cstdint>
+#include <string>
+
+#include "cluster/cluster_watch.hpp"
+#include "cluster/etcd.hpp"
+#include "cluster/membership.hpp"
+#include "cluster/shard_map.hpp"
+#include "reactor/reactor.hpp"
+
+namespace rkv::cluster {
+
+enum class KeeperState : std::uint8_t {
+  idle,     // the map is what this member would write, as far as it knows
+  writing,  // a transaction is out
+  waiting,  // the last one failed to reach etcd: planning again after the retry delay
+};
+[[nodiscard]] std::string_view to_string(KeeperState s) noexcept;
+
+class MapKeeper {
+ public:
+  // From `start` (a read_cluster made after this kvd joined); `shape` is
+  // used only if the cluster has no map yet. Plans at once. Throws
+  // ClusterError if libcurl cannot be set up.
+  MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape);
+  MapKeeper(const MapKeeper&) = delete;
+  MapKeeper& operator=(const MapKeeper&) = delete;
+  MapKeeper(MapKeeper&&) = delete;
+  MapKeeper& operator=(MapKeeper&&) = delete;
+  ~MapKeeper() = default;  // a transaction in flight is dropped (it lands or not; others plan on)
+
+  [[nodiscard]] const ClusterView& view() const noexcept { return view_; }
+  [[nodiscard]] KeeperState state() const noexcept { return state_; }
+  // Maps this member's transactions wrote, and those another write beat.
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
+  [[nodiscard]] std::uint64_t beaten() const noexcept { return beaten_; }
+
+ private:
+  void on_change(const ClusterView& v);
+  void plan();                  // idle -> writing, or stays idle
+  void on_written(EtcdReply& reply, const ShardMap& map);
+
+  reactor::Reactor* reactor_;
+  MapShape shape_;
+  ClusterView view_;
+  EtcdClient etcd_;
+  reactor::Timer retry_timer_;
+  KeeperState state_ = KeeperState::idle;
+  bool stale_ = false;    // the view changed while writing: plan again when answered
+  bool failing_ = false;  // the last transaction did not reach etcd (logged once per streak)
+  std::uint64_t written_ = 0;
+  std::uint64_t beaten_ = 0;
+  ClusterWatch watch_;    // last: its reports need everything above
+};
+
+}  // namespace rkv::cluster

@@ -1,0 +1,89 @@
+#pragma once
+// A cluster's shard map (docs/cluster.md "The shard map"): which member is
+// the primary of each shard and which are its backups, with epochs. It is
+// one etcd key (/rkv/NAME/map), written only by transactions that compare
+// its revision, so every reader of one revision sees one owner per shard.
+//
+// A key's shard is proto::shard_of(key, shards.size()). A shard's epoch is
+// the map epoch at which its primary last changed: a primary that has not
+// seen the map of that epoch is a stale one, and replication refuses it
+// (fencing).
+//
+// plan_map is the one rule that computes the next map from the last one and
+// the live members. It is deterministic, so every member that sees the same
+// etcd revision proposes the same map, and whichever transaction lands
+// first, the others then find nothing to change.
+//
+// Pure: no I/O (tests/unit/test_shard_map.cpp).
+//
+// Owns: nothing. Thread: any.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rkv::cluster {
+
+inline constexpr std::uint32_t kDefaultShards = 64;
+inline constexpr std::uint32_t kMaxShards = 4096;
+inline constexpr std::uint32_t kMaxReplicas = 4;
+
+struct ShardOwners {
+  std::uint64_t epoch = 0;          // the map epoch at which owners[0] became primary
+  std::vector<std::string> owners;  // member ids: owners[0] the primary, then the backups
+
+  bool operator==(const ShardOwners&) const = default;
+};
+
+struct ShardMap {
+  std::uint64_t epoch = 0;  // one more at every change
+  std::uint32_t replicas = 0;  // backups per shard, when there are enough members
+  std::vector<ShardOwners> shards;
+
+  bool operator==(const ShardMap&) const = default;
+  // The primary of shard `s` (< shards.size()).
+  [[nodiscard]] const std::string& primary(std::uint32_t s) const { return shards[s].owners.front(); }
+  // Shards whose primary is `id`.
+  [[nodiscard]] std::uint32_t primaries_of(std::string_view id) const noexcept;
+};
+
+// What a first map is made of.
+struct MapShape {
+  std::uint32_t shards = kDefaultShards;  // 1 to kMaxShards
+  std::uint32_t replicas = 0;             // 0 to kMaxReplicas
+};
+
+// The map as stored in etcd: one JSON object,
+// {"epoch": E, "replicas": R, "shards": [{"epoch": e, "owners": [ID, ...]}, ...]}.
+[[nodiscard]] std::string map_value(const ShardMap& map);
+// A stored map, or nullopt (and why): any field missing or of the wrong
+// type, no shard or more than kMaxShards, replicas over kMaxReplicas, a
+// shard with no owner, more than replicas + 1, an empty or repeated id, or
+// an epoch above the map's.
+[[nodiscard]] std::optional<ShardMap> parse_map(std::string_view value, std::string& error);
+
+// The next map for the live members `ids` (sorted, unique), or nullopt if
+// `last` needs no change (or there is no member). Without a `last` map, one
+// of `shape` with the primaries dealt round-robin in id order. Otherwise, in
+// this order:
+//   1. members that are not live leave every shard; a shard whose primary
+//      left gets its first live backup as primary (the one that holds its
+//      records, once replication exists);
+//   2. a shard that lost every owner gets the member with the fewest
+//      primaries (its data is gone);
+//   3. primaries are balanced: while one member has two more than another,
+//      one of its shards moves to the one with the fewest (a shard where
+//      that member is a backup first: it swaps with the primary; otherwise
+//      the new primary goes first and the old one becomes its first backup).
+//      A member that joins so takes about shards/N primaries;
+//   4. each shard is filled up to min(replicas + 1, members) owners with
+//      the members that own the fewest shards.
+// Ties go to the smaller id. The map epoch is last's + 1, and each shard
+// whose primary changed takes it.
+[[nodiscard]] std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last,
+                                               std::span<const std::string> ids, MapShape shape);
+
+}  // namespace rkv::cluster
