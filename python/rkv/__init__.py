@@ -126,8 +126,9 @@ class Client(_Client):
               reconnected in the background; call() (no key) raises
               rkv.InvalidArgument; stats() gives {server: its counters or
               None while down}. Or a cluster, "etcd://HOST:PORT/NAME"
-              (docs/cluster.md): its members, followed while the client
-              is open (a member that joins takes its share of the keys;
+              (docs/cluster.md): its members and shard map, followed
+              while the client is open (a key goes to its shard's
+              primary; a member that joins takes its share of the shards;
               one that left is None in stats()); changes are applied at
               the client's calls
     get_mode  "rpc" (GET messages answered by the server) or "read"

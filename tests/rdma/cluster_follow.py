@@ -4,19 +4,25 @@ Run by tests/rdma/cluster_script.sh inside scripts/cluster, with RKV_CLUSTER,
 RKV_KVD and SOFTROCE_ADDR set and the rkv package on PYTHONPATH. One
 rkv.Client is opened on the cluster; then a new kvd joins and later leaves.
 Checks, each with a 120 s deadline and none on speed:
-  - the open client connects the new member and places keys on it (its
-    stats show the member up, holding some of 300 new keys);
+  - the open client connects the new member and, once the members gave it
+    its shards in the shard map, places keys on it (its stats show the
+    member up, holding some of 300 new keys), each key on the primary that
+    etcd's shard map names for the key's shard;
   - the member leaves (SIGTERM: it revokes its lease, then serves until its
     clients disconnected): no write fails while it leaves, the client drops
-    it, the kvd then exits by itself, and 300 more writes all succeed on
-    the others, so placement no longer picks it;
-  - the client's membership_changes counter counts both changes.
+    it once the map no longer names it, the kvd then exits by itself, and
+    300 more writes all succeed on the others, so placement no longer picks
+    it;
+  - the client's membership_changes counter counted the changes.
 """
+import base64
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import rkv
 
@@ -34,6 +40,55 @@ def wait_for(what: str, check) -> None:
         if time.monotonic() - t0 > DEADLINE:
             fail(f"{what}: not within {DEADLINE:.0f} s")
         time.sleep(0.2)
+
+
+M64 = (1 << 64) - 1
+
+
+def fmix64(h: int) -> int:
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & M64
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & M64
+    return h ^ (h >> 33)
+
+
+def hash64(key: bytes) -> int:
+    h = 0xCBF29CE484222325  # FNV-1a 64, then fmix64
+    for b in key:
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return fmix64(h)
+
+
+def shard_of(key: bytes, shards: int) -> int:
+    """proto::shard_of (docs/cluster.md "The shard map")."""
+    return fmix64(hash64(key) ^ 0x7368617264736C74) % shards
+
+
+def read_map(cluster: str):
+    """The shard map etcd holds (its v3 JSON gateway), or None."""
+    host_port, name = cluster[len("etcd://"):].split("/", 1)
+    body = json.dumps({"key": base64.b64encode(f"/rkv/{name}/map".encode()).decode()}).encode()
+    with urllib.request.urlopen(f"http://{host_port}/v3/kv/range", data=body, timeout=10) as r:
+        kvs = json.load(r).get("kvs", [])
+    return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+
+def on_their_primaries(keys: list, cluster: str) -> bool:
+    """Whether each key is on its shard's primary, by a map that did not
+    change during the check (False: it changed, or a key was elsewhere)."""
+    m = read_map(cluster)
+    if m is None:
+        return False
+    by_primary = {}
+    for k in keys:
+        by_primary.setdefault(m["shards"][shard_of(k, len(m["shards"]))]["owners"][0], []).append(k)
+    for server, ks in by_primary.items():
+        with rkv.Client(server) as one:
+            if any(one.get(k) is None for k in ks):
+                return False
+    again = read_map(cluster)
+    return again is not None and again["epoch"] == m["epoch"]
 
 
 def main() -> None:
@@ -66,24 +121,35 @@ def main() -> None:
                 fail(f"{new_id} was a member before it started: {sorted(before)}")
             # Any call runs the client's loop (the watch) and applies what it saw.
             wait_for(f"the open client connecting {new_id}", lambda: c.stats().get(new_id) is not None)
-            for i in range(300):
-                c.set(f"follow-{i}", f"value-{i}")
-            for i in range(300):
-                got = c.get(f"follow-{i}")
-                if got is None or bytes(got) != f"value-{i}".encode():
-                    fail(f"follow-{i} read back {got!r}")
+            # Its shards come with the next shard map (the members write it
+            # once they saw it join): 300 keys at a time until it holds some
+            # and every key of the round is on its map primary (a round the
+            # client wrote with an older map is not).
+            rounds = 0
+
+            def holds_keys() -> bool:
+                nonlocal rounds
+                rounds += 1
+                for i in range(300):
+                    c.set(f"follow-{rounds}-{i}", f"value-{i}")
+                for i in range(300):
+                    got = c.get(f"follow-{rounds}-{i}")
+                    if got is None or bytes(got) != f"value-{i}".encode():
+                        fail(f"follow-{rounds}-{i} read back {got!r}")
+                keys = [f"follow-{rounds}-{i}".encode() for i in range(300)]
+                return int(c.stats()[new_id]["keys"]) > 0 and on_their_primaries(keys, cluster)
+
+            wait_for(f"{new_id} holding some new keys, each key on its shard map primary", holds_keys)
             held = int(c.stats()[new_id]["keys"])
-            if held == 0:
-                fail(f"{new_id} holds none of 300 new keys: the client does not place keys on it")
-            print(f"cluster_follow: {new_id} joined; it holds {held} of 300 new keys")
+            print(f"cluster_follow: {new_id} joined; it holds {held} of the last 300 new keys")
 
             # SIGTERM: the kvd leaves the cluster first and serves until this
-            # client dropped it, so no write fails while it leaves, and the
-            # ones after go to the others.
+            # client dropped it (once the shard map no longer names it), so no
+            # write fails while it leaves, and the ones after go to the others.
             kvd.send_signal(signal.SIGTERM)
             t0 = time.monotonic()
             writes = 0
-            while c.counters()["membership_changes"] < changes0 + 2:  # each write also applies what the watch saw
+            while c.stats().get(new_id) is not None:  # each call also applies what the watch saw
                 try:
                     c.set(f"leaving-{writes}", "v")
                 except rkv.Error as e:
@@ -107,6 +173,9 @@ def main() -> None:
                 fail(f"after-{i}: a write after {new_id} left failed: {e}")
         if c.stats().get(new_id) is not None:
             fail(f"{new_id} is still up in the client after it left")
+        changes = c.counters()["membership_changes"]
+        if changes < changes0 + 2:  # at least one for the join and one for the leave
+            fail(f"membership_changes went from {changes0} to {changes} over a join and a leave")
         print("cluster_follow: ok")
 
 

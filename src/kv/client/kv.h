@@ -75,10 +75,12 @@ extern "C" {
  * kv_counters the sum over the servers plus shard_failures and reconnects
  * lines.
  * servername may also name a cluster, "etcd://HOST:PORT/NAME" (docs/cluster.md):
- * kv_open reads its members from etcd (within 5 s) and opens them as the
- * list above, and the handle then follows the membership: a member that
- * joins is connected and takes its share of the keys, one that leaves is
- * "gone" (its keys go to the others; its pending operations fail with
+ * kv_open reads its members and shard map from etcd (within 5 s) and
+ * connects every member; a key goes to the primary the map names for its
+ * shard (no map yet: as over the list above). The handle then follows the
+ * cluster: a member that joins is connected and takes its share of the
+ * shards, one that leaves is "gone" once the map no longer names it (its
+ * shards go to the others; an operation on it not yet sent fails with
  * EHOSTDOWN). Changes are applied at the handle's calls (kv_fd becomes
  * readable when one arrived); kv_counters adds a membership_changes line.
  * Such a handle is always sharded (EHOSTDOWN, retries, kv_call EINVAL), even

@@ -70,6 +70,7 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
     s.backoff = set->shard_options_.backoff_min;
     set->shards_.push_back(std::move(s));
   }
+  if (set->shard_options_.cluster) set->map_ = set->shard_options_.cluster->map;
   set->place_live();
   for (Shard& s : set->shards_) {
     s.client = Client::connect(reactor, s.addr.host, s.addr.port, options);  // throws: ~ShardSet closes the others
@@ -80,13 +81,17 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
     set->following_ = true;
     ShardSet* self = set.get();
     set->watch_ = std::make_unique<cluster::ClusterWatch>(
-        reactor, *set->shard_options_.cluster, [self](const cluster::ClusterView& v) { self->on_members(v.members); });
+        reactor, *set->shard_options_.cluster, [self](const cluster::ClusterView& v) { self->on_view(v); });
     set->shard_options_.cluster.reset();  // the watch holds what it needs
   }
   return set;
 }
 
 std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
+  if (!map_slots_.empty()) {
+    const std::size_t i = map_slots_[proto::shard_of(key, static_cast<std::uint32_t>(map_slots_.size()))];
+    if (i != kNoSlot) return i;
+  }
   if (shards_.size() == 1) return 0;
   if (live_ids_.empty()) return proto::place(key, ids_);  // every member left: some gone shard
   return live_slots_[proto::place(key, live_ids_)];
@@ -100,25 +105,38 @@ void ShardSet::place_live() {
     live_ids_.push_back(ids_[i]);
     live_slots_.push_back(i);
   }
+  map_slots_.clear();
+  if (!map_) return;
+  map_slots_.reserve(map_->shards.size());
+  for (const cluster::ShardOwners& s : map_->shards) {
+    const auto it = std::find(ids_.begin(), ids_.end(), s.owners.front());
+    const auto i = static_cast<std::size_t>(it - ids_.begin());
+    map_slots_.push_back(it != ids_.end() && shards_[i].state != ShardState::gone ? i : kNoSlot);
+  }
 }
 
-void ShardSet::on_members(const std::vector<cluster::Member>& members) {
-  std::vector<proto::ServerAddr> servers;
-  servers.reserve(members.size());
-  for (const auto& m : members) servers.push_back(server_of(m));
-  reported_ = std::move(servers);
+void ShardSet::on_view(const cluster::ClusterView& view) {
+  reported_ = view;
   if (shard_options_.on_maintain_due) shard_options_.on_maintain_due();
 }
 
 bool ShardSet::apply_members() {
   if (!reported_) return false;
-  std::vector<proto::ServerAddr> now = std::move(*reported_);
+  const cluster::ClusterView view = std::move(*reported_);
   reported_.reset();
-  bool changed = false;
+  std::vector<proto::ServerAddr> now;
+  now.reserve(view.members.size());
+  for (const auto& m : view.members) now.push_back(server_of(m));
+  bool changed = view.map != map_;
+  map_ = view.map;
+  const auto named = [this](const std::string& id) {  // an owner in the map: a member that left still drains
+    return map_ && std::any_of(map_->shards.begin(), map_->shards.end(),
+                               [&id](const cluster::ShardOwners& s) { return s.owners.front() == id; });
+  };
   for (std::size_t i = 0; i < shards_.size(); ++i) {  // who left
     Shard& s = shards_[i];
     const bool member = std::any_of(now.begin(), now.end(), [&](const proto::ServerAddr& a) { return a.id == s.addr.id; });
-    if (member || s.state == ShardState::gone || s.state == ShardState::closed) continue;
+    if (member || named(s.addr.id) || s.state == ShardState::gone || s.state == ShardState::closed) continue;
     spdlog::info("client: server {} left the cluster", s.addr.id);
     s.state = ShardState::gone;
     s.retry.reset();

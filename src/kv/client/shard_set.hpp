@@ -27,12 +27,15 @@
 // next maintain() applies it. The shard slots are append-only, so the shard
 // index an operation recorded never names another server: a member that
 // joins gets a new slot (or its old one back) and connects in that
-// maintain(); a member that left is `gone`: new ops on it end with
-// shard_down, those in flight finish there, and a later maintain() drops
-// its Client once none is pending. Placement runs over the live members'
-// ids only, so it is what a client opened on the same members computes. A
-// cluster client is always sharded (shard_down, reconnects), even with one
-// member.
+// maintain(); a member that left, and that the shard map no longer names,
+// is `gone`: new ops on it end with shard_down, those in flight finish
+// there, and a later maintain() drops its Client once none is pending.
+// Placement follows the cluster's shard map (docs/cluster.md "The shard
+// map"): a key goes to the primary of its shard; a shard whose primary this
+// client has no slot for (or before any map exists) falls back to
+// rendezvous over the live members. Clients that applied the same view of
+// the cluster place every key alike. A cluster client is always sharded
+// (shard_down, reconnects), even with one member.
 //
 // Thread: the reactor's; every public member function asserts it (debug).
 
@@ -97,8 +100,9 @@ class ShardSet {
 
   [[nodiscard]] std::size_t size() const noexcept { return shards_.size(); }
   [[nodiscard]] bool sharded() const noexcept { return shards_.size() > 1 || following_; }
-  // The key's shard (placement over the live members; 0 with one server). If
-  // every member left, some gone shard (its ops end with shard_down).
+  // The key's shard: its shard map primary's when following a cluster with a
+  // map, else placement over the live members (0 with one server). If every
+  // member left, some gone shard (its ops end with shard_down).
   [[nodiscard]] std::size_t shard_of(std::string_view key) const noexcept;
   [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }
   [[nodiscard]] ShardState state(std::size_t i) const noexcept;
@@ -147,11 +151,13 @@ class ShardSet {
   // How often shards were found down / were reconnected (handle lifetime).
   [[nodiscard]] std::uint64_t shard_failures() const noexcept { return shard_failures_; }
   [[nodiscard]] std::uint64_t reconnects() const noexcept { return reconnects_; }
-  // Following a cluster: the changes of its members applied so far.
+  // Following a cluster: the changes of its members or map applied so far.
   [[nodiscard]] bool following() const noexcept { return following_; }
-  // The watch reported members that the next maintain() applies.
+  // The watch reported a view that the next maintain() applies.
   [[nodiscard]] bool membership_reported() const noexcept { return reported_.has_value(); }
   [[nodiscard]] std::uint64_t membership_changes() const noexcept { return membership_changes_; }
+  // The shard map placement follows (none: a static list, or no map yet).
+  [[nodiscard]] const std::optional<cluster::ShardMap>& map() const noexcept { return map_; }
 
   static constexpr std::uint64_t kNoShard = ~std::uint64_t{0};
 
@@ -186,9 +192,9 @@ class ShardSet {
   void retire(Shard& s) noexcept;          // close and drop its Client (not from its callbacks)
   void try_reconnect(std::size_t i);
   void start_retry_timer(std::size_t i);  // down: retry_due after the backoff
-  void on_members(const std::vector<cluster::Member>& members);  // the watch's report (a reactor callback)
+  void on_view(const cluster::ClusterView& view);  // the watch's report (a reactor callback)
   bool apply_members();  // maintain(): the last report, if one is new
-  void place_live();     // live_ids_/live_slots_ from the shards' states
+  void place_live();     // live_ids_/live_slots_ from the shards' states, map_slots_ from map_
 
   reactor::Reactor* reactor_;
   ClientOptions options_;
@@ -197,8 +203,11 @@ class ShardSet {
   std::vector<std::string> ids_;          // shards_[i].addr.id, every slot
   std::vector<std::string> live_ids_;     // the slots not gone, for place()
   std::vector<std::size_t> live_slots_;   // their indices in shards_
+  std::optional<cluster::ShardMap> map_;  // a cluster's, as last applied
+  std::vector<std::size_t> map_slots_;    // per shard of map_: its primary's slot, or kNoSlot
+  static constexpr std::size_t kNoSlot = ~std::size_t{0};
   std::unique_ptr<cluster::ClusterWatch> watch_;
-  std::optional<std::vector<proto::ServerAddr>> reported_;  // members the watch reported, not yet applied
+  std::optional<cluster::ClusterView> reported_;  // the view the watch reported, not yet applied
   bool following_ = false;
   std::uint64_t membership_changes_ = 0;
   bool closing_ = false;
