@@ -21,43 +21,19 @@ import pytest
 
 import rkv
 from conftest import Kvd
+from placement_ref import hash64, place, shard_of, weight
 
 SERVERS = 3
 VICTIM = 1  # the server test_dead_server_then_back kills
-
-M64 = (1 << 64) - 1
-
-
-# ---- placement, from docs/protocol.md "Several servers: placement" ----------
-def fmix64(h: int) -> int:
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & M64
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & M64
-    h ^= h >> 33
-    return h
-
-
-def hash64(data: bytes) -> int:
-    h = 0xCBF29CE484222325  # FNV-1a 64, then fmix64
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & M64
-    return fmix64(h)
-
-
-def weight(key: bytes, server: str) -> int:
-    return fmix64(hash64(key) ^ hash64(server.encode()))
-
-
-def place(key: bytes, ids: list[str]) -> int:
-    """The index of the key's server: the largest weight; a tie goes to the smaller identity."""
-    return max(range(len(ids)), key=lambda i: (weight(key, ids[i]), [-c for c in ids[i].encode()]))
-
 
 def test_placement_vectors() -> None:
     assert weight(b"key", "10.0.0.1:7471") == 0x787453C23C7BF4B8
     assert weight(b"key", "10.0.0.2:7471") == 0x6E6164BEFCE514AC
     assert weight(b"user:42", "[fe80::1]:7472") == 0x644B11187D92F275
+    # proto::shard_of, pinned in tests/unit/test_placement.cpp too
+    assert shard_of(b"key", 64) == 2
+    assert shard_of(b"user:42", 64) == 53
+    assert shard_of(b"user:42", 4096) == 2933
     ids = ["10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471"]
     assert [place(k, ids) for k in (b"key", b"a", b"session:9f3c")] == [0, 1, 2]
 

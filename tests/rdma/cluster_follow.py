@@ -26,6 +26,9 @@ import urllib.request
 
 import rkv
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from placement_ref import shard_of  # noqa: E402  (docs/cluster.md "The shard map", reimplemented)
+
 DEADLINE = 120.0
 
 
@@ -40,29 +43,6 @@ def wait_for(what: str, check) -> None:
         if time.monotonic() - t0 > DEADLINE:
             fail(f"{what}: not within {DEADLINE:.0f} s")
         time.sleep(0.2)
-
-
-M64 = (1 << 64) - 1
-
-
-def fmix64(h: int) -> int:
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & M64
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & M64
-    return h ^ (h >> 33)
-
-
-def hash64(key: bytes) -> int:
-    h = 0xCBF29CE484222325  # FNV-1a 64, then fmix64
-    for b in key:
-        h = ((h ^ b) * 0x100000001B3) & M64
-    return fmix64(h)
-
-
-def shard_of(key: bytes, shards: int) -> int:
-    """proto::shard_of (docs/cluster.md "The shard map")."""
-    return fmix64(hash64(key) ^ 0x7368617264736C74) % shards
 
 
 def read_map(cluster: str):
