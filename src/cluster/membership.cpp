@@ -18,14 +18,7 @@ constexpr std::chrono::milliseconds kRequestTimeout{2'000};
 // over 1 s in a TCG guest beside a CI run) must not fail kvd's start.
 constexpr std::chrono::milliseconds kSetupTimeout{15'000};
 
-Lease grant_sync(EtcdClient& etcd, std::chrono::seconds ttl) {
-  const EtcdReply reply = etcd.call(kPathGrant, grant_body(ttl.count()), kSetupTimeout);
-  reply.check("etcd lease grant");
-  std::string why;
-  const auto lease = parse_grant(reply.body, why);
-  if (!lease) throw ClusterError(EPROTO, "etcd lease grant: " + why);
-  return *lease;
-}
+int code_of(const EtcdReply& r) { return r.code != 0 ? r.code : EIO; }  // as EtcdReply::check
 
 }  // namespace
 
@@ -44,8 +37,15 @@ MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self,
       ttl_(std::max(ttl, std::chrono::seconds(2))),
       key_(member_key(url_, self_)),
       etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
-  lease_ = grant_sync(etcd_, ttl_).id;
-  etcd_.call(kPathPut, put_body(key_, member_value(self_), lease_), kSetupTimeout).check("etcd put of " + key_);
+  // The async join, run to its end here (each step bounded by kSetupTimeout).
+  std::optional<std::pair<int, std::string>> failed;
+  bool done = false;
+  join(kSetupTimeout, [&](int code, const std::string& why) {
+    done = true;
+    if (code != 0) failed.emplace(code, why);
+  });
+  while (!done) reactor.run_once(std::chrono::milliseconds(100));
+  if (failed) throw ClusterError(failed->first, failed->second);
   renew_timer_ = reactor.every(renew_period(), [this] { renew(); });
   spdlog::info("kvd: joined cluster {} as {} (lease {:x}, {} s)", url_.text(), self_.id(), lease_, ttl_.count());
 }
@@ -109,25 +109,30 @@ void MemberLease::on_renewed(EtcdReply& reply) {
   rejoin();
 }
 
-void MemberLease::rejoin() {
+void MemberLease::join(std::chrono::milliseconds timeout, JoinDone done) {
   in_flight_ = true;
-  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this](EtcdReply& r) {
-    if (state_ == LeaseState::left) return void(in_flight_ = false);
+  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this, timeout, done = std::move(done)](EtcdReply& r) mutable {
     std::string why;
     std::optional<Lease> lease;
     if (!r.ok || !(lease = parse_grant(r.body, why))) {
       in_flight_ = false;
-      return on_failure("granting a new lease", r.ok ? why : r.error);
+      return done(r.ok ? EPROTO : code_of(r), "etcd lease grant: " + (r.ok ? why : r.error));
     }
     lease_ = lease->id;
-    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this](EtcdReply& p) {
+    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, done = std::move(done)](EtcdReply& p) {
       in_flight_ = false;
-      if (state_ == LeaseState::left) return;
-      if (!p.ok) return on_failure("putting the member record", p.error);
-      state_ = LeaseState::joined;
-      failing_ = false;
-      spdlog::info("kvd: joined cluster {} again (lease {:x})", url_.text(), lease_);
-    });
+      done(p.ok ? 0 : code_of(p), p.ok ? std::string() : "etcd put of " + key_ + ": " + p.error);
+    }, timeout);
+  }, timeout);
+}
+
+void MemberLease::rejoin() {
+  join(std::chrono::milliseconds(0), [this](int code, const std::string& why) {
+    if (state_ == LeaseState::left) return;
+    if (code != 0) return on_failure("joining again", why);
+    state_ = LeaseState::joined;
+    failing_ = false;
+    spdlog::info("kvd: joined cluster {} again (lease {:x})", url_.text(), lease_);
   });
 }
 

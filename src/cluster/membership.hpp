@@ -70,7 +70,11 @@ class MemberLease {
   }
   void renew();                       // the timer: one keepalive, unless one is in flight
   void on_renewed(EtcdReply& reply);  // keepalive reply
-  void rejoin();                      // grant, then put (async)
+  // Grants a lease and puts the record under it (async; each request at
+  // most `timeout`, 0: the client's); `done(0, "")`, or an errno value and why.
+  using JoinDone = std::function<void(int code, const std::string& why)>;
+  void join(std::chrono::milliseconds timeout, JoinDone done);
+  void rejoin();                      // join() after the lease expired (and again until it works)
   void on_failure(std::string_view what, const std::string& why);
   void on_revoked(const EtcdReply& reply) const;  // leave()'s and leave_async()'s log line
 
