@@ -18,10 +18,11 @@
 #include "rkv_cluster.hpp"
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 #include "cluster/membership.hpp"
@@ -51,15 +52,12 @@ int cluster_main(int argc, char** argv) {
     return 1;
   }
   const auto& members = view.members;
-  const auto primaries = [&view](const std::string& id) { return view.map ? view.map->primaries_of(id) : 0u; };
-  std::map<std::string, unsigned> absent;  // owners in the map that are not members
-  if (view.map) {
-    for (const auto& s : view.map->shards) {
-      const std::string& p = s.owners.front();
-      if (std::none_of(members.begin(), members.end(), [&p](const cluster::Member& m) { return m.id() == p; })) {
-        ++absent[p];
-      }
-    }
+  // Primaries per id; what is left once the members took theirs: owners in the map that are not members.
+  std::map<std::string, std::uint32_t> absent = view.map ? view.map->primaries() : std::map<std::string, std::uint32_t>{};
+  std::vector<std::uint32_t> primaries;  // members[i]'s
+  for (const auto& m : members) {
+    const auto node = absent.extract(m.id());
+    primaries.push_back(node.empty() ? 0u : node.mapped());
   }
   if (json) {
     std::string out = "{\"cluster\":\"" + kv::load::json_escape(url.text()) + "\",\"map\":";
@@ -73,7 +71,7 @@ int cluster_main(int argc, char** argv) {
       out += (i > 0 ? "," : "");
       out += "{\"id\":\"" + kv::load::json_escape(m.id()) + "\",\"host\":\"" + kv::load::json_escape(m.host) +
              "\",\"port\":" + std::to_string(m.port) + ",\"capacity\":" + std::to_string(m.capacity) +
-             ",\"primaries\":" + std::to_string(primaries(m.id())) + "}";
+             ",\"primaries\":" + std::to_string(primaries[i]) + "}";
     }
     out += "],\"absent\":[";
     bool first = true;
@@ -92,9 +90,9 @@ int cluster_main(int argc, char** argv) {
   } else {
     std::printf("# no map\n");
   }
-  for (const auto& m : members) {
-    std::printf("member %s capacity %llu primaries %u\n", m.id().c_str(), static_cast<unsigned long long>(m.capacity),
-                primaries(m.id()));
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    std::printf("member %s capacity %llu primaries %u\n", members[i].id().c_str(),
+                static_cast<unsigned long long>(members[i].capacity), primaries[i]);
   }
   for (const auto& [id, n] : absent) std::printf("absent %s primaries %u\n", id.c_str(), n);
   return 0;

@@ -54,6 +54,7 @@ class ClusterWatch {
   ClusterWatch& operator=(ClusterWatch&&) = delete;
 
   [[nodiscard]] ClusterView view() const;
+  [[nodiscard]] const ClusterUrl& url() const noexcept { return url_; }
   [[nodiscard]] WatchState state() const noexcept { return state_; }
   [[nodiscard]] std::int64_t revision() const noexcept { return revision_; }
   // Changes delivered, and watches that ended (each followed by a new read).

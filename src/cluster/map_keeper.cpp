@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
-#include <map>
 
 #include "cluster/etcd_wire.hpp"
 
@@ -17,10 +16,8 @@ constexpr std::chrono::milliseconds kRetry{1'000};
 
 // "a:1 22, b:1 21, c:1 21": primaries per member, for the log.
 std::string primaries_line(const ShardMap& map) {
-  std::map<std::string_view, unsigned> n;
-  for (const ShardOwners& s : map.shards) ++n[s.owners.front()];
   std::string out;
-  for (const auto& [id, count] : n) out += (out.empty() ? "" : ", ") + std::string(id) + " " + std::to_string(count);
+  for (const auto& [id, count] : map.primaries()) out += (out.empty() ? "" : ", ") + id + " " + std::to_string(count);
   return out;
 }
 
@@ -38,14 +35,12 @@ std::string_view to_string(KeeperState s) noexcept {
 MapKeeper::MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape)
     : reactor_(&reactor),
       shape_(shape),
-      view_(start),
       etcd_(reactor, start.url.endpoint(), kTxnTimeout),
-      watch_(reactor, start, [this](const ClusterView& v) { on_change(v); }) {
+      watch_(reactor, start, [this](const ClusterView&) { on_change(); }) {
   plan();
 }
 
-void MapKeeper::on_change(const ClusterView& v) {
-  view_ = v;
+void MapKeeper::on_change() {
   switch (state_) {
     case KeeperState::idle: plan(); return;
     case KeeperState::writing: stale_ = true; return;
@@ -56,11 +51,11 @@ void MapKeeper::on_change(const ClusterView& v) {
 void MapKeeper::plan() {
   state_ = KeeperState::idle;
   stale_ = false;
-  const std::vector<std::string> ids = view_.ids();
-  std::optional<ShardMap> next = plan_map(view_.map, ids, shape_);
+  const ClusterView view = watch_.view();
+  std::optional<ShardMap> next = plan_map(view.map, view.ids(), shape_);
   if (!next) return;
   state_ = KeeperState::writing;
-  std::string body = put_if_body(view_.url.map_key(), map_value(*next), view_.map_revision);
+  std::string body = put_if_body(view.url.map_key(), map_value(*next), view.map_revision);
   try {
     etcd_.post(kPathTxn, std::move(body), [this, map = *next](EtcdReply& r) { on_written(r, map); });
   } catch (const std::exception& e) {
@@ -75,7 +70,7 @@ void MapKeeper::on_written(EtcdReply& reply, const ShardMap& map) {
   std::optional<TxnResult> txn;
   if (!reply.ok || !(txn = parse_txn(reply.body, why))) {
     if (!failing_) {
-      spdlog::warn("cluster {}: writing the shard map of epoch {}: {} (trying again every {} ms)", view_.url.text(),
+      spdlog::warn("cluster {}: writing the shard map of epoch {}: {} (trying again every {} ms)", watch_.url().text(),
                    map.epoch, reply.ok ? why : reply.error, kRetry.count());
     }
     failing_ = true;
@@ -85,12 +80,9 @@ void MapKeeper::on_written(EtcdReply& reply, const ShardMap& map) {
   }
   failing_ = false;
   if (txn->succeeded) {
-    ++written_;
-    spdlog::info("cluster {}: wrote the shard map of epoch {}: {} shards; primaries: {}", view_.url.text(),
+    spdlog::info("cluster {}: wrote the shard map of epoch {}: {} shards; primaries: {}", watch_.url().text(),
                  map.epoch, map.shards.size(), primaries_line(map));
-  } else {
-    ++beaten_;  // another member's write landed first: the watch brings it
-  }
+  }  // else another member's write landed first: the watch brings it
   state_ = KeeperState::idle;
   if (stale_) plan();
 }

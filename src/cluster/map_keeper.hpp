@@ -47,28 +47,21 @@ class MapKeeper {
   MapKeeper& operator=(MapKeeper&&) = delete;
   ~MapKeeper() = default;  // a transaction in flight is dropped (it lands or not; others plan on)
 
-  [[nodiscard]] const ClusterView& view() const noexcept { return view_; }
   [[nodiscard]] KeeperState state() const noexcept { return state_; }
-  // Maps this member's transactions wrote, and those another write beat.
-  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
-  [[nodiscard]] std::uint64_t beaten() const noexcept { return beaten_; }
 
  private:
-  void on_change(const ClusterView& v);
-  void plan();                  // idle -> writing, or stays idle
+  void on_change();             // the watch saw the members or the map change
+  void plan();                  // from the watch's view: idle -> writing, or stays idle
   void on_written(EtcdReply& reply, const ShardMap& map);
 
   reactor::Reactor* reactor_;
   MapShape shape_;
-  ClusterView view_;
   EtcdClient etcd_;
   reactor::Timer retry_timer_;
   KeeperState state_ = KeeperState::idle;
   bool stale_ = false;    // the view changed while writing: plan again when answered
   bool failing_ = false;  // the last transaction did not reach etcd (logged once per streak)
-  std::uint64_t written_ = 0;
-  std::uint64_t beaten_ = 0;
-  ClusterWatch watch_;    // last: its reports need everything above
+  ClusterWatch watch_;    // last: its reports need everything above; the view plans start from
 };
 
 }  // namespace rkv::cluster

@@ -9,9 +9,10 @@
 
 namespace rkv::cluster {
 
-std::uint32_t ShardMap::primaries_of(std::string_view id) const noexcept {
-  return static_cast<std::uint32_t>(
-      std::count_if(shards.begin(), shards.end(), [id](const ShardOwners& s) { return s.owners.front() == id; }));
+std::map<std::string, std::uint32_t> ShardMap::primaries() const {
+  std::map<std::string, std::uint32_t> n;
+  for (const ShardOwners& s : shards) ++n[s.owners.front()];
+  return n;
 }
 
 std::string map_value(const ShardMap& map) {

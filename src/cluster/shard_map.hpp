@@ -19,6 +19,7 @@
 // Owns: nothing. Thread: any.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,10 +45,8 @@ struct ShardMap {
   std::vector<ShardOwners> shards;
 
   bool operator==(const ShardMap&) const = default;
-  // The primary of shard `s` (< shards.size()).
-  [[nodiscard]] const std::string& primary(std::uint32_t s) const { return shards[s].owners.front(); }
-  // Shards whose primary is `id`.
-  [[nodiscard]] std::uint32_t primaries_of(std::string_view id) const noexcept;
+  // How many shards each id is the primary of (ids with none are absent).
+  [[nodiscard]] std::map<std::string, std::uint32_t> primaries() const;
 };
 
 // What a first map is made of.

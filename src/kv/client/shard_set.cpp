@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cassert>
 #include <exception>
+#include <map>
 #include <utility>
 
 namespace rkv::kv::client {
@@ -129,14 +130,12 @@ bool ShardSet::apply_members() {
   for (const auto& m : view.members) now.push_back(server_of(m));
   bool changed = view.map != map_;
   map_ = view.map;
-  const auto named = [this](const std::string& id) {  // an owner in the map: a member that left still drains
-    return map_ && std::any_of(map_->shards.begin(), map_->shards.end(),
-                               [&id](const cluster::ShardOwners& s) { return s.owners.front() == id; });
-  };
+  // A primary in the map: a member that left stays in use (it drains) until the map moved its shards.
+  const std::map<std::string, std::uint32_t> primaries = map_ ? map_->primaries() : std::map<std::string, std::uint32_t>{};
   for (std::size_t i = 0; i < shards_.size(); ++i) {  // who left
     Shard& s = shards_[i];
     const bool member = std::any_of(now.begin(), now.end(), [&](const proto::ServerAddr& a) { return a.id == s.addr.id; });
-    if (member || named(s.addr.id) || s.state == ShardState::gone || s.state == ShardState::closed) continue;
+    if (member || primaries.contains(s.addr.id) || s.state == ShardState::gone || s.state == ShardState::closed) continue;
     spdlog::info("client: server {} left the cluster", s.addr.id);
     s.state = ShardState::gone;
     s.retry.reset();

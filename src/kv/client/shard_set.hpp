@@ -156,8 +156,6 @@ class ShardSet {
   // The watch reported a view that the next maintain() applies.
   [[nodiscard]] bool membership_reported() const noexcept { return reported_.has_value(); }
   [[nodiscard]] std::uint64_t membership_changes() const noexcept { return membership_changes_; }
-  // The shard map placement follows (none: a static list, or no map yet).
-  [[nodiscard]] const std::optional<cluster::ShardMap>& map() const noexcept { return map_; }
 
   static constexpr std::uint64_t kNoShard = ~std::uint64_t{0};
 
