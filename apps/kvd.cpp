@@ -378,6 +378,7 @@ int kvd_main(int argc, char** argv) {
       // keys elsewhere and disconnect; it serves them until they did.
       spdlog::info("kvd: signal {}: leaving the cluster, then shutting down once no client is connected "
                    "(at most {} s)", signo, drain_timeout_s);
+      server_ptr->gate().lease_held_until({});  // no more writes: the members are about to move its shards
       member->leave_async([&] {
         const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
         const auto check = [&, deadline] {
@@ -398,12 +399,37 @@ int kvd_main(int argc, char** argv) {
     if (log) {
       log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
     }
+    // A member serves the shards the map names this incarnation (its id
+    // under its lease) the primary of, and writes only while its lease
+    // surely holds (kv/server/shard_gate.hpp, docs/cluster.md "Fencing").
+    std::optional<cluster::ShardMap> seen_map;  // the latest map the watch reported
+    std::string self_id;
+    const auto serve_shards = [&] {
+      std::vector<bool> mine;
+      if (seen_map && member) mine = seen_map->primary_of(self_id, member->lease());
+      const std::size_t before = server.gate().served();
+      server.gate().serve(std::move(mine));
+      if (server.gate().served() != before) {
+        spdlog::info("kvd: primary of {} shard(s) (map epoch {})", server.gate().served(), seen_map ? seen_map->epoch : 0);
+      }
+    };
     if (cluster_url) {
       try {
+        const cluster::Member self{advertise, server.port(), max_memory};
+        self_id = self.id();
+        server.gate().close_to_cluster();
         member = std::make_unique<cluster::MemberLease>(
-            reactor, *cluster_url, cluster::Member{advertise, server.port(), max_memory}, std::chrono::seconds(lease_ttl_s));
+            reactor, *cluster_url, self, std::chrono::seconds(lease_ttl_s),
+            [&](cluster::MemberLease::Clock::time_point until) {
+              server.gate().lease_held_until(until);
+              serve_shards();  // a new lease (joined again) serves no shard of the old one
+            });
         keeper = std::make_unique<cluster::MapKeeper>(
-            reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{});
+            reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{},
+            [&](const cluster::ClusterView& view) {
+              seen_map = view.map;
+              serve_shards();
+            });
       } catch (const cluster::ClusterError& e) {
         std::fprintf(stderr, "kvd: --cluster %s: %s\n", cluster_text.c_str(), e.what());
         return 1;

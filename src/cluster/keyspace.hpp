@@ -44,6 +44,11 @@ struct Member {
   std::string host;
   std::uint16_t port = 0;
   std::uint64_t capacity = 0;  // bytes: kvd's --max-memory
+  // The etcd lease its record is under (etcd's, not in the record's value;
+  // 0 until read from etcd). A kvd that joins again, or restarts, has a new
+  // one: it is another incarnation of the same id, and the shard map tells
+  // them apart (shard_map.hpp, ShardMap::leases).
+  std::int64_t lease = 0;
 
   [[nodiscard]] std::string id() const;  // proto::server_id(host, port)
   bool operator==(const Member&) const = default;

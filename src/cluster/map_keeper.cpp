@@ -32,11 +32,17 @@ std::string_view to_string(KeeperState s) noexcept {
   return "?";
 }
 
-MapKeeper::MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape)
+MapKeeper::MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape,
+                     ClusterWatch::OnChange on_view)
     : reactor_(&reactor),
       shape_(shape),
       etcd_(reactor, start.url.endpoint(), kTxnTimeout),
-      watch_(reactor, start, [this](const ClusterView&) { on_change(); }) {
+      on_view_(std::move(on_view)),
+      watch_(reactor, start, [this](const ClusterView& v) {
+        if (on_view_) on_view_(v);
+        on_change();
+      }) {
+  if (on_view_) on_view_(start);
   plan();
 }
 
@@ -52,7 +58,7 @@ void MapKeeper::plan() {
   state_ = KeeperState::idle;
   stale_ = false;
   const ClusterView view = watch_.view();
-  std::optional<ShardMap> next = plan_map(view.map, view.ids(), shape_);
+  std::optional<ShardMap> next = plan_map(view.map, view.ids(), view.leases(), shape_);
   if (!next) return;
   state_ = KeeperState::writing;
   std::string body = put_if_body(view.url.map_key(), map_value(*next), view.map_revision);

@@ -38,9 +38,11 @@ enum class KeeperState : std::uint8_t {
 class MapKeeper {
  public:
   // From `start` (a read_cluster made after this kvd joined); `shape` is
-  // used only if the cluster has no map yet. Plans at once. Throws
-  // ClusterError if libcurl cannot be set up.
-  MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape);
+  // used only if the cluster has no map yet. Plans at once. `on_view` (may
+  // be empty) hears `start` now and each view the watch reports after it
+  // (kvd keeps its shard gate by them). Throws ClusterError if libcurl
+  // cannot be set up.
+  MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapShape shape, ClusterWatch::OnChange on_view = {});
   MapKeeper(const MapKeeper&) = delete;
   MapKeeper& operator=(const MapKeeper&) = delete;
   MapKeeper(MapKeeper&&) = delete;
@@ -61,6 +63,7 @@ class MapKeeper {
   KeeperState state_ = KeeperState::idle;
   bool stale_ = false;    // the view changed while writing: plan again when answered
   bool failing_ = false;  // the last transaction did not reach etcd (logged once per streak)
+  ClusterWatch::OnChange on_view_;
   ClusterWatch watch_;    // last: its reports need everything above; the view plans start from
 };
 

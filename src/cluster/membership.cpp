@@ -31,10 +31,11 @@ std::string_view to_string(LeaseState s) noexcept {
   return "?";
 }
 
-MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl)
+MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl, Held held)
     : url_(std::move(url)),
       self_(std::move(self)),
       ttl_(std::max(ttl, std::chrono::seconds(2))),
+      held_(std::move(held)),
       key_(member_key(url_, self_)),
       etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
   // The async join, run to its end here (each step bounded by kSetupTimeout).
@@ -88,10 +89,17 @@ void MemberLease::renew() {
     return;
   }
   in_flight_ = true;
-  etcd_.post(kPathKeepAlive, keepalive_body(lease_), [this](EtcdReply& r) { on_renewed(r); });
+  const Clock::time_point sent = Clock::now();
+  etcd_.post(kPathKeepAlive, keepalive_body(lease_), [this, sent](EtcdReply& r) { on_renewed(r, sent); });
 }
 
-void MemberLease::on_renewed(EtcdReply& reply) {
+void MemberLease::confirmed(Clock::time_point sent, std::int64_t ttl_s) {
+  if (!held_ || ttl_s <= 0) return;
+  const auto ttl = std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ttl_s));
+  held_(sent + ttl - ttl / 10);
+}
+
+void MemberLease::on_renewed(EtcdReply& reply, Clock::time_point sent) {
   in_flight_ = false;
   if (state_ == LeaseState::left) return;
   if (!reply.ok) return on_failure("renewing the lease", reply.error);
@@ -100,7 +108,7 @@ void MemberLease::on_renewed(EtcdReply& reply) {
   if (!lease) return on_failure("renewing the lease", why);
   if (failing_) spdlog::info("kvd: cluster {}: etcd answers again", url_.text());
   failing_ = false;
-  if (lease->ttl > 0) return;
+  if (lease->ttl > 0) return confirmed(sent, lease->ttl);
   // Expired: etcd deleted the record. Join again under a new lease.
   spdlog::warn("kvd: cluster {}: the lease expired (not renewed within {} s); joining again", url_.text(),
                ttl_.count());
@@ -111,7 +119,8 @@ void MemberLease::on_renewed(EtcdReply& reply) {
 
 void MemberLease::join(std::chrono::milliseconds timeout, JoinDone done) {
   in_flight_ = true;
-  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this, timeout, done = std::move(done)](EtcdReply& r) mutable {
+  const Clock::time_point sent = Clock::now();
+  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this, timeout, sent, done = std::move(done)](EtcdReply& r) mutable {
     std::string why;
     std::optional<Lease> lease;
     if (!r.ok || !(lease = parse_grant(r.body, why))) {
@@ -119,8 +128,10 @@ void MemberLease::join(std::chrono::milliseconds timeout, JoinDone done) {
       return done(r.ok ? EPROTO : code_of(r), "etcd lease grant: " + (r.ok ? why : r.error));
     }
     lease_ = lease->id;
-    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, done = std::move(done)](EtcdReply& p) {
+    const std::int64_t ttl_s = lease->ttl;
+    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, sent, ttl_s, done = std::move(done)](EtcdReply& p) {
       in_flight_ = false;
+      if (p.ok) confirmed(sent, ttl_s);
       done(p.ok ? 0 : code_of(p), p.ok ? std::string() : "etcd put of " + key_ + ": " + p.error);
     }, timeout);
   }, timeout);
@@ -150,6 +161,7 @@ std::optional<Member> member_record(const ClusterUrl& url, const KeyValue& kv, s
     error = "a member record must be under its id's key (" + member_key(url, *m) + ")";
     return std::nullopt;
   }
+  if (m) m->lease = kv.lease;
   return m;
 }
 
@@ -157,6 +169,13 @@ std::vector<std::string> ClusterView::ids() const {
   std::vector<std::string> out;
   out.reserve(members.size());
   for (const Member& m : members) out.push_back(m.id());
+  return out;
+}
+
+std::vector<std::int64_t> ClusterView::leases() const {
+  std::vector<std::int64_t> out;
+  out.reserve(members.size());
+  for (const Member& m : members) out.push_back(m.lease);
   return out;
 }
 

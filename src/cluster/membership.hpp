@@ -12,6 +12,14 @@
 // still runs joins again under a new one. Leaving (shutdown) revokes the
 // lease, so the record goes at once.
 //
+// Until when the lease is surely held (its `held` callback; kvd's shard
+// gate, docs/cluster.md "Fencing"): etcd counts a lease's TTL from when it
+// received the grant or the last keepalive, which is after this kvd sent
+// it, so the lease is held at least until the send time of the last
+// request etcd confirmed plus the TTL etcd answered. `held` gets that less
+// a tenth of the TTL (the two clocks' rates may differ) after every
+// confirmed grant and renewal, on this kvd's steady clock.
+//
 // Owns: its EtcdClient, the renewal timer. The Reactor is the caller's and
 // must outlive it. Thread: the reactor's.
 
@@ -40,9 +48,12 @@ enum class LeaseState : std::uint8_t {
 
 class MemberLease {
  public:
+  using Clock = std::chrono::steady_clock;
+  using Held = std::function<void(Clock::time_point until)>;
   // Joins (sync, setup): grants the lease and puts the record; throws
   // ClusterError if etcd cannot be reached or refuses. `ttl` >= 2 s.
-  MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl);
+  // `held` (may be empty) hears how long the lease surely lasts (above).
+  MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self, std::chrono::seconds ttl, Held held = {});
   ~MemberLease();  // stops renewing; leave() first to remove the record at once
   MemberLease(const MemberLease&) = delete;
   MemberLease& operator=(const MemberLease&) = delete;
@@ -69,7 +80,8 @@ class MemberLease {
     return std::chrono::milliseconds(ttl_) / 3;  // 2 s: 666 ms
   }
   void renew();                       // the timer: one keepalive, unless one is in flight
-  void on_renewed(EtcdReply& reply);  // keepalive reply
+  void on_renewed(EtcdReply& reply, Clock::time_point sent);  // keepalive reply
+  void confirmed(Clock::time_point sent, std::int64_t ttl_s);  // etcd confirmed the lease (grant or keepalive)
   // Grants a lease and puts the record under it (async; each request at
   // most `timeout`, 0: the client's); `done(0, "")`, or an errno value and why.
   using JoinDone = std::function<void(int code, const std::string& why)>;
@@ -81,6 +93,7 @@ class MemberLease {
   ClusterUrl url_;
   Member self_;
   std::chrono::seconds ttl_;
+  Held held_;
   std::string key_;
   EtcdClient etcd_;
   reactor::Timer renew_timer_;
@@ -100,7 +113,8 @@ struct ClusterView {
   std::int64_t map_revision = 0;  // the map key's mod_revision (0: no map key)
   std::int64_t revision = 0;      // what a watch continues from (+1)
 
-  [[nodiscard]] std::vector<std::string> ids() const;  // the members' ids, in order
+  [[nodiscard]] std::vector<std::string> ids() const;      // the members' ids, in order
+  [[nodiscard]] std::vector<std::int64_t> leases() const;  // their leases, in the same order
 };
 // The member in a record read from etcd, if it is one: its value parses and
 // its key is member_key() of it (so a watch's delete of that key removes it).

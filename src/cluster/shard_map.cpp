@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <set>
+#include <stdexcept>
 
 namespace rkv::cluster {
 
@@ -15,10 +16,20 @@ std::map<std::string, std::uint32_t> ShardMap::primaries() const {
   return n;
 }
 
+std::vector<bool> ShardMap::primary_of(std::string_view id, std::int64_t lease) const {
+  std::vector<bool> out(shards.size(), false);
+  const auto it = leases.find(std::string(id));
+  if (it == leases.end() || it->second != lease) return out;  // not this incarnation's
+  for (std::size_t i = 0; i < shards.size(); ++i) out[i] = shards[i].owners.front() == id;
+  return out;
+}
+
 std::string map_value(const ShardMap& map) {
   nlohmann::json shards = nlohmann::json::array();
   for (const ShardOwners& s : map.shards) shards.push_back({{"epoch", s.epoch}, {"owners", s.owners}});
-  return nlohmann::json{{"epoch", map.epoch}, {"replicas", map.replicas}, {"shards", std::move(shards)}}.dump();
+  return nlohmann::json{{"epoch", map.epoch}, {"replicas", map.replicas}, {"shards", std::move(shards)},
+                        {"leases", map.leases}}
+      .dump();
 }
 
 namespace {
@@ -90,6 +101,26 @@ std::optional<ShardMap> parse_map(std::string_view value, std::string& error) {
     if (!owners) return std::nullopt;
     map.shards.push_back(std::move(*owners));
   }
+  const auto leases = j.find("leases");
+  if (leases == j.end() || !leases->is_object()) {
+    error = "no leases";
+    return std::nullopt;
+  }
+  for (const auto& [id, lease] : leases->items()) {
+    if (!lease.is_number_integer()) {
+      error = "a lease that is not an integer";
+      return std::nullopt;
+    }
+    map.leases.emplace(id, lease.get<std::int64_t>());
+  }
+  for (const ShardOwners& s : map.shards) {
+    for (const std::string& id : s.owners) {
+      if (!map.leases.contains(id)) {
+        error = "an owner without a lease";
+        return std::nullopt;
+      }
+    }
+  }
   return map;
 }
 
@@ -141,7 +172,7 @@ class Loads {
 };
 
 ShardMap first_map(std::span<const std::string> ids, MapShape shape) {
-  ShardMap map{1, std::min(shape.replicas, kMaxReplicas), {}};
+  ShardMap map{1, std::min(shape.replicas, kMaxReplicas), {}, {}};
   const std::size_t n = ids.size();
   const std::size_t width = std::min<std::size_t>(map.replicas + 1u, n);
   const std::uint32_t shards = std::clamp<std::uint32_t>(shape.shards, 1, kMaxShards);
@@ -164,18 +195,41 @@ void move_primary(ShardOwners& s, const std::string& to, std::size_t width) {
   if (s.owners.size() > width) s.owners.resize(width);
 }
 
+// Each owner's lease: the one it holds now (`ids`/`leases` are the live members).
+void set_leases(ShardMap& map, std::span<const std::string> ids, std::span<const std::int64_t> leases) {
+  map.leases.clear();
+  for (const ShardOwners& s : map.shards) {
+    for (const std::string& id : s.owners) {
+      const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      map.leases.emplace(id, leases[static_cast<std::size_t>(it - ids.begin())]);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<const std::string> ids,
-                                 MapShape shape) {
+                                 std::span<const std::int64_t> leases, MapShape shape) {
+  if (leases.size() != ids.size()) throw std::invalid_argument("plan_map: a lease per member");
   if (ids.empty()) return std::nullopt;
-  if (!last) return first_map(ids, shape);
+  if (!last) {
+    ShardMap first = first_map(ids, shape);
+    set_leases(first, ids, leases);
+    return first;
+  }
   ShardMap next = *last;
   const std::size_t width = std::min<std::size_t>(next.replicas + 1u, ids.size());
   Loads loads(ids);
+  // The owner `id` of `last` is the live member of that id (under the lease the map has for it).
+  const auto live = [&](const std::string& id) {
+    const auto i = loads.index(id);
+    if (!i) return false;
+    const auto it = last->leases.find(id);
+    return it != last->leases.end() && it->second == leases[*i];
+  };
   // 1. Only live members own shards; the first live backup of a shard whose primary left takes over.
   for (ShardOwners& s : next.shards) {
-    std::erase_if(s.owners, [&](const std::string& id) { return !loads.index(id); });
+    std::erase_if(s.owners, [&](const std::string& id) { return !live(id); });
     if (s.owners.size() > width) s.owners.resize(width);
     loads.count(s, +1);
   }
@@ -222,10 +276,14 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
       loads.count(s, +1);
     }
   }
-  if (next.shards == last->shards) return std::nullopt;
+  set_leases(next, ids, leases);
+  if (next.shards == last->shards && next.leases == last->leases) return std::nullopt;
   next.epoch = last->epoch + 1;
-  for (std::size_t i = 0; i < next.shards.size(); ++i) {
-    if (next.shards[i].owners.front() != last->shards[i].owners.front()) next.shards[i].epoch = next.epoch;
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {  // a new primary, or the same id's new incarnation
+    const std::string& was = last->shards[i].owners.front();
+    const std::string& is = next.shards[i].owners.front();
+    const auto lease = last->leases.find(was);
+    if (is != was || lease == last->leases.end() || lease->second != next.leases.at(is)) next.shards[i].epoch = next.epoch;
   }
   return next;
 }

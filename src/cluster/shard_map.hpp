@@ -9,6 +9,13 @@
 // seen the map of that epoch is a stale one, and replication refuses it
 // (fencing).
 //
+// An owner is a member incarnation: its id and the etcd lease it held when
+// the map made it an owner (`leases`). A member whose lease lapsed and
+// that joined again, or a kvd restarted under the same id, holds another
+// lease, so plan_map takes it for a new member: it loses every shard of
+// the old incarnation, and kvd serves a shard only while the map's lease
+// for it is the one it holds (docs/cluster.md "Fencing").
+//
 // plan_map is the one rule that computes the next map from the last one and
 // the live members. It is deterministic, so every member that sees the same
 // etcd revision proposes the same map, and whichever transaction lands
@@ -43,8 +50,11 @@ struct ShardMap {
   std::uint64_t epoch = 0;  // one more at every change
   std::uint32_t replicas = 0;  // backups per shard, when there are enough members
   std::vector<ShardOwners> shards;
+  std::map<std::string, std::int64_t> leases;  // each owner's etcd lease (every owner has one)
 
   bool operator==(const ShardMap&) const = default;
+  // By shard: whether `id` under `lease` (that incarnation) is its primary.
+  [[nodiscard]] std::vector<bool> primary_of(std::string_view id, std::int64_t lease) const;
   // How many shards each id is the primary of (ids with none are absent).
   [[nodiscard]] std::map<std::string, std::uint32_t> primaries() const;
 };
@@ -56,19 +66,21 @@ struct MapShape {
 };
 
 // The map as stored in etcd: one JSON object,
-// {"epoch": E, "replicas": R, "shards": [{"epoch": e, "owners": [ID, ...]}, ...]}.
+// {"epoch": E, "replicas": R, "shards": [{"epoch": e, "owners": [ID, ...]}, ...],
+//  "leases": {ID: LEASE, ...}}.
 [[nodiscard]] std::string map_value(const ShardMap& map);
 // A stored map, or nullopt (and why): any field missing or of the wrong
 // type, no shard or more than kMaxShards, replicas over kMaxReplicas, a
-// shard with no owner, more than replicas + 1, an empty or repeated id, or
-// an epoch above the map's.
+// shard with no owner, more than replicas + 1, an empty or repeated id, an
+// epoch above the map's, or an owner without a lease.
 [[nodiscard]] std::optional<ShardMap> parse_map(std::string_view value, std::string& error);
 
-// The next map for the live members `ids` (sorted, unique), or nullopt if
-// `last` needs no change (or there is no member). Without a `last` map, one
-// of `shape` with the primaries dealt round-robin in id order. Otherwise, in
-// this order:
-//   1. members that are not live leave every shard; a shard whose primary
+// The next map for the live members `ids` (sorted, unique) holding
+// `leases` (the same order), or nullopt if `last` needs no change (or there
+// is no member). Without a `last` map, one of `shape` with the primaries
+// dealt round-robin in id order. Otherwise, in this order:
+//   1. members that are not live (not in `ids`, or under another lease
+//      than the map has for them) leave every shard; a shard whose primary
 //      left gets its first live backup as primary (the one that holds its
 //      records, once replication exists);
 //   2. a shard that lost every owner gets the member with the fewest
@@ -81,8 +93,10 @@ struct MapShape {
 //   4. each shard is filled up to min(replicas + 1, members) owners with
 //      the members that own the fewest shards.
 // Ties go to the smaller id. The map epoch is last's + 1, and each shard
-// whose primary changed takes it.
+// whose primary changed (another id, or another incarnation) takes it; `leases` then holds each owner's.
+// Throws std::invalid_argument if `leases` is not as long as `ids`.
 [[nodiscard]] std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last,
-                                               std::span<const std::string> ids, MapShape shape);
+                                               std::span<const std::string> ids,
+                                               std::span<const std::int64_t> leases, MapShape shape);
 
 }  // namespace rkv::cluster

@@ -39,6 +39,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::no_handler: return "no handler for this operation";
     case Status::handler_failed: return "the operation's handler failed";
     case Status::refused: return "refused by the operation's handler";
+    case Status::not_owner: return "the key's shard is not this server's";
   }
   return "unknown status";
 }

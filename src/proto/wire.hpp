@@ -127,6 +127,7 @@ enum class Status : std::uint16_t {
   no_handler = 7,     // CALL: no handler is registered for this user opcode
   handler_failed = 8, // CALL: the handler threw; what it wrote to the store stays (and is durable)
   refused = 9,        // CALL: the handler refused the request (e.g. INCR of a value that is not an integer)
+  not_owner = 10,     // cluster: the key's shard is not this server's to answer for now (docs/cluster.md "Fencing"); nothing was done
 };
 
 // CALL's user opcodes (docs/protocol.md "CALL"). The key of a CALL is its
@@ -178,7 +179,8 @@ inline constexpr std::uint16_t kFirstUserOp = 0x1000;
     case Status::io_error:
     case Status::no_handler:
     case Status::handler_failed:
-    case Status::refused: return s;
+    case Status::refused:
+    case Status::not_owner: return s;
   }
   return std::nullopt;
 }

@@ -11,6 +11,7 @@
 // - a parsed range holds only decoded keys and values;
 // - a parsed shard map re-encodes to the same map, and planning it over its
 //   own owners gives a map owned by them only, which is a fixed point.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -99,12 +100,20 @@ void shard_map(std::string_view text) {
   std::set<std::string> owners;
   for (const auto& s : m->shards) owners.insert(s.owners.begin(), s.owners.end());
   const std::vector<std::string> ids(owners.begin(), owners.end());
-  const auto next = plan_map(m, ids, MapShape{});
+  std::vector<std::int64_t> leases;  // each owner under the lease the map has for it: the same incarnations
+  for (const auto& id : ids) leases.push_back(m->leases.at(id));
+  const auto next = plan_map(m, ids, leases, MapShape{});
   const ShardMap& planned = next ? *next : *m;
   for (const auto& s : planned.shards) {
     for (const auto& o : s.owners) FUZZ_CHECK(owners.count(o) == 1);
   }
-  FUZZ_CHECK(!plan_map(planned, ids, MapShape{}));
+  FUZZ_CHECK(!plan_map(planned, ids, leases, MapShape{}));
+  for (const auto& id : ids) {
+    const auto mine = planned.primary_of(id, planned.leases.at(id));
+    const auto other = planned.primary_of(id, planned.leases.at(id) + 1);
+    FUZZ_CHECK(std::find(other.begin(), other.end(), true) == other.end());  // only the map's incarnation
+    FUZZ_CHECK(mine.size() == planned.shards.size());
+  }
 }
 
 }  // namespace

@@ -241,7 +241,8 @@ void etcd() {
   seed(0, "txn_won", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"2"}}}]})");
   seed(0, "txn_lost", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"}})");
   const std::vector<std::string> ids = {"10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471"};
-  seed(4, "map", cluster::map_value(*cluster::plan_map(std::nullopt, ids, cluster::MapShape{8, 1})));
+  const std::vector<std::int64_t> leases = {0x694d7a1b2c3d4e01, 0x694d7a1b2c3d4e02, 0x694d7a1b2c3d4e03};
+  seed(4, "map", cluster::map_value(*cluster::plan_map(std::nullopt, ids, leases, cluster::MapShape{8, 1})));
 }
 
 int main(int argc, char** argv) {

@@ -42,6 +42,7 @@ class ServerRdv : public ::testing::Test {
     cfg.max_pins = 2;
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
+    cfg.gate = &gate_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);
     EXPECT_EQ(sc_->start(), Verdict::keep);
@@ -57,6 +58,7 @@ class ServerRdv : public ::testing::Test {
   Store store_;
   ServerCounters counters_;
   kv::server::LatencyHistograms latency_;
+  kv::server::ShardGate gate_;  // open: a static list's server
   Arena arena_;
   std::unique_ptr<ServerConn> sc_;
   std::size_t next_recv_ = 0;

@@ -41,6 +41,7 @@ constexpr std::uint16_t kWrite = 0x1001;   // sets "a" and "b" to the request, d
 constexpr std::uint16_t kThrow = 0x1002;   // writes "t", then throws
 constexpr std::uint16_t kRefuse = 0x1003;  // refuses
 constexpr std::uint16_t kBig = 0x1004;     // a reply of 100000 bytes 'r'
+constexpr std::uint16_t kSwallow = 0x1005; // sets "s", catching whatever that throws; reply "ok"
 
 class ServerCall : public ::testing::Test {
  protected:
@@ -64,6 +65,13 @@ class ServerCall : public ::testing::Test {
       const auto out = reply.extend(100000);
       std::memset(out.data(), 'r', out.size());
     });
+    handlers_.add(kSwallow, [](std::span<const std::byte>, ReplyWriter& reply, StoreAccess& s) {
+      try {
+        (void)s.set("s", std::string_view("x"));
+      } catch (...) {  // a handler that hides the gate's refusal
+      }
+      reply.append(std::string_view("ok"));
+    });
     EXPECT_THROW(handlers_.add(0x00FF, [](auto, auto&, auto&) {}), std::invalid_argument);
     ServerConnConfig cfg;
     cfg.credits = 4;
@@ -75,6 +83,7 @@ class ServerCall : public ::testing::Test {
     cfg.handlers = &handlers_;
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
+    cfg.gate = &gate_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, durable ? &dur_ : nullptr);
     EXPECT_EQ(sc_->start(), Verdict::keep);
@@ -97,6 +106,7 @@ class ServerCall : public ::testing::Test {
   Store store_;
   ServerCounters counters_;
   kv::server::LatencyHistograms latency_;
+  kv::server::ShardGate gate_;  // open: a static list's server
   Arena arena_;
   std::unique_ptr<ServerConn> sc_;
   std::size_t next_recv_ = 0;
@@ -126,6 +136,34 @@ TEST_F(ServerCall, EagerCallsAndErrorStatusesOnAConnectionThatStaysUp) {
   EXPECT_EQ(r2[0].value_text(), "done");
   EXPECT_EQ(store_.get("b").value, "v");
   EXPECT_FALSE(store_.get("c").found);
+}
+
+// A cluster member's gate (shard_gate.hpp) applies to what a handler does
+// with the store: a read of a shard it is not the primary of, or a write
+// while its lease may have lapsed, answers the CALL not_owner (even if the
+// handler caught the throw) and writes nothing; a handler that touches no
+// key is answered as usual.
+TEST_F(ServerCall, TheShardGateAppliesToAHandlersStoreAccesses) {
+  gate_.close_to_cluster();
+  gate_.serve(std::vector<bool>(64, true));
+  gate_.lease_held_until(ShardGate::Clock::now() - std::chrono::seconds(1));  // lapsed: reads only
+  ASSERT_EQ(request(pack({call(1, kWrite, "v"), call(2, kSwallow, ""), call(3, kEcho, "e")})), Verdict::keep);
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].header.status, Status::not_owner);
+  EXPECT_EQ(r[1].header.status, Status::not_owner) << "the handler caught it; the CALL is refused all the same";
+  EXPECT_EQ(r[2].header.status, Status::ok);
+  EXPECT_EQ(r[2].value_text(), "e");
+  EXPECT_FALSE(store_.get("a").found) << "nothing written";
+  EXPECT_FALSE(store_.get("s").found) << "nothing written";
+  EXPECT_EQ(counters_.not_owner, 2u);
+  EXPECT_EQ(counters_.calls_failed, 0u) << "a refusal, not a handler failure";
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  ASSERT_EQ(request(pack({call(4, kWrite, "w")})), Verdict::keep);
+  const auto r2 = replies_since(1);
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_EQ(r2[0].value_text(), "done");
+  EXPECT_EQ(store_.get("a").value, "w");
 }
 
 TEST_F(ServerCall, LargeRequestIsReadIntoTheArenaAndLargeReplyIsPulled) {

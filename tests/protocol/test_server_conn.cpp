@@ -16,6 +16,7 @@
 #include "wire_helpers.hpp"
 #include "kv/server/arena.hpp"
 #include "kv/server/server_conn.hpp"
+#include "proto/placement.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
 
@@ -80,6 +81,7 @@ class ServerConnTest : public ::testing::Test {
     cfg.label = "fake-peer";
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
+    cfg.gate = &gate_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     conn_.reset();  // its buffers go back to the pools first
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);
@@ -115,6 +117,7 @@ class ServerConnTest : public ::testing::Test {
   Store store_;
   ServerCounters counters_;
   kv::server::LatencyHistograms latency_;
+  kv::server::ShardGate gate_;  // open: a static list's server
   test::FakeRegistrar reg_;
   Arena arena_;
   std::unique_ptr<ServerConn> conn_;
@@ -143,6 +146,58 @@ TEST_F(ServerConnTest, SetThenGet) {
   EXPECT_EQ(counters_.sets, 1u);
   EXPECT_EQ(counters_.gets, 1u);
   EXPECT_EQ(counters_.get_hits, 1u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+// A cluster member's gate (shard_gate.hpp): before a map nothing keyed is
+// answered but not_owner; with a map, only its shards; past its lease,
+// reads but no writes. Nothing refused touches the store; STATS is always
+// answered.
+TEST_F(ServerConnTest, TheShardGateRefusesOtherShardsAndWritesPastTheLease) {
+  const std::string value = "v";
+  const auto v = bytes_of(value);
+  const auto status_of = [&](const proto::MessageSpec& m) {
+    EXPECT_EQ(deliver(pack({m})), Verdict::keep);
+    const auto r = flush_replies();
+    EXPECT_EQ(r.size(), 1u);
+    if (!link_.sends.empty()) complete_send(link_.sends.size() - 1);  // its send buffer back for the next
+    return r.empty() ? Status::internal : r[0].header.status;
+  };
+  ASSERT_TRUE(store_.set("old", "x"));
+  gate_.close_to_cluster();
+  EXPECT_EQ(status_of(proto::msg::set_request(1, "k", v)), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::get_request(2, "old")), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::del_request(3, "old")), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::expire_request(4, "old", 1000)), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::ttl_request(5, "old")), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::stats_request(6)), Status::ok);
+  EXPECT_EQ(counters_.not_owner, 5u);
+  EXPECT_EQ(counters_.sets + counters_.gets + counters_.dels, 0u);
+  EXPECT_FALSE(store_.get("k").found);
+  EXPECT_TRUE(store_.get("old").found);
+
+  // A map that makes it the primary of every shard but "k"'s, and a live lease.
+  std::vector<bool> mine(64, true);
+  mine[proto::shard_of("k", 64)] = false;
+  std::string other = "a";
+  while (proto::shard_of(other, 64) == proto::shard_of("k", 64)) other += "a";
+  gate_.serve(mine);
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  EXPECT_EQ(gate_.served(), 63u);
+  EXPECT_EQ(status_of(proto::msg::set_request(7, "k", v)), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::set_request(8, other, v)), Status::ok);
+  EXPECT_EQ(status_of(proto::msg::get_request(9, other)), Status::ok);
+  EXPECT_FALSE(store_.get("k").found);
+
+  // The lease may have lapsed: reads still, writes not.
+  gate_.lease_held_until(ShardGate::Clock::now() - std::chrono::milliseconds(1));
+  EXPECT_EQ(status_of(proto::msg::get_request(10, other)), Status::ok);
+  EXPECT_EQ(status_of(proto::msg::ttl_request(11, other)), Status::ok);
+  EXPECT_EQ(status_of(proto::msg::set_request(12, other, v)), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::del_request(13, other)), Status::not_owner);
+  EXPECT_EQ(status_of(proto::msg::expire_request(14, other, 1000)), Status::not_owner);
+  EXPECT_TRUE(store_.get(other).found) << "the refused DEL removed nothing";
+  EXPECT_EQ(counters_.not_owner, 9u);
   EXPECT_EQ(conn_->state(), ConnState::established);
 }
 
@@ -715,6 +770,7 @@ TEST(ElasticCredits, GrowWhenSpentShrinkWhenUnspentAlwaysBacked) {
   Store store;
   ServerCounters counters;
   LatencyHistograms latency;
+  ShardGate gate;
   test::FakeRegistrar reg;
   Arena arena(reg, {4096, 1u << 20, 64u << 20});
   ServerConnConfig cfg;
@@ -725,6 +781,7 @@ TEST(ElasticCredits, GrowWhenSpentShrinkWhenUnspentAlwaysBacked) {
   cfg.label = "elastic";
   cfg.stats = test::stats_of(counters, store);
   cfg.latency = &latency;
+  cfg.gate = &gate;
   auto conn = std::make_unique<ServerConn>(link, recv, send, store, arena, counters, cfg);
   ASSERT_EQ(conn->start(), Verdict::keep);
   conn->on_established();

@@ -45,6 +45,7 @@ class ServerDurable : public ::testing::Test {
     cfg.token = kToken;
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
+    cfg.gate = &gate_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     sc_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg, &dur_);
     EXPECT_EQ(sc_->start(), Verdict::keep);
@@ -61,6 +62,7 @@ class ServerDurable : public ::testing::Test {
   Store store_;
   ServerCounters counters_;
   kv::server::LatencyHistograms latency_;
+  kv::server::ShardGate gate_;  // open: a static list's server
   Arena arena_;
   std::unique_ptr<ServerConn> sc_;
   std::size_t next_recv_ = 0;

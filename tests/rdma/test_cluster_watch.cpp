@@ -190,12 +190,12 @@ TEST_F(ClusterWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
   // The map: put, replaced by one that does not parse (taken as none), put
   // again. A key of the cluster's that is neither changes nothing.
   const std::vector<std::string> one{b.id()};
-  const ShardMap map = *plan_map(std::nullopt, one, MapShape{4, 0});
+  const ShardMap map = *plan_map(std::nullopt, one, std::vector<std::int64_t>{7}, MapShape{4, 0});
   put_raw(url_.map_key(), map_value(map));
   ASSERT_TRUE(run_until([&] { return seen_map == map; }));
   put_raw(url_.map_key(), "{\"epoch\": 1}");
   ASSERT_TRUE(run_until([&] { return !seen_map; }));
-  const ShardMap next = *plan_map(map, std::vector<std::string>{b.id(), c.id()}, MapShape{});
+  const ShardMap next = *plan_map(map, std::vector<std::string>{b.id(), c.id()}, std::vector<std::int64_t>{7, 8}, MapShape{});
   put_raw(url_.map_key(), map_value(next));
   ASSERT_TRUE(run_until([&] { return seen_map == next; }));
   const int before = reports;

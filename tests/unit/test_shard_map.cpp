@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ std::vector<std::string> ids(std::initializer_list<const char*> list) {
   std::vector<std::string> out(list.begin(), list.end());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// A plan for members that each joined once (every lease 1).
+std::optional<ShardMap> plan(const std::optional<ShardMap>& last, const std::vector<std::string>& live, MapShape shape) {
+  const std::vector<std::int64_t> leases(live.size(), 1);
+  return plan_map(last, live, leases, shape);
 }
 
 // Every property a plan must have for the members `live`.
@@ -52,12 +59,12 @@ void expect_sound(const ShardMap& m, const std::vector<std::string>& live) {
   const auto back = parse_map(map_value(m), why);
   ASSERT_TRUE(back) << why;
   EXPECT_EQ(*back, m);
-  EXPECT_FALSE(plan_map(m, live, MapShape{})) << "a plan is not a fixed point";
+  EXPECT_FALSE(plan(m, live, MapShape{})) << "a plan is not a fixed point";
 }
 
 TEST(ShardMap, FirstMapDealsPrimariesRoundRobin) {
   const auto three = ids({"a:1", "b:1", "c:1"});
-  const auto m = plan_map(std::nullopt, three, MapShape{64, 1});
+  const auto m = plan(std::nullopt, three, MapShape{64, 1});
   ASSERT_TRUE(m);
   EXPECT_EQ(m->epoch, 1u);
   EXPECT_EQ(m->replicas, 1u);
@@ -66,7 +73,7 @@ TEST(ShardMap, FirstMapDealsPrimariesRoundRobin) {
   EXPECT_EQ(m->shards[2].owners, (std::vector<std::string>{"c:1", "a:1"}));
   EXPECT_EQ(m->shards[3].epoch, 1u);
   expect_sound(*m, three);
-  EXPECT_FALSE(plan_map(std::nullopt, {}, MapShape{})) << "no member, no map";
+  EXPECT_FALSE(plan(std::nullopt, {}, MapShape{})) << "no member, no map";
 }
 
 TEST(ShardMap, AfterAFailureEveryPrimaryHeldTheShardBefore) {
@@ -74,9 +81,9 @@ TEST(ShardMap, AfterAFailureEveryPrimaryHeldTheShardBefore) {
   // with backups, so no shard gets a primary that did not hold it, and only
   // shards whose primary changed take the new epoch.
   const auto three = ids({"a:1", "b:1", "c:1"});
-  const auto m = *plan_map(std::nullopt, three, MapShape{12, 1});
+  const auto m = *plan(std::nullopt, three, MapShape{12, 1});
   const auto two = ids({"a:1", "c:1"});
-  const auto next = plan_map(m, two, MapShape{});
+  const auto next = plan(m, two, MapShape{});
   ASSERT_TRUE(next);
   EXPECT_EQ(next->epoch, 2u);
   unsigned changed = 0;
@@ -100,8 +107,8 @@ TEST(ShardMap, AJoinTakesAFairShareWithTheFewestMoves) {
   const auto three = ids({"a:1", "b:1", "c:1"});
   const auto four = ids({"a:1", "b:1", "c:1", "d:1"});
   for (std::uint32_t replicas : {0u, 1u, 2u}) {
-    const auto m = *plan_map(std::nullopt, three, MapShape{64, replicas});
-    const auto next = plan_map(m, four, MapShape{});
+    const auto m = *plan(std::nullopt, three, MapShape{64, replicas});
+    const auto next = plan(m, four, MapShape{});
     ASSERT_TRUE(next);
     EXPECT_EQ(next->primaries(), (std::map<std::string, std::uint32_t>{{"a:1", 16}, {"b:1", 16}, {"c:1", 16}, {"d:1", 16}}));
     unsigned moved = 0;
@@ -122,13 +129,40 @@ TEST(ShardMap, AJoinTakesAFairShareWithTheFewestMoves) {
 }
 
 TEST(ShardMap, ShardsThatLostEveryOwnerGoToTheLeastLoaded) {
-  const auto m = *plan_map(std::nullopt, ids({"a:1", "b:1"}), MapShape{8, 0});
-  const auto next = plan_map(m, ids({"c:1"}), MapShape{});
+  const auto m = *plan(std::nullopt, ids({"a:1", "b:1"}), MapShape{8, 0});
+  const auto next = plan(m, ids({"c:1"}), MapShape{});
   ASSERT_TRUE(next);
   for (const auto& s : next->shards) {
     EXPECT_EQ(s.owners, ids({"c:1"}));
     EXPECT_EQ(s.epoch, 2u);
   }
+}
+
+TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
+  // b's lease lapsed and it joined again (lease 2): it loses every shard of
+  // the old incarnation, exactly as if it had left, then takes a fair
+  // share as a member that joins; only the map's incarnation is a primary.
+  const auto three = ids({"a:1", "b:1", "c:1"});
+  const std::vector<std::int64_t> first = {1, 1, 1};
+  const auto m = *plan_map(std::nullopt, three, first, MapShape{12, 1});
+  EXPECT_EQ(m.leases, (std::map<std::string, std::int64_t>{{"a:1", 1}, {"b:1", 1}, {"c:1", 1}}));
+  const auto b_old = m.primary_of("b:1", 1);
+  EXPECT_EQ(std::count(b_old.begin(), b_old.end(), true), 4);
+  const auto none = m.primary_of("b:1", 2);
+  EXPECT_EQ(std::count(none.begin(), none.end(), true), 0) << "another incarnation of b:1 is no primary";
+  const std::vector<std::int64_t> again = {1, 2, 1};
+  const auto next = plan_map(m, three, again, MapShape{});
+  ASSERT_TRUE(next) << "b:1 under a new lease is a change";
+  EXPECT_EQ(next->leases.at("b:1"), 2);
+  for (std::size_t i = 0; i < m.shards.size(); ++i) {
+    if (m.shards[i].owners.front() != "b:1") continue;
+    // Another primary, or b:1's new incarnation taking it back: either way a new shard epoch.
+    EXPECT_EQ(next->shards[i].epoch, next->epoch) << "shard " << i;
+  }
+  const auto b_new = next->primary_of("b:1", 2);
+  EXPECT_EQ(std::count(b_new.begin(), b_new.end(), true), 4) << "the new incarnation takes a fair share";
+  EXPECT_FALSE(plan_map(next, three, again, MapShape{})) << "a fixed point";
+  EXPECT_THROW((void)plan_map(m, three, std::vector<std::int64_t>{1}, MapShape{}), std::invalid_argument);
 }
 
 TEST(ShardMap, RandomChangesKeepEveryPlanSound) {
@@ -145,8 +179,8 @@ TEST(ShardMap, RandomChangesKeepEveryPlanSound) {
         live.insert(id);
       }
       const std::vector<std::string> now(live.begin(), live.end());
-      const auto next = plan_map(m, now, MapShape{64, replicas});
-      const auto again = plan_map(m, now, MapShape{64, replicas});
+      const auto next = plan(m, now, MapShape{64, replicas});
+      const auto again = plan(m, now, MapShape{64, replicas});
       ASSERT_EQ(next, again) << "not deterministic";
       if (next) {
         ASSERT_EQ(next->epoch, (m ? m->epoch : 0) + 1);
@@ -160,9 +194,10 @@ TEST(ShardMap, RandomChangesKeepEveryPlanSound) {
 
 TEST(ShardMap, ParsesOnlyWellFormedMaps) {
   std::string why;
-  const auto m = *plan_map(std::nullopt, ids({"a:1", "b:1"}), MapShape{2, 1});
+  const auto m = *plan(std::nullopt, ids({"a:1", "b:1"}), MapShape{2, 1});
   EXPECT_EQ(map_value(m),
-            R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a:1","b:1"]},{"epoch":1,"owners":["b:1","a:1"]}]})");
+            R"({"epoch":1,"leases":{"a:1":1,"b:1":1},"replicas":1,"shards":[{"epoch":1,"owners":["a:1","b:1"]},)"
+            R"({"epoch":1,"owners":["b:1","a:1"]}]})");
   const char* bad[] = {
       "",
       "[]",
@@ -179,8 +214,15 @@ TEST(ShardMap, ParsesOnlyWellFormedMaps) {
       R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a",7]}]})",
       R"({"epoch":1,"replicas":1,"shards":[{"owners":["a"]}]})",
       R"({"epoch":1,"replicas":1,"shards":[7]})",
-      R"({"epoch":"1","replicas":1,"shards":[{"epoch":1,"owners":["a"]}]})",
+      R"({"epoch":"1","replicas":1,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":1}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":[1]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"b":1}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":"1"}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":1.5}})",
   };
+  EXPECT_TRUE(parse_map(R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":7}})", why))
+      << why;
   for (const char* b : bad) EXPECT_FALSE(parse_map(b, why)) << b;
   std::string big = R"({"epoch":1,"replicas":0,"shards":[)";
   for (std::uint32_t i = 0; i <= kMaxShards; ++i) big += std::string(i ? "," : "") + R"({"epoch":1,"owners":["a"]})";

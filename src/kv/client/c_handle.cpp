@@ -410,6 +410,25 @@ int CHandle::submit(OpKind kind, std::size_t shard, std::string_view key, std::s
 int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
                  OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op,
                  std::uint64_t ttl_ms) {
+  int rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
+  // not_owner: placed by an older map than the member's (ShardSet::not_owner_pause); a keyless CALL has no key to place.
+  const auto first = reactor::Reactor::Clock::now();
+  for (unsigned n = 0; rc == ESTALE && !key.empty(); ++n) {
+    const auto pause = ShardSet::not_owner_pause(n, first);
+    if (!pause) break;
+    enter();
+    reactor_->run_once(*pause);  // the watch's report may arrive; shard_for applies it
+    leave();
+    shard = shard_for(key);
+    if (const int c = check(key, shard, value.size(), what); c != 0) return c;
+    rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
+  }
+  return rc;
+}
+
+int CHandle::run_on(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                    OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op,
+                    std::uint64_t ttl_ms) {
   enter();
   shards_->maintain();
   SlotKey k{};

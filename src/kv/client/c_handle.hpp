@@ -132,6 +132,9 @@ class CHandle {
   // connection). 0 or an errno (message in last_error); `out` on success.
   // Throws std::bad_alloc or std::system_error (the reactor).
   // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
+  // An op a cluster member refused not_owner is placed again and resent
+  // (ShardSet::not_owner_pause), so a sync caller sees ESTALE only when the
+  // member kept refusing it.
   [[nodiscard]] int run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
                         OpResult& out, const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0,
                         std::uint64_t ttl_ms = 0);
@@ -204,6 +207,10 @@ class CHandle {
   void push_ready(const kv_completion& c) noexcept;
   int take(kv_completion* out, int max) noexcept;
 
+  // One attempt of run() on `shard`.
+  [[nodiscard]] int run_on(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
+                           OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op,
+                           std::uint64_t ttl_ms);
   void enter() noexcept;  // consume wake_: the handle's own waits must not see it
   void signal() noexcept;  // make kv_fd readable until the next enter()
   bool settle();           // settle_once until idle (true) or ready completions / the turn cap (false)

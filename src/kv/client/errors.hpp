@@ -49,6 +49,8 @@ enum class Status : std::uint8_t {
   timeout,            // a sync helper gave up waiting (the connection is failed)
   invalid_use,        // API misuse, e.g. a sync helper called from a reactor callback
   shard_down,         // several servers (ShardSet): the key's server is down (reconnecting in the background)
+  not_owner,          // a cluster's server: the key's shard is not its to answer for now (a newer map moved it, or
+                      // the server's lease lapsed: docs/cluster.md "Fencing"); nothing was done, placing it again may work
 };
 
 // The Python exception classes of the rkv package (python/src/rkv_ext.cpp
@@ -89,6 +91,7 @@ inline constexpr std::array kStatusTable{
     StatusInfo{Status::timeout, "timeout", ETIMEDOUT},
     StatusInfo{Status::invalid_use, "invalid_use", EINVAL},
     StatusInfo{Status::shard_down, "shard_down", EHOSTDOWN},
+    StatusInfo{Status::not_owner, "not_owner", ESTALE},
 };
 
 struct ErrnoInfo {
@@ -120,6 +123,8 @@ inline constexpr std::array kErrnoTable{
     ErrnoInfo{EOPNOTSUPP, "EOPNOTSUPP", "the server has no handler for the operation", PyError::no_handler},
     ErrnoInfo{EREMOTEIO, "EREMOTEIO", "the server's handler failed", PyError::handler_failed},
     ErrnoInfo{EDOM, "EDOM", "the handler refused the request", PyError::refused},
+    ErrnoInfo{ESTALE, "ESTALE", "the key's shard is not that server's now (the map moved it, or its lease lapsed)",
+              PyError::connection},
 };
 
 // A reply's wire status (proto::Status, what the server sent) as a Status.
@@ -138,6 +143,7 @@ inline constexpr std::array kWireStatusTable{
     WireStatusInfo{proto::Status::no_handler, Status::no_handler},
     WireStatusInfo{proto::Status::handler_failed, Status::handler_failed},
     WireStatusInfo{proto::Status::refused, Status::refused},
+    WireStatusInfo{proto::Status::not_owner, Status::not_owner},
 };
 // Client status for a reply's wire status (one the validator let through;
 // server_error for any other).
@@ -198,13 +204,13 @@ consteval bool every_errno_once() {
   return true;
 }
 }  // namespace detail
-static_assert(kStatusTable.size() == static_cast<std::size_t>(Status::shard_down) + 1,
+static_assert(kStatusTable.size() == static_cast<std::size_t>(Status::not_owner) + 1,
               "every Status needs its row in kStatusTable");
 static_assert(detail::statuses_in_order(), "kStatusTable's rows must follow the Status enum's order");
 static_assert(detail::every_status_errno_has_a_row(), "a Status maps to an errno kErrnoTable lacks");
 static_assert(detail::every_errno_once(), "an errno is in kErrnoTable twice");
 static_assert(detail::every_wire_status_once() &&
-                  kWireStatusTable.size() == static_cast<std::size_t>(proto::Status::refused) + 1,
+                  kWireStatusTable.size() == static_cast<std::size_t>(proto::Status::not_owner) + 1,
               "every wire status (proto::Status) needs exactly one row in kWireStatusTable");
 
 }  // namespace rkv::kv::client

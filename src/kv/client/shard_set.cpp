@@ -88,6 +88,12 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
   return set;
 }
 
+std::optional<std::chrono::milliseconds> ShardSet::not_owner_pause(unsigned n,
+                                                                  reactor::Reactor::Clock::time_point first) noexcept {
+  if (reactor::Reactor::Clock::now() - first >= kNotOwnerRetryFor) return std::nullopt;
+  return std::min(std::chrono::milliseconds(5) * (1u << std::min(n, 6u)), std::chrono::milliseconds(200));
+}
+
 std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
   if (!map_slots_.empty()) {
     const std::size_t i = map_slots_[proto::shard_of(key, static_cast<std::uint32_t>(map_slots_.size()))];

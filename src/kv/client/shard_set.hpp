@@ -104,6 +104,17 @@ class ShardSet {
   // map, else placement over the live members (0 with one server). If every
   // member left, some gone shard (its ops end with shard_down).
   [[nodiscard]] std::size_t shard_of(std::string_view key) const noexcept;
+  // Status::not_owner: a cluster member refused the key (nothing was done)
+  // because the map this client placed it by is older than the member's, or
+  // the member's lease may have lapsed (docs/cluster.md "Fencing"). A sync
+  // caller (the C API, kvload) places it again with shard_of() after a pause
+  // in which the watch's next view can arrive and maintain() apply it: the
+  // pause before retry `n` (from 0; 5 ms doubling to 200 ms), or nullopt
+  // once the first refusal (`first`) is kNotOwnerRetryFor old.
+  static constexpr std::chrono::milliseconds kNotOwnerRetryFor{10'000};
+  [[nodiscard]] static std::optional<std::chrono::milliseconds> not_owner_pause(
+      unsigned n, reactor::Reactor::Clock::time_point first) noexcept;
+  [[nodiscard]] reactor::Reactor& reactor() const noexcept { return *reactor_; }
   [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }
   [[nodiscard]] ShardState state(std::size_t i) const noexcept;
   // The shard's Client while it has one (up, or down until maintain() drops

@@ -1,6 +1,7 @@
 // await_set/await_get/await_del/await_expire/await_ttl/await_call: see await.hpp.
 #include "kv/load/await.hpp"
 
+#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -54,27 +55,57 @@ OpResult submit_and_wait(Scheduler& s, bool keep_value, Submit&& submit) {
   return wait_for(s, p);
 }
 
+// A fiber's pause of `d` on the ShardSet's reactor (other fibers and the loop run meanwhile).
+void pause(Scheduler& s, ShardSet& c, std::chrono::milliseconds d) {
+  const FiberId self = s.current();
+  bool due = false;
+  const reactor::Timer t = c.reactor().after(d, [&s, self, &due] {
+    due = true;
+    s.wake(self);
+  });
+  while (!due) s.suspend();
+}
+
+// submit_and_wait on the key's shard, placed again after not_owner (await.hpp).
+template <class Submit>
+OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& shard, bool keep_value, Submit&& submit) {
+  OpResult r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
+  const auto first = reactor::Reactor::Clock::now();
+  for (unsigned n = 0; r.status == Status::not_owner; ++n) {
+    const auto d = ShardSet::not_owner_pause(n, first);
+    if (!d) break;
+    pause(s, c, *d);
+    shard = c.shard_of(key);
+    r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
+  }
+  return r;
+}
+
 }  // namespace
 
-OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+OpResult await_set(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key,
                    std::span<const std::byte> value, std::uint64_t ttl_ms) {
-  return submit_and_wait(s, false, [&](client::Callback cb) { return c.set(shard, key, value, std::move(cb), nullptr, ttl_ms); });
+  return placed(s, c, key, shard, false, [&](std::size_t at, client::Callback cb) {
+    return c.set(at, key, value, std::move(cb), nullptr, ttl_ms);
+  });
 }
 
-OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key, bool keep_value) {
-  return submit_and_wait(s, keep_value, [&](client::Callback cb) { return c.get(shard, key, std::move(cb)); });
+OpResult await_get(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key, bool keep_value) {
+  return placed(s, c, key, shard, keep_value,
+                [&](std::size_t at, client::Callback cb) { return c.get(at, key, std::move(cb)); });
 }
 
-OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key) {
-  return submit_and_wait(s, false, [&](client::Callback cb) { return c.del(shard, key, std::move(cb)); });
+OpResult await_del(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key) {
+  return placed(s, c, key, shard, false, [&](std::size_t at, client::Callback cb) { return c.del(at, key, std::move(cb)); });
 }
 
-OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key, std::uint64_t ttl_ms) {
-  return submit_and_wait(s, false, [&](client::Callback cb) { return c.expire(shard, key, ttl_ms, std::move(cb)); });
+OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key, std::uint64_t ttl_ms) {
+  return placed(s, c, key, shard, false,
+                [&](std::size_t at, client::Callback cb) { return c.expire(at, key, ttl_ms, std::move(cb)); });
 }
 
-OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key) {
-  return submit_and_wait(s, true, [&](client::Callback cb) { return c.ttl(shard, key, std::move(cb)); });
+OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key) {
+  return placed(s, c, key, shard, true, [&](std::size_t at, client::Callback cb) { return c.ttl(at, key, std::move(cb)); });
 }
 
 OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,

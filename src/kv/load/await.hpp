@@ -38,18 +38,20 @@ struct OpResult {
 // Fiber only. A refused submit returns at once with its status.
 // `value` must stay alive and unchanged until this returns.
 // Each goes to server `shard`: the key's (ShardSet::shard_of, computed once
-// by the caller; one server: its one Client).
+// by the caller; one server: its one Client). A keyed op a cluster member
+// refuses not_owner is placed again and resent after a pause
+// (ShardSet::not_owner_pause); `shard` is then where it went last.
 // ttl_ms: the SET's time to live (0: none).
-[[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+[[nodiscard]] OpResult await_set(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key,
                                  std::span<const std::byte> value, std::uint64_t ttl_ms = 0);
-[[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+[[nodiscard]] OpResult await_get(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key,
                                  bool keep_value);
-[[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key);
+[[nodiscard]] OpResult await_del(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key);
 // EXPIRE (0: persist): found = the key existed.
-[[nodiscard]] OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key,
+[[nodiscard]] OpResult await_expire(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key,
                                     std::uint64_t ttl_ms);
 // TTL: found = the key exists; value = its remaining ms (ClientConn::ttl_of).
-[[nodiscard]] OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t shard, std::string_view key);
+[[nodiscard]] OpResult await_ttl(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key);
 // CALL of user opcode `op` (docs/protocol.md "CALL"): `request` alive until
 // this returns; the reply's bytes in value (found: status ok). On server `shard`.
 [[nodiscard]] OpResult await_call(Scheduler& s, ShardSet& c, std::size_t shard, std::uint16_t op,

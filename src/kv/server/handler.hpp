@@ -16,7 +16,11 @@
 // exception's text is logged), never a dropped connection; writes it made
 // before throwing stay (and are recorded, so the reply still waits for them
 // under --fsync always). refuse() answers `refused` (a request the operation
-// does not accept, e.g. INCR of a value that is not an integer).
+// does not accept, e.g. INCR of a value that is not an integer). A store
+// access to a key the server does not answer for (a cluster member's key
+// of another primary's shard, or a write while its lease may have lapsed:
+// shard_gate.hpp) throws, and the CALL is answered not_owner even if the
+// handler caught it; writes it made before stay.
 //
 // Writes through StoreAccess follow the rules of a built-in SET/DEL: applied
 // to the Store at once (visible to every later request and, with the index,

@@ -404,6 +404,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.label = peer;
     scfg.stats = [this] { return stats_rows(); };
     scfg.latency = &latency_;
+    scfg.gate = &gate_;
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;

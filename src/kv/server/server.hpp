@@ -199,6 +199,9 @@ class Server {
   // on this reactor's thread and must not block. Throws
   // std::invalid_argument for a reserved opcode or an empty handler.
   void handle(std::uint16_t op, Handler fn);
+  // Which keys the connections answer for (shard_gate.hpp): open unless a
+  // cluster member's kvd closes it and keeps it up to date from etcd.
+  [[nodiscard]] ShardGate& gate() noexcept { return gate_; }
 
   // The Durability's acknowledgement of the record made under `wait` on connection `token`.
   void on_durable(std::uint64_t token, std::uint32_t wait, bool ok) noexcept;
@@ -286,6 +289,7 @@ class Server {
   ServerOptions options_;
   ServerCounters counters_;
   LatencyHistograms latency_;  // every connection's request times (latency.hpp)
+  ShardGate gate_;             // which keys every connection answers for (shard_gate.hpp)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_seconds
   verbs::EventChannel events_;
   std::optional<verbs::CmId> listener_;

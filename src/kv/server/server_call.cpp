@@ -51,6 +51,10 @@ namespace {
 struct ReplyTooLarge : std::length_error {
   using std::length_error::length_error;
 };
+// A store access to a key the shard gate refuses: the CALL is answered not_owner.
+struct NotOwner : std::runtime_error {
+  NotOwner() : std::runtime_error("a key of a shard this server is not the primary of") {}
+};
 }  // namespace
 
 // One handler run: the reply it writes and the records its writes make.
@@ -94,6 +98,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   // --- StoreAccess ---
   [[nodiscard]] std::optional<std::string_view> get(std::string_view key) const override {
     assert_owner();
+    gate(key, ShardGate::Access::read);
     const auto hit = c_->store_->get(key);
     if (!hit.found) return std::nullopt;
     return hit.value;
@@ -102,17 +107,21 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   [[nodiscard]] bool set(std::string_view key, std::span<const std::byte> value) override {
     assert_owner();
     if (key.empty() || key.size() > proto::kMaxKey || value.size() > c_->config_.max_value) return false;
+    gate(key, ShardGate::Access::write);
     // A handler's write keeps the key's expiry (as Redis' INCR does).
     return record(c_->store_value(key, proto::as_string_view(value), store::kKeepExpiry, wait_));
   }
   bool del(std::string_view key) override {
     assert_owner();
+    gate(key, ShardGate::Access::write);
     const Removal r = c_->remove_key(key, wait_);
     record(r.written);
     return r.found;
   }
 
   [[nodiscard]] bool refused() const noexcept { return refused_; }
+  // A key the gate refused was asked for (even if the handler caught the throw).
+  [[nodiscard]] bool not_owner() const noexcept { return not_owner_; }
   [[nodiscard]] std::uint32_t later() const noexcept { return later_; }
   [[nodiscard]] bool record_failed() const noexcept { return failed_; }
   // The reply bytes: eager (moved out) or in the block (null when small).
@@ -135,6 +144,11 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
  private:
   void assert_owner() const noexcept {
     if (c_->config_.handlers != nullptr) c_->config_.handlers->assert_owner();
+  }
+  void gate(std::string_view key, ShardGate::Access access) const {
+    if (c_->config_.gate->admits(key, access)) return;
+    not_owner_ = true;
+    throw NotOwner();
   }
   // Whether the write took; a record that waits or failed is counted for the reply.
   bool record(Written w) noexcept {
@@ -167,6 +181,7 @@ class ServerConn::CallScope final : public ReplyWriter, public StoreAccess {
   std::shared_ptr<LargeValue> block_;  // the reply once it is (or is reserved) 4 KiB or more
   std::size_t size_ = 0;
   bool refused_ = false;
+  mutable bool not_owner_ = false;  // set by a const get() too
   std::uint32_t later_ = 0;  // records answered `later`
   bool failed_ = false;      // a record failed
 };
@@ -235,6 +250,8 @@ ServerConn::Outcome ServerConn::run_call(Key k, std::span<const std::byte> reque
     st = Status::no_memory;
   } catch (const ReplyTooLarge&) {
     st = Status::too_large;
+  } catch (const NotOwner&) {
+    st = Status::not_owner;
   } catch (const std::exception& e) {
     ++counters_->calls_failed;
     spdlog::warn("conn {}: handler of CALL opcode {:#06x} threw: {}", config_.label, op, e.what());
@@ -246,6 +263,10 @@ ServerConn::Outcome ServerConn::run_call(Key k, std::span<const std::byte> reque
   }
   p.records = scope.later();  // counted in durable_waits_ as they were made: the entry owns them now
   if (st == Status::ok && scope.refused()) st = Status::refused;
+  if (scope.not_owner()) {  // what it wrote before that stays (handler.hpp)
+    ++counters_->not_owner;
+    st = Status::not_owner;
+  }
   if (scope.record_failed()) {
     ++counters_->io_errors;
     st = Status::io_error;

@@ -36,6 +36,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
       durability_(durability) {
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
+  if (config_.gate == nullptr) throw std::invalid_argument("ServerConn: no shard gate (ServerConnConfig::gate)");
   channel_.count_sent_bytes(&counters_->bytes_sent);
   channel_.set_send_limit(config_.max_send_buffers);
   pulls_.reserve(config_.max_pins);
@@ -491,8 +492,44 @@ ServerConn::Outcome ServerConn::logged(Opcode op, std::uint32_t id, proto::Messa
   return Outcome::reply;
 }
 
+namespace {
+
+// What a request does to its key, as the shard gate asks (none: not a keyed
+// request; a CALL's key is its opcode, its handler's accesses are checked).
+std::optional<ShardGate::Access> key_access(Opcode op) noexcept {
+  switch (op) {
+    case Opcode::set:
+    case Opcode::del:
+    case Opcode::expire: return ShardGate::Access::write;
+    case Opcode::get:
+    case Opcode::ttl: return ShardGate::Access::read;
+    case Opcode::stats:
+    case Opcode::release:
+    case Opcode::call:
+    case Opcode::touch:  // hints, never answered
+    case Opcode::set_reply:
+    case Opcode::get_reply:
+    case Opcode::stats_reply:
+    case Opcode::del_reply:
+    case Opcode::call_reply:
+    case Opcode::expire_reply:
+    case Opcode::ttl_reply:
+    case Opcode::touch_reply: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
+  if (const auto access = key_access(m.opcode()); access && !config_.gate->admits(m.key, *access)) {
+    reply = proto::msg::error_reply(m.opcode(), id, 0, Status::not_owner);  // nothing done: the client places it again
+    if (!room_for(m, reply)) return Outcome::paused;
+    ++counters_->messages_received;
+    ++counters_->not_owner;
+    return Outcome::reply;
+  }
   switch (m.opcode()) {
     case Opcode::set:
       reply = proto::msg::set_reply(id, 0);

@@ -76,6 +76,7 @@
 #include "kv/server/counters.hpp"
 #include "kv/server/handler.hpp"
 #include "kv/server/latency.hpp"
+#include "kv/server/shard_gate.hpp"
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/link.hpp"
@@ -190,6 +191,9 @@ struct ServerConnConfig {
   // Where each request's server time is recorded (latency.hpp; owned by the
   // Server, outlives this). Required: the constructor refuses null.
   LatencyHistograms* latency = nullptr;
+  // Which keys this server answers for (shard_gate.hpp; owned by the Server,
+  // outlives this): a key it refuses is answered not_owner. Required.
+  const ShardGate* gate = nullptr;
 };
 
 class ServerConn {

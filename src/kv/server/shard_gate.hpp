@@ -1,0 +1,63 @@
+#pragma once
+// ShardGate: which keys this server may answer for (docs/cluster.md
+// "Fencing"). A kvd of a static server list has an open gate: every key.
+// A cluster member's gate holds two facts, both set by kvd from etcd:
+//
+//   the shards it is the primary of, in the latest shard map it has seen
+//     (none before the first map): a key of another shard is answered
+//     `not_owner`, so a client with an older map than the server's is told
+//     instead of writing where no reader will look;
+//   until when its etcd lease is surely still held: the send time of the
+//     last keepalive etcd confirmed, plus the lease's TTL, less a margin
+//     (etcd can only expire it TTL after it received that keepalive, which
+//     is later). Past that instant the members may already have given its
+//     shards to another primary, so writes are answered `not_owner` until a
+//     renewal confirms the lease again; reads are still answered from what
+//     it holds (possibly stale: docs/cluster.md says how much).
+//
+// Checked per keyed request (run() and a CALL's store accesses) with the
+// steady clock read then, so a pause (SIGSTOP, a stall) before the check is
+// caught; a pause between the check and the reply's SEND is not (the
+// replication's epochs are the fence for that).
+//
+// Owns: the bitmap of served shards. Thread: the reactor's.
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace rkv::kv::server {
+
+class ShardGate {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Access : std::uint8_t { read, write };
+
+  // Open (every key, any time) until close_to_cluster().
+  ShardGate() = default;
+
+  // A cluster member: from now on only the shards serve() names, and writes
+  // only while the lease holds (neither is known yet: nothing is admitted).
+  void close_to_cluster() noexcept;
+  // The shards of a new map: `primary[i]` set for each shard i of the map
+  // (its size is the map's shard count) whose primary this server is.
+  void serve(std::vector<bool> primary);
+  // The lease is surely held until `until` (a later renewal moves it on).
+  void lease_held_until(Clock::time_point until) noexcept { lease_until_ = until; }
+
+  [[nodiscard]] bool admits(std::string_view key, Access access) const noexcept {
+    return open_ || admits_member(key, access, Clock::now());
+  }
+  [[nodiscard]] bool admits_member(std::string_view key, Access access, Clock::time_point now) const noexcept;
+
+  [[nodiscard]] bool open() const noexcept { return open_; }
+  [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
+
+ private:
+  bool open_ = true;
+  std::vector<bool> primary_;        // by shard of the latest map; empty: no map yet
+  Clock::time_point lease_until_{};  // writes only before this
+};
+
+}  // namespace rkv::kv::server
