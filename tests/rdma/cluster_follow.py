@@ -8,8 +8,10 @@ Checks, each with a 120 s deadline and none on speed:
     its shards in the shard map, places keys on it (its stats show the
     member up, holding some of 300 new keys), each key on the primary that
     etcd's shard map names for the key's shard;
-  - the member leaves (SIGTERM: it revokes its lease, then serves until its
-    clients disconnected): no write fails while it leaves, the client drops
+  - the member leaves (SIGTERM: it stops writing, revokes its lease, then
+    serves reads until its clients disconnected): no write fails while it
+    leaves, not even 20 writes of its own shards sent right after the
+    SIGTERM (refused not_owner, placed again by the C API), the client drops
     it once the map no longer names it, the kvd then exits by itself, and
     300 more writes all succeed on the others, so placement no longer picks
     it;
@@ -126,9 +128,21 @@ def main() -> None:
             # SIGTERM: the kvd leaves the cluster first and serves until this
             # client dropped it (once the shard map no longer names it), so no
             # write fails while it leaves, and the ones after go to the others.
+            # It stops writing at once (docs/cluster.md "Fencing"), so writes
+            # of its own shards, sent before the map moves them, are refused
+            # not_owner until the client has the new map: the C API places
+            # them again, and none may fail.
+            m = read_map(cluster)
+            own = [k for k in (f"leaving-own-{i}" for i in range(2000))
+                   if m["shards"][shard_of(k.encode(), len(m["shards"]))]["owners"][0] == new_id][:20]
             kvd.send_signal(signal.SIGTERM)
             t0 = time.monotonic()
-            writes = 0
+            for k in own:
+                try:
+                    c.set(k, "v")
+                except rkv.Error as e:
+                    fail(f"{k}: a write of the leaver's shard while it left failed: {e}")
+            writes = len(own)
             while c.stats().get(new_id) is not None:  # each call also applies what the watch saw
                 try:
                     c.set(f"leaving-{writes}", "v")

@@ -19,7 +19,9 @@
 #    that waited for it (cluster_fence.py: none acknowledged), and joins
 #    again by itself after SIGCONT;
 #  - a 4th kvd (lease 600 s) joins; SIGTERM makes it leave at once (gone on
-#    its exit, long before its lease could expire);
+#    its exit, long before its lease could expire); a kvload over the
+#    cluster meanwhile ends with 0 errors (ops refused not_owner while its
+#    map lagged were placed again);
 #  - a client that stays open follows the members (cluster_follow.py): a
 #    kvd that joins gets some of its keys, and once it left every write
 #    goes to the others;
@@ -120,6 +122,12 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   await_members "$rest" "after SIGCONT of ${list[1]} (it should join again)"
   await_balanced "after ${list[1]} joined again" 0
 
+  # A kvload over the cluster runs while the 4th kvd joins and leaves: the
+  # members refuse it not_owner while its map lags (the leaver stops writing
+  # at once), and kvload places those ops again: none may fail.
+  for i in $(seq 1 600); do echo "SET moving$i value$i"; echo "GET moving$i"; done >"$work/moving.txt"
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/moving.txt" --depth 8 >"$work/moving.out" 2>&1 &
+  moving=$!
   "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port 0 --cluster "$RKV_CLUSTER" --lease-ttl 600 >"$work/kvd4.log" 2>&1 &
   fourth=$!
   t0=$SECONDS
@@ -131,11 +139,14 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   with4=$(printf "%s\n" "${list[1]}" "${list[2]}" "$id4" | sort | tr "\n" " ")
   [ "$(members)" = "$with4" ] || fail "the 4th kvd is not a member once listening: \"$(members)\""
   await_balanced "with a 4th kvd" "$epoch"
+  kill -0 "$moving" 2>/dev/null && overlap="it ran through the leave" || overlap="it ended before the leave"
   kill -TERM "$fourth"
   wait "$fourth" || fail "the 4th kvd exited with status $? on SIGTERM"
   [ "$(members)" = "$rest" ] || fail "the 4th kvd (lease 600 s) is still a member after it exited: \"$(members)\""
   grep -q "left cluster" "$work/kvd4.log" || fail "the 4th kvd did not say it left: $(cat "$work/kvd4.log")"
   await_balanced "after the 4th kvd left" "$epoch"
+  wait "$moving" || fail "kvload while a 4th kvd joined and left ($overlap): $(cat "$work/moving.out")"
+  echo "cluster_script: kvload while a 4th kvd joined and left ($overlap): $(grep "^total:" "$work/moving.out")"
 
   # A client that stays open follows the members: tests/rdma/cluster_follow.py.
   if [ -d "$build/python/rkv" ]; then
