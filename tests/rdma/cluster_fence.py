@@ -77,6 +77,9 @@ def main() -> None:
     pid = int(os.environ["PAUSED_PID"])
     member = os.environ["PAUSED_ID"]
     keys = its_keys(cluster, member)
+    # The writes wait as long as the pause lasts (up to DEADLINE): the op
+    # timeout must not fail them first.
+    os.environ["RKV_TIMEOUT_MS"] = str(int(3 * DEADLINE * 1000))
     with rkv.Client(member) as paused:  # a static list of that member alone: connected now
         try:
             results = asyncio.run(fenced_writes(paused, keys, cluster, member, pid))

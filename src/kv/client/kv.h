@@ -31,9 +31,10 @@
  *                 (its connection failed); the handle reconnects it in the
  *                 background and its keys work again once it is back
  *   ESTALE        a handle on a cluster: the member kept refusing the key
- *                 for the 10 s a call places it again, because the map it
- *                 knows names another primary, or it cannot renew its etcd
- *                 lease (docs/cluster.md "Fencing"); nothing was done.
+ *                 for the op timeout (RKV_TIMEOUT_MS) a call places it
+ *                 again, because the map it knows names another primary,
+ *                 or it cannot renew its etcd lease (docs/cluster.md
+ *                 "Fencing"); nothing was done.
  *                 Async calls report it at once (submit the op again).
  *   EOPNOTSUPP, EREMOTEIO, EDOM  kv_call, kv_incr, kv_cas (see there)
  * kv_strerror(code) names a code; kv_last_error(handle) gives the last

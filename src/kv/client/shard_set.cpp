@@ -88,9 +88,10 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
   return set;
 }
 
-std::optional<std::chrono::milliseconds> ShardSet::not_owner_pause(unsigned n,
-                                                                  reactor::Reactor::Clock::time_point first) noexcept {
-  if (reactor::Reactor::Clock::now() - first >= kNotOwnerRetryFor) return std::nullopt;
+std::optional<std::chrono::milliseconds> ShardSet::not_owner_pause(
+    unsigned n, reactor::Reactor::Clock::time_point first) const noexcept {
+  const auto bound = options_.op_timeout.count() > 0 ? options_.op_timeout : kNotOwnerRetryFor;
+  if (reactor::Reactor::Clock::now() - first >= bound) return std::nullopt;
   return std::min(std::chrono::milliseconds(5) * (1u << std::min(n, 6u)), std::chrono::milliseconds(200));
 }
 

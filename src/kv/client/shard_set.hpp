@@ -110,10 +110,12 @@ class ShardSet {
   // caller (the C API, kvload) places it again with shard_of() after a pause
   // in which the watch's next view can arrive and maintain() apply it: the
   // pause before retry `n` (from 0; 5 ms doubling to 200 ms), or nullopt
-  // once the first refusal (`first`) is kNotOwnerRetryFor old.
+  // once the first refusal (`first`) is as old as the op timeout
+  // (ClientOptions::op_timeout; kNotOwnerRetryFor without one): a sync call
+  // takes no longer for being refused.
   static constexpr std::chrono::milliseconds kNotOwnerRetryFor{10'000};
-  [[nodiscard]] static std::optional<std::chrono::milliseconds> not_owner_pause(
-      unsigned n, reactor::Reactor::Clock::time_point first) noexcept;
+  [[nodiscard]] std::optional<std::chrono::milliseconds> not_owner_pause(
+      unsigned n, reactor::Reactor::Clock::time_point first) const noexcept;
   [[nodiscard]] reactor::Reactor& reactor() const noexcept { return *reactor_; }
   [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }
   [[nodiscard]] ShardState state(std::size_t i) const noexcept;

@@ -72,7 +72,7 @@ OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& sh
   OpResult r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
   const auto first = reactor::Reactor::Clock::now();
   for (unsigned n = 0; r.status == Status::not_owner; ++n) {
-    const auto d = ShardSet::not_owner_pause(n, first);
+    const auto d = c.not_owner_pause(n, first);
     if (!d) break;
     pause(s, c, *d);
     shard = c.shard_of(key);
