@@ -142,6 +142,7 @@ class Harness {
     cfg.label = "bench";
     cfg.stats = [] { return rkv::kv::store::StatRows{}; };  // no STATS in this bench
     cfg.latency = &latency_;
+    cfg.gate = &gate_;  // open: a static list's server
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, std::move(cfg));
     if (conn_->start() != Verdict::keep) throw std::runtime_error("ServerConn::start failed");
     conn_->on_established();
@@ -309,6 +310,7 @@ class Harness {
   Store store_;
   ServerCounters counters_;
   rkv::kv::server::LatencyHistograms latency_;
+  rkv::kv::server::ShardGate gate_;
   std::unique_ptr<ServerConn> conn_;
 
   std::size_t set_size_ = 0, get_size_ = 0;
