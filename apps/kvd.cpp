@@ -16,8 +16,10 @@
 // --cluster etcd://HOST:PORT/NAME joins a cluster described in etcd
 // (docs/cluster.md): before the listening line kvd publishes itself as a
 // member under a lease it renews from the reactor, and takes its part in
-// keeping the cluster's shard map (cluster/map_keeper.hpp). On SIGINT/SIGTERM it
-// revokes the lease first, serves until no client is connected (clients that
+// keeping the cluster's shard map (cluster/map_keeper.hpp); it answers only
+// for the shards the map gives it, and writes only while its lease surely
+// holds (kv/server/shard_gate.hpp). On SIGINT/SIGTERM it stops writing,
+// revokes the lease, serves reads until no client is connected (clients that
 // follow the cluster drop it) or --drain-timeout passed, then shuts down.
 #include "cli.hpp"
 #include "kvd.hpp"

@@ -49,12 +49,11 @@ class ShardGate {
   [[nodiscard]] bool admits(std::string_view key, Access access) const noexcept {
     return open_ || admits_member(key, access, Clock::now());
   }
-  [[nodiscard]] bool admits_member(std::string_view key, Access access, Clock::time_point now) const noexcept;
-
-  [[nodiscard]] bool open() const noexcept { return open_; }
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
 
  private:
+  [[nodiscard]] bool admits_member(std::string_view key, Access access, Clock::time_point now) const noexcept;
+
   bool open_ = true;
   std::vector<bool> primary_;        // by shard of the latest map; empty: no map yet
   Clock::time_point lease_until_{};  // writes only before this
