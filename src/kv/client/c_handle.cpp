@@ -412,6 +412,7 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
                  std::uint64_t ttl_ms) {
   int rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
   // not_owner: placed by an older map than the member's (ShardSet::not_owner_pause); a keyless CALL has no key to place.
+  if (rc != ESTALE || key.empty()) return rc;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
   for (unsigned n = 0; rc == ESTALE && !key.empty(); ++n) {
     const auto pause = shards_->not_owner_pause(n, first);

@@ -70,6 +70,7 @@ void pause(Scheduler& s, ShardSet& c, std::chrono::milliseconds d) {
 template <class Submit>
 OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& shard, bool keep_value, Submit&& submit) {
   OpResult r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
+  if (r.status != Status::not_owner) return r;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
   for (unsigned n = 0; r.status == Status::not_owner; ++n) {
     const auto d = c.not_owner_pause(n, first);

@@ -14,9 +14,9 @@ void ShardGate::close_to_cluster() noexcept {
 
 void ShardGate::serve(std::vector<bool> primary) { primary_ = std::move(primary); }
 
-bool ShardGate::admits_member(std::string_view key, Access access, Clock::time_point now) const noexcept {
+bool ShardGate::admits_member(std::string_view key, Access access) const noexcept {
   if (primary_.empty()) return false;  // no map yet: no shard is ours
-  if (access == Access::write && now >= lease_until_) return false;
+  if (access == Access::write && Clock::now() >= lease_until_) return false;
   return primary_[proto::shard_of(key, static_cast<std::uint32_t>(primary_.size()))];
 }
 

@@ -15,8 +15,8 @@
 //     renewal confirms the lease again; reads are still answered from what
 //     it holds (possibly stale: docs/cluster.md says how much).
 //
-// Checked per keyed request (run() and a CALL's store accesses) with the
-// steady clock read then, so a pause (SIGSTOP, a stall) before the check is
+// Checked per keyed request (run() and a CALL's store accesses), a write's
+// with the steady clock read then, so a pause (SIGSTOP, a stall) before the check is
 // caught; a pause between the check and the reply's SEND is not (the
 // replication's epochs are the fence for that).
 //
@@ -47,12 +47,13 @@ class ShardGate {
   void lease_held_until(Clock::time_point until) noexcept { lease_until_ = until; }
 
   [[nodiscard]] bool admits(std::string_view key, Access access) const noexcept {
-    return open_ || admits_member(key, access, Clock::now());
+    return open_ || admits_member(key, access);
   }
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
 
  private:
-  [[nodiscard]] bool admits_member(std::string_view key, Access access, Clock::time_point now) const noexcept;
+  // The clock is read for writes only (reads need no lease).
+  [[nodiscard]] bool admits_member(std::string_view key, Access access) const noexcept;
 
   bool open_ = true;
   std::vector<bool> primary_;        // by shard of the latest map; empty: no map yet
