@@ -410,7 +410,7 @@ int kvd_main(int argc, char** argv) {
       std::vector<bool> mine;
       if (seen_map && member) mine = seen_map->primary_of(self_id, member->lease());
       const std::size_t before = server.gate().served();
-      server.gate().serve(std::move(mine));
+      server.serve_shards(std::move(mine));
       if (server.gate().served() != before) {
         spdlog::info("kvd: primary of {} shard(s) (map epoch {})", server.gate().served(), seen_map ? seen_map->epoch : 0);
       }

@@ -97,6 +97,30 @@ TEST_F(ServerRdv, LargeSetIsOneReadThenTheReply) {
   EXPECT_LT(proto::copied_bytes() - copied0, 4096u) << "the value is never copied by the CPU (the copy meter)";
 }
 
+// A member whose shard moves (or whose lease may lapse) while a large SET's
+// value is being READ stores nothing: the reply, when the READ completes, is
+// not_owner (the client places it again), and the block goes.
+TEST_F(ServerRdv, LargeSetWhoseShardMovedDuringTheReadIsNotStored) {
+  gate_.close_to_cluster();
+  gate_.serve(std::vector<bool>(4, true));
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  std::vector<std::byte> client(100000);
+  ASSERT_EQ(request(pack({proto::msg::set_request_rdv(5, "big", {0x1000, 77}, client.size())})), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 1u) << "admitted: the READ is posted";
+  gate_.serve(std::vector<bool>(4, false));  // a new map: another member is its primary
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  ASSERT_EQ(link_.sends.size(), 1u);
+  const auto r = last_send();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode(), Opcode::set_reply);
+  EXPECT_EQ(r[0].header.status, proto::Status::not_owner);
+  EXPECT_FALSE(store_.peek("big").found) << "stored on a member that is no longer its primary";
+  EXPECT_EQ(counters_.not_owner, 1u);
+  EXPECT_EQ(sc_->pins(), 0u);
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u);
+}
+
 TEST_F(ServerRdv, OverTheLimitIsTooLargeBeforeAllocating) {
   ASSERT_EQ(request(pack({proto::msg::set_request_rdv(1, "k", {0x1000, 1}, (1u << 20) + 1)})), Verdict::keep);
   EXPECT_TRUE(link_.reads.empty());

@@ -14,7 +14,13 @@ and the rkv package on PYTHONPATH. The classic long-GC-pause case
     knew still naming it their primary: only its lease fence can refuse
     them. Every one must be refused with ESTALE (not_owner), none
     acknowledged;
-  - a client of the cluster finds none of those keys anywhere.
+  - a client of the cluster finds none of those writes anywhere;
+  - before the pause, a key of each of its shards was written to it
+    ("before"). Once it has joined again (a new incarnation) and the map
+    names it the primary of some of those shards once more, it must not
+    serve those values: another member was their primary meanwhile, so
+    what it held may be stale, and a member drops its keys of every shard
+    it loses (Server::serve_shards). With no replicas they are gone: a miss.
 Each wait has a 120 s deadline; nothing is asserted on speed.
 """
 import asyncio
@@ -72,6 +78,28 @@ async def fenced_writes(client: "rkv.Client", keys: list, cluster: str, member: 
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def held_keys(cluster: str, member: str) -> list:
+    """A key of each shard `member` is the primary of in the map now."""
+    m = read_map(cluster)
+    n = len(m["shards"])
+    keys = {}
+    for i in range(100000):
+        k = f"held-{i}"
+        s = shard_of(k.encode(), n)
+        if m["shards"][s]["owners"][0] == member:
+            keys.setdefault(s, k)
+    return list(keys.values())
+
+
+def served_again(cluster: str, member: str, lease: int, keys: list) -> list:
+    """The keys whose shard the map names `member`, under a lease other than
+    `lease`, the primary of."""
+    m = read_map(cluster)
+    if m is None or m["leases"].get(member, lease) == lease:
+        return []
+    return [k for k in keys if m["shards"][shard_of(k.encode(), len(m["shards"]))]["owners"][0] == member]
+
+
 def main() -> None:
     cluster = os.environ["RKV_CLUSTER"]
     pid = int(os.environ["PAUSED_PID"])
@@ -80,7 +108,11 @@ def main() -> None:
     # The writes wait as long as the pause lasts (up to DEADLINE): the op
     # timeout must not fail them first.
     os.environ["RKV_TIMEOUT_MS"] = str(int(3 * DEADLINE * 1000))
+    lease = read_map(cluster)["leases"][member]
     with rkv.Client(member) as paused:  # a static list of that member alone: connected now
+        held = held_keys(cluster, member)
+        for k in held:
+            paused.set(k, b"before")
         try:
             results = asyncio.run(fenced_writes(paused, keys, cluster, member, pid))
         finally:
@@ -96,6 +128,18 @@ def main() -> None:
     if found:
         fail(f"refused writes {found} are readable from the cluster")
     print(f"cluster_fence: {WRITES} writes sent to {member} while paused past its lease: all refused (ESTALE)")
+    t0 = time.monotonic()
+    while not (back_keys := served_again(cluster, member, lease, held)):
+        if time.monotonic() - t0 > DEADLINE:
+            fail(f"{member} is not again the primary of any of its {len(held)} old shards within "
+                 f"{DEADLINE:.0f} s: {read_map(cluster)}")
+        time.sleep(0.2)
+    with rkv.Client(member) as back:  # retries not_owner until its map is this one
+        stale = [k for k in back_keys if back.get(k) is not None]
+    if stale:
+        fail(f"{member}, primary again under a new lease, serves what it held before for {stale}")
+    print(f"cluster_fence: {member} joined again, primary of {len(back_keys)} of its {len(held)} old shards: "
+          "none of its old values served")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ TEST(Stats, StoreRowsCountKeysAndBytes) {
   // key + value; no limit; one entry's charge (Store::kEntryOverhead + key + value)
   EXPECT_EQ(store::format_stats_line(rows),
             "keys=1 data_bytes=4 max_memory_bytes=0 memory_used_bytes=" + std::to_string(store::Store::kEntryOverhead + 4) +
-                " evicted_keys=0 expired_keys=0 expiring_keys=0 touched_keys=0");
+                " evicted_keys=0 expired_keys=0 expiring_keys=0 touched_keys=0 dropped_keys=0");
 }
 
 // The Prometheus exposition (kvd --metrics): names derive from the rows'

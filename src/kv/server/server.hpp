@@ -202,6 +202,18 @@ class Server {
   // Which keys the connections answer for (shard_gate.hpp): open unless a
   // cluster member's kvd closes it and keeps it up to date from etcd.
   [[nodiscard]] ShardGate& gate() noexcept { return gate_; }
+  // A cluster member's shards of a new map (ShardGate::serve), after which
+  // its keys of every shard it no longer serves are dropped: before the
+  // first map, every shard counts as one it held (recovered values). They
+  // could only go stale there: another member is their primary now, or will
+  // be, and writes them (docs/cluster.md "Fencing"). The drop is a sweep of
+  // the store, kDropBuckets buckets per reactor turn; a shard served again
+  // before its sweep ended is swept to the end first, so its old values are
+  // never served. Each dropped key is a tombstone in the log (as an
+  // eviction is), and counts as dropped_keys. An empty `primary`: no map.
+  void serve_shards(std::vector<bool> primary);
+  // True while keys of lost shards are still being dropped.
+  [[nodiscard]] bool dropping() const noexcept { return !dropping_.empty(); }
 
   // The Durability's acknowledgement of the record made under `wait` on connection `token`.
   void on_durable(std::uint64_t token, std::uint32_t wait, bool ok) noexcept;
@@ -232,6 +244,7 @@ class Server {
   // this long), and how many one reactor turn removes.
   static constexpr std::chrono::milliseconds kExpiryPeriod{50};
   static constexpr std::size_t kExpireBatch = 256;
+  static constexpr std::size_t kDropBuckets = 4096;  // buckets serve_shards' sweep visits per reactor turn
   static_assert(kExpiryPeriod.count() * 2 <= static_cast<std::int64_t>(proto::kOneSidedExpiryLagMs),
                 "the expiry timer must run well within the lag one-sided readers are promised");
 
@@ -281,6 +294,9 @@ class Server {
   [[nodiscard]] std::uint16_t initial_credits() const noexcept {
     return std::max<std::uint16_t>(1, std::min(options_.initial_credits, options_.credits));
   }
+  // serve_shards' sweep: up to kDropBuckets buckets, then again at the next
+  // turn until it is done (or `to_end`: all at once).
+  void drop_keys(bool to_end) noexcept;
   void on_device_readable(std::uint32_t ready) noexcept;
   void migrate_large_values() noexcept;
 
@@ -333,6 +349,9 @@ class Server {
   reactor::Timer transfer_check_;       // check_transfers()
   reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0
   reactor::Timer expire_more_;          // expire_keys() again at the next turn: more were due
+  std::vector<bool> dropping_;          // by shard: its keys are being dropped (serve_shards); empty: none
+  Store::SweepCursor drop_cursor_;
+  reactor::Timer drop_more_;            // drop_keys() at the next turn
   reactor::Registration events_watch_;  // unwatched before the rest
   reactor::Registration device_watch_;  // device_events_->fd()
   std::unique_ptr<MetricsEndpoint> metrics_;  // declared last: its callbacks read the members above

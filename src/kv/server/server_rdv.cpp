@@ -167,6 +167,14 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     return process_held();
   }
   const LargeRef block = std::move(p->pin);  // the Store (and the log) take their own references
+  if (!config_.gate->admits(p->key, ShardGate::Access::write)) {
+    // Its shard moved, or the lease may have lapsed, while the value was
+    // read (it was admitted when asked): not stored, the client places it again.
+    ++counters_->not_owner;
+    p->reply = proto::msg::error_reply(Opcode::set, p->req_id, 0, Status::not_owner);
+    finish(k);
+    return process_held();
+  }
   p->reply = proto::msg::set_reply(p->req_id, 0);
   if (!deferred(store_block(p->key, block, p->value_crc, p->expire_at, k.pack32()), k, Opcode::set, p->reply)) {
     finish(k);

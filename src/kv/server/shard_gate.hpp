@@ -50,6 +50,8 @@ class ShardGate {
     return open_ || admits_member(key, access);
   }
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
+  // By shard of the latest map: this server is its primary (empty: no map yet).
+  [[nodiscard]] const std::vector<bool>& shards() const noexcept { return primary_; }
 
  private:
   // The clock is read for writes only (reads need no lease).

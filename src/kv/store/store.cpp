@@ -1,5 +1,6 @@
 #include "kv/store/store.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -248,6 +249,33 @@ void Store::erase(Map::iterator it) noexcept {
   if (pooled()) pool_out(*it);
   heap_out(*it);
   map_.erase(it);
+}
+
+bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed, const EvictHook& gone) {
+  if (cursor.bucket_count != map_.bucket_count()) {
+    // A rehash since the last step moved keys between buckets: from the
+    // start, and to the end in this call (starting over in steps could go
+    // on for ever while sets keep growing the table).
+    if (cursor.bucket_count != 0) buckets = std::numeric_limits<std::size_t>::max();
+    cursor = {0, map_.bucket_count()};
+  }
+  const std::size_t end = cursor.bucket + std::min(buckets, cursor.bucket_count - cursor.bucket);
+  for (; cursor.bucket < end; ++cursor.bucket) {
+    // Erasing invalidates the bucket's local iterators: look again after each.
+    for (bool again = true; again;) {
+      again = false;
+      for (auto l = map_.cbegin(cursor.bucket); l != map_.cend(cursor.bucket); ++l) {
+        if (!doomed(l->first)) continue;
+        const auto it = map_.find(std::string_view(l->first));
+        if (gone) gone(it->first);
+        erase(it);
+        ++dropped_;
+        again = true;
+        break;
+      }
+    }
+  }
+  return cursor.bucket >= cursor.bucket_count;
 }
 
 }  // namespace rkv::kv::store

@@ -223,6 +223,23 @@ class Store {
   // a tombstone with its Durability: Durability::record_eviction). Null: none.
   using EvictHook = std::function<void(std::string_view key)>;
   void on_evict(EvictHook hook) { on_evict_ = std::move(hook); }
+  // Drops, incrementally, every key `doomed` names (a cluster member's keys
+  // of shards it no longer serves: Server::serve_shards). Each call visits
+  // up to `buckets` buckets of the map from `cursor` on and erases the
+  // doomed keys there as erase() does, calling gone(key) before each goes
+  // (the server's tombstone); they count as dropped_keys. Returns true when
+  // every bucket has been visited since `cursor` was reset ({}: a new
+  // sweep). A set that grows the table between calls rehashes it, which
+  // moves keys between buckets: the next call then sweeps the whole table
+  // at once, so none is missed (the caller sees to it that no doomed key is
+  // written meanwhile).
+  struct SweepCursor {
+    std::size_t bucket = 0;
+    std::size_t bucket_count = 0;  // the table's when the sweep was at `bucket`
+  };
+  using KeyFilter = std::function<bool(std::string_view key)>;
+  bool sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed, const EvictHook& gone);
+  [[nodiscard]] std::uint64_t dropped_keys() const noexcept { return dropped_; }
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
   // `block_size` (optional) tells the capacity large_blocks(n) hands out:
@@ -267,7 +284,9 @@ class Store {
                              {"expired_keys", expired_, StatKind::counter, "keys removed because their time to live ran out"},
                              {"expiring_keys", expiring(), StatKind::gauge, "keys that carry a time to live now"},
                              {"touched_keys", touched_keys_, StatKind::counter,
-                              "one-sided reads the clients reported (TOUCH hints that found their key)"}});
+                              "one-sided reads the clients reported (TOUCH hints that found their key)"},
+                             {"dropped_keys", dropped_, StatKind::counter,
+                              "keys a cluster member dropped because their shard moved to another primary"}});
   }
 
  private:
@@ -425,6 +444,7 @@ class Store {
   std::vector<Node*> expiry_heap_;
   Clock now_ = &wall_ms;
   std::uint64_t expired_ = 0;
+  std::uint64_t dropped_ = 0;  // by sweep()
   std::uint64_t touched_keys_ = 0;
 };
 

@@ -1,0 +1,81 @@
+// Server::serve_shards and its sweep: a cluster member drops its keys of the
+// shards it no longer serves (server.hpp, docs/cluster.md "Fencing").
+//
+// Thread: the reactor's.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kv/server/server.hpp"
+#include "proto/placement.hpp"
+
+namespace rkv::kv::server {
+
+void Server::serve_shards(std::vector<bool> primary) {
+  if (primary.empty()) {  // no map: nothing is served, nothing can be told lost
+    gate_.serve({});
+    return;
+  }
+  // A shard served again, or a new shard count, while a sweep is under way:
+  // that sweep ends first, so nothing held from before is served again.
+  if (!dropping_.empty()) {
+    bool finish = dropping_.size() != primary.size();
+    for (std::size_t i = 0; !finish && i < primary.size(); ++i) finish = primary[i] && dropping_[i];
+    if (finish) drop_keys(true);
+  }
+  // Before the first map (or under a new shard count) every shard may hold
+  // keys (recovered from the log): each one not served now is lost.
+  const std::vector<bool>& before = gate_.shards();
+  const bool all_held = before.size() != primary.size();
+  if (dropping_.empty()) dropping_.assign(primary.size(), false);
+  std::size_t newly_lost = 0;
+  for (std::size_t i = 0; i < primary.size(); ++i) {
+    if (primary[i] || dropping_[i] || !(all_held || before[i])) continue;
+    dropping_[i] = true;
+    ++newly_lost;
+  }
+  gate_.serve(std::move(primary));
+  if (newly_lost == 0) {
+    if (std::find(dropping_.begin(), dropping_.end(), true) == dropping_.end()) dropping_.clear();
+    return;  // a sweep under way (if any) goes on where it was
+  }
+  spdlog::info("server: dropping its keys of {} shard(s) it no longer serves", newly_lost);
+  drop_cursor_ = {};  // the newly lost shards' keys may be anywhere: from the start
+  drop_keys(false);
+}
+
+void Server::drop_keys(bool to_end) noexcept {
+  drop_more_ = reactor::Timer();
+  const auto shards = static_cast<std::uint32_t>(dropping_.size());
+  const Store::KeyFilter doomed = [this, shards](std::string_view key) {
+    return dropping_[proto::shard_of(key, shards)];
+  };
+  Store::EvictHook gone;
+  if (durability_ != nullptr) gone = [d = durability_](std::string_view key) { d->record_eviction(key); };
+  const std::uint64_t before = store_->dropped_keys();
+  bool done = false;
+  do {
+    done = store_->sweep(drop_cursor_, kDropBuckets, doomed, gone);
+  } while (to_end && !done);
+  if (durability_ != nullptr && store_->dropped_keys() != before) durability_->flush();
+  if (done) {
+    dropping_.clear();
+    spdlog::info("server: keys of shards no longer served dropped ({} so far)", store_->dropped_keys());
+    return;
+  }
+  try {  // more buckets at the next turn, after what is waiting (never a stall)
+    drop_more_ = reactor_->after(std::chrono::nanoseconds(0), [this] { drop_keys(false); });
+  } catch (const std::exception& e) {
+    spdlog::error("server: dropping keys of lost shards not continued ({}): finishing it now", e.what());
+    drop_keys(true);
+  }
+}
+
+}  // namespace rkv::kv::server

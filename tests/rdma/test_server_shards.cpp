@@ -1,0 +1,128 @@
+// server_shards (rdma suite): a cluster member's Server drops its keys of the
+// shards it no longer serves (Server::serve_shards, docs/cluster.md
+// "Fencing"), in steps between reactor turns, each with a tombstone in the
+// log; a shard served again before its sweep ended is swept first, so a
+// client over verbs never gets a value held from before.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../protocol/fake_durability.hpp"
+#include "loopback.hpp"
+#include "proto/encode.hpp"
+#include "proto/placement.hpp"
+#include "raw_client.hpp"
+#include "server_harness.hpp"
+
+namespace rkv::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kShards = 64;
+constexpr int kKeys = 20000;  // more buckets than one sweep step visits
+constexpr auto kStep = 30s;   // per wait; TCG guests are slow
+
+std::string key(int i) { return "held-" + std::to_string(i); }
+std::uint32_t shard(const std::string& k) { return proto::shard_of(k, kShards); }
+
+struct Member {
+  Member() {
+    kv::server::ServerOptions opt;
+    opt.bind_address = verbs::test::softroce_addr();
+    opt.port = 0;
+    server.emplace(reactor, store, opt, &log);
+  }
+  ~Member() { server.reset(); }
+  void step() { reactor.run_once(1ms); }
+  // Keys i < kKeys still in the store, by whether their shard is in `shards`.
+  std::pair<int, int> held(const std::set<std::uint32_t>& shards) {
+    std::pair<int, int> n{0, 0};
+    for (int i = 0; i < kKeys; ++i) {
+      if (!store.peek(key(i)).found) continue;
+      (shards.count(shard(key(i))) != 0 ? n.first : n.second) += 1;
+    }
+    return n;
+  }
+
+  reactor::Reactor reactor;
+  kv::store::Store store;
+  FakeDurability log;
+  std::optional<kv::server::Server> server;
+};
+
+std::vector<bool> serving(const std::set<std::uint32_t>& shards) {
+  std::vector<bool> v(kShards, false);
+  for (const auto s : shards) v[s] = true;
+  return v;
+}
+
+TEST(ServerShards, LostShardsAreDroppedAndNeverServedAgain) {
+  Member m;
+  std::set<std::uint32_t> mine;  // the even shards
+  for (std::uint32_t s = 0; s < kShards; s += 2) mine.insert(s);
+  int in_mine = 0;
+  for (int i = 0; i < kKeys; ++i) {  // as recovered from a log: before any map
+    ASSERT_TRUE(m.store.set(key(i), "before"));
+    in_mine += mine.count(shard(key(i))) != 0 ? 1 : 0;
+  }
+  m.server->gate().close_to_cluster();
+
+  // The first map: every odd shard is lost. The sweep goes in steps.
+  m.server->serve_shards(serving(mine));
+  ASSERT_TRUE(m.server->dropping()) << "20,000 keys were swept in one step";
+  EXPECT_GT(m.held({}).second, in_mine) << "nothing left for the next steps";
+
+  // Shard 1 comes back before the sweep ended: its old keys go first.
+  int in_1 = 0;
+  for (int i = 0; i < kKeys; ++i) in_1 += shard(key(i)) == 1 ? 1 : 0;
+  ASSERT_GT(in_1, 0);
+  mine.insert(1);
+  m.server->serve_shards(serving(mine));
+  EXPECT_FALSE(m.server->dropping());
+  EXPECT_EQ(m.held(mine), std::make_pair(in_mine, 0)) << "a lost shard's key is still held";
+  EXPECT_EQ(m.store.dropped_keys(), static_cast<std::uint64_t>(kKeys - in_mine));
+  std::set<std::string> tombstones;
+  for (const auto& r : m.log.records) {
+    EXPECT_TRUE(r.del) << r.key;
+    tombstones.insert(r.key);
+  }
+  EXPECT_EQ(tombstones.size(), static_cast<std::size_t>(kKeys - in_mine)) << "a tombstone per dropped key";
+
+  // Over verbs: a key of shard 1 is a miss, not its value from before, and
+  // a write to it is served (the member is its primary again).
+  m.server->gate().lease_held_until(kv::server::ShardGate::Clock::now() + 1h);
+  RawClient c(verbs::test::softroce_addr(), m.server->port());
+  ASSERT_TRUE(wait_until([&] { return c.established(); }, kStep, [&] { m.step(); }, {&c})) << c.failure();
+  std::string k1;
+  for (int i = 0; k1.empty(); ++i) {
+    if (shard(key(i)) == 1) k1 = key(i);
+  }
+  ASSERT_EQ(c.send_request(proto::msg::get_request(1, k1)), 0);
+  std::optional<RawReply> r;
+  ASSERT_TRUE(wait_until([&] { return (r = c.take_reply(1)).has_value(); }, kStep, [&] { m.step(); }, {&c}));
+  EXPECT_EQ(r->header.status, proto::Status::ok);
+  EXPECT_FALSE(r->header.found()) << "shard 1's value from before it was lost: " << r->value;
+
+  // Shard 0 is lost later: swept between reactor turns, the rest stays.
+  int in_0 = 0;
+  for (int i = 0; i < kKeys; ++i) in_0 += shard(key(i)) == 0 ? 1 : 0;
+  mine.erase(0);
+  m.server->serve_shards(serving(mine));
+  ASSERT_TRUE(wait_until([&] { return !m.server->dropping(); }, kStep, [&] { m.step(); }, {&c}));
+  EXPECT_EQ(m.held(mine), std::make_pair(in_mine - in_0, 0));
+
+  // No map (a new incarnation before its first): nothing is dropped.
+  m.server->serve_shards({});
+  EXPECT_FALSE(m.server->dropping());
+  EXPECT_EQ(m.held(mine).first, in_mine - in_0);
+
+  bool down = false;
+  m.server->shutdown([&] { down = true; });
+  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {&c}));
+}
+
+}  // namespace
+}  // namespace rkv::test
