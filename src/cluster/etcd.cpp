@@ -2,6 +2,7 @@
 #include "cluster/etcd.hpp"
 
 #include <curl/curl.h>
+#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <mutex>
@@ -35,6 +36,7 @@ int errno_of(CURLcode rc) noexcept {
 struct EtcdClient::Request {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
+  std::size_t endpoint = 0;  // its index in endpoints_
   std::string url;
   std::string body;
   std::string response;  // the reply; a stream's unfinished line
@@ -91,8 +93,9 @@ void EtcdReply::check(std::string_view what) const {
   if (!ok) throw ClusterError(code != 0 ? code : EIO, std::string(what) + ": " + error);
 }
 
-EtcdClient::EtcdClient(reactor::Reactor& reactor, std::string endpoint, std::chrono::milliseconds timeout)
-    : reactor_(&reactor), endpoint_(std::move(endpoint)), timeout_(timeout) {
+EtcdClient::EtcdClient(reactor::Reactor& reactor, std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
+    : reactor_(&reactor), endpoints_(std::move(endpoints)), timeout_(timeout) {
+  if (endpoints_.empty()) throw ClusterError(EINVAL, "etcd: no endpoint");
   global_init();
   multi_ = curl_multi_init();
   if (multi_ == nullptr) throw ClusterError(ENOMEM, "libcurl: curl_multi_init failed");
@@ -126,7 +129,8 @@ void* EtcdClient::start(std::string_view path, std::string body, EtcdCallback cb
   auto r = std::make_unique<Request>();
   r->easy = curl_easy_init();
   if (r->easy == nullptr) throw ClusterError(ENOMEM, "libcurl: curl_easy_init failed");
-  r->url = endpoint_ + std::string(path);
+  r->endpoint = current_;
+  r->url = endpoints_[current_] + std::string(path);
   r->body = std::move(body);
   r->cb = std::move(cb);
   r->on_line = std::move(on_line);
@@ -164,19 +168,28 @@ void EtcdClient::cancel(void* easy) noexcept {
 EtcdReply EtcdClient::call(std::string_view path, std::string body, std::chrono::milliseconds timeout) {
   reactor_->assert_owner_thread();
   if (timeout.count() <= 0) timeout = timeout_;
-  std::optional<EtcdReply> reply;
-  void* const request = start(path, std::move(body), [&reply](EtcdReply& r) { reply = std::move(r); }, timeout);
-  // curl's own timeout ends the request; the loop's deadline is a backstop.
-  const auto deadline = reactor::Reactor::now() + 2 * timeout + std::chrono::seconds(1);
-  while (!reply && reactor::Reactor::now() < deadline) reactor_->run_once(std::chrono::milliseconds(100));
-  if (!reply) {
-    cancel(request);  // its callback refers to `reply`, which dies with this call
-    EtcdReply r;
-    r.error = "no reply from etcd at " + endpoint_;
-    r.code = ETIMEDOUT;
-    return r;
+  for (std::size_t tried = 1;; ++tried) {
+    std::optional<EtcdReply> reply;
+    const std::string& to = endpoint();
+    void* const request = start(path, body, [&reply](EtcdReply& r) { reply = std::move(r); }, timeout);
+    // curl's own timeout ends the request; the loop's deadline is a backstop.
+    const auto deadline = reactor::Reactor::now() + 2 * timeout + std::chrono::seconds(1);
+    while (!reply && reactor::Reactor::now() < deadline) reactor_->run_once(std::chrono::milliseconds(100));
+    if (!reply) {
+      cancel(request);  // its callback refers to `reply`, which dies with this iteration
+      reply.emplace();
+      reply->error = "no reply from etcd at " + to;
+      reply->code = ETIMEDOUT;
+      next_endpoint(current_);
+    }
+    if (reply->http_status != 0 || tried >= endpoints_.size()) return std::move(*reply);
   }
-  return std::move(*reply);
+}
+
+void EtcdClient::next_endpoint(std::size_t failed) noexcept {
+  if (failed != current_ || endpoints_.size() == 1) return;  // moved on already, or nowhere to go
+  current_ = (current_ + 1) % endpoints_.size();
+  spdlog::warn("etcd: no reply from {}: using {}", endpoints_[failed], endpoints_[current_]);
 }
 
 int EtcdClient::on_socket(void* /*easy*/, int fd, int what, void* self_ptr, void* /*socketp*/) {
@@ -232,17 +245,18 @@ void EtcdClient::complete_done() {
     curl_multi_remove_handle(multi_, e);
     EtcdReply reply;
     if (rc != CURLE_OK && r->ended) {
-      reply.error = "the stream from etcd at " + endpoint_ + " was ended";
+      reply.error = "the stream from etcd at " + endpoints_[r->endpoint] + " was ended";
       reply.code = EPROTO;
     } else if (rc != CURLE_OK) {
       reply.error = r->error[0] != '\0' ? std::string(r->error) : std::string(curl_easy_strerror(rc));
-      reply.error += " (etcd at " + endpoint_ + ")";
+      reply.error += " (etcd at " + endpoints_[r->endpoint] + ")";
       reply.code = errno_of(rc);
+      next_endpoint(r->endpoint);  // no HTTP reply: the next requests go to another member
     } else {
       curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &reply.http_status);
       reply.ok = reply.http_status == 200;
       if (!reply.ok) {
-        reply.error = "HTTP " + std::to_string(reply.http_status) + " from etcd at " + endpoint_ + ": " +
+        reply.error = "HTTP " + std::to_string(reply.http_status) + " from etcd at " + endpoints_[r->endpoint] + ": " +
                       error_message(r->response);
         reply.code = EPROTO;
       }

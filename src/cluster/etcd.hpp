@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "reactor/reactor.hpp"
 
@@ -57,10 +58,14 @@ using EtcdLineCallback = std::function<bool(std::string_view)>;
 
 class EtcdClient {
  public:
-  // `endpoint`: "http://HOST:PORT" (ClusterUrl::endpoint()); `timeout`
-  // bounds each request, connecting included. Throws ClusterError if libcurl
-  // cannot be set up.
-  EtcdClient(reactor::Reactor& reactor, std::string endpoint, std::chrono::milliseconds timeout);
+  // `endpoints`: "http://HOST:PORT" of one or more members of the etcd
+  // cluster (ClusterUrl::endpoints()). Requests go to one of them; a request
+  // that gets no HTTP reply from it (refused, unreachable, timed out, a
+  // stream cut) fails as ever, and the following ones go to the next (the
+  // callers' retries, a watch's restart). `timeout` bounds each request,
+  // connecting included. Throws ClusterError if there is no endpoint or
+  // libcurl cannot be set up.
+  EtcdClient(reactor::Reactor& reactor, std::vector<std::string> endpoints, std::chrono::milliseconds timeout);
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -84,12 +89,14 @@ class EtcdClient {
   static constexpr std::size_t kMaxLine = 1 << 20;
 
   // Sync, for setup and shutdown: posts and runs the reactor until the reply
-  // (at most `timeout`; 0: the client's). Outside reactor callbacks only.
+  // (at most `timeout`; 0: the client's), and when no HTTP reply came, tries
+  // each other endpoint the same way. Outside reactor callbacks only.
   [[nodiscard]] EtcdReply call(std::string_view path, std::string body,
                                std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   [[nodiscard]] std::size_t in_flight() const noexcept { return requests_.size(); }
-  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
+  // The endpoint requests go to now.
+  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoints_[current_]; }
 
  private:
   struct Request;
@@ -101,9 +108,12 @@ class EtcdClient {
   static int on_timer(void* multi, long timeout_ms, void* self);
   void socket_action(int fd, int flags);
   void complete_done();
+  // A request to endpoints_[failed] got no HTTP reply: requests go to the next one from now on.
+  void next_endpoint(std::size_t failed) noexcept;
 
   reactor::Reactor* reactor_;
-  std::string endpoint_;
+  std::vector<std::string> endpoints_;  // at least one
+  std::size_t current_ = 0;             // where requests go
   std::chrono::milliseconds timeout_;
   void* multi_ = nullptr;  // CURLM*
   std::unordered_map<void*, std::unique_ptr<Request>> requests_;  // by CURL*

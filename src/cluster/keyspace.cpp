@@ -16,14 +16,20 @@ bool name_char(char c) noexcept {
 
 }  // namespace
 
-std::string ClusterUrl::endpoint() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+std::vector<std::string> ClusterUrl::endpoints() const {
+  std::vector<std::string> out;
+  out.reserve(etcd.size());
+  for (const proto::ServerAddr& e : etcd) out.push_back("http://" + e.id);  // the id brackets a v6 host
+  return out;
 }
 std::string ClusterUrl::prefix() const { return "/rkv/" + name + "/"; }
 std::string ClusterUrl::members_prefix() const { return prefix() + "members/"; }
 std::string ClusterUrl::map_key() const { return prefix() + "map"; }
-std::string ClusterUrl::text() const { return std::string(kScheme) + proto::server_id(host, port) + "/" + name; }
+std::string ClusterUrl::text() const {
+  std::string out(kScheme);
+  for (const proto::ServerAddr& e : etcd) out += (&e == etcd.data() ? "" : ",") + e.id;
+  return out + "/" + name;
+}
 
 bool is_cluster_url(std::string_view text) noexcept { return text.starts_with(kScheme); }
 
@@ -38,16 +44,18 @@ bool parse_cluster_url(std::string_view text, ClusterUrl& out, std::string& erro
     error = "'" + std::string(text) + "': no /NAME after etcd's address";
     return false;
   }
-  proto::ServerAddr addr;
-  if (!proto::parse_server(rest.substr(0, slash), kDefaultEtcdPort, addr, error)) {
+  std::vector<proto::ServerAddr> etcd;
+  if (!proto::parse_server_list(rest.substr(0, slash), kDefaultEtcdPort, etcd, error)) {
     error = "'" + std::string(text) + "': etcd's address: " + error;
     return false;
   }
-  for (const char c : addr.host) {
-    // A host name or an IP address (v6 with ':' and a zone's '%'): nothing a URL would need escaped.
-    if (!(name_char(c) || c == ':' || c == '%') || c == '_') {
-      error = "'" + std::string(text) + "': etcd's host may hold only letters, digits, '.', '-' (and ':' '%' in IPv6)";
-      return false;
+  for (const proto::ServerAddr& addr : etcd) {
+    for (const char c : addr.host) {
+      // A host name or an IP address (v6 with ':' and a zone's '%'): nothing a URL would need escaped.
+      if (!(name_char(c) || c == ':' || c == '%') || c == '_') {
+        error = "'" + std::string(text) + "': etcd's host may hold only letters, digits, '.', '-' (and ':' '%' in IPv6)";
+        return false;
+      }
     }
   }
   const std::string_view name = rest.substr(slash + 1);
@@ -61,7 +69,7 @@ bool parse_cluster_url(std::string_view text, ClusterUrl& out, std::string& erro
       return false;
     }
   }
-  out = ClusterUrl{addr.host, addr.port, std::string(name)};
+  out = ClusterUrl{std::move(etcd), std::string(name)};
   return true;
 }
 

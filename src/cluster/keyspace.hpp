@@ -11,25 +11,29 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "proto/placement.hpp"
 
 namespace rkv::cluster {
 
 inline constexpr std::string_view kScheme = "etcd://";
 inline constexpr std::uint16_t kDefaultEtcdPort = 2379;
 
-// "etcd://HOST[:PORT]/NAME": where etcd's client API listens and the
-// cluster's name. HOST: a name or address of [A-Za-z0-9.-] ("[v6]": hex, ':'
-// and '%'); NAME: 1 to 64 of [A-Za-z0-9_.-].
+// "etcd://HOST[:PORT][,HOST[:PORT]...]/NAME": where etcd's client API
+// listens (one member of an etcd cluster, or several: requests go to one,
+// and to the next when it cannot be reached) and the cluster's name. HOST:
+// a name or address of [A-Za-z0-9.-] ("[v6]": hex, ':' and '%'); NAME: 1
+// to 64 of [A-Za-z0-9_.-].
 struct ClusterUrl {
-  std::string host;  // as written ("[v6]" without its brackets)
-  std::uint16_t port = kDefaultEtcdPort;
+  std::vector<proto::ServerAddr> etcd;  // as written ("[v6]" hosts without their brackets), at least one
   std::string name;
 
-  [[nodiscard]] std::string endpoint() const;        // "http://HOST:PORT", for the HTTP client
+  [[nodiscard]] std::vector<std::string> endpoints() const;  // "http://HOST:PORT" of each, for the HTTP client
   [[nodiscard]] std::string prefix() const;          // "/rkv/NAME/"
   [[nodiscard]] std::string members_prefix() const;  // "/rkv/NAME/members/"
   [[nodiscard]] std::string map_key() const;         // "/rkv/NAME/map" (shard_map.hpp)
-  [[nodiscard]] std::string text() const;            // "etcd://HOST:PORT/NAME"
+  [[nodiscard]] std::string text() const;            // "etcd://HOST:PORT[,HOST:PORT...]/NAME"
 };
 
 // True if `text` names a cluster (starts with etcd://), whether or not it parses.

@@ -36,7 +36,7 @@ MapKeeper::MapKeeper(reactor::Reactor& reactor, const ClusterView& start, MapSha
                      ClusterWatch::OnChange on_view)
     : reactor_(&reactor),
       shape_(shape),
-      etcd_(reactor, start.url.endpoint(), kTxnTimeout),
+      etcd_(reactor, start.url.endpoints(), kTxnTimeout),
       on_view_(std::move(on_view)),
       watch_(reactor, start, [this](const ClusterView& v) {
         if (on_view_) on_view_(v);

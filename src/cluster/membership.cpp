@@ -37,7 +37,7 @@ MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self,
       ttl_(std::max(ttl, std::chrono::seconds(2))),
       held_(std::move(held)),
       key_(member_key(url_, self_)),
-      etcd_(reactor, url_.endpoint(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
+      etcd_(reactor, url_.endpoints(), std::min<std::chrono::milliseconds>(kRequestTimeout, ttl_ / 2)) {
   // The async join, run to its end here (each step bounded by kSetupTimeout).
   std::optional<std::pair<int, std::string>> failed;
   bool done = false;
@@ -211,7 +211,7 @@ ClusterView view_of(const ClusterUrl& url, const std::vector<KeyValue>& kvs, std
 
 ClusterView read_cluster(const ClusterUrl& url, std::chrono::milliseconds timeout) {
   reactor::Reactor reactor;
-  EtcdClient etcd(reactor, url.endpoint(), timeout);
+  EtcdClient etcd(reactor, url.endpoints(), timeout);
   const EtcdReply reply = etcd.call(kPathRange, range_prefix_body(url.prefix()));
   reply.check("reading cluster " + url.text());
   std::string why;

@@ -12,7 +12,8 @@
 #    map"): after every change below it names only members, each the
 #    primary of a fair share of the shards, at a higher epoch;
 #  - kvload --verify, rkv stats and rkv.Client (Python) over etcd://...:
-#    every key on some member;
+#    every key on some member; kvload --verify again through an address
+#    whose first etcd endpoint refuses;
 #  - kill -9 of a member: etcd drops it when its lease expires, and a client
 #    opened on the cluster then works over the other two;
 #  - a member paused (SIGSTOP) past its lease is dropped, refuses the writes
@@ -83,6 +84,9 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
   await_balanced "3 members" 0
 
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q || fail "kvload --verify over the cluster"
+  # An address whose first etcd endpoint refuses (nothing on port 1): read and watched through the next.
+  "$B/kvload" --server "etcd://127.0.0.1:1,${RKV_CLUSTER#etcd://}" --file "$work/load.txt" --depth 8 --verify -q ||
+    fail "kvload --verify over the cluster, its first etcd endpoint unreachable"
   "$B/rkv" stats --server "$RKV_CLUSTER" >"$work/stats" || fail "rkv stats over the cluster"
   [ "$(grep -c "^# server " "$work/stats")" = 3 ] || fail "rkv stats did not ask 3 servers: $(cat "$work/stats")"
   total=0

@@ -112,8 +112,7 @@ class Etcd {
 class ClusterWatchTest : public ::testing::Test {
  protected:
   ClusterWatchTest() {
-    url_.host = "127.0.0.1";
-    url_.port = etcd_.port();
+    url_.etcd = {proto::ServerAddr{"127.0.0.1", etcd_.port(), proto::server_id("127.0.0.1", etcd_.port())}};
     url_.name = "w";
     await_etcd();
   }
@@ -129,7 +128,7 @@ class ClusterWatchTest : public ::testing::Test {
   }
 
   void await_etcd() {
-    EtcdClient etcd(reactor_, url_.endpoint(), 2s);
+    EtcdClient etcd(reactor_, url_.endpoints(), 2s);
     const auto end = reactor::Reactor::now() + kDeadline;
     while (!etcd.call(kPathRange, range_prefix_body("/")).ok) {
       ASSERT_TRUE(etcd_.alive()) << "etcd exited; its log:\n" << etcd_.log();
@@ -140,12 +139,12 @@ class ClusterWatchTest : public ::testing::Test {
 
   void put(const std::string& key, const Member& m) { put_raw(key, member_value(m)); }
   void put_raw(const std::string& key, const std::string& value) {
-    EtcdClient etcd(reactor_, url_.endpoint(), 10s);
+    EtcdClient etcd(reactor_, url_.endpoints(), 10s);
     const EtcdReply r = etcd.call(kPathPut, put_body(key, value, 0));
     ASSERT_TRUE(r.ok) << r.error;
   }
   void del(const std::string& key) {
-    EtcdClient etcd(reactor_, url_.endpoint(), 10s);
+    EtcdClient etcd(reactor_, url_.endpoints(), 10s);
     const EtcdReply r = etcd.call(kPathDelete, delete_body(key));
     ASSERT_TRUE(r.ok) << r.error;
   }
@@ -160,6 +159,32 @@ class ClusterWatchTest : public ::testing::Test {
   ClusterUrl url_;
   reactor::Reactor reactor_;
 };
+
+// An address naming several members of an etcd cluster, the first of which
+// cannot be reached (nothing listens on port 1): a sync call tries the next,
+// requests then go there, and reading and watching the cluster work.
+TEST_F(ClusterWatchTest, AnUnreachableEtcdEndpointIsPassedOver) {
+  ClusterUrl two = url_;
+  two.etcd.insert(two.etcd.begin(), proto::ServerAddr{"127.0.0.1", 1, "127.0.0.1:1"});
+  const Member a{"10.0.0.1", 7471, 1};
+  {
+    EtcdClient etcd(reactor_, two.endpoints(), 10s);
+    ASSERT_EQ(etcd.endpoint(), "http://127.0.0.1:1");
+    const EtcdReply r = etcd.call(kPathPut, put_body(member_key(two, a), member_value(a), 0));
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(etcd.endpoint(), url_.endpoints()[0]) << "requests still go to the endpoint that did not answer";
+  }
+  const ClusterView start = read_cluster(two, 10s);
+  ASSERT_EQ(ids(start.members), std::vector<std::string>{a.id()});
+  std::vector<std::string> seen;
+  ClusterWatch watch(reactor_, start, [&](const ClusterView& v) { seen = ids(v.members); });
+  const Member b{"10.0.0.2", 7471, 2};
+  put(member_key(url_, b), b);
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a.id(), b.id()}; }))
+      << "state " << to_string(watch.state());
+  del(member_key(url_, a));
+  del(member_key(url_, b));
+}
 
 TEST_F(ClusterWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
   const Member a{"10.0.0.1", 7471, 1};

@@ -217,18 +217,24 @@ TEST(Keyspace, ParsesClusterAddresses) {
   ClusterUrl url;
   std::string why;
   ASSERT_TRUE(parse_cluster_url("etcd://127.0.0.1:23790/prod-1", url, why)) << why;
-  EXPECT_EQ(url.host, "127.0.0.1");
-  EXPECT_EQ(url.port, 23790);
+  ASSERT_EQ(url.etcd.size(), 1u);
+  EXPECT_EQ(url.etcd[0].host, "127.0.0.1");
+  EXPECT_EQ(url.etcd[0].port, 23790);
   EXPECT_EQ(url.name, "prod-1");
-  EXPECT_EQ(url.endpoint(), "http://127.0.0.1:23790");
+  EXPECT_EQ(url.endpoints(), std::vector<std::string>{"http://127.0.0.1:23790"});
   EXPECT_EQ(url.members_prefix(), "/rkv/prod-1/members/");
   EXPECT_EQ(url.text(), "etcd://127.0.0.1:23790/prod-1");
   ASSERT_TRUE(parse_cluster_url("etcd://[::1]/c", url, why)) << why;
-  EXPECT_EQ(url.port, kDefaultEtcdPort);
-  EXPECT_EQ(url.endpoint(), "http://[::1]:2379");
+  EXPECT_EQ(url.etcd[0].port, kDefaultEtcdPort);
+  EXPECT_EQ(url.endpoints(), std::vector<std::string>{"http://[::1]:2379"});
+  // Several members of an etcd cluster, in the order written.
+  ASSERT_TRUE(parse_cluster_url("etcd://e1:2381,10.0.0.2,[::1]:2390/c", url, why)) << why;
+  EXPECT_EQ(url.endpoints(), (std::vector<std::string>{"http://e1:2381", "http://10.0.0.2:2379", "http://[::1]:2390"}));
+  EXPECT_EQ(url.text(), "etcd://e1:2381,10.0.0.2:2379,[::1]:2390/c");
   for (const char* bad : {"etcd://", "etcd://h", "etcd://h/", "etcd:///c", "etcd://h:0/c", "etcd://h:x/c",
                           "etcd://h/c/d", "etcd://h/c d", "http://h/c", "etcd://h/../x", "etcd://a_b/c",
-                          "etcd://h\"[::1]/c", "etcd://h@x:1/c", "etcd://h?x/c"}) {
+                          "etcd://h\"[::1]/c", "etcd://h@x:1/c", "etcd://h?x/c", "etcd://a,/c",
+                          "etcd://,a/c", "etcd://a,,b/c", "etcd://a,a:2379/c", "etcd://a,b_c/c"}) {
     EXPECT_FALSE(parse_cluster_url(bad, url, why)) << bad;
   }
   EXPECT_TRUE(is_cluster_url("etcd://x"));
@@ -238,7 +244,7 @@ TEST(Keyspace, ParsesClusterAddresses) {
 TEST(Keyspace, MemberRecordsRoundTripAndStrangersAreRefused) {
   const Member m{"10.0.2.15", 7471, 1u << 30};
   EXPECT_EQ(m.id(), "10.0.2.15:7471");
-  ClusterUrl url{"h", 2379, "c"};
+  ClusterUrl url{{proto::ServerAddr{"h", 2379, "h:2379"}}, "c"};
   EXPECT_EQ(member_key(url, m), "/rkv/c/members/10.0.2.15:7471");
   std::string why;
   const auto back = parse_member(member_value(m), why);
