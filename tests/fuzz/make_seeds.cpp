@@ -238,6 +238,7 @@ void etcd() {
   seed(2, "member", cluster::member_value({"10.0.2.15", 7471, 1u << 30}));
   seed(3, "address", "etcd://127.0.0.1:2379/prod-1");
   seed(3, "address6", "etcd://[::1]/c");
+  seed(3, "addresses", "etcd://e1:2381,10.0.0.2,[::1]:2390/c");
   seed(0, "txn_won", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"2"}}}]})");
   seed(0, "txn_lost", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"}})");
   const std::vector<std::string> ids = {"10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471"};
