@@ -251,28 +251,28 @@ TEST(Store, MemoryBudgetRefusesWhatDoesNotFit) {
 }
 
 // sweep() drops every doomed key and only those, a few buckets per call,
-// calling gone() for each; a set that grows the table between calls
+// through the on_evict hook; a set that grows the table between calls
 // (rehashing it) makes the next call sweep it all, and none is missed.
 TEST(Store, SweepDropsEveryDoomedKeyInStepsAndAcrossARehash) {
   Store s;
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(s.set("k" + std::to_string(i), "v"));
   const auto ends_in = [](char c) { return [c](std::string_view k) { return k.back() == c; }; };
   std::vector<std::string> gone;
-  const Store::EvictHook record = [&](std::string_view k) { gone.emplace_back(k); };
+  s.on_evict([&](std::string_view k) { gone.emplace_back(k); });
 
   Store::SweepCursor cursor;
   int calls = 1;
-  for (; !s.sweep(cursor, 16, ends_in('7'), record); ++calls) {
+  for (; !s.sweep(cursor, 16, ends_in('7')); ++calls) {
     ASSERT_TRUE(s.set("n" + std::to_string(calls) + "x", "v"));  // a write between steps
   }
   EXPECT_GT(calls, 10) << "one call visited every bucket";
   EXPECT_EQ(gone.size(), 100u);
 
   cursor = {};
-  ASSERT_FALSE(s.sweep(cursor, 16, ends_in('3'), record));
+  ASSERT_FALSE(s.sweep(cursor, 16, ends_in('3')));
   // Three times as many keys: the table (load factor 1) must grow.
   for (int i = 0; i < 3000; ++i) ASSERT_TRUE(s.set("m" + std::to_string(i) + "x", "v"));
-  EXPECT_TRUE(s.sweep(cursor, 16, ends_in('3'), record)) << "a rehashed table is swept to the end at once";
+  EXPECT_TRUE(s.sweep(cursor, 16, ends_in('3'))) << "a rehashed table is swept to the end at once";
   EXPECT_EQ(gone.size(), 200u);
   EXPECT_EQ(s.dropped_keys(), 200u);
   s.for_each([&](std::string_view k, const Store::Lookup&) {

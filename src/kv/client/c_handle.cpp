@@ -414,7 +414,7 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
   // not_owner: placed by an older map than the member's (ShardSet::not_owner_pause); a keyless CALL has no key to place.
   if (rc != ESTALE || key.empty()) return rc;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
-  for (unsigned n = 0; rc == ESTALE && !key.empty(); ++n) {
+  for (unsigned n = 0; rc == ESTALE; ++n) {
     const auto pause = shards_->not_owner_pause(n, first);
     if (!pause) break;
     enter();

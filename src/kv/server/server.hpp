@@ -326,7 +326,7 @@ class Server {
   std::size_t index_charged_ = 0;         // its bytes, charged to the Store's MemoryBudget
   std::optional<proto::AuthDigest> auth_;  // what a connect request must carry (options_.auth_token)
   Durability* durability_ = nullptr;
-  // While the Server lives, each key the Store evicts (kvd --eviction) is
+  // While the Server lives, each key the Store evicts (kvd --eviction) or sweeps (serve_shards) is
   // recorded as a tombstone with the Durability, if any, so a restart does
   // not bring it back: hooked in the constructor, unhooked in the destructor.
   class EvictionLog {

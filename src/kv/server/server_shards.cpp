@@ -57,12 +57,10 @@ void Server::drop_keys(bool to_end) noexcept {
   const Store::KeyFilter doomed = [this, shards](std::string_view key) {
     return dropping_[proto::shard_of(key, shards)];
   };
-  Store::EvictHook gone;
-  if (durability_ != nullptr) gone = [d = durability_](std::string_view key) { d->record_eviction(key); };
   const std::uint64_t before = store_->dropped_keys();
   bool done = false;
   do {
-    done = store_->sweep(drop_cursor_, kDropBuckets, doomed, gone);
+    done = store_->sweep(drop_cursor_, kDropBuckets, doomed);  // each with its tombstone (EvictionLog)
   } while (to_end && !done);
   if (durability_ != nullptr && store_->dropped_keys() != before) durability_->flush();
   if (done) {

@@ -251,7 +251,7 @@ void Store::erase(Map::iterator it) noexcept {
   map_.erase(it);
 }
 
-bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed, const EvictHook& gone) {
+bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed) {
   if (cursor.bucket_count != map_.bucket_count()) {
     // A rehash since the last step moved keys between buckets: from the
     // start, and to the end in this call (starting over in steps could go
@@ -267,7 +267,7 @@ bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doo
       for (auto l = map_.cbegin(cursor.bucket); l != map_.cend(cursor.bucket); ++l) {
         if (!doomed(l->first)) continue;
         const auto it = map_.find(std::string_view(l->first));
-        if (gone) gone(it->first);
+        if (on_evict_) on_evict_(it->first);
         erase(it);
         ++dropped_;
         again = true;

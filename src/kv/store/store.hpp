@@ -219,15 +219,16 @@ class Store {
   // the contents.
   void prefetch(std::string_view key) const noexcept;
 
-  // Called with each key eviction drops, before it goes (the server records
-  // a tombstone with its Durability: Durability::record_eviction). Null: none.
+  // Called with each key eviction or sweep() drops, before it goes (the
+  // server records a tombstone with its Durability:
+  // Durability::record_eviction). Null: none.
   using EvictHook = std::function<void(std::string_view key)>;
   void on_evict(EvictHook hook) { on_evict_ = std::move(hook); }
   // Drops, incrementally, every key `doomed` names (a cluster member's keys
   // of shards it no longer serves: Server::serve_shards). Each call visits
   // up to `buckets` buckets of the map from `cursor` on and erases the
-  // doomed keys there as erase() does, calling gone(key) before each goes
-  // (the server's tombstone); they count as dropped_keys. Returns true when
+  // doomed keys there as erase() does, each through the on_evict hook as an
+  // evicted key (the server's tombstone); they count as dropped_keys. Returns true when
   // every bucket has been visited since `cursor` was reset ({}: a new
   // sweep). A set that grows the table between calls rehashes it, which
   // moves keys between buckets: the next call then sweeps the whole table
@@ -238,7 +239,7 @@ class Store {
     std::size_t bucket_count = 0;  // the table's when the sweep was at `bucket`
   };
   using KeyFilter = std::function<bool(std::string_view key)>;
-  bool sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed, const EvictHook& gone);
+  bool sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed);
   [[nodiscard]] std::uint64_t dropped_keys() const noexcept { return dropped_; }
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
