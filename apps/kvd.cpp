@@ -407,12 +407,14 @@ int kvd_main(int argc, char** argv) {
     std::optional<cluster::ShardMap> seen_map;  // the latest map the watch reported
     std::string self_id;
     const auto serve_shards = [&] {
-      std::vector<bool> mine;
-      if (seen_map && member) mine = seen_map->primary_of(self_id, member->lease());
+      std::vector<proto::ShardPart> mine;
+      if (seen_map && member) mine = seen_map->parts_of(self_id, member->lease());
       const std::size_t before = server.gate().served();
+      const std::size_t backed_before = server.gate().backed();
       server.serve_shards(std::move(mine));
-      if (server.gate().served() != before) {
-        spdlog::info("kvd: primary of {} shard(s) (map epoch {})", server.gate().served(), seen_map ? seen_map->epoch : 0);
+      if (server.gate().served() != before || server.gate().backed() != backed_before) {
+        spdlog::info("kvd: primary of {} shard(s), backup of {} (map epoch {})", server.gate().served(),
+                     server.gate().backed(), seen_map ? seen_map->epoch : 0);
       }
     };
     if (cluster_url) {

@@ -16,11 +16,16 @@ std::map<std::string, std::uint32_t> ShardMap::primaries() const {
   return n;
 }
 
-std::vector<bool> ShardMap::primary_of(std::string_view id, std::int64_t lease) const {
-  std::vector<bool> out(shards.size(), false);
+std::vector<proto::ShardPart> ShardMap::parts_of(std::string_view id, std::int64_t lease) const {
+  std::vector<proto::ShardPart> out(shards.size());
   const auto it = leases.find(std::string(id));
   if (it == leases.end() || it->second != lease) return out;  // not this incarnation's
-  for (std::size_t i = 0; i < shards.size(); ++i) out[i] = shards[i].owners.front() == id;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& owners = shards[i].owners;
+    const auto at = std::find(owners.begin(), owners.end(), id);
+    if (at == owners.end()) continue;
+    out[i] = {at == owners.begin() ? proto::ShardRole::primary : proto::ShardRole::backup, shards[i].epoch};
+  }
   return out;
 }
 

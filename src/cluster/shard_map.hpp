@@ -33,6 +33,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proto/placement.hpp"
+
 namespace rkv::cluster {
 
 inline constexpr std::uint32_t kDefaultShards = 64;
@@ -53,8 +55,10 @@ struct ShardMap {
   std::map<std::string, std::int64_t> leases;  // each owner's etcd lease (every owner has one)
 
   bool operator==(const ShardMap&) const = default;
-  // By shard: whether `id` under `lease` (that incarnation) is its primary.
-  [[nodiscard]] std::vector<bool> primary_of(std::string_view id, std::int64_t lease) const;
+  // By shard: the part `id` under `lease` (that incarnation) has in it,
+  // with the shard's epoch (none for every shard if the map has another
+  // lease, or none, for `id`).
+  [[nodiscard]] std::vector<proto::ShardPart> parts_of(std::string_view id, std::int64_t lease) const;
   // How many shards each id is the primary of (ids with none are absent).
   [[nodiscard]] std::map<std::string, std::uint32_t> primaries() const;
 };

@@ -34,8 +34,9 @@ inline constexpr std::size_t kConnectParamsMinSize = 40;
 // rdma_cm's limit for RC connect private data (accept allows more).
 inline constexpr std::size_t kMaxConnectPrivateData = 56;
 static_assert(kConnectParamsSize <= kMaxConnectPrivateData);
-// Smallest receive buffer either side may announce: must hold a max-key RDV SET with a TTL.
-inline constexpr std::uint32_t kMinRecvBufSize = kHeaderSize + kMaxKey + kTtlSize + kRdvDescSize;
+// Smallest receive buffer either side may announce: must hold a max-key RDV
+// SET with a TTL and an epoch (a replication record).
+inline constexpr std::uint32_t kMinRecvBufSize = kHeaderSize + kMaxKey + kTtlSize + kEpochSize + kRdvDescSize;
 
 enum class Role : std::uint8_t {
   client = 1,  // rdma_connect private data

@@ -36,6 +36,12 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
     if (auto r = check_ttl(m.header.opcode, m.ttl)) return fail(*r);
     p += kTtlSize;
   }
+  if (m.header.has_epoch()) {
+    if (buf_.size() - p < kEpochSize) return fail(Reason::truncated_payload);
+    m.epoch = load_le<std::uint64_t>(buf_.subspan(p, kEpochSize), 0);
+    if (m.epoch == 0) return fail(Reason::bad_epoch);
+    p += kEpochSize;
+  }
 
   const std::size_t avail = buf_.size() - p;
   if (m.header.rdv()) {
@@ -69,6 +75,10 @@ MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) n
   if (m.header.has_ttl()) {
     m.ttl = load_le<std::uint64_t>(buf.subspan(p, kTtlSize), 0);
     p += kTtlSize;
+  }
+  if (m.header.has_epoch()) {
+    m.epoch = load_le<std::uint64_t>(buf.subspan(p, kEpochSize), 0);
+    p += kEpochSize;
   }
   if (m.header.rdv()) {
     const auto desc = buf.subspan(p, kRdvDescSize);

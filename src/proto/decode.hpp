@@ -22,8 +22,9 @@ struct MessageView {
   std::span<const std::byte> value;  // eager value bytes; empty with RDV
   std::optional<RdvDesc> rdv;        // set iff RDV; its length is header.value_len
   std::uint64_t ttl = 0;             // the TTL field, iff header.has_ttl() (ms; TTL_REPLY: kNoTtl = none)
+  std::uint64_t epoch = 0;           // the shard epoch, iff header.has_epoch() (a replication record; never 0)
   std::size_t offset = 0;            // where the message starts in the buffer
-  std::size_t size = 0;              // bytes it occupies (header + key + payload)
+  std::size_t size = 0;              // bytes it occupies (header + key + fields + payload)
 
   [[nodiscard]] Opcode opcode() const noexcept { return header.opcode; }
   [[nodiscard]] bool found() const noexcept { return header.found(); }

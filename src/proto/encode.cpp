@@ -221,6 +221,7 @@ std::uint16_t message_flags(const MessageSpec& m) noexcept {
   if (m.rdv) flags |= kFlagRdv;
   if (m.pull) flags |= kFlagPull;
   if (m.ttl) flags |= kFlagTtl;
+  if (m.epoch) flags |= kFlagEpoch;
   return flags;
 }
 
@@ -245,6 +246,10 @@ void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t
     store_le(out.subspan(at, kTtlSize), 0, *m.ttl);
     at += kTtlSize;
   }
+  if (m.epoch) {
+    store_le(out.subspan(at, kEpochSize), 0, *m.epoch);
+    at += kEpochSize;
+  }
   const auto payload = out.subspan(at);
   if (m.rdv) {
     write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
@@ -256,7 +261,8 @@ void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t
 }  // namespace
 
 std::size_t encoded_size(const MessageSpec& m) noexcept {
-  return kHeaderSize + m.key.size() + (m.ttl ? kTtlSize : 0) + (m.rdv ? kRdvDescSize : m.value.size());
+  return kHeaderSize + m.key.size() + (m.ttl ? kTtlSize : 0) + (m.epoch ? kEpochSize : 0) +
+         (m.rdv ? kRdvDescSize : m.value.size());
 }
 
 std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
@@ -270,6 +276,7 @@ std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) 
   // Both an eager value and a descriptor would be ambiguous.
   if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
   if (auto r = check_header(raw_header_of(m), limits)) return r;
+  if (m.epoch && *m.epoch == 0) return Reason::bad_epoch;
   return m.ttl ? check_ttl(m.opcode, *m.ttl) : std::nullopt;
 }
 

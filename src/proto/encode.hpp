@@ -27,6 +27,7 @@ struct MessageSpec {
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
   std::uint64_t rdv_len = 0;          // value_len sent with rdv
   std::optional<std::uint64_t> ttl;   // set: TTL flag, the 8-byte field after the key
+  std::optional<std::uint64_t> epoch; // set: EPOCH flag, the 8-byte shard epoch after the TTL field
 };
 
 // Builders for the common messages.

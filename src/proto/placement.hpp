@@ -64,4 +64,14 @@ inline constexpr std::size_t kMaxServers = 64;
 inline constexpr std::uint64_t kShardSalt = 0x7368617264736c74ull;  // "shardslt"
 [[nodiscard]] std::uint32_t shard_of(std::string_view key, std::uint32_t shards) noexcept;
 
+// A server's part in one shard of a cluster's map (docs/cluster.md): its
+// primary answers the shard's requests; a backup applies the replication
+// records the primary of the shard's epoch sends (wire.hpp kFlagEpoch).
+enum class ShardRole : std::uint8_t { none, primary, backup };
+struct ShardPart {
+  ShardRole role = ShardRole::none;
+  std::uint64_t epoch = 0;  // the shard's epoch in the map: when its primary last changed
+  friend bool operator==(const ShardPart&, const ShardPart&) = default;
+};
+
 }  // namespace rkv::proto

@@ -30,6 +30,8 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::rdv_without_pull: return "CALL_REPLY with RDV but without PULL";
     case Reason::ttl_not_allowed: return "TTL flag refused on this message, or missing on EXPIRE or a found TTL_REPLY";
     case Reason::bad_ttl: return "TTL field out of range (0 on a SET, or above the largest TTL)";
+    case Reason::epoch_not_allowed: return "EPOCH flag on a message other than a SET, DEL or EXPIRE request";
+    case Reason::bad_epoch: return "epoch field 0";
   }
   return "unknown reason";
 }
@@ -47,15 +49,16 @@ struct OpRules {
   bool found;  // FOUND flag allowed
   bool pull;   // PULL allowed (with RDV; a GET_REPLY also needs FOUND)
   TtlRule ttl = TtlRule::refused;
+  bool epoch = false;  // the EPOCH flag (a replication record) allowed
 };
 
 constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
-    case Opcode::set: return {true, true, true, false, false, TtlRule::optional};
+    case Opcode::set: return {true, true, true, false, false, TtlRule::optional, true};
     case Opcode::get: return {true, false, true, false, false};  // RDV = offered buffer
-    case Opcode::del: return {true, false, false, false, false};  // the key only
+    case Opcode::del: return {true, false, false, false, false, TtlRule::refused, true};  // the key only
     case Opcode::call: return {true, true, true, false, false};   // key = user opcode; request bytes as a SET's value
-    case Opcode::expire: return {true, false, false, false, false, TtlRule::required};  // key + TTL (0: persist)
+    case Opcode::expire: return {true, false, false, false, false, TtlRule::required, true};  // key + TTL (0: persist)
     case Opcode::ttl: return {true, false, false, false, false};  // the key only
     case Opcode::touch: return {false, true, false, false, false};  // the keys, packed in the eager payload
     case Opcode::stats:    // header only
@@ -90,6 +93,7 @@ constexpr std::optional<Reason> flags_reason(Opcode op, std::uint16_t flags, con
   if ((ttl && rules.ttl == TtlRule::refused) || (!ttl && rules.ttl == TtlRule::required)) {
     return Reason::ttl_not_allowed;
   }
+  if ((flags & kFlagEpoch) != 0 && !rules.epoch) return Reason::epoch_not_allowed;
   return std::nullopt;
 }
 

@@ -42,6 +42,8 @@ enum class Reason : std::uint8_t {
   rdv_without_pull,      // CALL_REPLY with RDV but not PULL (the server never writes a CALL's reply)
   ttl_not_allowed,       // TTL flag where it is refused, or missing where it is required (EXPIRE, found TTL_REPLY)
   bad_ttl,               // TTL field out of range: 0 on a SET, above kMaxTtlMs (a TTL_REPLY may say kNoTtl)
+  epoch_not_allowed,     // EPOCH flag on anything but a SET, DEL or EXPIRE request
+  bad_epoch,             // epoch field 0
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;

@@ -1,9 +1,12 @@
 #pragma once
 // Wire constants, opcodes, flags, status codes and the 24-byte message header.
 //
-// Message = header (24 B) | key (key_len B) | [ttl (8 B)] | payload
+// Message = header (24 B) | key (key_len B) | [ttl (8 B)] | [epoch (8 B)] | payload
 //   ttl     = with kFlagTtl only: u64 milliseconds (a SET's time to live, an
 //             EXPIRE's new one, a TTL_REPLY's remaining time)
+//   epoch   = with kFlagEpoch only: u64 shard epoch of a replication record
+//             (a SET, DEL or EXPIRE a shard's primary sends its backups,
+//             docs/cluster.md "Replication records")
 //   payload = value bytes (value_len B, "eager")
 //          or, with kFlagRdv, a 16-byte rendezvous descriptor {addr, rkey, 0}
 //             naming value_len bytes in registered memory.
@@ -25,6 +28,7 @@ inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::size_t kMaxKey = 1024;
 inline constexpr std::size_t kRdvDescSize = 16;
 inline constexpr std::size_t kTtlSize = 8;
+inline constexpr std::size_t kEpochSize = 8;
 // How long a one-sided GET may still find a key after its time to live ran
 // out (docs/protocol.md "Time to live"): the server withdraws expired keys
 // from its index at least this often. GETs by message: never.
@@ -35,8 +39,9 @@ inline constexpr std::uint64_t kMaxTtlMs = std::uint64_t{100} * 365 * 24 * 3600 
 // key + value of an eager SET must be strictly below this.
 inline constexpr std::size_t kEagerLimit = 4096;
 inline constexpr std::uint64_t kDefaultMaxValue = std::uint64_t{256} << 20;
-// Largest eager SET request on the wire: servers size receive buffers >= this.
-inline constexpr std::size_t kMaxEagerSetSize = kHeaderSize + kTtlSize + kEagerLimit - 1;
+// Largest eager SET request on the wire (a replication record's, with TTL
+// and epoch): servers size receive buffers >= this.
+inline constexpr std::size_t kMaxEagerSetSize = kHeaderSize + kTtlSize + kEpochSize + kEagerLimit - 1;
 
 // Byte offsets of the header fields.
 namespace hdr_off {
@@ -111,7 +116,13 @@ inline constexpr std::uint16_t kFlagPull = 1u << 2;
 // that many ms; without it a SET clears the key's TTL), required on EXPIRE
 // and on a found TTL_REPLY, refused elsewhere.
 inline constexpr std::uint16_t kFlagTtl = 1u << 3;
-inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull | kFlagTtl;
+// The 8-byte shard epoch follows the key (and the TTL field): the request
+// is a replication record from the primary of the key's shard, which a
+// backup applies only if its shard map gives the shard that epoch
+// (docs/cluster.md "Replication records"). Optional on SET, DEL and EXPIRE
+// requests, refused elsewhere; never 0.
+inline constexpr std::uint16_t kFlagEpoch = 1u << 4;
+inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull | kFlagTtl | kFlagEpoch;
 // A TTL_REPLY's field for "the key has no expiry".
 inline constexpr std::uint64_t kNoTtl = ~std::uint64_t{0};
 
@@ -214,6 +225,7 @@ struct Header {
   [[nodiscard]] bool rdv() const noexcept { return (flags & kFlagRdv) != 0; }
   [[nodiscard]] bool pull() const noexcept { return (flags & kFlagPull) != 0; }
   [[nodiscard]] bool has_ttl() const noexcept { return (flags & kFlagTtl) != 0; }
+  [[nodiscard]] bool has_epoch() const noexcept { return (flags & kFlagEpoch) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
 

@@ -109,10 +109,18 @@ void shard_map(std::string_view text) {
   }
   FUZZ_CHECK(!plan_map(planned, ids, leases, MapShape{}));
   for (const auto& id : ids) {
-    const auto mine = planned.primary_of(id, planned.leases.at(id));
-    const auto other = planned.primary_of(id, planned.leases.at(id) + 1);
-    FUZZ_CHECK(std::find(other.begin(), other.end(), true) == other.end());  // only the map's incarnation
+    const auto mine = planned.parts_of(id, planned.leases.at(id));
+    const auto other = planned.parts_of(id, planned.leases.at(id) + 1);
+    FUZZ_CHECK(std::count(other.begin(), other.end(), rkv::proto::ShardPart{}) ==
+               static_cast<std::ptrdiff_t>(other.size()));  // only the map's incarnation
     FUZZ_CHECK(mine.size() == planned.shards.size());
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const auto& owners = planned.shards[i].owners;
+      const bool owner = std::find(owners.begin(), owners.end(), id) != owners.end();
+      FUZZ_CHECK(owner == (mine[i].role != rkv::proto::ShardRole::none));
+      FUZZ_CHECK((mine[i].role == rkv::proto::ShardRole::primary) == (owners.front() == id));
+      FUZZ_CHECK(!owner || mine[i].epoch == planned.shards[i].epoch);
+    }
   }
 }
 

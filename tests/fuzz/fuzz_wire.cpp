@@ -22,7 +22,7 @@ using namespace rkv::proto;
 bool same_view(const MessageView& a, const MessageView& b) {
   return a.header == b.header && a.key.data() == b.key.data() && a.key.size() == b.key.size() &&
          a.value.data() == b.value.data() && a.value.size() == b.value.size() && a.rdv == b.rdv &&
-         a.offset == b.offset && a.size == b.size && a.ttl == b.ttl;
+         a.offset == b.offset && a.size == b.size && a.ttl == b.ttl && a.epoch == b.epoch;
 }
 
 MessageSpec spec_of(const MessageView& m) {
@@ -38,6 +38,7 @@ MessageSpec spec_of(const MessageView& m) {
   s.rdv = m.rdv;
   if (m.rdv) s.rdv_len = m.header.value_len;
   if (m.header.has_ttl()) s.ttl = m.ttl;
+  if (m.header.has_epoch()) s.epoch = m.epoch;
   return s;
 }
 

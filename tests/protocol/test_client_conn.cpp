@@ -461,7 +461,7 @@ TEST_F(ClientConnTest, LimitsAreCheckedAtSubmit) {
   EXPECT_EQ(calls_[2], 0) << "a refused request never calls back";
   // The 4095-byte SET fits a SEND.
   EXPECT_EQ(conn_->flush(), 1u);
-  EXPECT_EQ(link_.sends[1].bytes.size(), proto::kMaxEagerSetSize - proto::kTtlSize);
+  EXPECT_EQ(link_.sends[1].bytes.size(), proto::kMaxEagerSetSize - proto::kTtlSize - proto::kEpochSize);
 }
 
 TEST_F(ClientConnTest, SmallServerBuffersRefuseLargeRequests) {

@@ -97,17 +97,49 @@ TEST_F(ServerRdv, LargeSetIsOneReadThenTheReply) {
   EXPECT_LT(proto::copied_bytes() - copied0, 4096u) << "the value is never copied by the CPU (the copy meter)";
 }
 
+// A large replication record (a rendezvous SET with an epoch) is READ like
+// any large SET and stored if the shard's epoch is still the one it carried
+// when the READ completes; a map that moved the epoch meanwhile (a new
+// primary) stores nothing.
+TEST_F(ServerRdv, ALargeRecordIsStoredOnlyAtItsEpoch) {
+  gate_.close_to_cluster();
+  gate_.serve(std::vector<proto::ShardPart>(4, proto::ShardPart{proto::ShardRole::backup, 7}));
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  std::vector<std::byte> client(100000);
+  auto first = proto::msg::set_request_rdv(5, "big", {0x1000, 77}, client.size());
+  first.epoch = 7;
+  ASSERT_EQ(request(pack({first})), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 1u) << "admitted: the READ is posted";
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  ASSERT_FALSE(last_send().empty());
+  EXPECT_EQ(last_send().back().header.status, proto::Status::ok);
+  EXPECT_TRUE(store_.get("big").found);
+  EXPECT_EQ(counters_.records_applied, 1u);
+
+  auto second = proto::msg::set_request_rdv(6, "big2", {0x1000, 77}, client.size());
+  second.epoch = 7;
+  ASSERT_EQ(request(pack({second})), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 2u);
+  gate_.serve(std::vector<proto::ShardPart>(4, proto::ShardPart{proto::ShardRole::backup, 8}));  // a new primary
+  EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[1], CompletionOpcode::rdma_read)), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  EXPECT_EQ(last_send().back().header.status, proto::Status::not_owner);
+  EXPECT_FALSE(store_.get("big2").found);
+  EXPECT_EQ(counters_.pinned, 0u);
+}
+
 // A member whose shard moves (or whose lease may lapse) while a large SET's
 // value is being READ stores nothing: the reply, when the READ completes, is
 // not_owner (the client places it again), and the block goes.
 TEST_F(ServerRdv, LargeSetWhoseShardMovedDuringTheReadIsNotStored) {
   gate_.close_to_cluster();
-  gate_.serve(std::vector<bool>(4, true));
+  gate_.serve(std::vector<proto::ShardPart>(4, proto::ShardPart{proto::ShardRole::primary, 1}));
   gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
   std::vector<std::byte> client(100000);
   ASSERT_EQ(request(pack({proto::msg::set_request_rdv(5, "big", {0x1000, 77}, client.size())})), Verdict::keep);
   ASSERT_EQ(link_.reads.size(), 1u) << "admitted: the READ is posted";
-  gate_.serve(std::vector<bool>(4, false));  // a new map: another member is its primary
+  gate_.serve(std::vector<proto::ShardPart>(4));  // a new map: another member is its primary
   EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   ASSERT_EQ(link_.sends.size(), 1u);

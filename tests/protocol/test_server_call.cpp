@@ -145,7 +145,7 @@ TEST_F(ServerCall, EagerCallsAndErrorStatusesOnAConnectionThatStaysUp) {
 // key is answered as usual.
 TEST_F(ServerCall, TheShardGateAppliesToAHandlersStoreAccesses) {
   gate_.close_to_cluster();
-  gate_.serve(std::vector<bool>(64, true));
+  gate_.serve(std::vector<proto::ShardPart>(64, proto::ShardPart{proto::ShardRole::primary, 1}));
   gate_.lease_held_until(ShardGate::Clock::now() - std::chrono::seconds(1));  // lapsed: reads only
   ASSERT_EQ(request(pack({call(1, kWrite, "v"), call(2, kSwallow, ""), call(3, kEcho, "e")})), Verdict::keep);
   const auto r = replies_since(0);

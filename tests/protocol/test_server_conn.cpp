@@ -177,8 +177,8 @@ TEST_F(ServerConnTest, TheShardGateRefusesOtherShardsAndWritesPastTheLease) {
   EXPECT_TRUE(store_.get("old").found);
 
   // A map that makes it the primary of every shard but "k"'s, and a live lease.
-  std::vector<bool> mine(64, true);
-  mine[proto::shard_of("k", 64)] = false;
+  std::vector<proto::ShardPart> mine(64, proto::ShardPart{proto::ShardRole::primary, 1});
+  mine[proto::shard_of("k", 64)] = {};
   std::string other = "a";
   while (proto::shard_of(other, 64) == proto::shard_of("k", 64)) other += "a";
   gate_.serve(mine);
@@ -198,6 +198,65 @@ TEST_F(ServerConnTest, TheShardGateRefusesOtherShardsAndWritesPastTheLease) {
   EXPECT_EQ(status_of(proto::msg::expire_request(14, other, 1000)), Status::not_owner);
   EXPECT_TRUE(store_.get(other).found) << "the refused DEL removed nothing";
   EXPECT_EQ(counters_.not_owner, 9u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
+// Replication records (wire.hpp kFlagEpoch, shard_gate.hpp): a backup of a
+// shard applies the records of the shard's epoch in its map, and refuses
+// those of an older epoch (a replaced primary) or a newer one (a map it has
+// not seen), a client's own requests for that shard, and records of shards
+// it is the primary of or has no part in. An open gate (a static list's
+// server) takes no record.
+TEST_F(ServerConnTest, ABackupAppliesOnlyRecordsOfTheShardsEpoch) {
+  const std::string value = "v";
+  const auto v = bytes_of(value);
+  const auto status_of = [&](const proto::MessageSpec& m) {
+    EXPECT_EQ(deliver(pack({m})), Verdict::keep);
+    const auto r = flush_replies();
+    EXPECT_EQ(r.size(), 1u);
+    if (!link_.sends.empty()) complete_send(link_.sends.size() - 1);
+    return r.empty() ? Status::internal : r[0].header.status;
+  };
+  const auto record = [](proto::MessageSpec m, std::uint64_t epoch) {
+    m.epoch = epoch;
+    return m;
+  };
+  // Three keys of three shards: backed at epoch 5, primary, none.
+  const std::string b = "b";
+  std::string p = "p";
+  while (proto::shard_of(p, 64) == proto::shard_of(b, 64)) p += "p";
+  std::string n = "n";
+  while (proto::shard_of(n, 64) == proto::shard_of(b, 64) || proto::shard_of(n, 64) == proto::shard_of(p, 64)) n += "n";
+  EXPECT_EQ(status_of(record(proto::msg::set_request(1, b, v), 5)), Status::not_owner) << "an open gate takes no record";
+
+  gate_.close_to_cluster();
+  std::vector<proto::ShardPart> parts(64);
+  parts[proto::shard_of(b, 64)] = {proto::ShardRole::backup, 5};
+  parts[proto::shard_of(p, 64)] = {proto::ShardRole::primary, 3};
+  gate_.serve(parts);
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  EXPECT_EQ(gate_.backed(), 1u);
+  EXPECT_EQ(status_of(record(proto::msg::set_request(2, b, v), 5)), Status::ok);
+  EXPECT_TRUE(store_.get(b).found);
+  EXPECT_EQ(status_of(record(proto::msg::set_request(3, b, v), 4)), Status::not_owner) << "a replaced primary's";
+  EXPECT_EQ(status_of(record(proto::msg::del_request(4, b), 6)), Status::not_owner) << "a map not seen yet";
+  EXPECT_EQ(status_of(proto::msg::del_request(5, b)), Status::not_owner) << "a client's write to a backup";
+  EXPECT_EQ(status_of(proto::msg::get_request(6, b)), Status::not_owner) << "a client's read of a backup";
+  EXPECT_TRUE(store_.get(b).found) << "nothing refused removed it";
+  EXPECT_EQ(status_of(record(proto::msg::set_request(7, p, v), 3)), Status::not_owner) << "a primary sends records";
+  EXPECT_EQ(status_of(record(proto::msg::set_request(8, n, v), 5)), Status::not_owner) << "no part in it";
+  EXPECT_EQ(status_of(record(proto::msg::expire_request(9, b, 60000), 5)), Status::ok);
+  EXPECT_GT(store_.ttl(b).value_or(-1), 0);
+  EXPECT_EQ(status_of(record(proto::msg::del_request(10, b), 5)), Status::ok);
+  EXPECT_FALSE(store_.get(b).found);
+  EXPECT_FALSE(store_.get(p).found);
+  EXPECT_FALSE(store_.get(n).found);
+  EXPECT_EQ(counters_.records_applied, 3u);
+  EXPECT_EQ(counters_.not_owner, 7u);
+  // Past its lease a backup applies nothing either.
+  gate_.lease_held_until(ShardGate::Clock::now() - std::chrono::milliseconds(1));
+  EXPECT_EQ(status_of(record(proto::msg::set_request(11, b, v), 5)), Status::not_owner);
+  EXPECT_FALSE(store_.get(b).found);
   EXPECT_EQ(conn_->state(), ConnState::established);
 }
 

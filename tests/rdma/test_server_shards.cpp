@@ -53,9 +53,9 @@ struct Member {
   std::optional<kv::server::Server> server;
 };
 
-std::vector<bool> serving(const std::set<std::uint32_t>& shards) {
-  std::vector<bool> v(kShards, false);
-  for (const auto s : shards) v[s] = true;
+std::vector<rkv::proto::ShardPart> serving(const std::set<std::uint32_t>& shards) {
+  std::vector<rkv::proto::ShardPart> v(kShards);
+  for (const auto s : shards) v[s] = {rkv::proto::ShardRole::primary, 1};
   return v;
 }
 
@@ -118,6 +118,68 @@ TEST(ServerShards, LostShardsAreDroppedAndNeverServedAgain) {
   m.server->serve_shards({});
   EXPECT_FALSE(m.server->dropping());
   EXPECT_EQ(m.held(mine).first, in_mine - in_0);
+
+  bool down = false;
+  m.server->shutdown([&] { down = true; });
+  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {&c}));
+}
+
+// A backup (docs/cluster.md "Replication records"): it keeps its keys of
+// the shards it backs, applies a record of the shard's epoch sent over
+// verbs, answers no client request of those shards, and once a map makes it
+// their primary (a failover) serves what it was sent.
+TEST(ServerShards, ABackupKeepsWhatItBacksAndServesItOncePromoted) {
+  Member m;
+  m.log.answer = kv::store::DurableAck::now;  // replies need no log acknowledgement here
+  constexpr int kSome = 2000;
+  for (int i = 0; i < kSome; ++i) ASSERT_TRUE(m.store.set(key(i), "before"));
+  std::vector<proto::ShardPart> parts(kShards);  // backs the odd shards at epoch 4, holds nothing else
+  std::set<std::uint32_t> backed;
+  for (std::uint32_t s = 1; s < kShards; s += 2) {
+    parts[s] = {proto::ShardRole::backup, 4};
+    backed.insert(s);
+  }
+  int in_backed = 0;
+  for (int i = 0; i < kSome; ++i) in_backed += backed.count(shard(key(i))) != 0 ? 1 : 0;
+  m.server->gate().close_to_cluster();
+  m.server->serve_shards(parts);
+  ASSERT_TRUE(wait_until([&] { return !m.server->dropping(); }, kStep, [&] { m.step(); }, {}));
+  int kept = 0;
+  int lost = 0;
+  for (int i = 0; i < kSome; ++i) (m.store.peek(key(i)).found ? kept : lost) += 1;
+  EXPECT_EQ(kept, in_backed) << "a backed shard's keys are kept, the others dropped";
+
+  m.server->gate().lease_held_until(kv::server::ShardGate::Clock::now() + 1h);
+  RawClient c(verbs::test::softroce_addr(), m.server->port());
+  ASSERT_TRUE(wait_until([&] { return c.established(); }, kStep, [&] { m.step(); }, {&c})) << c.failure();
+  std::string k1;
+  for (int i = kSome; k1.empty(); ++i) {
+    if (shard(key(i)) == 1) k1 = key(i);
+  }
+  const auto ask = [&](proto::MessageSpec req) {
+    EXPECT_EQ(c.send_request(req), 0);
+    std::optional<RawReply> r;
+    EXPECT_TRUE(wait_until([&] { return (r = c.take_reply(req.req_id)).has_value(); }, kStep, [&] { m.step(); }, {&c}));
+    return r.value_or(RawReply{});
+  };
+  const std::string value = "replicated";
+  auto rec = proto::msg::set_request(1, k1, proto::as_bytes(value));
+  rec.epoch = 4;
+  EXPECT_EQ(ask(rec).header.status, proto::Status::ok);
+  EXPECT_EQ(ask(proto::msg::get_request(2, k1)).header.status, proto::Status::not_owner) << "a backup serves no client";
+  const std::string old = "stale";
+  auto stale = proto::msg::set_request(3, k1, proto::as_bytes(old));
+  stale.epoch = 3;
+  EXPECT_EQ(ask(stale).header.status, proto::Status::not_owner) << "a record of a replaced primary";
+
+  // The failover: a map makes it the primary of shard 1 (at a new epoch).
+  parts[1] = {proto::ShardRole::primary, 6};
+  m.server->serve_shards(parts);
+  const RawReply got = ask(proto::msg::get_request(4, k1));
+  EXPECT_EQ(got.header.status, proto::Status::ok);
+  EXPECT_TRUE(got.header.found());
+  EXPECT_EQ(got.value, value);
+  EXPECT_EQ(m.store.dropped_keys(), static_cast<std::uint64_t>(lost)) << "promotion drops nothing";
 
   bool down = false;
   m.server->shutdown([&] { down = true; });

@@ -159,7 +159,7 @@ void check_view(std::span<const std::byte> buf, const MessageView& m) {
     ASSERT_EQ(m.value.size(), m.header.value_len);
   }
   ASSERT_EQ(m.size, kHeaderSize + m.key.size() + (m.header.has_ttl() ? kTtlSize : 0) +
-                        (m.rdv ? kRdvDescSize : m.value.size()));
+                        (m.header.has_epoch() ? kEpochSize : 0) + (m.rdv ? kRdvDescSize : m.value.size()));
 }
 
 constexpr RdvDesc kDesc{0x1122334455667788ull, 0xA1B2C3D4u};
@@ -193,7 +193,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
   }
   EXPECT_EQ(seen.size(), 11u);  // ok .. io_error, no_handler, handler_failed, refused, not_owner
   seen.clear();
-  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::rdv_without_pull); ++v) {
+  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::bad_epoch); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
   }
   EXPECT_EQ(to_string(Status::ok), "ok");
@@ -517,15 +517,18 @@ TEST(ProtoEncoder, RefusesInvalidMessages) {
 TEST(ProtoBoundary, EagerLimit) {
   const Bytes v4094(4094, std::byte{1});
   const Bytes v4095(4095, std::byte{1});
-  // key + value = 4095: the largest eager SET; with a TTL, the largest eager message.
+  // key + value = 4095: the largest eager SET; with a TTL and an epoch (a
+  // replication record), the largest eager message.
   const Bytes ok = encode_one(msg::set_request(1, "k", v4094));
-  EXPECT_EQ(ok.size(), kMaxEagerSetSize - kTtlSize);
+  EXPECT_EQ(ok.size(), kMaxEagerSetSize - kTtlSize - kEpochSize);
   EXPECT_EQ(decode_single(ok).value.size(), 4094u);
   auto with_ttl = msg::set_request(1, "k", v4094);
   with_ttl.ttl = 500;
+  with_ttl.epoch = 7;
   const Bytes ok_ttl = encode_one(with_ttl);
   EXPECT_EQ(ok_ttl.size(), kMaxEagerSetSize);
   EXPECT_EQ(decode_single(ok_ttl).ttl, 500u);
+  EXPECT_EQ(decode_single(ok_ttl).epoch, 7u);
   EXPECT_EQ(decode_single(ok_ttl).value.size(), 4094u);
 
   const std::string key1024(kMaxKey, 'x');
@@ -653,7 +656,7 @@ TEST(ProtoStrict, UnknownOpcode) {
 }
 
 TEST(ProtoStrict, ReservedFlags) {
-  for (unsigned bit = 4; bit < 16; ++bit) {
+  for (unsigned bit = 5; bit < 16; ++bit) {
     const auto flag = static_cast<std::uint16_t>(1u << bit);
     expect_reason(patched(msg::get_request(1, "k"), [flag](RawHeader& h) { h.flags |= flag; }),
                   Reason::reserved_flags);
@@ -1163,6 +1166,71 @@ TEST(ProtoTtl, TtlFieldRules) {
   expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagTtl; }),
                 Reason::ttl_not_allowed);
   Bytes cut = encode_one(msg::expire_request(1, "k", 9));
+  cut.resize(cut.size() - 1);
+  expect_reason(cut, Reason::truncated_payload);
+}
+
+// ---------------------------------------------------------------- replication records
+
+TEST(ProtoEpoch, SetDelExpireCarryAShardEpoch) {
+  const Bytes v(10, std::byte{7});
+  auto set = msg::set_request(3, "key", v);
+  set.ttl = 500;
+  set.epoch = 42;
+  const Decoded s = roundtrip(set);
+  EXPECT_TRUE(s.m.header.has_epoch());
+  EXPECT_EQ(s.m.epoch, 42u);
+  EXPECT_EQ(s.m.ttl, 500u);
+  EXPECT_EQ(s.m.value.size(), 10u);
+  EXPECT_EQ(s.m.size, kHeaderSize + 3 + kTtlSize + kEpochSize + 10);
+  auto set_rdv = msg::set_request_rdv(4, "key", kDesc, 1 << 20);
+  set_rdv.epoch = ~std::uint64_t{0};
+  const Decoded r = roundtrip(set_rdv);
+  EXPECT_EQ(r.m.epoch, ~std::uint64_t{0});
+  EXPECT_FALSE(r.m.header.has_ttl());
+  EXPECT_EQ(r.m.rdv, kDesc);
+  auto del = msg::del_request(5, "key");
+  del.epoch = 1;
+  EXPECT_EQ(roundtrip(del).m.epoch, 1u);
+  auto expire = msg::expire_request(6, "key", 0);
+  expire.epoch = 9;
+  const Decoded e = roundtrip(expire);
+  EXPECT_EQ(e.m.epoch, 9u);
+  EXPECT_EQ(e.m.ttl, 0u);
+  EXPECT_FALSE(roundtrip(msg::set_request(7, "key", v)).m.header.has_epoch());
+}
+
+TEST(ProtoEpoch, EpochFieldRules) {
+  Bytes buf(64);
+  auto refused = [&](MessageSpec m, Reason want) {
+    EXPECT_EQ(check_message(m), want) << to_string(m.opcode);
+    EXPECT_EQ(encode(buf, 0, m).status, EncodeStatus::invalid);
+  };
+  auto set = msg::set_request(1, "k", {});
+  set.epoch = 0;
+  refused(set, Reason::bad_epoch);
+  auto get = msg::get_request(1, "k");
+  get.epoch = 5;
+  refused(get, Reason::epoch_not_allowed);
+  auto ttl = msg::ttl_request(1, "k");
+  ttl.epoch = 5;
+  refused(ttl, Reason::epoch_not_allowed);
+  auto reply = msg::set_reply(1, 0);
+  reply.epoch = 5;
+  refused(reply, Reason::epoch_not_allowed);
+  auto call = msg::call_request(1, "\x01\x01", {});
+  call.epoch = 5;
+  refused(call, Reason::epoch_not_allowed);
+  // On the wire: a forged flag on a GET is refused from the header alone; an
+  // epoch of 0 or a flag without its 8 bytes once the body is read.
+  expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagEpoch; }),
+                Reason::epoch_not_allowed);
+  auto del = msg::del_request(1, "k");
+  del.epoch = 3;
+  Bytes zero = encode_one(del);
+  std::fill(zero.begin() + static_cast<std::ptrdiff_t>(kHeaderSize + 1), zero.end(), std::byte{0});
+  expect_reason(zero, Reason::bad_epoch);
+  Bytes cut = encode_one(del);
   cut.resize(cut.size() - 1);
   expect_reason(cut, Reason::truncated_payload);
 }

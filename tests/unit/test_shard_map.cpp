@@ -22,6 +22,9 @@
 namespace rkv::cluster {
 namespace {
 
+bool is_primary(const proto::ShardPart& p) { return p.role == proto::ShardRole::primary; }
+bool is_backup(const proto::ShardPart& p) { return p.role == proto::ShardRole::backup; }
+
 std::vector<std::string> ids(std::initializer_list<const char*> list) {
   std::vector<std::string> out(list.begin(), list.end());
   std::sort(out.begin(), out.end());
@@ -146,10 +149,12 @@ TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
   const std::vector<std::int64_t> first = {1, 1, 1};
   const auto m = *plan_map(std::nullopt, three, first, MapShape{12, 1});
   EXPECT_EQ(m.leases, (std::map<std::string, std::int64_t>{{"a:1", 1}, {"b:1", 1}, {"c:1", 1}}));
-  const auto b_old = m.primary_of("b:1", 1);
-  EXPECT_EQ(std::count(b_old.begin(), b_old.end(), true), 4);
-  const auto none = m.primary_of("b:1", 2);
-  EXPECT_EQ(std::count(none.begin(), none.end(), true), 0) << "another incarnation of b:1 is no primary";
+  const auto b_old = m.parts_of("b:1", 1);
+  EXPECT_EQ(std::count_if(b_old.begin(), b_old.end(), is_primary), 4);
+  EXPECT_EQ(std::count_if(b_old.begin(), b_old.end(), is_backup), 4) << "b:1 backs 4 others";
+  for (std::size_t i = 0; i < b_old.size(); ++i) EXPECT_EQ(b_old[i].epoch, b_old[i].role == proto::ShardRole::none ? 0 : m.shards[i].epoch);
+  const auto none = m.parts_of("b:1", 2);
+  EXPECT_EQ(std::count(none.begin(), none.end(), proto::ShardPart{}), 12) << "another incarnation of b:1 has no part";
   const std::vector<std::int64_t> again = {1, 2, 1};
   const auto next = plan_map(m, three, again, MapShape{});
   ASSERT_TRUE(next) << "b:1 under a new lease is a change";
@@ -159,8 +164,8 @@ TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
     // Another primary, or b:1's new incarnation taking it back: either way a new shard epoch.
     EXPECT_EQ(next->shards[i].epoch, next->epoch) << "shard " << i;
   }
-  const auto b_new = next->primary_of("b:1", 2);
-  EXPECT_EQ(std::count(b_new.begin(), b_new.end(), true), 4) << "the new incarnation takes a fair share";
+  const auto b_new = next->parts_of("b:1", 2);
+  EXPECT_EQ(std::count_if(b_new.begin(), b_new.end(), is_primary), 4) << "the new incarnation takes a fair share";
   EXPECT_FALSE(plan_map(next, three, again, MapShape{})) << "a fixed point";
   EXPECT_THROW((void)plan_map(m, three, std::vector<std::int64_t>{1}, MapShape{}), std::invalid_argument);
 }

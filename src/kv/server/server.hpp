@@ -202,16 +202,17 @@ class Server {
   // Which keys the connections answer for (shard_gate.hpp): open unless a
   // cluster member's kvd closes it and keeps it up to date from etcd.
   [[nodiscard]] ShardGate& gate() noexcept { return gate_; }
-  // A cluster member's shards of a new map (ShardGate::serve), after which
-  // its keys of every shard it no longer serves are dropped: before the
-  // first map, every shard counts as one it held (recovered values). They
-  // could only go stale there: another member is their primary now, or will
-  // be, and writes them (docs/cluster.md "Fencing"). The drop is a sweep of
-  // the store, kDropBuckets buckets per reactor turn; a shard served again
-  // before its sweep ended is swept to the end first, so its old values are
-  // never served. Each dropped key is a tombstone in the log (as an
-  // eviction is), and counts as dropped_keys. An empty `primary`: no map.
-  void serve_shards(std::vector<bool> primary);
+  // A cluster member's part in each shard of a new map (ShardGate::serve:
+  // primary, backup or none), after which its keys of every shard it no
+  // longer holds (as primary or backup) are dropped: before the first map,
+  // every shard counts as one it held (recovered values). They could only
+  // go stale there: other members hold the shard now, or will, and write it
+  // (docs/cluster.md "Fencing"). The drop is a sweep of the store,
+  // kDropBuckets buckets per reactor turn; a shard held again before its
+  // sweep ended is swept to the end first, so its old values are never
+  // served. Each dropped key is a tombstone in the log (as an eviction is),
+  // and counts as dropped_keys. An empty `parts`: no map.
+  void serve_shards(std::vector<proto::ShardPart> parts);
   // True while keys of lost shards are still being dropped.
   [[nodiscard]] bool dropping() const noexcept { return !dropping_.empty(); }
 

@@ -523,7 +523,7 @@ std::optional<ShardGate::Access> key_access(Opcode op) noexcept {
 
 ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
-  if (const auto access = key_access(m.opcode()); access && !config_.gate->admits(m.key, *access)) {
+  if (const auto access = key_access(m.opcode()); access && !config_.gate->admits(m.key, *access, m.epoch)) {
     reply = proto::msg::error_reply(m.opcode(), id, 0, Status::not_owner);  // nothing done: the client places it again
     if (!room_for(m, reply)) return Outcome::paused;
     ++counters_->messages_received;
@@ -536,6 +536,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (!room_for(m, reply) || (m.rdv && transfers_full())) return Outcome::paused;  // a READ/WRITE completes first
       ++counters_->messages_received;
       ++counters_->sets;
+      if (m.epoch != 0) ++counters_->records_applied;  // a backup applies it as the primary did
       if (m.rdv) return execute_set_rdv(m, reply);
       if (reply.status != Status::ok) return Outcome::reply;
       return logged(Opcode::set, id, reply,  // `reply` is the SET_REPLY already
@@ -573,6 +574,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (!room_for(m, reply)) return Outcome::paused;
       ++counters_->messages_received;
       ++counters_->dels;
+      if (m.epoch != 0) ++counters_->records_applied;
       return logged(Opcode::del, id, reply, [&](std::uint32_t wait) {
         const Removal r = remove_key(m.key, wait);
         if (r.found) ++counters_->del_hits;
@@ -584,6 +586,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (!room_for(m, reply)) return Outcome::paused;
       ++counters_->messages_received;
       ++counters_->expires;
+      if (m.epoch != 0) ++counters_->records_applied;
       return logged(Opcode::expire, id, reply, [&](std::uint32_t wait) {
         const Removal r = expire_key(m.key, expiry_of(m), wait);
         reply = proto::msg::expire_reply(id, 0, r.found);

@@ -304,6 +304,7 @@ class ServerConn {
     std::string key;              // SET read: installed under it when the READ completes
     std::uint32_t value_crc = 0;  // SET read: the writer's crc32c of the value (its descriptor)
     store::ExpireAt expire_at = store::kNoExpiry;  // SET read: the key's expiry, fixed when the SET arrived
+    std::uint64_t epoch = 0;      // SET read: a replication record's shard epoch (0: a client's SET)
     LargeRef pin;                 // read: the block the READ fills; write: the value the WRITE sends
     std::uint32_t records = 0;    // log: records answered `later`, not durable yet
     bool log_failed = false;      // log: one of them failed: the reply becomes io_error

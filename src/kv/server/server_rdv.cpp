@@ -51,6 +51,7 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   p.value_crc = m.rdv->value_crc;
   p.large_request = true;
   p.expire_at = expiry_of(m);
+  p.epoch = m.epoch;
   try {
     if (block) p.key.assign(m.key);
   } catch (const std::bad_alloc&) {
@@ -167,9 +168,10 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
     return process_held();
   }
   const LargeRef block = std::move(p->pin);  // the Store (and the log) take their own references
-  if (!config_.gate->admits(p->key, ShardGate::Access::write)) {
+  if (!config_.gate->admits(p->key, ShardGate::Access::write, p->epoch)) {
     // Its shard moved, or the lease may have lapsed, while the value was
-    // read (it was admitted when asked): not stored, the client places it again.
+    // read (it was admitted when asked): not stored, the client places it
+    // again (a record: the primary sends it again or gives the backup up).
     ++counters_->not_owner;
     p->reply = proto::msg::error_reply(Opcode::set, p->req_id, 0, Status::not_owner);
     finish(k);

@@ -1,5 +1,6 @@
 // Server::serve_shards and its sweep: a cluster member drops its keys of the
-// shards it no longer serves (server.hpp, docs/cluster.md "Fencing").
+// shards it no longer holds, as their primary or a backup (server.hpp,
+// docs/cluster.md "Fencing").
 //
 // Thread: the reactor's.
 
@@ -18,35 +19,39 @@
 
 namespace rkv::kv::server {
 
-void Server::serve_shards(std::vector<bool> primary) {
-  if (primary.empty()) {  // no map: nothing is served, nothing can be told lost
+namespace {
+bool held(const proto::ShardPart& part) noexcept { return part.role != proto::ShardRole::none; }
+}  // namespace
+
+void Server::serve_shards(std::vector<proto::ShardPart> parts) {
+  if (parts.empty()) {  // no map: nothing is served, nothing can be told lost
     gate_.serve({});
     return;
   }
-  // A shard served again, or a new shard count, while a sweep is under way:
+  // A shard held again, or a new shard count, while a sweep is under way:
   // that sweep ends first, so nothing held from before is served again.
   if (!dropping_.empty()) {
-    bool finish = dropping_.size() != primary.size();
-    for (std::size_t i = 0; !finish && i < primary.size(); ++i) finish = primary[i] && dropping_[i];
+    bool finish = dropping_.size() != parts.size();
+    for (std::size_t i = 0; !finish && i < parts.size(); ++i) finish = held(parts[i]) && dropping_[i];
     if (finish) drop_keys(true);
   }
   // Before the first map (or under a new shard count) every shard may hold
-  // keys (recovered from the log): each one not served now is lost.
-  const std::vector<bool>& before = gate_.shards();
-  const bool all_held = before.size() != primary.size();
-  if (dropping_.empty()) dropping_.assign(primary.size(), false);
+  // keys (recovered from the log): each one not held now is lost.
+  const std::vector<proto::ShardPart>& before = gate_.shards();
+  const bool all_held = before.size() != parts.size();
+  if (dropping_.empty()) dropping_.assign(parts.size(), false);
   std::size_t newly_lost = 0;
-  for (std::size_t i = 0; i < primary.size(); ++i) {
-    if (primary[i] || dropping_[i] || !(all_held || before[i])) continue;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (held(parts[i]) || dropping_[i] || !(all_held || held(before[i]))) continue;
     dropping_[i] = true;
     ++newly_lost;
   }
-  gate_.serve(std::move(primary));
+  gate_.serve(std::move(parts));
   if (newly_lost == 0) {
     if (std::find(dropping_.begin(), dropping_.end(), true) == dropping_.end()) dropping_.clear();
     return;  // a sweep under way (if any) goes on where it was
   }
-  spdlog::info("server: dropping its keys of {} shard(s) it no longer serves", newly_lost);
+  spdlog::info("server: dropping its keys of {} shard(s) it no longer holds", newly_lost);
   drop_cursor_ = {};  // the newly lost shards' keys may be anywhere: from the start
   drop_keys(false);
 }
@@ -65,7 +70,7 @@ void Server::drop_keys(bool to_end) noexcept {
   if (durability_ != nullptr && store_->dropped_keys() != before) durability_->flush();
   if (done) {
     dropping_.clear();
-    spdlog::info("server: keys of shards no longer served dropped ({} so far)", store_->dropped_keys());
+    spdlog::info("server: keys of shards no longer held dropped ({} so far)", store_->dropped_keys());
     return;
   }
   try {  // more buckets at the next turn, after what is waiting (never a stall)
