@@ -72,6 +72,16 @@ void wire() {
   put("wire", "ttl", messages({set_ttl, expire_request(2, "key", 0), ttl_request(3, "key"), touch(4, sb(keys))}));
   put("wire", "ttl-replies", messages({expire_reply(2, 1, true), ttl_reply(3, 0, proto::kNoTtl),
                                        ttl_reply(4, 0, 1234), ttl_reply(5, 0, std::nullopt), touch_reply(6, 1)}));
+  // Replication records: a SET with TTL and epoch, a large one, a DEL, an EXPIRE.
+  auto rec_set = set_ttl;
+  rec_set.epoch = 7;
+  auto rec_rdv = set_request_rdv(2, "big", d, 1 << 20);
+  rec_rdv.epoch = 7;
+  auto rec_del = del_request(3, "key");
+  rec_del.epoch = 8;
+  auto rec_expire = expire_request(4, "key", 1000);
+  rec_expire.epoch = 8;
+  put("wire", "records", messages({rec_set, rec_rdv, rec_del, rec_expire}));
   Bytes cut = messages({set_request(1, "key", sb(v))});
   cut.resize(cut.size() - 7);
   put("wire", "truncated", cut);
