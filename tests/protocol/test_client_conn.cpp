@@ -254,6 +254,41 @@ TEST_F(ClientConnTest, WrongReplyOpcodeFailsTheConnection) {
   EXPECT_EQ(results_[0].status, Status::connection_failed);
 }
 
+// Replication records (submit_record): SET, DEL and EXPIRE carry the shard
+// epoch on the wire; anything else, or epoch 0, is refused at submit.
+TEST_F(ClientConnTest, RecordsCarryTheirShardEpoch) {
+  start(16, 4, 8);
+  ASSERT_EQ(conn_->submit_record(proto::Opcode::set, "k", bytes_of("v"), 500, 7, record(0)), Status::ok);
+  ASSERT_EQ(conn_->submit_record(proto::Opcode::del, "k", {}, 0, 7, record(1)), Status::ok);
+  ASSERT_EQ(conn_->submit_record(proto::Opcode::expire, "k", {}, 0, 9, record(2)), Status::ok);
+  EXPECT_EQ(conn_->submit_record(proto::Opcode::get, "k", {}, 0, 7, record(3)), Status::bad_request);
+  EXPECT_EQ(conn_->submit_record(proto::Opcode::set, "k", bytes_of("v"), 0, 0, record(3)), Status::bad_request);
+  EXPECT_EQ(conn_->submit_record(proto::Opcode::del, "k", bytes_of("v"), 0, 7, record(3)), Status::bad_request);
+  EXPECT_EQ(conn_->counters().refused, 3u);
+  EXPECT_EQ(conn_->flush(), 1u);
+  std::vector<proto::MessageView> msgs;
+  proto::Decoder dec(link_.sends.at(0).bytes);
+  for (auto r = dec.next(); std::holds_alternative<proto::MessageView>(r); r = dec.next()) {
+    msgs.push_back(std::get<proto::MessageView>(r));
+  }
+  ASSERT_EQ(msgs.size(), 3u);
+  EXPECT_EQ(msgs[0].opcode(), proto::Opcode::set);
+  EXPECT_EQ(msgs[0].epoch, 7u);
+  EXPECT_EQ(msgs[0].ttl, 500u);
+  EXPECT_EQ(msgs[0].value_text(), "v");
+  EXPECT_EQ(msgs[1].opcode(), proto::Opcode::del);
+  EXPECT_EQ(msgs[1].epoch, 7u);
+  EXPECT_EQ(msgs[2].opcode(), proto::Opcode::expire);
+  EXPECT_EQ(msgs[2].epoch, 9u);
+  EXPECT_EQ(msgs[2].ttl, 0u);
+  reply({proto::msg::set_reply(msgs[0].header.req_id, 0),
+         proto::msg::error_reply(proto::Opcode::del, msgs[1].header.req_id, 0, proto::Status::not_owner),
+         proto::msg::expire_reply(msgs[2].header.req_id, 1, true)});
+  EXPECT_EQ(results_[0].status, Status::ok);
+  EXPECT_EQ(results_[1].status, Status::not_owner);
+  EXPECT_EQ(results_[2].status, Status::ok);
+}
+
 TEST_F(ClientConnTest, DelGoesInOrderAsHeaderAndKeyAndReportsFound) {
   start(16, 4, 8);
   ASSERT_EQ(conn_->submit_set("k", bytes_of("v"), record(0)), Status::ok);

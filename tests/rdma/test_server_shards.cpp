@@ -2,7 +2,10 @@
 // shards it no longer serves (Server::serve_shards, docs/cluster.md
 // "Fencing"), in steps between reactor turns, each with a tombstone in the
 // log; a shard served again before its sweep ended is swept first, so a
-// client over verbs never gets a value held from before.
+// client over verbs never gets a value held from before. A backup keeps
+// what it backs and takes replication records of its shards' epochs, from a
+// raw verbs client and from kv::Client (docs/cluster.md "Replication
+// records").
 #include <gtest/gtest.h>
 
 #include <set>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "../protocol/fake_durability.hpp"
+#include "kv/client/client.hpp"
 #include "loopback.hpp"
 #include "proto/encode.hpp"
 #include "proto/placement.hpp"
@@ -184,6 +188,44 @@ TEST(ServerShards, ABackupKeepsWhatItBacksAndServesItOncePromoted) {
   bool down = false;
   m.server->shutdown([&] { down = true; });
   EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {&c}));
+}
+
+// kv::Client::record, what a primary will send its backups: a small and a
+// large (rendezvous: the backup READs it) SET, an EXPIRE and a DEL at the
+// shard's epoch are applied; a record at an older epoch is refused.
+TEST(ServerShards, AClientsRecordsReachABackup) {
+  Member m;
+  m.log.answer = kv::store::DurableAck::now;
+  m.server->gate().close_to_cluster();
+  m.server->serve_shards(std::vector<proto::ShardPart>(kShards, proto::ShardPart{proto::ShardRole::backup, 9}));
+  m.server->gate().lease_held_until(kv::server::ShardGate::Clock::now() + 1h);
+  auto c = kv::client::Client::connect(m.reactor, verbs::test::softroce_addr(), m.server->port());
+  const auto send = [&](proto::Opcode op, const std::string& k, const std::string& v, std::uint64_t ttl,
+                        std::uint64_t epoch) {
+    std::optional<kv::client::Status> got;
+    const auto st = c->record(op, k, proto::as_bytes(v), ttl, epoch,
+                              [&](kv::client::Status s, bool, std::span<const std::byte>) { got = s; });
+    EXPECT_EQ(st, kv::client::Status::ok);
+    EXPECT_TRUE(wait_until([&] { return got.has_value(); }, kStep, [&] { m.step(); }, {}));
+    return got.value_or(kv::client::Status::timeout);
+  };
+  const std::string small = "small";
+  const std::string large(200000, 'L');
+  EXPECT_EQ(send(proto::Opcode::set, "a", small, 0, 9), kv::client::Status::ok);
+  EXPECT_EQ(send(proto::Opcode::set, "b", large, 0, 9), kv::client::Status::ok);
+  EXPECT_EQ(send(proto::Opcode::expire, "a", "", 60000, 9), kv::client::Status::ok);
+  EXPECT_EQ(send(proto::Opcode::set, "c", small, 0, 8), kv::client::Status::not_owner) << "a replaced primary's";
+  EXPECT_EQ(m.store.get("a").value, small);
+  EXPECT_GT(m.store.ttl("a").value_or(-1), 0);
+  EXPECT_EQ(m.store.get("b").value.size(), large.size());
+  EXPECT_FALSE(m.store.peek("c").found);
+  EXPECT_EQ(send(proto::Opcode::del, "b", "", 0, 9), kv::client::Status::ok);
+  EXPECT_FALSE(m.store.peek("b").found);
+  EXPECT_EQ(m.server->counters().records_applied, 4u);
+  c->close();
+  bool down = false;
+  m.server->shutdown([&] { down = true; });
+  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {}));
 }
 
 }  // namespace

@@ -443,6 +443,16 @@ Status Client::expire(std::string_view key, std::uint64_t ttl_ms, Callback cb) {
   return st;
 }
 
+Status Client::record(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                      std::uint64_t ttl_ms, std::uint64_t epoch, Callback cb) {
+  assert_owner();
+  if (!conn_) return Status::not_connected;
+  Path p = Path::eager;
+  const Status st = conn_->submit_record(op, key, value, ttl_ms, epoch, std::move(cb), &p);
+  if (st == Status::ok) schedule_flush(p == Path::rendezvous);
+  return st;
+}
+
 Status Client::ttl(std::string_view key, Callback cb) {
   assert_owner();
   if (!conn_) return Status::not_connected;

@@ -131,6 +131,10 @@ class Client {
   [[nodiscard]] Status expire(std::string_view key, std::uint64_t ttl_ms, Callback cb);
   // `found`: the key exists; its remaining time is then ClientConn::ttl_of(value) ms (-1: no expiry).
   [[nodiscard]] Status ttl(std::string_view key, Callback cb);
+  // A replication record at shard epoch `epoch` (ClientConn::submit_record):
+  // what a shard's primary sends its backups. `value` as set()'s.
+  [[nodiscard]] Status record(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                              std::uint64_t ttl_ms, std::uint64_t epoch, Callback cb);
 
   // A user-defined operation (docs/protocol.md "CALL"): runs the server's
   // handler of user opcode `op` on `request` (which must stay alive until

@@ -124,6 +124,16 @@ Status ClientConn::submit_expire(std::string_view key, std::uint64_t ttl_ms, Cal
   return submit(proto::Opcode::expire, key, {}, std::move(cb), nullptr, ttl_ms);
 }
 
+Status ClientConn::submit_record(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                                 std::uint64_t ttl_ms, std::uint64_t epoch, Callback cb, Path* path) {
+  const bool write = op == proto::Opcode::set || op == proto::Opcode::del || op == proto::Opcode::expire;
+  if (!write || epoch == 0 || (op != proto::Opcode::set && !value.empty())) {
+    ++counters_.refused;
+    return Status::bad_request;
+  }
+  return submit(op, key, value, std::move(cb), path, ttl_ms, epoch);
+}
+
 Status ClientConn::submit_ttl(std::string_view key, Callback cb) {
   return submit(proto::Opcode::ttl, key, {}, std::move(cb));
 }
@@ -141,7 +151,7 @@ Status ClientConn::submit_call(std::uint16_t op, std::span<const std::byte> requ
 Status ClientConn::submit_stats(Callback cb) { return submit(proto::Opcode::stats, {}, {}, std::move(cb)); }
 
 Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value, Callback cb,
-                          Path* path_out, std::uint64_t ttl) {
+                          Path* path_out, std::uint64_t ttl, std::uint64_t epoch) {
   // Only SET and CALL carry a value, so only they can go by rendezvous.
   const Path path = op == proto::Opcode::get && onesided()          ? Path::onesided
                     : proto::eager_fits(key.size(), value.size()) ? Path::eager
@@ -157,7 +167,8 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     // Rendezvous: the server READs the value from this (registered) buffer.
     if (registrar_ == nullptr || (max_value_ != 0 && value.size() > max_value_)) st = Status::too_large;
   } else if (state_ == ConnState::established &&
-             proto::kHeaderSize + key.size() + (ttl != 0 ? proto::kTtlSize : 0) + value.size() >
+             proto::kHeaderSize + key.size() + (ttl != 0 ? proto::kTtlSize : 0) +
+                     (epoch != 0 ? proto::kEpochSize : 0) + value.size() >
                  channel_.max_message()) {
     st = Status::too_large;  // the server's receive buffers are smaller than this request
   }
@@ -175,7 +186,7 @@ Status ClientConn::submit(proto::Opcode op, std::string_view key, std::span<cons
     ++counters_.refused;
     return st;
   }
-  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease), path, {}, ttl, {}});
+  queue_.push_back(Request{op, std::string(key), value, std::move(cb), std::move(lease), path, {}, ttl, {}, epoch});
   ++counters_.requests;
   if (path_out != nullptr) *path_out = path;
   SPDLOG_TRACE("client: queued {} key_len {} value_len {}", proto::to_string(op), key.size(), value.size());

@@ -280,6 +280,14 @@ class ClientConn {
   [[nodiscard]] Status submit_ttl(std::string_view key, Callback cb);
   static constexpr std::size_t kTtlValueSize = 8;
   [[nodiscard]] static std::int64_t ttl_of(std::span<const std::byte> value) noexcept;
+  // A replication record (docs/cluster.md "Replication records"): the write
+  // `op` (SET with `value` and ttl_ms as submit_set's, DEL, or EXPIRE with
+  // ttl_ms as submit_expire's) a shard's primary sends a backup, carrying
+  // the shard's epoch (non-zero). Refused (bad_request) for another op or
+  // epoch 0. The backup answers not_owner unless its map makes it a backup
+  // of the key's shard at that epoch.
+  [[nodiscard]] Status submit_record(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
+                                     std::uint64_t ttl_ms, std::uint64_t epoch, Callback cb, Path* path = nullptr);
   // CALL of user opcode `op`: `request` (alive until the callback) goes
   // eagerly or, from 4 KiB, by the server's RDMA READ (registered like a
   // large SET's value); the callback's value is the handler's reply (a large
@@ -379,6 +387,7 @@ class ClientConn {
     Into into{};              // GET into the caller's memory
     std::uint64_t ttl = 0;    // SET: its TTL field (0: none); EXPIRE: the new TTL
     std::vector<std::byte> owned;  // TOUCH: its packed keys (`value` views them)
+    std::uint64_t epoch = 0;  // a replication record's shard epoch (submit_record); 0: none
   };
   // What a request in flight waits for. At most one RDMA READ per request is
   // in flight, and only in the pull, hood and block stages.
@@ -404,7 +413,7 @@ class ClientConn {
 
   // Decides the request's Path (the one place) and queues it; *path_out gets it when accepted.
   [[nodiscard]] Status submit(proto::Opcode op, std::string_view key, std::span<const std::byte> value,
-                              Callback cb, Path* path_out = nullptr, std::uint64_t ttl = 0);
+                              Callback cb, Path* path_out = nullptr, std::uint64_t ttl = 0, std::uint64_t epoch = 0);
   using SlotKey = reactor::SlotKey;
   [[nodiscard]] static std::uint32_t req_id(SlotKey key) noexcept { return key.pack32(); }
   // An RDMA READ's wr_id carries its request's slot key, generation included.

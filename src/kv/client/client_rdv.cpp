@@ -27,6 +27,7 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
                                            proto::crc32c(r.value.data(), r.value.size())},
                                           r.value.size());
     if (r.ttl != 0) m.ttl = r.ttl;
+    if (r.epoch != 0) m.epoch = r.epoch;
     return m;
   }
   if (r.op == proto::Opcode::call) {  // no landing buffer offered: a large reply is pulled
@@ -35,8 +36,12 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
                                         r.value.size());
   }
   if (r.op == proto::Opcode::stats) return proto::msg::stats_request(id);
-  if (r.op == proto::Opcode::del) return proto::msg::del_request(id, r.key);
-  if (r.op == proto::Opcode::expire) return proto::msg::expire_request(id, r.key, r.ttl);
+  if (r.op == proto::Opcode::del || r.op == proto::Opcode::expire) {
+    proto::MessageSpec m = r.op == proto::Opcode::del ? proto::msg::del_request(id, r.key)
+                                                      : proto::msg::expire_request(id, r.key, r.ttl);
+    if (r.epoch != 0) m.epoch = r.epoch;
+    return m;
+  }
   if (r.op == proto::Opcode::ttl) return proto::msg::ttl_request(id, r.key);
   if (r.op == proto::Opcode::touch) return proto::msg::touch(id, r.value);
   if (r.into.on) {  // the caller's memory, registered for this request (flush() moves it to the slot)
