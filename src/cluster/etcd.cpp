@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -13,6 +14,44 @@
 namespace rkv::cluster {
 
 namespace {
+
+// The endpoint of each endpoint list that last answered (or that requests
+// moved on to), shared by every EtcdClient of the process: a new client (a
+// read, a watch restarted, the lease, the keeper) starts where the others
+// found etcd instead of at a member that is down. Keyed by the list, so
+// clients of another cluster address do not interfere.
+class Preferred {
+ public:
+  static Preferred& get() {
+    static Preferred p;
+    return p;
+  }
+  [[nodiscard]] std::size_t of(const std::vector<std::string>& endpoints) {
+    const std::lock_guard lock(m_);
+    const auto it = by_list_.find(key(endpoints));
+    if (it == by_list_.end()) return 0;
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      if (endpoints[i] == it->second) return i;
+    }
+    return 0;
+  }
+  void set(const std::vector<std::string>& endpoints, std::size_t current) noexcept {
+    try {
+      const std::lock_guard lock(m_);
+      by_list_[key(endpoints)] = endpoints[current];
+    } catch (...) {  // out of memory: the next client starts at the first endpoint, as before
+    }
+  }
+
+ private:
+  static std::string key(const std::vector<std::string>& endpoints) {
+    std::string k;
+    for (const auto& e : endpoints) k += e + ",";
+    return k;
+  }
+  std::mutex m_;
+  std::map<std::string, std::string> by_list_;
+};
 
 void global_init() {
   static std::once_flag once;
@@ -96,6 +135,7 @@ void EtcdReply::check(std::string_view what) const {
 EtcdClient::EtcdClient(reactor::Reactor& reactor, std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
     : reactor_(&reactor), endpoints_(std::move(endpoints)), timeout_(timeout) {
   if (endpoints_.empty()) throw ClusterError(EINVAL, "etcd: no endpoint");
+  current_ = Preferred::get().of(endpoints_);
   global_init();
   multi_ = curl_multi_init();
   if (multi_ == nullptr) throw ClusterError(ENOMEM, "libcurl: curl_multi_init failed");
@@ -189,6 +229,7 @@ EtcdReply EtcdClient::call(std::string_view path, std::string body, std::chrono:
 void EtcdClient::next_endpoint(std::size_t failed) noexcept {
   if (failed != current_ || endpoints_.size() == 1) return;  // moved on already, or nowhere to go
   current_ = (current_ + 1) % endpoints_.size();
+  Preferred::get().set(endpoints_, current_);
   spdlog::warn("etcd: no reply from {}: using {}", endpoints_[failed], endpoints_[current_]);
 }
 

@@ -172,7 +172,11 @@ TEST_F(ClusterWatchTest, AnUnreachableEtcdEndpointIsPassedOver) {
     ASSERT_EQ(etcd.endpoint(), "http://127.0.0.1:1");
     const EtcdReply r = etcd.call(kPathPut, put_body(member_key(two, a), member_value(a), 0));
     ASSERT_TRUE(r.ok) << r.error;
-    EXPECT_EQ(etcd.endpoint(), url_.endpoints()[0]) << "requests still go to the endpoint that did not answer";
+    EXPECT_EQ(etcd.endpoint(), url_.endpoints()[0]) << "requests go on to the endpoint that answered";
+  }
+  {
+    EtcdClient later(reactor_, two.endpoints(), 10s);
+    EXPECT_EQ(later.endpoint(), url_.endpoints()[0]) << "a new client starts where the last one found etcd";
   }
   const ClusterView start = read_cluster(two, 10s);
   ASSERT_EQ(ids(start.members), std::vector<std::string>{a.id()});
