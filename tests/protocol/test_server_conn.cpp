@@ -107,6 +107,16 @@ class ServerConnTest : public ::testing::Test {
     return all;
   }
 
+  // One request alone: the status of its reply (its send buffer is given
+  // back for the next).
+  Status status_of(const proto::MessageSpec& m) {
+    EXPECT_EQ(deliver(pack({m})), Verdict::keep);
+    const auto r = flush_replies();
+    EXPECT_EQ(r.size(), 1u);
+    if (!link_.sends.empty()) complete_send(link_.sends.size() - 1);
+    return r.empty() ? Status::internal : r[0].header.status;
+  }
+
   void complete_send(std::size_t i) {
     EXPECT_EQ(conn_->on_completion(FakeLink::complete(link_.sends.at(i), CompletionOpcode::send)), Verdict::keep);
   }
@@ -156,13 +166,6 @@ TEST_F(ServerConnTest, SetThenGet) {
 TEST_F(ServerConnTest, TheShardGateRefusesOtherShardsAndWritesPastTheLease) {
   const std::string value = "v";
   const auto v = bytes_of(value);
-  const auto status_of = [&](const proto::MessageSpec& m) {
-    EXPECT_EQ(deliver(pack({m})), Verdict::keep);
-    const auto r = flush_replies();
-    EXPECT_EQ(r.size(), 1u);
-    if (!link_.sends.empty()) complete_send(link_.sends.size() - 1);  // its send buffer back for the next
-    return r.empty() ? Status::internal : r[0].header.status;
-  };
   ASSERT_TRUE(store_.set("old", "x"));
   gate_.close_to_cluster();
   EXPECT_EQ(status_of(proto::msg::set_request(1, "k", v)), Status::not_owner);
@@ -210,13 +213,6 @@ TEST_F(ServerConnTest, TheShardGateRefusesOtherShardsAndWritesPastTheLease) {
 TEST_F(ServerConnTest, ABackupAppliesOnlyRecordsOfTheShardsEpoch) {
   const std::string value = "v";
   const auto v = bytes_of(value);
-  const auto status_of = [&](const proto::MessageSpec& m) {
-    EXPECT_EQ(deliver(pack({m})), Verdict::keep);
-    const auto r = flush_replies();
-    EXPECT_EQ(r.size(), 1u);
-    if (!link_.sends.empty()) complete_send(link_.sends.size() - 1);
-    return r.empty() ? Status::internal : r[0].header.status;
-  };
   const auto record = [](proto::MessageSpec m, std::uint64_t epoch) {
     m.epoch = epoch;
     return m;
