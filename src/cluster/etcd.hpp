@@ -64,7 +64,8 @@ class EtcdClient {
   // stream cut) fails as ever, and the following ones go to the next (the
   // callers' retries, a watch's restart). A new client starts at the one
   // the process's clients of the same list moved on to last (a
-  // process-wide table, under a mutex), not at a member already found down. `timeout` bounds each request,
+  // process-wide table, under a mutex), not at a member already found
+  // down. `timeout` bounds each request,
   // connecting included. Throws ClusterError if there is no endpoint or
   // libcurl cannot be set up.
   EtcdClient(reactor::Reactor& reactor, std::vector<std::string> endpoints, std::chrono::milliseconds timeout);

@@ -93,7 +93,7 @@ class FakeLink final : public kv::conn::Link {
   // The recv completion for `bytes` arriving in the posted receive `r`
   // (copies them into its buffer, as the HCA would).
   static verbs::Completion deliver(const Post& r, std::span<const std::byte> bytes) {
-    std::memcpy(r.target.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(r.target.data(), bytes.data(), bytes.size());
     verbs::Completion c;
     c.wr_id = r.id;
     c.status = verbs::CompletionStatus::success;
