@@ -39,7 +39,7 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
   if (m.header.has_epoch()) {
     if (buf_.size() - p < kEpochSize) return fail(Reason::truncated_payload);
     m.epoch = load_le<std::uint64_t>(buf_.subspan(p, kEpochSize), 0);
-    if (m.epoch == 0) return fail(Reason::bad_epoch);
+    if (auto r = check_epoch(m.epoch)) return fail(*r);
     p += kEpochSize;
   }
 

@@ -276,7 +276,9 @@ std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) 
   // Both an eager value and a descriptor would be ambiguous.
   if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
   if (auto r = check_header(raw_header_of(m), limits)) return r;
-  if (m.epoch && *m.epoch == 0) return Reason::bad_epoch;
+  if (m.epoch) {
+    if (auto r = check_epoch(*m.epoch)) return r;
+  }
   return m.ttl ? check_ttl(m.opcode, *m.ttl) : std::nullopt;
 }
 

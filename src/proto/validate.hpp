@@ -53,6 +53,10 @@ enum class Reason : std::uint8_t {
 
 // The rule for the TTL field's value, judged once the body is read.
 [[nodiscard]] std::optional<Reason> check_ttl(Opcode op, std::uint64_t ttl) noexcept;
+// The rule for the epoch field's value (never 0), judged once the body is read.
+[[nodiscard]] constexpr std::optional<Reason> check_epoch(std::uint64_t epoch) noexcept {
+  return epoch == 0 ? std::optional{Reason::bad_epoch} : std::nullopt;
+}
 
 // Precondition: check_header(h, ...) returned nullopt.
 [[nodiscard]] Header to_header(const RawHeader& h) noexcept;
