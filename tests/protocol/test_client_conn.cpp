@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fake_link.hpp"
+#include "wire_helpers.hpp"
 #include "kv/client/client_conn.hpp"
 #include "proto/connect_params.hpp"
 #include "proto/decode.hpp"
@@ -266,11 +267,7 @@ TEST_F(ClientConnTest, RecordsCarryTheirShardEpoch) {
   EXPECT_EQ(conn_->submit_record(proto::Opcode::del, "k", bytes_of("v"), 0, 7, record(3)), Status::bad_request);
   EXPECT_EQ(conn_->counters().refused, 3u);
   EXPECT_EQ(conn_->flush(), 1u);
-  std::vector<proto::MessageView> msgs;
-  proto::Decoder dec(link_.sends.at(0).bytes);
-  for (auto r = dec.next(); std::holds_alternative<proto::MessageView>(r); r = dec.next()) {
-    msgs.push_back(std::get<proto::MessageView>(r));
-  }
+  const std::vector<proto::MessageView> msgs = test::decode(link_.sends.at(0).bytes);
   ASSERT_EQ(msgs.size(), 3u);
   EXPECT_EQ(msgs[0].opcode(), proto::Opcode::set);
   EXPECT_EQ(msgs[0].epoch, 7u);
@@ -296,11 +293,7 @@ TEST_F(ClientConnTest, DelGoesInOrderAsHeaderAndKeyAndReportsFound) {
   ASSERT_EQ(conn_->submit_get("k", record(2)), Status::ok);
   ASSERT_EQ(conn_->submit_del("nope", record(3)), Status::ok);
   EXPECT_EQ(conn_->flush(), 1u);
-  std::vector<proto::MessageView> msgs;
-  proto::Decoder dec(link_.sends.at(0).bytes);
-  for (auto r = dec.next(); std::holds_alternative<proto::MessageView>(r); r = dec.next()) {
-    msgs.push_back(std::get<proto::MessageView>(r));
-  }
+  const std::vector<proto::MessageView> msgs = test::decode(link_.sends.at(0).bytes);
   ASSERT_EQ(msgs.size(), 4u);
   EXPECT_EQ(msgs[0].opcode(), proto::Opcode::set);
   EXPECT_EQ(msgs[1].opcode(), proto::Opcode::del);

@@ -1137,30 +1137,35 @@ TEST(ProtoTtl, SetExpireTtlAndTouchRoundTrip) {
   EXPECT_EQ(roundtrip(msg::touch_reply(7, 2)).m.opcode(), Opcode::touch_reply);
 }
 
-TEST(ProtoTtl, TtlFieldRules) {
+namespace {
+// A message the encoder refuses for `want`: check_message says why, and
+// encode() writes nothing.
+void expect_refused(const MessageSpec& m, Reason want) {
   Bytes buf(64);
-  auto refused = [&](MessageSpec m, Reason want) {
-    EXPECT_EQ(check_message(m), want) << to_string(m.opcode);
-    EXPECT_EQ(encode(buf, 0, m).status, EncodeStatus::invalid);
-  };
+  EXPECT_EQ(check_message(m), want) << to_string(m.opcode);
+  EXPECT_EQ(encode(buf, 0, m).status, EncodeStatus::invalid);
+}
+}  // namespace
+
+TEST(ProtoTtl, TtlFieldRules) {
   auto set = msg::set_request(1, "k", {});
   set.ttl = 0;
-  refused(set, Reason::bad_ttl);  // a SET's TTL is > 0 (without one, no flag)
+  expect_refused(set, Reason::bad_ttl);  // a SET's TTL is > 0 (without one, no flag)
   set.ttl = kMaxTtlMs + 1;
-  refused(set, Reason::bad_ttl);
+  expect_refused(set, Reason::bad_ttl);
   auto expire = msg::expire_request(1, "k", kMaxTtlMs + 1);
-  refused(expire, Reason::bad_ttl);
+  expect_refused(expire, Reason::bad_ttl);
   expire.ttl.reset();
-  refused(expire, Reason::ttl_not_allowed);  // EXPIRE needs its field
+  expect_refused(expire, Reason::ttl_not_allowed);  // EXPIRE needs its field
   auto get = msg::get_request(1, "k");
   get.ttl = 5;
-  refused(get, Reason::ttl_not_allowed);
+  expect_refused(get, Reason::ttl_not_allowed);
   auto found = msg::ttl_reply(1, 0, 5);
   found.ttl.reset();
-  refused(found, Reason::ttl_not_allowed);  // a found TTL_REPLY needs its field
+  expect_refused(found, Reason::ttl_not_allowed);  // a found TTL_REPLY needs its field
   auto touch_key = msg::touch(1, {});
   touch_key.key = "k";
-  refused(touch_key, Reason::key_not_allowed);
+  expect_refused(touch_key, Reason::key_not_allowed);
   // On the wire: a flag without its 8 bytes is a truncated message; a forged
   // flag on a GET is refused from the header alone.
   expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagTtl; }),
@@ -1201,26 +1206,21 @@ TEST(ProtoEpoch, SetDelExpireCarryAShardEpoch) {
 }
 
 TEST(ProtoEpoch, EpochFieldRules) {
-  Bytes buf(64);
-  auto refused = [&](MessageSpec m, Reason want) {
-    EXPECT_EQ(check_message(m), want) << to_string(m.opcode);
-    EXPECT_EQ(encode(buf, 0, m).status, EncodeStatus::invalid);
-  };
   auto set = msg::set_request(1, "k", {});
   set.epoch = 0;
-  refused(set, Reason::bad_epoch);
+  expect_refused(set, Reason::bad_epoch);
   auto get = msg::get_request(1, "k");
   get.epoch = 5;
-  refused(get, Reason::epoch_not_allowed);
+  expect_refused(get, Reason::epoch_not_allowed);
   auto ttl = msg::ttl_request(1, "k");
   ttl.epoch = 5;
-  refused(ttl, Reason::epoch_not_allowed);
+  expect_refused(ttl, Reason::epoch_not_allowed);
   auto reply = msg::set_reply(1, 0);
   reply.epoch = 5;
-  refused(reply, Reason::epoch_not_allowed);
+  expect_refused(reply, Reason::epoch_not_allowed);
   auto call = msg::call_request(1, "\x01\x01", {});
   call.epoch = 5;
-  refused(call, Reason::epoch_not_allowed);
+  expect_refused(call, Reason::epoch_not_allowed);
   // On the wire: a forged flag on a GET is refused from the header alone; an
   // epoch of 0 or a flag without its 8 bytes once the body is read.
   expect_reason(patched(msg::get_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagEpoch; }),
