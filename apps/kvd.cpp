@@ -46,6 +46,7 @@
 #include "durable/log.hpp"
 #include "durable/recovery.hpp"
 #include "kv/conn/auth_token.hpp"
+#include "kv/replica/replicator.hpp"
 #include "kv/server/server.hpp"
 #include "kv/store/store.hpp"
 #include "proto/placement.hpp"
@@ -109,6 +110,30 @@ bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Op
 
 // Half of the memory this process may use: the machine's (sysconf), or the
 // cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
+// What the Replicator needs of a map: for each shard `parts` (this member's
+// parts in `map`) make it the primary of, its epoch and its backups.
+std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::ShardMap>& map,
+                                                  const std::vector<proto::ShardPart>& parts) {
+  std::vector<kv::replica::ShardBackups> out;
+  if (!map) return out;
+  out.resize(map->shards.size());
+  for (std::size_t i = 0; i < parts.size() && i < out.size(); ++i) {
+    if (parts[i].role != proto::ShardRole::primary) continue;
+    out[i].epoch = parts[i].epoch;
+    const auto& owners = map->shards[i].owners;
+    for (std::size_t b = 1; b < owners.size(); ++b) {
+      proto::ServerAddr a;
+      std::string why;
+      if (!proto::parse_server(owners[b], 1, a, why)) {
+        spdlog::warn("kvd: backup {} of shard {}: {} (not replicated to)", owners[b], i, why);
+        continue;
+      }
+      out[i].backups.push_back({owners[b], a.host, a.port});
+    }
+  }
+  return out;
+}
+
 std::uint64_t default_max_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
@@ -273,6 +298,20 @@ int kvd_main(int argc, char** argv) {
       ->check(CLI::Range(0u, 3600u))
       ->needs(cluster_opt)
       ->capture_default_str();
+  unsigned replicas = 0;
+  app.add_option("--replicas", replicas,
+                 "--cluster: backups per shard in the shard maps this kvd writes (give every member the same); each "
+                 "write of a shard is sent to its backups over RDMA (docs/cluster.md \"Replication\")")
+      ->check(CLI::Range(0u, cluster::kMaxReplicas))
+      ->needs(cluster_opt)
+      ->capture_default_str();
+  std::string ack = std::string(to_string(kv::replica::AckMode::replicas));
+  app.add_option("--ack", ack,
+                 "--cluster: when a write is acknowledged: replicas (once every backup the map names applied it, "
+                 "and the log has it per --fsync) or primary (as the log alone says; backups follow)")
+      ->check(CLI::IsMember({"replicas", "primary"}))
+      ->needs(cluster_opt)
+      ->capture_default_str();
   app.add_flag("--repair", repair,
                "start even if a log or snapshot is corrupt in the middle: drop the damaged bytes (logged), keep "
                "every good record, rewrite the directory")
@@ -395,11 +434,30 @@ int kvd_main(int argc, char** argv) {
         check();
       });
     });
-    kv::server::Server server(reactor, store, opt, log.get());
+    // A member replicates the writes of the shards it is the primary of
+    // (a thread: started after the signals were blocked).
+    std::unique_ptr<kv::replica::Replicator> replicator;
+    if (cluster_url) {
+      kv::client::ClientOptions copt;
+      copt.auth_token = opt.auth_token;
+      copt.connect_timeout = std::chrono::seconds(2);
+      copt.op_timeout = std::chrono::seconds(10);
+      copt.close_timeout = std::chrono::seconds(1);  // at exit, per backup
+      replicator = std::make_unique<kv::replica::Replicator>(reactor, store, log.get(), *kv::replica::ack_mode_from(ack),
+                                                             std::move(copt));
+    }
+    kv::store::Durability* durability = replicator ? static_cast<kv::store::Durability*>(replicator.get()) : log.get();
+    kv::server::Server server(reactor, store, opt, durability);
     server_ptr = &server;
     register_kvd_ops(server);  // INCR and CAS through the public handler API
-    if (log) {
-      log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); });
+    const auto to_server = [&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); };
+    if (replicator) replicator->set_sink(to_server);
+    if (log && replicator) {
+      log->set_sink([&replicator](std::uint64_t tok, std::uint32_t wait, bool ok) {
+        replicator->on_inner_durable(tok, wait, ok);
+      });
+    } else if (log) {
+      log->set_sink(to_server);
     }
     // A member serves the shards the map names this incarnation (its id
     // under its lease) the primary of, and writes only while its lease
@@ -409,6 +467,7 @@ int kvd_main(int argc, char** argv) {
     const auto serve_shards = [&] {
       std::vector<proto::ShardPart> mine;
       if (seen_map && member) mine = seen_map->parts_of(self_id, member->lease());
+      if (replicator) replicator->set_backups(seen_map ? seen_map->epoch : 0, backups_of(seen_map, mine));
       const std::size_t before = server.gate().served();
       const std::size_t backed_before = server.gate().backed();
       server.serve_shards(std::move(mine));
@@ -429,7 +488,7 @@ int kvd_main(int argc, char** argv) {
               serve_shards();  // a new lease (joined again) serves no shard of the old one
             });
         keeper = std::make_unique<cluster::MapKeeper>(
-            reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{},
+            reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{.replicas = replicas},
             [&](const cluster::ClusterView& view) {
               seen_map = view.map;
               serve_shards();

@@ -7,9 +7,10 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <vector>
+#include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kv/store/store.hpp"
 
@@ -278,6 +279,39 @@ TEST(Store, SweepDropsEveryDoomedKeyInStepsAndAcrossARehash) {
   s.for_each([&](std::string_view k, const Store::Lookup&) {
     EXPECT_TRUE(k.back() != '7' && k.back() != '3') << k;
   });
+}
+
+// visit() (a primary's catch-up walk) reaches every key with its value and
+// expiry, a few buckets per call, changing nothing; a rehash between calls
+// makes the next call visit the whole table, so none is missed.
+TEST(Store, VisitReachesEveryKeyInStepsAndAcrossARehash) {
+  constexpr ExpireAt kLater = 4'000'000'000'000;  // ms: in 2096
+  Store s;
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(s.set("k" + std::to_string(i), "v" + std::to_string(i), i == 5 ? kLater : kNoExpiry));
+  std::set<std::string> seen;
+  const Store::Visitor note = [&](std::string_view k, const Store::Lookup& e) {
+    EXPECT_TRUE(e.found);
+    if (k.front() == 'k') {
+      EXPECT_EQ(e.value, "v" + std::string(k.substr(1))) << k;
+      EXPECT_EQ(e.expire_at, k == "k5" ? kLater : kNoExpiry) << k;
+    }
+    seen.emplace(k);
+  };
+  Store::SweepCursor cursor;
+  int calls = 1;
+  for (; !s.visit(cursor, 16, note); ++calls) {
+  }
+  EXPECT_GT(calls, 10) << "one call visited every bucket";
+  EXPECT_EQ(seen.size(), 1000u);
+  EXPECT_EQ(s.size(), 1000u) << "a visit changes nothing";
+
+  seen.clear();
+  cursor = {};
+  ASSERT_FALSE(s.visit(cursor, 16, note));
+  // Three times as many keys: the table (load factor 1) must grow.
+  for (int i = 0; i < 3000; ++i) ASSERT_TRUE(s.set("m" + std::to_string(i), "v"));
+  EXPECT_TRUE(s.visit(cursor, 16, note)) << "a rehashed table is visited to the end at once";
+  EXPECT_EQ(seen.size(), 4000u) << "no key missed across the rehash";
 }
 
 }  // namespace

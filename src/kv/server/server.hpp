@@ -210,8 +210,11 @@ class Server {
   // (docs/cluster.md "Fencing"). The drop is a sweep of the store,
   // kDropBuckets buckets per reactor turn; a shard held again before its
   // sweep ended is swept to the end first, so its old values are never
-  // served. Each dropped key is a tombstone in the log (as an eviction is),
-  // and counts as dropped_keys. An empty `parts`: no map.
+  // served. A shard it starts to back having had no part in it (or before
+  // the first map) is emptied at once, before it takes a record: the
+  // primary's catch-up brings what is current. Each dropped key is a
+  // tombstone in the log (as an eviction is), and counts as dropped_keys.
+  // An empty `parts`: no map.
   void serve_shards(std::vector<proto::ShardPart> parts);
   // True while keys of lost shards are still being dropped.
   [[nodiscard]] bool dropping() const noexcept { return !dropping_.empty(); }

@@ -41,12 +41,29 @@ void Server::serve_shards(std::vector<proto::ShardPart> parts) {
   const bool all_held = before.size() != parts.size();
   if (dropping_.empty()) dropping_.assign(parts.size(), false);
   std::size_t newly_lost = 0;
+  std::size_t newly_backed = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) {
+    // A shard it starts to back having had no part in it (or before the
+    // first map) is emptied before it takes a record: what it held of it
+    // (keys recovered from the log, an earlier turn as owner) may be stale,
+    // and the primary's catch-up would not remove keys deleted since. A
+    // primary that becomes a backup keeps its keys: they are current.
+    if (parts[i].role == proto::ShardRole::backup && (all_held || !held(before[i]))) {
+      dropping_[i] = true;
+      ++newly_backed;
+      continue;
+    }
     if (held(parts[i]) || dropping_[i] || !(all_held || held(before[i]))) continue;
     dropping_[i] = true;
     ++newly_lost;
   }
   gate_.serve(std::move(parts));
+  if (newly_backed > 0) {  // at once: its records may come in the next turn
+    spdlog::info("server: emptying {} shard(s) it now backs before taking their records", newly_backed);
+    drop_cursor_ = {};
+    drop_keys(true);
+    return;
+  }
   if (newly_lost == 0) {
     if (std::find(dropping_.begin(), dropping_.end(), true) == dropping_.end()) dropping_.clear();
     return;  // a sweep under way (if any) goes on where it was

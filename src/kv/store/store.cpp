@@ -251,7 +251,7 @@ void Store::erase(Map::iterator it) noexcept {
   map_.erase(it);
 }
 
-bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed) {
+std::size_t Store::step_end(SweepCursor& cursor, std::size_t buckets) const noexcept {
   if (cursor.bucket_count != map_.bucket_count()) {
     // A rehash since the last step moved keys between buckets: from the
     // start, and to the end in this call (starting over in steps could go
@@ -259,7 +259,21 @@ bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doo
     if (cursor.bucket_count != 0) buckets = std::numeric_limits<std::size_t>::max();
     cursor = {0, map_.bucket_count()};
   }
-  const std::size_t end = cursor.bucket + std::min(buckets, cursor.bucket_count - cursor.bucket);
+  return cursor.bucket + std::min(buckets, cursor.bucket_count - cursor.bucket);
+}
+
+bool Store::visit(SweepCursor& cursor, std::size_t buckets, const Visitor& fn) const {
+  const std::size_t end = step_end(cursor, buckets);
+  for (; cursor.bucket < end; ++cursor.bucket) {
+    for (auto l = map_.cbegin(cursor.bucket); l != map_.cend(cursor.bucket); ++l) {
+      fn(std::string_view(l->first), Lookup{true, l->second.view(), l->second.large(), l->second.expire_at});
+    }
+  }
+  return cursor.bucket >= cursor.bucket_count;
+}
+
+bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed) {
+  const std::size_t end = step_end(cursor, buckets);
   for (; cursor.bucket < end; ++cursor.bucket) {
     // Erasing invalidates the bucket's local iterators: look again after each.
     for (bool again = true; again;) {

@@ -241,6 +241,14 @@ class Store {
   using KeyFilter = std::function<bool(std::string_view key)>;
   bool sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed);
   [[nodiscard]] std::uint64_t dropped_keys() const noexcept { return dropped_; }
+  // Calls fn(key, lookup) for every entry of up to `buckets` buckets from
+  // `cursor` on, walking as sweep() does (a rehash between calls restarts
+  // the walk and finishes it in that call, so a key may be visited twice,
+  // none is missed). Expired keys not yet removed are visited too (their
+  // expire_at says so). fn must not insert into or erase from the Store.
+  // True when every bucket has been visited since `cursor` was reset.
+  using Visitor = std::function<void(std::string_view key, const Lookup& entry)>;
+  bool visit(SweepCursor& cursor, std::size_t buckets, const Visitor& fn) const;
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
   // `block_size` (optional) tells the capacity large_blocks(n) hands out:
@@ -445,6 +453,9 @@ class Store {
   std::vector<Node*> expiry_heap_;
   Clock now_ = &wall_ms;
   std::uint64_t expired_ = 0;
+  // sweep() and visit(): where the next step starts and ends (buckets past
+  // the cursor), restarting the walk after a rehash.
+  [[nodiscard]] std::size_t step_end(SweepCursor& cursor, std::size_t buckets) const noexcept;
   std::uint64_t dropped_ = 0;  // by sweep()
   std::uint64_t touched_keys_ = 0;
 };

@@ -1,0 +1,331 @@
+// Replicator: see replicator.hpp.
+
+#include "kv/replica/replicator.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+
+#include "proto/placement.hpp"
+
+namespace rkv::kv::replica {
+
+using store::DurableAck;
+using store::ExpireAt;
+
+std::optional<AckMode> ack_mode_from(std::string_view text) noexcept {
+  for (const AckMode a : {AckMode::replicas, AckMode::primary}) {
+    if (text == to_string(a)) return a;
+  }
+  return std::nullopt;
+}
+
+Replicator::Replicator(reactor::Reactor& reactor, const store::Store& store, store::Durability* inner, AckMode ack,
+                       client::ClientOptions options)
+    : reactor_(&reactor), inner_(inner), ack_(ack), store_(&store) {
+  options.poll = std::chrono::microseconds(0);  // the thread shares the cores with the server: no spinning
+  done_watch_ = reactor.watch(done_fd_.fd(), EPOLLIN, [this](std::uint32_t) { on_done(); });
+  shipper_ = std::make_unique<Shipper>(std::move(options), done_fd_);
+}
+
+Replicator::~Replicator() = default;
+
+std::uint32_t Replicator::link_of(const Backup& b) {
+  const auto [it, added] = link_ids_.try_emplace(b.id, static_cast<std::uint32_t>(link_ids_.size()));
+  return it->second;
+}
+
+void Replicator::set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> shards) {
+  map_epoch_ = map_epoch;
+  Config config;
+  for (std::uint32_t s = 0; s < shards.size(); ++s) {
+    if (shards[s].epoch == 0) continue;
+    for (const Backup& b : shards[s].backups) {
+      LinkConfig& lc = config.links[link_of(b)];
+      lc.host = b.host;
+      lc.port = b.port;
+      lc.backs[s] = shards[s].epoch;
+    }
+  }
+  flush();  // records made under the old map go first
+  std::vector<ShardBackups> before = std::exchange(shards_, std::move(shards));
+  // The replies that wait for backups the map no longer names for their
+  // shard stop waiting for them; a write whose shard this member no longer
+  // is the primary of at its epoch fails.
+  std::vector<std::uint64_t> touched;
+  for (auto& [id, w] : writes_) {
+    if (w.awaited.empty()) continue;
+    const bool still = w.shard < shards_.size() && shards_[w.shard].epoch == w.epoch;
+    if (!still) {
+      w.ok = false;
+      w.awaited.clear();
+    } else {
+      const auto& now = config.links;
+      std::erase_if(w.awaited, [&](std::uint32_t link) {
+        const auto it = now.find(link);
+        return it == now.end() || !it->second.backs.contains(w.shard);
+      });
+    }
+    touched.push_back(id);
+  }
+  shipper_->post(std::move(config));
+  for (const std::uint64_t id : touched) settle(id);
+  plan_catch_up(before);
+}
+
+void Replicator::plan_catch_up(const std::vector<ShardBackups>& before) {
+  const auto backed_before = [&](std::uint32_t s, const Backup& b) {
+    if (s >= before.size() || before.size() != shards_.size() || before[s].epoch != shards_[s].epoch) return false;
+    const auto& old = before[s].backups;
+    return std::any_of(old.begin(), old.end(), [&](const Backup& o) { return o.id == b.id; });
+  };
+  // What is under way keeps only the pairs the map still has.
+  for (auto it = catch_up_.begin(); it != catch_up_.end();) {
+    const auto s = it->first;
+    const bool moved = s >= shards_.size() || before.size() != shards_.size() || shards_[s].epoch == 0 ||
+                       before[s].epoch != shards_[s].epoch;
+    std::erase_if(it->second, [&](std::uint32_t link) {
+      if (moved) return true;  // (its new pairs, if any, are added below)
+      const auto& now = shards_[s].backups;
+      return std::none_of(now.begin(), now.end(), [&](const Backup& b) { return link_of(b) == link; });
+    });
+    it = it->second.empty() ? catch_up_.erase(it) : std::next(it);
+  }
+  bool added = false;
+  for (std::uint32_t s = 0; s < shards_.size(); ++s) {
+    if (shards_[s].epoch == 0) continue;
+    for (const Backup& b : shards_[s].backups) {
+      if (backed_before(s, b)) continue;
+      catch_up_[s].push_back(link_of(b));
+      added = true;
+    }
+  }
+  if (!added) return;
+  catch_up_cursor_ = {};  // the new pairs' keys may be anywhere: from the start
+  spdlog::info("replica: catching up {} (shard, backup) pair(s)", catching_up());
+  if (!catch_up_next_.pending()) catch_up_step();
+}
+
+std::size_t Replicator::catching_up() const noexcept {
+  std::size_t n = 0;
+  for (const auto& [s, links] : catch_up_) n += links.size();
+  return n;
+}
+
+void Replicator::catch_up_step() {
+  catch_up_next_ = reactor::Timer();
+  if (catch_up_.empty() || catch_up_in_flight_ >= kCatchUpWindow) return;  // on_done() resumes it
+  const auto shards = static_cast<std::uint32_t>(shards_.size());
+  const ExpireAt now = store::wall_ms();
+  bool done = false;
+  try {
+    done = store_->visit(catch_up_cursor_, kCatchUpBuckets, [&](std::string_view key, const store::Store::Lookup& e) {
+      if (e.expire_at != store::kNoExpiry && e.expire_at <= now) return;
+      const std::uint32_t s = proto::shard_of(key, shards);
+      const auto it = catch_up_.find(s);
+      if (it == catch_up_.end()) return;
+      Write& w = queue(proto::Opcode::set, key, e.value, e.large, e.expire_at, s, it->second);
+      w.catch_up = true;
+      catch_up_in_flight_ += w.ships;
+      catch_up_records_ += w.ships;
+    });
+  } catch (const std::bad_alloc&) {
+    spdlog::error("replica: out of memory during catch-up; trying again in 1 s");
+    flush();
+    catch_up_next_ = reactor_->after(std::chrono::seconds(1), [this] { catch_up_step(); });
+    return;
+  }
+  flush();
+  if (done) {
+    ++catch_ups_done_;
+    spdlog::info("replica: caught up {} (shard, backup) pair(s)", catching_up());
+    catch_up_.clear();
+    return;
+  }
+  catch_up_next_ = reactor_->after(std::chrono::nanoseconds(0), [this] { catch_up_step(); });
+}
+
+Replicator::Write& Replicator::queue(proto::Opcode op, std::string_view key, std::string_view value,
+                                     const store::LargeRef& large, ExpireAt expire_at, std::uint32_t shard,
+                                     const std::vector<std::uint32_t>& links) {
+  const std::uint64_t id = next_write_++;
+  Write& w = writes_[id];
+  w.shard = shard;
+  w.epoch = shards_[shard].epoch;
+  w.large = large;
+  std::uint64_t ttl_ms = 0;
+  if (expire_at != store::kNoExpiry) ttl_ms = static_cast<std::uint64_t>(std::max<ExpireAt>(1, expire_at - store::wall_ms()));
+  for (const std::uint32_t link : links) {
+    Ship s;
+    s.write = id;
+    s.link = link;
+    s.shard = shard;
+    s.epoch = w.epoch;
+    s.op = op;
+    s.key = key;
+    if (large) {
+      s.large = large->bytes;
+    } else {
+      s.value = value;
+    }
+    s.ttl_ms = ttl_ms;
+    outbox_.push_back(std::move(s));
+    ++w.ships;
+    ++shipped_;
+  }
+  w.id = id;
+  return w;
+}
+
+DurableAck Replicator::ship(proto::Opcode op, std::string_view key, std::string_view value,
+                            const store::LargeRef& large, ExpireAt expire_at, DurableAck inner,
+                            std::uint64_t conn_token, std::uint32_t wait, bool reply) {
+  if (shards_.empty()) return inner;
+  const std::uint32_t shard = proto::shard_of(key, static_cast<std::uint32_t>(shards_.size()));
+  const ShardBackups& sb = shards_[shard];
+  if (sb.epoch == 0 || sb.backups.empty()) return inner;
+  std::vector<std::uint32_t> links;
+  links.reserve(sb.backups.size());
+  for (const Backup& b : sb.backups) links.push_back(link_of(b));
+  Write& w = queue(op, key, value, large, expire_at, shard, links);
+  if (!reply || ack_ != AckMode::replicas || inner == DurableAck::failed) return inner;
+  w.awaited = std::move(links);
+  w.replying = true;
+  w.conn_token = conn_token;
+  w.wait = wait;
+  if (inner == DurableAck::later) {
+    w.inner_waiting = true;
+    inner_waits_[{conn_token, wait}] = w.id;
+  }
+  return DurableAck::later;
+}
+
+DurableAck Replicator::record_set(std::string_view key, std::string_view value, const store::LargeRef& large,
+                                  ExpireAt expire_at, std::uint64_t conn_token, std::uint32_t wait) noexcept {
+  const DurableAck inner =
+      inner_ != nullptr ? inner_->record_set(key, value, large, expire_at, conn_token, wait) : DurableAck::now;
+  try {
+    return ship(proto::Opcode::set, key, value, large, expire_at, inner, conn_token, wait, true);
+  } catch (const std::bad_alloc&) {
+    ++failed_writes_;
+    return inner == DurableAck::later ? inner : DurableAck::failed;
+  }
+}
+
+DurableAck Replicator::record_expire(std::string_view key, ExpireAt expire_at, std::uint64_t conn_token,
+                                     std::uint32_t wait) noexcept {
+  const DurableAck inner =
+      inner_ != nullptr ? inner_->record_expire(key, expire_at, conn_token, wait) : DurableAck::now;
+  try {
+    return ship(proto::Opcode::expire, key, {}, {}, expire_at, inner, conn_token, wait, true);
+  } catch (const std::bad_alloc&) {
+    ++failed_writes_;
+    return inner == DurableAck::later ? inner : DurableAck::failed;
+  }
+}
+
+DurableAck Replicator::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t wait) noexcept {
+  const DurableAck inner = inner_ != nullptr ? inner_->record_del(key, conn_token, wait) : DurableAck::now;
+  try {
+    return ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, inner, conn_token, wait, true);
+  } catch (const std::bad_alloc&) {
+    ++failed_writes_;
+    return inner == DurableAck::later ? inner : DurableAck::failed;
+  }
+}
+
+void Replicator::record_eviction(std::string_view key) noexcept {
+  if (inner_ != nullptr) inner_->record_eviction(key);
+  try {
+    (void)ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, DurableAck::now, 0, 0, false);
+  } catch (const std::bad_alloc&) {
+    ++failed_writes_;  // the backups keep the key until they evict it themselves
+  }
+}
+
+void Replicator::flush() noexcept {
+  if (inner_ != nullptr) inner_->flush();
+  if (outbox_.empty()) return;
+  try {
+    shipper_->post(std::move(outbox_));
+  } catch (const std::bad_alloc&) {
+    spdlog::error("replica: out of memory handing {} record(s) to the shipping thread", outbox_.size());
+  }
+  outbox_.clear();
+}
+
+void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept {
+  const auto it = inner_waits_.find({conn_token, wait});
+  if (it == inner_waits_.end()) {
+    if (sink_) sink_(conn_token, wait, ok);  // a write no backup waits for
+    return;
+  }
+  const std::uint64_t id = it->second;
+  inner_waits_.erase(it);
+  const auto w = writes_.find(id);
+  if (w == writes_.end()) return;
+  w->second.inner_waiting = false;
+  w->second.ok = w->second.ok && ok;
+  settle(id);
+}
+
+void Replicator::on_done() {
+  done_fd_.consume();
+  for (const ShipDone& d : shipper_->take_done()) {
+    const auto it = writes_.find(d.write);
+    if (it == writes_.end()) continue;
+    Write& w = it->second;
+    --w.ships;
+    if (w.catch_up) --catch_up_in_flight_;
+    if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), d.link); a != w.awaited.end()) {
+      // Dropped while the reply still waits for it: the thread's map says
+      // the backup no longer takes the shard at this epoch, so the write
+      // may lack a copy the map asks for (set_backups() normally settled
+      // it first).
+      if (!d.applied) w.ok = false;
+      w.awaited.erase(a);
+    }
+    settle(d.write);
+  }
+  if (!catch_up_.empty() && !catch_up_next_.pending() && catch_up_in_flight_ < kCatchUpWindow / 2) catch_up_step();
+}
+
+void Replicator::settle(std::uint64_t id) {
+  const auto it = writes_.find(id);
+  if (it == writes_.end()) return;
+  Write& w = it->second;
+  if (w.replying && !w.inner_waiting && w.awaited.empty()) {
+    w.replying = false;
+    if (!w.ok) ++failed_writes_;
+    if (sink_) sink_(w.conn_token, w.wait, w.ok);
+  }
+  if (!w.replying && w.ships == 0) writes_.erase(it);  // the LargeRef goes here, on the server's thread
+}
+
+void Replicator::append_stats(store::StatRows& rows) const {
+  if (inner_ != nullptr) inner_->append_stats(rows);
+  const ShipperCounters c = shipper_->counters();
+  rows.insert(rows.end(), {
+      {"repl_map_epoch", map_epoch_, store::StatKind::gauge, "epoch of the shard map this member replicates by"},
+      {"repl_records", shipped_, store::StatKind::counter, "replication records made for backups (one per backup)"},
+      {"repl_sent", c.sent, store::StatKind::counter, "replication records sent to backups (resends included)"},
+      {"repl_applied", c.applied, store::StatKind::counter, "replication records a backup applied"},
+      {"repl_resends", c.refused, store::StatKind::counter, "replication records a backup refused or lost, sent again"},
+      {"repl_dropped", c.dropped, store::StatKind::counter, "replication records given up: the map moved the shard or its backup"},
+      {"repl_connects", c.connects, store::StatKind::counter, "connections made to backups"},
+      {"repl_connect_failures", c.connect_failures, store::StatKind::counter, "failed connection attempts to backups"},
+      {"repl_failed_writes", failed_writes_, store::StatKind::counter, "writes answered io_error by replication (the shard moved before its backups had them)"},
+      {"repl_writes_in_flight", writes_.size(), store::StatKind::gauge, "writes with a replication record not yet applied or dropped"},
+      {"repl_catch_up_records", catch_up_records_, store::StatKind::counter, "records sent to catch a new backup up (one per key and backup)"},
+      {"repl_catch_ups", catch_ups_done_, store::StatKind::counter, "catch-up walks of the store completed"},
+      {"repl_catching_up", catching_up(), store::StatKind::gauge, "(shard, backup) pairs whose catch-up walk has not ended"},
+      {"repl_catch_up_in_flight", catch_up_in_flight_, store::StatKind::gauge, "catch-up records not yet applied or dropped"},
+  });
+}
+
+void Replicator::append_histograms(std::string& out) const {
+  if (inner_ != nullptr) inner_->append_histograms(out);
+}
+
+}  // namespace rkv::kv::replica

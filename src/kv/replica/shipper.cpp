@@ -1,0 +1,326 @@
+// Shipper: see shipper.hpp.
+
+#include "kv/replica/shipper.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+
+#include <chrono>
+#include <exception>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "reactor/reactor.hpp"
+
+namespace rkv::kv::replica {
+
+using client::Client;
+using client::ConnState;
+using client::Status;
+
+namespace {
+
+// How long a link waits before sending again after a refusal or a failed
+// connection, and before it tries to connect again.
+constexpr std::chrono::milliseconds kResendPause{100};
+constexpr std::chrono::milliseconds kReconnectPause{500};
+
+}  // namespace
+
+struct Shipper::Inbox {
+  explicit Inbox(client::ClientOptions o, reactor::EventFd& d) : options(std::move(o)), done_fd(&d) {}
+
+  const client::ClientOptions options;
+  reactor::EventFd wake;     // the worker's: items or stop
+  reactor::EventFd* done_fd;  // the owner's: done has something
+  std::mutex mu;
+  // Under mu:
+  std::vector<std::variant<Config, Ship>> items;
+  std::vector<ShipDone> done;
+  ShipperCounters counters;
+  bool stop = false;
+};
+
+class Shipper::Worker {
+ public:
+  explicit Worker(Inbox& in) : in_(in) {
+    watch_ = reactor_.watch(in_.wake.fd(), EPOLLIN, [this](std::uint32_t) { take(); });
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  Worker(Worker&&) = delete;
+  Worker& operator=(Worker&&) = delete;
+  ~Worker() {
+    stopping_ = true;  // the clients' closing callbacks change nothing
+    for (auto& [id, link] : links_) {
+      if (link.client) link.client->close();
+    }
+    links_.clear();
+  }
+
+  // Connects outside every reactor callback (Client::connect runs the reactor).
+  void run() {
+    take();
+    while (!stopping_) {
+      reactor_.run_once(std::chrono::milliseconds(-1));
+      connect_wanted();
+      report();
+    }
+  }
+
+ private:
+  struct Entry {
+    Ship ship;
+    bool sent = false;
+  };
+  struct Link {
+    LinkConfig config;
+    bool configured = true;
+    bool want_connect = false;
+    bool warned = false;  // a connect failure was logged (once per streak)
+    std::unique_ptr<Client> client;
+    std::map<std::uint64_t, Entry> queue;  // by sequence number: the order posted
+    std::multiset<std::string> in_flight;  // keys of sent records
+    reactor::Timer pause;                  // while pending, nothing is sent
+  };
+
+  void take() {
+    in_.wake.consume();
+    std::vector<std::variant<Config, Ship>> items;
+    {
+      std::lock_guard lock(in_.mu);
+      items.swap(in_.items);
+      if (in_.stop) stopping_ = true;
+    }
+    if (stopping_) return reactor_.stop();
+    for (auto& item : items) {
+      if (auto* c = std::get_if<Config>(&item)) {
+        apply(std::move(*c));
+      } else {
+        add(std::move(std::get<Ship>(item)));
+      }
+    }
+    for (auto& [id, link] : links_) pump(id, link);
+  }
+
+  [[nodiscard]] static bool backs(const Link& link, const Ship& ship) {
+    if (!link.configured) return false;
+    const auto it = link.config.backs.find(ship.shard);
+    return it != link.config.backs.end() && it->second == ship.epoch;
+  }
+
+  void apply(Config config) {
+    for (auto& [id, link] : links_) {
+      const auto it = config.links.find(id);
+      if (it == config.links.end()) {
+        link.configured = false;
+        link.config.backs.clear();
+        continue;
+      }
+      if (it->second.host != link.config.host || it->second.port != link.config.port) {
+        link.client.reset();  // (a link number names one member: this does not happen)
+      }
+      link.config = std::move(it->second);
+      link.configured = true;
+      config.links.erase(it);
+    }
+    for (auto& [id, lc] : config.links) links_[id].config = std::move(lc);
+    for (auto it = links_.begin(); it != links_.end();) {
+      Link& link = it->second;
+      for (auto e = link.queue.begin(); e != link.queue.end();) {
+        if (!e->second.sent && !backs(link, e->second.ship)) {
+          done(e->second.ship, false);
+          e = link.queue.erase(e);
+        } else {
+          ++e;
+        }
+      }
+      if (!link.configured && link.queue.empty()) {
+        it = links_.erase(it);  // (from take(): no callback of its client is running)
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void add(Ship ship) {
+    const auto it = links_.find(ship.link);
+    if (it == links_.end() || !backs(it->second, ship)) return done(ship, false);
+    it->second.queue.emplace(next_seq_++, Entry{std::move(ship)});
+  }
+
+  void pump(std::uint32_t id, Link& link) {
+    if (stopping_ || link.pause.pending() || link.queue.empty()) return;
+    if (!link.client || link.client->state() != ConnState::established) {
+      link.want_connect = true;  // run() connects after this turn
+      return;
+    }
+    for (auto& [seq, e] : link.queue) {
+      if (e.sent) continue;
+      if (link.in_flight.contains(e.ship.key)) break;  // an earlier record of the key is in flight
+      const Ship& s = e.ship;
+      const auto value = s.large.empty() ? std::as_bytes(std::span<const char>(s.value.data(), s.value.size()))
+                                         : s.large;
+      const Status st = link.client->record(s.op, s.key, value, s.ttl_ms, s.epoch,
+                                            [this, id, seq = seq](Status r, bool, std::span<const std::byte>) {
+                                              on_reply(id, seq, r);
+                                            });
+      if (st != Status::ok) {
+        spdlog::debug("replica: {}:{} refused a record at submit: {}", link.config.host, link.config.port,
+                      client::to_string(st));
+        ++counters_.refused;
+        hold(id, link, kResendPause);
+        return;
+      }
+      e.sent = true;
+      link.in_flight.insert(s.key);
+      ++counters_.sent;
+    }
+  }
+
+  void on_reply(std::uint32_t id, std::uint64_t seq, Status st) {
+    if (stopping_) return;
+    const auto it = links_.find(id);
+    if (it == links_.end()) return;
+    Link& link = it->second;
+    const auto e = link.queue.find(seq);
+    if (e == link.queue.end()) return;
+    if (const auto k = link.in_flight.find(e->second.ship.key); k != link.in_flight.end()) link.in_flight.erase(k);
+    const bool applied = st == Status::ok;
+    if (applied || !backs(link, e->second.ship)) {
+      if (!e->second.ship.large.empty() && link.client) link.client->forget(e->second.ship.large);
+      done(e->second.ship, applied);
+      link.queue.erase(e);
+    } else {
+      e->second.sent = false;
+      ++counters_.refused;
+      spdlog::debug("replica: {}:{} did not take a record: {}", link.config.host, link.config.port,
+                    client::to_string(st));
+      hold(id, link, kResendPause);
+    }
+    pump(id, link);
+  }
+
+  // Nothing goes out on the link for `pause`; then it resumes in order.
+  void hold(std::uint32_t id, Link& link, std::chrono::milliseconds pause) {
+    if (link.pause.pending()) return;
+    link.pause = reactor_.after(pause, [this, id] {
+      const auto it = links_.find(id);
+      if (it != links_.end()) pump(id, it->second);
+    });
+  }
+
+  void connect_wanted() {
+    for (auto& [id, link] : links_) {
+      if (stopping_) return;
+      if (!link.want_connect) continue;
+      link.want_connect = false;
+      if (link.pause.pending() || link.queue.empty()) continue;
+      // Requests the old connection took down came back through on_reply; a
+      // record not answered yet is sent again on the new one.
+      if (link.client) link.client->close();
+      link.client.reset();
+      for (auto& [seq, e] : link.queue) e.sent = false;
+      link.in_flight.clear();
+      try {
+        link.client = Client::connect(reactor_, link.config.host, link.config.port, in_.options);
+        ++counters_.connects;
+        spdlog::info("replica: connected to backup {}:{}", link.config.host, link.config.port);
+        link.warned = false;
+      } catch (const std::exception& ex) {
+        ++counters_.connect_failures;
+        if (!link.warned) {
+          spdlog::warn("replica: cannot connect to backup {}:{}: {} (trying again every {} ms while the map "
+                       "names it)",
+                       link.config.host, link.config.port, ex.what(), kReconnectPause.count());
+        }
+        link.warned = true;
+        hold(id, link, kReconnectPause);
+        continue;
+      }
+      pump(id, link);
+    }
+  }
+
+  void done(const Ship& ship, bool applied) {
+    (applied ? counters_.applied : counters_.dropped) += 1;
+    done_.push_back({ship.write, ship.link, applied});
+  }
+
+  // What this turn finished goes to the owner at once: one lock, one wakeup.
+  void report() {
+    if (done_.empty() && counters_ == reported_) return;
+    reported_ = counters_;
+    const bool any = !done_.empty();
+    {
+      std::lock_guard lock(in_.mu);
+      in_.done.insert(in_.done.end(), std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.end()));
+      in_.counters = counters_;
+    }
+    done_.clear();
+    if (any) in_.done_fd->notify();
+  }
+
+  Inbox& in_;
+  reactor::Reactor reactor_;
+  reactor::Registration watch_;
+  std::map<std::uint32_t, Link> links_;
+  std::uint64_t next_seq_ = 0;
+  std::vector<ShipDone> done_;
+  ShipperCounters counters_;
+  ShipperCounters reported_;  // as the owner last saw them
+  bool stopping_ = false;
+};
+
+Shipper::Shipper(client::ClientOptions options, reactor::EventFd& done)
+    : inbox_(std::make_unique<Inbox>(std::move(options), done)) {
+  thread_ = std::thread([in = inbox_.get()] {
+    try {
+      Worker worker(*in);
+      worker.run();
+    } catch (const std::exception& e) {
+      spdlog::error("replica: the shipping thread failed: {} (no record reaches a backup any more)", e.what());
+    }
+  });
+}
+
+Shipper::~Shipper() {
+  {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->stop = true;
+  }
+  inbox_->wake.notify();
+  thread_.join();
+}
+
+void Shipper::post(Config config) {
+  {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->items.emplace_back(std::move(config));
+  }
+  inbox_->wake.notify();
+}
+
+void Shipper::post(std::vector<Ship> ships) {
+  if (ships.empty()) return;
+  {
+    std::lock_guard lock(inbox_->mu);
+    for (Ship& s : ships) inbox_->items.emplace_back(std::move(s));
+  }
+  inbox_->wake.notify();
+}
+
+std::vector<ShipDone> Shipper::take_done() {
+  std::vector<ShipDone> out;
+  std::lock_guard lock(inbox_->mu);
+  out.swap(inbox_->done);
+  return out;
+}
+
+ShipperCounters Shipper::counters() const {
+  std::lock_guard lock(inbox_->mu);
+  return inbox_->counters;
+}
+
+}  // namespace rkv::kv::replica
