@@ -411,10 +411,19 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
                  OpResult& out, const char* what, std::span<std::byte> into, std::uint16_t call_op,
                  std::uint64_t ttl_ms) {
   int rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
-  // not_owner: placed by an older map than the member's (ShardSet::not_owner_pause); a keyless CALL has no key to place.
-  if (rc != ESTALE || key.empty()) return rc;  // the common case reads no clock
+  // not_owner: placed by an older map than the member's; shard_down or a
+  // failed connection in a cluster: its primary went down, and the map will
+  // name another (ShardSet::place_again; a CALL may not run twice). A
+  // keyless CALL has no key to place.
+  const auto again = [&](int e) {
+    for (const Status st : {Status::not_owner, Status::shard_down, Status::connection_failed}) {
+      if (e == to_errno(st)) return shards_->place_again(st, kind != OpKind::call);
+    }
+    return false;
+  };
+  if (rc == 0 || key.empty() || !again(rc)) return rc;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
-  for (unsigned n = 0; rc == ESTALE; ++n) {
+  for (unsigned n = 0; rc != 0 && again(rc); ++n) {
     const auto pause = shards_->not_owner_pause(n, first);
     if (!pause) break;
     enter();

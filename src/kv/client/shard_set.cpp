@@ -95,6 +95,11 @@ std::optional<std::chrono::milliseconds> ShardSet::not_owner_pause(
   return std::min(std::chrono::milliseconds(5) * (1u << std::min(n, 6u)), std::chrono::milliseconds(200));
 }
 
+bool ShardSet::place_again(Status st, bool idempotent) const noexcept {
+  if (st == Status::not_owner) return true;
+  return following_ && idempotent && (st == Status::shard_down || st == Status::connection_failed);
+}
+
 std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
   if (!map_slots_.empty()) {
     const std::size_t i = map_slots_[proto::shard_of(key, static_cast<std::uint32_t>(map_slots_.size()))];

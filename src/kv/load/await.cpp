@@ -66,13 +66,15 @@ void pause(Scheduler& s, ShardSet& c, std::chrono::milliseconds d) {
   while (!due) s.suspend();
 }
 
-// submit_and_wait on the key's shard, placed again after not_owner (await.hpp).
+// submit_and_wait on the key's shard, placed again after not_owner, or
+// after its primary went down in a cluster (ShardSet::place_again: every op
+// here may run twice) (await.hpp).
 template <class Submit>
 OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& shard, bool keep_value, Submit&& submit) {
   OpResult r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
-  if (r.status != Status::not_owner) return r;  // the common case reads no clock
+  if (r.status == Status::ok || !c.place_again(r.status, true)) return r;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
-  for (unsigned n = 0; r.status == Status::not_owner; ++n) {
+  for (unsigned n = 0; r.status != Status::ok && c.place_again(r.status, true); ++n) {
     const auto d = c.not_owner_pause(n, first);
     if (!d) break;
     pause(s, c, *d);
