@@ -180,79 +180,80 @@ Replicator::Write& Replicator::queue(proto::Opcode op, std::string_view key, std
 
 DurableAck Replicator::ship(proto::Opcode op, std::string_view key, std::string_view value,
                             const store::LargeRef& large, ExpireAt expire_at, DurableAck inner,
-                            std::uint64_t conn_token, std::uint32_t wait, bool reply) {
+                            std::uint64_t conn_token, std::uint32_t wait, bool reply) noexcept {
   if (shards_.empty()) return inner;
   const std::uint32_t shard = proto::shard_of(key, static_cast<std::uint32_t>(shards_.size()));
   const ShardBackups& sb = shards_[shard];
   if (sb.epoch == 0 || sb.backups.empty()) return inner;
-  std::vector<std::uint32_t> links;
-  links.reserve(sb.backups.size());
-  for (const Backup& b : sb.backups) links.push_back(link_of(b));
-  Write& w = queue(op, key, value, large, expire_at, shard, links);
-  if (!reply || ack_ != AckMode::replicas || inner == DurableAck::failed) return inner;
-  w.awaited = std::move(links);
-  w.replying = true;
-  w.conn_token = conn_token;
-  w.wait = wait;
-  if (inner == DurableAck::later) {
-    w.inner_waiting = true;
-    inner_waits_[{conn_token, wait}] = w.id;
+  try {
+    std::vector<std::uint32_t> links;
+    links.reserve(sb.backups.size());
+    for (const Backup& b : sb.backups) links.push_back(link_of(b));
+    Write& w = queue(op, key, value, large, expire_at, shard, links);
+    if (!reply || ack_ != AckMode::replicas || inner == DurableAck::failed) return inner;
+    if (inner == DurableAck::later) inner_waits_[{conn_token, wait}] = w.id;
+    w.awaited = std::move(links);
+    w.replying = true;
+    w.inner_waiting = inner == DurableAck::later;
+    w.conn_token = conn_token;
+    w.wait = wait;
+    return DurableAck::later;
+  } catch (const std::bad_alloc&) {
+    // Its backups may not get it: never acknowledged (the log's own late
+    // answer then finds no waiting request and is dropped by its owner).
+    ++failed_writes_;
+    return DurableAck::failed;
   }
-  return DurableAck::later;
 }
 
 DurableAck Replicator::record_set(std::string_view key, std::string_view value, const store::LargeRef& large,
                                   ExpireAt expire_at, std::uint64_t conn_token, std::uint32_t wait) noexcept {
   const DurableAck inner =
       inner_ != nullptr ? inner_->record_set(key, value, large, expire_at, conn_token, wait) : DurableAck::now;
-  try {
-    return ship(proto::Opcode::set, key, value, large, expire_at, inner, conn_token, wait, true);
-  } catch (const std::bad_alloc&) {
-    ++failed_writes_;
-    return inner == DurableAck::later ? inner : DurableAck::failed;
-  }
+  return ship(proto::Opcode::set, key, value, large, expire_at, inner, conn_token, wait, true);
 }
 
 DurableAck Replicator::record_expire(std::string_view key, ExpireAt expire_at, std::uint64_t conn_token,
                                      std::uint32_t wait) noexcept {
   const DurableAck inner =
       inner_ != nullptr ? inner_->record_expire(key, expire_at, conn_token, wait) : DurableAck::now;
-  try {
-    return ship(proto::Opcode::expire, key, {}, {}, expire_at, inner, conn_token, wait, true);
-  } catch (const std::bad_alloc&) {
-    ++failed_writes_;
-    return inner == DurableAck::later ? inner : DurableAck::failed;
-  }
+  return ship(proto::Opcode::expire, key, {}, {}, expire_at, inner, conn_token, wait, true);
 }
 
 DurableAck Replicator::record_del(std::string_view key, std::uint64_t conn_token, std::uint32_t wait) noexcept {
   const DurableAck inner = inner_ != nullptr ? inner_->record_del(key, conn_token, wait) : DurableAck::now;
-  try {
-    return ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, inner, conn_token, wait, true);
-  } catch (const std::bad_alloc&) {
-    ++failed_writes_;
-    return inner == DurableAck::later ? inner : DurableAck::failed;
-  }
+  return ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, inner, conn_token, wait, true);
 }
 
 void Replicator::record_eviction(std::string_view key) noexcept {
   if (inner_ != nullptr) inner_->record_eviction(key);
-  try {
-    (void)ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, DurableAck::now, 0, 0, false);
-  } catch (const std::bad_alloc&) {
-    ++failed_writes_;  // the backups keep the key until they evict it themselves
-  }
+  // A failure (out of memory) leaves the key on the backups until they evict it themselves.
+  (void)ship(proto::Opcode::del, key, {}, {}, store::kNoExpiry, DurableAck::now, 0, 0, false);
 }
 
 void Replicator::flush() noexcept {
   if (inner_ != nullptr) inner_->flush();
   if (outbox_.empty()) return;
   try {
-    shipper_->post(std::move(outbox_));
+    shipper_->post(outbox_);
   } catch (const std::bad_alloc&) {
+    // They never reach a backup: their writes fail, as if the backups had dropped them.
     spdlog::error("replica: out of memory handing {} record(s) to the shipping thread", outbox_.size());
+    std::vector<Ship> lost = std::move(outbox_);
+    outbox_.clear();
+    for (const Ship& sh : lost) {
+      const auto it = writes_.find(sh.write);
+      if (it == writes_.end()) continue;
+      Write& w = it->second;
+      --w.ships;
+      if (w.catch_up) --catch_up_in_flight_;
+      if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), sh.link); a != w.awaited.end()) {
+        w.ok = false;
+        w.awaited.erase(a);
+      }
+      settle(sh.write);
+    }
   }
-  outbox_.clear();
 }
 
 void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept {

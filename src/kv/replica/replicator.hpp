@@ -127,7 +127,7 @@ class Replicator final : public store::Durability {
   // The record of one write: queued for each backup of its shard.
   store::DurableAck ship(proto::Opcode op, std::string_view key, std::string_view value,
                          const store::LargeRef& large, store::ExpireAt expire_at, store::DurableAck inner,
-                         std::uint64_t conn_token, std::uint32_t wait, bool reply);
+                         std::uint64_t conn_token, std::uint32_t wait, bool reply) noexcept;
   // Queues one record per link of `links` (all backups of `shard`); returns its Write.
   Write& queue(proto::Opcode op, std::string_view key, std::string_view value, const store::LargeRef& large,
                store::ExpireAt expire_at, std::uint32_t shard, const std::vector<std::uint32_t>& links);

@@ -64,6 +64,7 @@ class Shipper::Worker {
     take();
     while (!stopping_) {
       reactor_.run_once(std::chrono::milliseconds(-1));
+      prune();
       connect_wanted();
       report();
     }
@@ -118,16 +119,12 @@ class Shipper::Worker {
         link.config.backs.clear();
         continue;
       }
-      if (it->second.host != link.config.host || it->second.port != link.config.port) {
-        link.client.reset();  // (a link number names one member: this does not happen)
-      }
-      link.config = std::move(it->second);
+      link.config = std::move(it->second);  // (a link number names one member id: the same host and port)
       link.configured = true;
       config.links.erase(it);
     }
     for (auto& [id, lc] : config.links) links_[id].config = std::move(lc);
-    for (auto it = links_.begin(); it != links_.end();) {
-      Link& link = it->second;
+    for (auto& [id, link] : links_) {
       for (auto e = link.queue.begin(); e != link.queue.end();) {
         if (!e->second.sent && !backs(link, e->second.ship)) {
           done(e->second.ship, false);
@@ -136,12 +133,13 @@ class Shipper::Worker {
           ++e;
         }
       }
-      if (!link.configured && link.queue.empty()) {
-        it = links_.erase(it);  // (from take(): no callback of its client is running)
-      } else {
-        ++it;
-      }
     }
+  }
+
+  // Outside every reactor callback (a Client closes by running the reactor
+  // until DISCONNECTED): links no map names and with nothing in flight go.
+  void prune() {
+    std::erase_if(links_, [](const auto& kv) { return !kv.second.configured && kv.second.queue.empty(); });
   }
 
   void add(Ship ship) {
@@ -302,12 +300,14 @@ void Shipper::post(Config config) {
   inbox_->wake.notify();
 }
 
-void Shipper::post(std::vector<Ship> ships) {
+void Shipper::post(std::vector<Ship>& ships) {
   if (ships.empty()) return;
   {
     std::lock_guard lock(inbox_->mu);
+    inbox_->items.reserve(inbox_->items.size() + ships.size());  // may throw: then nothing moved
     for (Ship& s : ships) inbox_->items.emplace_back(std::move(s));
   }
+  ships.clear();
   inbox_->wake.notify();
 }
 

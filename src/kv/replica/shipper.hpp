@@ -94,7 +94,9 @@ class Shipper {
   ~Shipper();  // stops the thread (pending Ships are dropped, unanswered) and joins it
 
   void post(Config config);
-  void post(std::vector<Ship> ships);
+  // Moves the ships out (`ships` is then empty). Throws std::bad_alloc
+  // with nothing moved.
+  void post(std::vector<Ship>& ships);
   [[nodiscard]] std::vector<ShipDone> take_done();
   [[nodiscard]] ShipperCounters counters() const;
 
