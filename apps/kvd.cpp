@@ -108,8 +108,6 @@ bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Op
   return true;
 }
 
-// Half of the memory this process may use: the machine's (sysconf), or the
-// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
 // What the Replicator needs of a map: for each shard `parts` (this member's
 // parts in `map`) make it the primary of, its epoch and its backups.
 std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::ShardMap>& map,
@@ -134,6 +132,8 @@ std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::S
   return out;
 }
 
+// Half of the memory this process may use: the machine's (sysconf), or the
+// cgroup v2 limit (/sys/fs/cgroup/memory.max) when that is smaller.
 std::uint64_t default_max_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
