@@ -241,18 +241,7 @@ void Replicator::flush() noexcept {
     spdlog::error("replica: out of memory handing {} record(s) to the shipping thread", outbox_.size());
     std::vector<Ship> lost = std::move(outbox_);
     outbox_.clear();
-    for (const Ship& sh : lost) {
-      const auto it = writes_.find(sh.write);
-      if (it == writes_.end()) continue;
-      Write& w = it->second;
-      --w.ships;
-      if (w.catch_up) --catch_up_in_flight_;
-      if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), sh.link); a != w.awaited.end()) {
-        w.ok = false;
-        w.awaited.erase(a);
-      }
-      settle(sh.write);
-    }
+    for (const Ship& sh : lost) ship_ended({sh.write, sh.link, false});
   }
 }
 
@@ -273,23 +262,25 @@ void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, 
 
 void Replicator::on_done() {
   done_fd_.consume();
-  for (const ShipDone& d : shipper_->take_done()) {
-    const auto it = writes_.find(d.write);
-    if (it == writes_.end()) continue;
-    Write& w = it->second;
-    --w.ships;
-    if (w.catch_up) --catch_up_in_flight_;
-    if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), d.link); a != w.awaited.end()) {
-      // Dropped while the reply still waits for it: the thread's map says
-      // the backup no longer takes the shard at this epoch, so the write
-      // may lack a copy the map asks for (set_backups() normally settled
-      // it first).
-      if (!d.applied) w.ok = false;
-      w.awaited.erase(a);
-    }
-    settle(d.write);
-  }
+  for (const ShipDone& d : shipper_->take_done()) ship_ended(d);
   if (!catch_up_.empty() && !catch_up_next_.pending() && catch_up_in_flight_ < kCatchUpWindow / 2) catch_up_step();
+}
+
+void Replicator::ship_ended(const ShipDone& d) noexcept {
+  const auto it = writes_.find(d.write);
+  if (it == writes_.end()) return;
+  Write& w = it->second;
+  --w.ships;
+  if (w.catch_up) --catch_up_in_flight_;
+  if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), d.link); a != w.awaited.end()) {
+    // Not applied while the reply still waits for it (the thread's map says
+    // the backup no longer takes the shard at this epoch, or the record
+    // never reached the thread): the write may lack a copy the map asks for
+    // (set_backups() normally settled it first).
+    if (!d.applied) w.ok = false;
+    w.awaited.erase(a);
+  }
+  settle(d.write);
 }
 
 void Replicator::settle(std::uint64_t id) {

@@ -134,6 +134,9 @@ class Replicator final : public store::Durability {
   void plan_catch_up(const std::vector<ShardBackups>& before);
   void catch_up_step();
   void on_done();
+  // One record of a write is over (applied by its backup, or not): the
+  // write stops waiting for that backup.
+  void ship_ended(const ShipDone& d) noexcept;
   void settle(std::uint64_t id);  // answers and forgets a write once nothing is left of it
   [[nodiscard]] std::uint32_t link_of(const Backup& b);
 
