@@ -493,6 +493,11 @@ int kvd_main(int argc, char** argv) {
               seen_map = view.map;
               serve_shards();
             });
+        if (replicator) {  // its caught-up backups are marked in sync in the map
+          replicator->set_on_in_sync([&keeper](std::uint32_t shard, const std::string& id, std::uint64_t epoch) {
+            if (keeper) keeper->mark_in_sync(shard, id, epoch);
+          });
+        }
       } catch (const cluster::ClusterError& e) {
         std::fprintf(stderr, "kvd: --cluster %s: %s\n", cluster_text.c_str(), e.what());
         return 1;
@@ -506,6 +511,7 @@ int kvd_main(int argc, char** argv) {
     }
     std::fflush(stdout);
     reactor.run();
+    if (replicator) replicator->set_on_in_sync({});
     keeper.reset();
     if (member) member->leave();  // the record goes now, not when the lease expires
     member.reset();

@@ -3,11 +3,12 @@
 //   rkv cluster status --server etcd://HOST:PORT/NAME [--json]
 //
 // Prints "# cluster etcd://HOST:PORT/NAME: N members", the shard map's
-// "# map epoch E shards S replicas R" (or "# no map"), and one line per
+// "# map epoch E shards S replicas R catching_up C" (or "# no map"; C:
+// owners of a shard not yet in sync with it, being caught up), and one line per
 // member, "member ID capacity BYTES primaries P" (ordered by id; P: shards
 // it is the primary of), then "absent ID primaries P" for an owner in the
 // map that is no member (the map not yet planned again since it left). With
-// --json one object {"cluster": ..., "map": {"epoch", "shards", "replicas"}
+// --json one object {"cluster": ..., "map": {"epoch", "shards", "replicas", "catching_up"}
 // or null, "members": [{"id", "host", "port", "capacity", "primaries"}],
 // "absent": [{"id", "primaries"}]}. A member is a kvd whose lease etcd
 // still holds (kvd --cluster): one that died stays listed until its
@@ -54,6 +55,10 @@ int cluster_main(int argc, char** argv) {
   const auto& members = view.members;
   // Primaries per id; what is left once the members took theirs: owners in the map that are not members.
   std::map<std::string, std::uint32_t> absent = view.map ? view.map->primaries() : std::map<std::string, std::uint32_t>{};
+  std::size_t behind = 0;  // owners of a shard not in sync with it (being caught up)
+  if (view.map) {
+    for (const auto& s : view.map->shards) behind += s.owners.size() - s.in_sync.size();
+  }
   std::vector<std::uint32_t> primaries;  // members[i]'s
   for (const auto& m : members) {
     const auto node = absent.extract(m.id());
@@ -63,7 +68,7 @@ int cluster_main(int argc, char** argv) {
     std::string out = "{\"cluster\":\"" + kv::load::json_escape(url.text()) + "\",\"map\":";
     out += view.map ? "{\"epoch\":" + std::to_string(view.map->epoch) + ",\"shards\":" +
                           std::to_string(view.map->shards.size()) + ",\"replicas\":" +
-                          std::to_string(view.map->replicas) + "}"
+                          std::to_string(view.map->replicas) + ",\"catching_up\":" + std::to_string(behind) + "}"
                     : std::string("null");
     out += ",\"members\":[";
     for (std::size_t i = 0; i < members.size(); ++i) {
@@ -85,8 +90,8 @@ int cluster_main(int argc, char** argv) {
   }
   std::printf("# cluster %s: %zu member%s\n", url.text().c_str(), members.size(), members.size() == 1 ? "" : "s");
   if (view.map) {
-    std::printf("# map epoch %llu shards %zu replicas %u\n", static_cast<unsigned long long>(view.map->epoch),
-                view.map->shards.size(), view.map->replicas);
+    std::printf("# map epoch %llu shards %zu replicas %u catching_up %zu\n",
+                static_cast<unsigned long long>(view.map->epoch), view.map->shards.size(), view.map->replicas, behind);
   } else {
     std::printf("# no map\n");
   }

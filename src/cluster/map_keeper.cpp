@@ -54,11 +54,23 @@ void MapKeeper::on_change() {
   }
 }
 
+void MapKeeper::mark_in_sync(std::uint32_t shard, std::string id, std::uint64_t epoch) {
+  marks_.push_back({shard, std::move(id), epoch});
+  on_change();
+}
+
 void MapKeeper::plan() {
   state_ = KeeperState::idle;
   stale_ = false;
   const ClusterView view = watch_.view();
-  std::optional<ShardMap> next = plan_map(view.map, view.ids(), view.leases(), shape_);
+  // The marks this map lacks, applied; the others are shown or moot.
+  std::optional<ShardMap> marked = view.map;
+  std::erase_if(marks_, [&](const Mark& m) { return !marked || !cluster::mark_in_sync(*marked, m.shard, m.id, m.epoch); });
+  std::optional<ShardMap> next = plan_map(marked, view.ids(), view.leases(), shape_);
+  if (!next && !marks_.empty()) {
+    next = std::move(marked);
+    ++next->epoch;
+  }
   if (!next) return;
   state_ = KeeperState::writing;
   std::string body = put_if_body(view.url.map_key(), map_value(*next), view.map_revision);

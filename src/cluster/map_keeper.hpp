@@ -10,6 +10,12 @@
 // is a leader: etcd's transaction decides, and a member with a stale view
 // cannot overwrite a map it has not seen.
 //
+// It also writes what the member's Replicator reports: a backup of a shard
+// this member is the primary of that is caught up joins the shard's
+// in_sync (mark_in_sync), with the plan of the map so marked, in the same
+// transaction; the marks are kept until a map shows them or makes them
+// moot (another shard epoch, or the backup no longer an owner).
+//
 // One transaction at a time; a change seen meanwhile is planned once it is
 // answered. One that fails to reach etcd is planned again after 1 s (the
 // failure logged once per streak).
@@ -19,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cluster/cluster_watch.hpp"
 #include "cluster/etcd.hpp"
@@ -50,6 +57,8 @@ class MapKeeper {
   ~MapKeeper() = default;  // a transaction in flight is dropped (it lands or not; others plan on)
 
   [[nodiscard]] KeeperState state() const noexcept { return state_; }
+  // Backup `id` of shard `shard` (at `epoch`) is caught up: written in the next transaction.
+  void mark_in_sync(std::uint32_t shard, std::string id, std::uint64_t epoch);
 
  private:
   void on_change();             // the watch saw the members or the map change
@@ -63,6 +72,12 @@ class MapKeeper {
   KeeperState state_ = KeeperState::idle;
   bool stale_ = false;    // the view changed while writing: plan again when answered
   bool failing_ = false;  // the last transaction did not reach etcd (logged once per streak)
+  struct Mark {
+    std::uint32_t shard;
+    std::string id;
+    std::uint64_t epoch;
+  };
+  std::vector<Mark> marks_;  // not yet in a map the watch showed
   ClusterWatch::OnChange on_view_;
   ClusterWatch watch_;    // last: its reports need everything above; the view plans start from
 };

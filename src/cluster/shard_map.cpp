@@ -31,7 +31,11 @@ std::vector<proto::ShardPart> ShardMap::parts_of(std::string_view id, std::int64
 
 std::string map_value(const ShardMap& map) {
   nlohmann::json shards = nlohmann::json::array();
-  for (const ShardOwners& s : map.shards) shards.push_back({{"epoch", s.epoch}, {"owners", s.owners}});
+  for (const ShardOwners& s : map.shards) {
+    nlohmann::json j{{"epoch", s.epoch}, {"owners", s.owners}, {"in_sync", s.in_sync}};
+    if (!s.taker.empty()) j["taker"] = s.taker;
+    shards.push_back(std::move(j));
+  }
   return nlohmann::json{{"epoch", map.epoch}, {"replicas", map.replicas}, {"shards", std::move(shards)},
                         {"leases", map.leases}}
       .dump();
@@ -57,8 +61,8 @@ std::optional<ShardOwners> parse_shard(const nlohmann::json& j, const ShardMap& 
     return std::nullopt;
   }
   const auto owners = j.find("owners");
-  if (owners == j.end() || !owners->is_array() || owners->empty() || owners->size() > map.replicas + 1u) {
-    error = "a shard without 1 to replicas + 1 owners";
+  if (owners == j.end() || !owners->is_array() || owners->empty() || owners->size() > max_owners(map.replicas)) {
+    error = "a shard without 1 to max_owners(replicas) owners";
     return std::nullopt;
   }
   std::set<std::string_view> seen;
@@ -72,6 +76,35 @@ std::optional<ShardOwners> parse_shard(const nlohmann::json& j, const ShardMap& 
       return std::nullopt;
     }
     s.owners.push_back(o.get<std::string>());
+  }
+  // in_sync: the primary, then some of the backups, in the owners' order.
+  const auto in_sync = j.find("in_sync");
+  if (in_sync == j.end() || !in_sync->is_array() || in_sync->empty()) {
+    error = "a shard without in_sync";
+    return std::nullopt;
+  }
+  std::size_t next = 0;  // the owner the next in-sync id may be, at the earliest
+  for (const auto& o : *in_sync) {
+    if (!o.is_string()) {
+      error = "an in_sync that is not an id";
+      return std::nullopt;
+    }
+    const auto at = std::find(s.owners.begin() + static_cast<std::ptrdiff_t>(next), s.owners.end(),
+                              o.get_ref<const std::string&>());
+    if (at == s.owners.end() || (next == 0 && at != s.owners.begin())) {
+      error = "an in_sync that is not the primary and some backups in their order";
+      return std::nullopt;
+    }
+    next = static_cast<std::size_t>(at - s.owners.begin()) + 1;
+    s.in_sync.push_back(*at);
+  }
+  if (const auto taker = j.find("taker"); taker != j.end()) {
+    if (!taker->is_string() || std::find(s.owners.begin() + 1, s.owners.end(), taker->get_ref<const std::string&>()) ==
+                                   s.owners.end()) {
+      error = "a taker that is not a backup";
+      return std::nullopt;
+    }
+    s.taker = taker->get<std::string>();
   }
   return s;
 }
@@ -129,10 +162,27 @@ std::optional<ShardMap> parse_map(std::string_view value, std::string& error) {
   return map;
 }
 
+bool mark_in_sync(ShardMap& map, std::uint32_t shard, std::string_view id, std::uint64_t epoch) {
+  if (shard >= map.shards.size()) return false;
+  ShardOwners& s = map.shards[shard];
+  if (s.epoch != epoch || std::find(s.in_sync.begin(), s.in_sync.end(), id) != s.in_sync.end()) return false;
+  if (std::find(s.owners.begin(), s.owners.end(), id) == s.owners.end()) return false;
+  std::vector<std::string> in_sync;  // rebuilt in the owners' order
+  for (const std::string& o : s.owners) {
+    if (o == id || std::find(s.in_sync.begin(), s.in_sync.end(), o) != s.in_sync.end()) in_sync.push_back(o);
+  }
+  s.in_sync = std::move(in_sync);
+  return true;
+}
+
 namespace {
 
-// The members while a plan runs: their position in the sorted ids, and how
-// many primaries and owner places each holds.
+bool holds(const std::vector<std::string>& list, std::string_view id) {
+  return std::find(list.begin(), list.end(), id) != list.end();
+}
+
+// The members while a plan runs: their position in the sorted ids, how many
+// primaries each is to have, and how many owner places each holds.
 class Loads {
  public:
   explicit Loads(std::span<const std::string> ids) : ids_(ids), primaries_(ids.size()), owned_(ids.size()) {}
@@ -150,6 +200,8 @@ class Loads {
       owned_[i] += sign;
     }
   }
+  void primary(std::string_view id, int sign) { primaries_[*index(id)] += sign; }
+  void owner(std::string_view id, int sign) { owned_[*index(id)] += sign; }
   // Fewest primaries (ties: the smaller id), most primaries (ties: the
   // smaller id), fewest places owned among members `not_in` does not hold.
   [[nodiscard]] std::size_t least_primaries() const {
@@ -161,10 +213,11 @@ class Loads {
                                     primaries_.begin());
   }
   [[nodiscard]] long primaries(std::size_t i) const { return primaries_[i]; }
+  [[nodiscard]] long owned(std::string_view id) const { return owned_[*index(id)]; }
   [[nodiscard]] std::optional<std::size_t> least_owned(const ShardOwners& not_in) const {
     std::optional<std::size_t> best;
     for (std::size_t i = 0; i < ids_.size(); ++i) {
-      if (std::find(not_in.owners.begin(), not_in.owners.end(), ids_[i]) != not_in.owners.end()) continue;
+      if (holds(not_in.owners, ids_[i])) continue;
       if (!best || owned_[i] < owned_[*best]) best = i;
     }
     return best;
@@ -185,11 +238,20 @@ ShardMap first_map(std::span<const std::string> ids, MapShape shape) {
   for (std::uint32_t s = 0; s < shards; ++s) {
     map.shards[s].epoch = 1;
     for (std::size_t k = 0; k < width; ++k) map.shards[s].owners.push_back(ids[(s + k) % n]);
+    map.shards[s].in_sync = map.shards[s].owners;
   }
   return map;
 }
 
-// Step 3 of plan_map: shard `s` of `from` goes to `to`.
+// Rule 1's new primary of a shard whose primary left: the first in-sync
+// owner left, else the first owner left; moved to the front.
+void promote(ShardOwners& s) {
+  auto it = std::find_if(s.owners.begin(), s.owners.end(), [&](const std::string& o) { return holds(s.in_sync, o); });
+  if (it == s.owners.end()) it = s.owners.begin();
+  std::rotate(s.owners.begin(), it, it + 1);
+}
+
+// Rule 4: `to` becomes the primary of `s` (it is an owner, or replicas is 0).
 void move_primary(ShardOwners& s, const std::string& to, std::size_t width) {
   const auto it = std::find(s.owners.begin(), s.owners.end(), to);
   if (it != s.owners.end()) {
@@ -198,6 +260,23 @@ void move_primary(ShardOwners& s, const std::string& to, std::size_t width) {
   }
   s.owners.insert(s.owners.begin(), to);  // the old primary becomes the first backup
   if (s.owners.size() > width) s.owners.resize(width);
+}
+
+// Rule 5: drops backups of `s` over `limit`, never its primary or `keep`:
+// those not in sync first, then those that own the most (ties: the later).
+void trim(ShardOwners& s, std::size_t limit, const std::string& keep, Loads& loads) {
+  while (s.owners.size() > limit) {
+    std::optional<std::size_t> drop;
+    const auto rank = [&](std::size_t k) { return std::pair{!holds(s.in_sync, s.owners[k]), loads.owned(s.owners[k])}; };
+    for (std::size_t k = 1; k < s.owners.size(); ++k) {
+      if (s.owners[k] == keep) continue;
+      if (!drop || rank(k) >= rank(*drop)) drop = k;
+    }
+    if (!drop) return;
+    loads.owner(s.owners[*drop], -1);
+    std::erase(s.in_sync, s.owners[*drop]);
+    s.owners.erase(s.owners.begin() + static_cast<std::ptrdiff_t>(*drop));
+  }
 }
 
 // Each owner's lease: the one it holds now (`ids`/`leases` are the live members).
@@ -232,63 +311,107 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
     const auto it = last->leases.find(id);
     return it != last->leases.end() && it->second == leases[*i];
   };
-  // 1. Only live members own shards; the first live backup of a shard whose primary left takes over.
+  // 1. Only live members own shards; a shard whose primary left gets a new one.
   for (ShardOwners& s : next.shards) {
+    const std::string was = s.owners.front();
     std::erase_if(s.owners, [&](const std::string& id) { return !live(id); });
-    if (s.owners.size() > width) s.owners.resize(width);
+    std::erase_if(s.in_sync, [&](const std::string& id) { return !live(id); });
+    if (!s.owners.empty() && s.owners.front() != was) promote(s);
+    if (!s.taker.empty() && (!live(s.taker) || s.owners.front() == s.taker)) s.taker.clear();
     loads.count(s, +1);
   }
   // 2. Shards with no owner left.
   for (ShardOwners& s : next.shards) {
     if (!s.owners.empty()) continue;
     s.owners.push_back(loads.id(loads.least_primaries()));
+    s.in_sync = s.owners;
     loads.count(s, +1);
   }
-  // 3. Balance the primaries.
+  // 3. Backups up to the width.
+  for (ShardOwners& s : next.shards) {
+    while (s.owners.size() < width) {
+      const auto add = loads.least_owned(s);
+      if (!add) break;
+      s.owners.push_back(loads.id(*add));
+      loads.owner(s.owners.back(), +1);
+    }
+  }
+  // 4. Takers in sync take over; then balance the primaries, counting each
+  // shard for its taker if it has one. A shard moves once per plan.
+  std::vector<bool> moved(next.shards.size());
+  const auto swap_to = [&](ShardOwners& s, const std::string& to) {
+    const std::vector<std::string> before = s.owners;
+    move_primary(s, to, width);
+    for (const std::string& id : before) {
+      if (!holds(s.owners, id)) loads.owner(id, -1);
+    }
+    if (!holds(before, to)) loads.owner(to, +1);
+    std::erase_if(s.in_sync, [&](const std::string& id) { return !holds(s.owners, id); });
+  };
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {
+    ShardOwners& s = next.shards[i];
+    if (s.taker.empty()) continue;
+    moved[i] = true;
+    loads.primary(s.owners.front(), -1);
+    loads.primary(s.taker, +1);
+    if (!holds(s.in_sync, s.taker)) continue;
+    swap_to(s, s.taker);
+    s.taker.clear();
+  }
+  const auto target = [&](std::size_t i) -> const std::string& {
+    return next.shards[i].taker.empty() ? next.shards[i].owners.front() : next.shards[i].taker;
+  };
   for (;;) {
     const std::size_t most = loads.most_primaries();
     const std::size_t least = loads.least_primaries();
     if (loads.primaries(most) - loads.primaries(least) <= 1) break;
     const std::string& from = loads.id(most);
-    const std::string& to = loads.id(least);
-    ShardOwners* pick = nullptr;
-    for (ShardOwners& s : next.shards) {  // a shard `to` already backs, else the last one of `from`
-      if (s.owners.front() != from) continue;
-      if (std::find(s.owners.begin(), s.owners.end(), to) != s.owners.end()) {
-        pick = &s;
-        break;
+    const std::string& taker = loads.id(least);
+    // A shard of `from` that `taker` holds in sync, else one it backs, else the last one.
+    const auto find = [&](auto&& fits) -> std::optional<std::size_t> {
+      for (std::size_t i = 0; i < next.shards.size(); ++i) {
+        if (!moved[i] && target(i) == from && fits(next.shards[i])) return i;
       }
-    }
-    if (pick == nullptr) {
-      for (auto it = next.shards.rbegin(); it != next.shards.rend(); ++it) {
-        if (it->owners.front() == from) {
-          pick = &*it;
+      return std::nullopt;
+    };
+    std::optional<std::size_t> pick = find([&](const ShardOwners& s) { return holds(s.in_sync, taker); });
+    if (!pick) pick = find([&](const ShardOwners& s) { return holds(s.owners, taker); });
+    if (!pick) {
+      for (std::size_t i = next.shards.size(); i-- > 0;) {
+        if (!moved[i] && target(i) == from) {
+          pick = i;
           break;
         }
       }
     }
-    loads.count(*pick, -1);
-    move_primary(*pick, to, width);
-    loads.count(*pick, +1);
-  }
-  // 4. Backups up to the width.
-  for (ShardOwners& s : next.shards) {
-    while (s.owners.size() < width) {
-      const auto add = loads.least_owned(s);
-      if (!add) break;
-      loads.count(s, -1);
-      s.owners.push_back(loads.id(*add));
-      loads.count(s, +1);
+    if (!pick) break;  // (cannot happen: `from` is to have primaries it has not given away in this plan)
+    ShardOwners& s = next.shards[*pick];
+    moved[*pick] = true;
+    loads.primary(from, -1);
+    loads.primary(taker, +1);
+    if (next.replicas == 0 || holds(s.in_sync, taker)) {
+      swap_to(s, taker);
+      continue;
     }
+    if (!holds(s.owners, taker)) {
+      s.owners.push_back(taker);  // caught up by the primary first
+      loads.owner(taker, +1);
+    }
+    s.taker = taker;
   }
+  // 5. No more owners than the width (one more with a taker).
+  for (ShardOwners& s : next.shards) trim(s, width + (s.taker.empty() ? 0u : 1u), s.taker, loads);
   set_leases(next, ids, leases);
   if (next.shards == last->shards && next.leases == last->leases) return std::nullopt;
   next.epoch = last->epoch + 1;
   for (std::size_t i = 0; i < next.shards.size(); ++i) {  // a new primary, or the same id's new incarnation
+    ShardOwners& s = next.shards[i];
     const std::string& was = last->shards[i].owners.front();
-    const std::string& is = next.shards[i].owners.front();
     const auto lease = last->leases.find(was);
-    if (is != was || lease == last->leases.end() || lease->second != next.leases.at(is)) next.shards[i].epoch = next.epoch;
+    if (s.owners.front() != was || lease == last->leases.end() || lease->second != next.leases.at(s.owners.front())) {
+      s.epoch = next.epoch;
+      s.in_sync = {s.owners.front()};  // it catches its backups up again (a taker too)
+    }
   }
   return next;
 }

@@ -25,6 +25,7 @@
 //
 // Owns: nothing. Thread: any.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -44,6 +45,13 @@ inline constexpr std::uint32_t kMaxReplicas = 4;
 struct ShardOwners {
   std::uint64_t epoch = 0;          // the map epoch at which owners[0] became primary
   std::vector<std::string> owners;  // member ids: owners[0] the primary, then the backups
+  // The owners that hold every write of the shard acknowledged at `epoch`:
+  // owners[0], and each backup once the primary caught it up (MapKeeper
+  // writes that). In the order of `owners`.
+  std::vector<std::string> in_sync;
+  // A backup that is to take the shard over once it is in sync (plan_map
+  // rule 4), or empty.
+  std::string taker;
 
   bool operator==(const ShardOwners&) const = default;
 };
@@ -69,35 +77,61 @@ struct MapShape {
   std::uint32_t replicas = 0;             // 0 to kMaxReplicas
 };
 
+// At most this many owners per shard: replicas + 1, and one more while a
+// member that is to take the shard over is caught up (plan_map rule 4).
+[[nodiscard]] constexpr std::size_t max_owners(std::uint32_t replicas) noexcept {
+  return replicas + (replicas > 0 ? 2u : 1u);
+}
+
 // The map as stored in etcd: one JSON object,
-// {"epoch": E, "replicas": R, "shards": [{"epoch": e, "owners": [ID, ...]}, ...],
+// {"epoch": E, "replicas": R,
+//  "shards": [{"epoch": e, "owners": [ID, ...], "in_sync": [ID, ...], "taker": ID}, ...],
+// ("taker" only when there is one).
 //  "leases": {ID: LEASE, ...}}.
 [[nodiscard]] std::string map_value(const ShardMap& map);
 // A stored map, or nullopt (and why): any field missing or of the wrong
 // type, no shard or more than kMaxShards, replicas over kMaxReplicas, a
-// shard with no owner, more than replicas + 1, an empty or repeated id, an
-// epoch above the map's, or an owner without a lease.
+// shard with no owner, more than max_owners(replicas), an empty or repeated
+// id, an epoch above the map's, an owner without a lease, an `in_sync`
+// that is not the primary and some of the backups in their order, or a
+// taker that is not a backup.
 [[nodiscard]] std::optional<ShardMap> parse_map(std::string_view value, std::string& error);
+
+// The primary of shard `shard` at `epoch` caught its backup `id` up: `id`
+// joins the shard's in_sync (in the owners' order). False, and nothing
+// changes, if the shard is not at `epoch`, `id` does not own it, or is in
+// sync already.
+bool mark_in_sync(ShardMap& map, std::uint32_t shard, std::string_view id, std::uint64_t epoch);
 
 // The next map for the live members `ids` (sorted, unique) holding
 // `leases` (the same order), or nullopt if `last` needs no change (or there
 // is no member). Without a `last` map, one of `shape` with the primaries
-// dealt round-robin in id order. Otherwise, in this order:
+// dealt round-robin in id order (every owner in sync: there is no data
+// yet). Otherwise, in this order:
 //   1. members that are not live (not in `ids`, or under another lease
 //      than the map has for them) leave every shard; a shard whose primary
-//      left gets its first live backup as primary (the one that holds its
-//      records, once replication exists);
+//      left gets its first live in-sync backup as primary (else its first
+//      live backup: what it holds is all that is left);
 //   2. a shard that lost every owner gets the member with the fewest
 //      primaries (its data is gone);
-//   3. primaries are balanced: while one member has two more than another,
-//      one of its shards moves to the one with the fewest (a shard where
-//      that member is a backup first: it swaps with the primary; otherwise
-//      the new primary goes first and the old one becomes its first backup).
-//      A member that joins so takes about shards/N primaries;
-//   4. each shard is filled up to min(replicas + 1, members) owners with
-//      the members that own the fewest shards.
+//   3. each shard is filled up to min(replicas + 1, members) owners with
+//      the members that own the fewest shards;
+//   4. a taker in sync takes its shard over (the two swap); then primaries
+//      are balanced: while one member is to have two more than another
+//      (counting shards it waits to take over), one of its shards is to
+//      move to the one with the fewest. With replicas 0 the member simply
+//      takes it (there is no copy to move). Otherwise a primary moves at
+//      once only to an in-sync backup (the two swap); else the member
+//      becomes the shard's taker: a backup of it already, or an extra
+//      owner of the last one, and takes it over in a later plan, once
+//      its primary marked it in sync. A shard with a taker moves no more;
+//   5. a shard with more owners than min(replicas + 1, members), one more
+//      with a taker, drops backups other than the taker: those not in sync
+//      first, then those that own the most shards.
 // Ties go to the smaller id. The map epoch is last's + 1, and each shard
-// whose primary changed (another id, or another incarnation) takes it; `leases` then holds each owner's.
+// whose primary changed (another id, or another incarnation) takes it,
+// with only its primary in sync: the new primary catches its backups up
+// again; `leases` then holds each owner's.
 // Throws std::invalid_argument if `leases` is not as long as `ids`.
 [[nodiscard]] std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last,
                                                std::span<const std::string> ids,

@@ -253,7 +253,14 @@ void etcd() {
   seed(0, "txn_lost", R"({"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"2","raft_term":"2"}})");
   const std::vector<std::string> ids = {"10.0.0.1:7471", "10.0.0.2:7471", "10.0.0.3:7471"};
   const std::vector<std::int64_t> leases = {0x694d7a1b2c3d4e01, 0x694d7a1b2c3d4e02, 0x694d7a1b2c3d4e03};
-  seed(4, "map", cluster::map_value(*cluster::plan_map(std::nullopt, ids, leases, cluster::MapShape{8, 1})));
+  const auto map = *cluster::plan_map(std::nullopt, ids, leases, cluster::MapShape{8, 1});
+  seed(4, "map", cluster::map_value(map));
+  // A 4th member joins: it is the taker (an extra owner, not in sync) of 2 shards.
+  std::vector<std::string> four = ids;
+  four.push_back("10.0.0.4:7471");
+  std::vector<std::int64_t> four_leases = leases;
+  four_leases.push_back(0x694d7a1b2c3d4e04);
+  seed(4, "map_taking", cluster::map_value(*cluster::plan_map(map, four, four_leases, cluster::MapShape{})));
 }
 
 int main(int argc, char** argv) {

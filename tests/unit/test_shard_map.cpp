@@ -1,9 +1,12 @@
 // Unit tests for cluster/shard_map: the stored form and its hostile
 // variants, and plan_map's rule (docs/cluster.md "The shard map"): a first
 // map, failover to the first live backup with the shard's epoch raised, a
-// join taking a fair share with the fewest moves, orphaned shards, and over
-// random member changes: every plan is a fixed point, balanced, owned only
-// by live members, as wide as it can be, and the same whoever computes it.
+// join taking a fair share with the fewest moves once caught up, orphaned
+// shards, a cluster formed by joins losing any member, and over random
+// member changes and catch-ups: a primary moves only to an owner in sync
+// with it, and every plan is a fixed point, owned only by live members, the
+// same whoever computes it and, once every owner caught up, balanced and as
+// wide as it can be.
 
 #include <gtest/gtest.h>
 
@@ -37,9 +40,88 @@ std::optional<ShardMap> plan(const std::optional<ShardMap>& last, const std::vec
   return plan_map(last, live, leases, shape);
 }
 
-// Every property a plan must have for the members `live`.
-void expect_sound(const ShardMap& m, const std::vector<std::string>& live) {
+// Every owner of every shard caught up, as their primaries report it
+// (MapKeeper's marks, written as the next map epoch).
+ShardMap caught_up(ShardMap m) {
+  bool changed = false;
+  for (std::uint32_t i = 0; i < m.shards.size(); ++i) {
+    for (const auto& o : std::vector<std::string>(m.shards[i].owners)) changed |= mark_in_sync(m, i, o, m.shards[i].epoch);
+  }
+  if (changed) ++m.epoch;
+  return m;
+}
+
+// Between two maps with replicas, a shard's primary changed only to an
+// owner `before` had in sync, unless none of those is still live. (With
+// replicas 0 a shard's primary holds the only copy: a move takes no data.)
+void expect_safe_moves(const ShardMap& before, const ShardMap& after, const std::vector<std::string>& live) {
+  if (before.replicas == 0) return;
   const std::set<std::string> alive(live.begin(), live.end());
+  for (std::size_t i = 0; i < before.shards.size(); ++i) {
+    const auto& was = before.shards[i];
+    const std::string& is = after.shards[i].owners.front();
+    if (is == was.owners.front()) continue;
+    const bool any_live = std::any_of(was.in_sync.begin(), was.in_sync.end(), [&](const auto& o) { return alive.count(o); });
+    if (!any_live) continue;
+    EXPECT_TRUE(std::find(was.in_sync.begin(), was.in_sync.end(), is) != was.in_sync.end())
+        << "shard " << i << ": its new primary " << is << " was not in sync (map epoch " << after.epoch << ")";
+  }
+}
+
+// Plans for `live` from `m`, then catches every owner up and plans again,
+// until nothing changes; every step's moves are safe.
+ShardMap converge(std::optional<ShardMap> m, const std::vector<std::string>& live, MapShape shape) {
+  for (int round = 0; round < 8; ++round) {
+    if (m) m = caught_up(*m);
+    const auto next = plan(m, live, shape);
+    if (!next) return *m;
+    if (m) expect_safe_moves(*m, *next, live);
+    m = next;
+  }
+  ADD_FAILURE() << "no fixed point after 8 rounds of catching up";
+  return *m;
+}
+
+// Where two maps differ, for a failure's message.
+std::string diff(const ShardMap& a, const ShardMap& b) {
+  std::string out;
+  const auto list = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (const auto& x : v) t += (t.empty() ? "" : ",") + x;
+    return t;
+  };
+  for (std::size_t i = 0; i < a.shards.size() && i < b.shards.size(); ++i) {
+    if (a.shards[i] == b.shards[i]) continue;
+    out += "\n  shard " + std::to_string(i) + ": [" + list(a.shards[i].owners) + "] in sync [" +
+           list(a.shards[i].in_sync) + "] -> [" + list(b.shards[i].owners) + "] in sync [" + list(b.shards[i].in_sync) + "]";
+  }
+  return out;
+}
+
+// What every plan must have, even one that waits for catch-ups: owned by
+// members only, at most one owner more than the width, stored and parsed
+// back the same, and a fixed point.
+void expect_well_formed(const ShardMap& m, const std::vector<std::string>& live) {
+  const std::set<std::string> alive(live.begin(), live.end());
+  for (const auto& s : m.shards) {
+    ASSERT_FALSE(s.owners.empty());
+    EXPECT_LE(s.owners.size(), std::min<std::size_t>(m.replicas + 1u, live.size()) + (m.replicas > 0 ? 1 : 0));
+    EXPECT_LE(s.epoch, m.epoch);
+    const std::set<std::string> distinct(s.owners.begin(), s.owners.end());
+    EXPECT_EQ(distinct.size(), s.owners.size()) << "an owner twice";
+    for (const auto& o : s.owners) EXPECT_TRUE(alive.count(o)) << o << " owns a shard but is not a member";
+  }
+  std::string why;
+  const auto back = parse_map(map_value(m), why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(*back, m);
+  const auto again = plan(m, live, MapShape{});
+  EXPECT_FALSE(again) << "a plan is not a fixed point:" << (again ? diff(m, *again) : "");
+}
+
+// ... and once every owner caught up: balanced, exactly as wide as it can be.
+void expect_sound(const ShardMap& m, const std::vector<std::string>& live) {
+  expect_well_formed(m, live);
   const std::size_t width = std::min<std::size_t>(m.replicas + 1u, live.size());
   const auto primaries = m.primaries();
   unsigned lo = ~0u;
@@ -52,17 +134,9 @@ void expect_sound(const ShardMap& m, const std::vector<std::string>& live) {
   }
   EXPECT_LE(hi - lo, 1u) << "primaries not balanced";
   for (const auto& s : m.shards) {
-    ASSERT_EQ(s.owners.size(), width);
-    EXPECT_LE(s.epoch, m.epoch);
-    const std::set<std::string> distinct(s.owners.begin(), s.owners.end());
-    EXPECT_EQ(distinct.size(), s.owners.size()) << "an owner twice";
-    for (const auto& o : s.owners) EXPECT_TRUE(alive.count(o)) << o << " owns a shard but is not a member";
+    EXPECT_EQ(s.owners.size(), width);
+    EXPECT_EQ(s.in_sync, s.owners) << "an owner not caught up";
   }
-  std::string why;
-  const auto back = parse_map(map_value(m), why);
-  ASSERT_TRUE(back) << why;
-  EXPECT_EQ(*back, m);
-  EXPECT_FALSE(plan(m, live, MapShape{})) << "a plan is not a fixed point";
 }
 
 TEST(ShardMap, FirstMapDealsPrimariesRoundRobin) {
@@ -103,32 +177,105 @@ TEST(ShardMap, AfterAFailureEveryPrimaryHeldTheShardBefore) {
     EXPECT_EQ(next->shards[i].epoch, moved ? 2u : 1u) << "shard " << i;
   }
   EXPECT_EQ(changed, 6u) << "b's 4, then 2 swaps to balance 8/4 into 6/6";
-  expect_sound(*next, two);
+  expect_well_formed(*next, two);
+  expect_sound(converge(*next, two, MapShape{}), two);
 }
 
 TEST(ShardMap, AJoinTakesAFairShareWithTheFewestMoves) {
+  // With replicas, d first becomes an extra owner of 16 shards while their
+  // primaries catch it up; once they marked it in sync, it takes them over.
   const auto three = ids({"a:1", "b:1", "c:1"});
   const auto four = ids({"a:1", "b:1", "c:1", "d:1"});
   for (std::uint32_t replicas : {0u, 1u, 2u}) {
     const auto m = *plan(std::nullopt, three, MapShape{64, replicas});
-    const auto next = plan(m, four, MapShape{});
+    auto next = plan(m, four, MapShape{});
     ASSERT_TRUE(next);
+    if (replicas > 0) {
+      EXPECT_EQ(next->primaries(), m.primaries()) << "a primary moved to a member not caught up";
+      unsigned waiting = 0;
+      for (const auto& s : next->shards) {
+        const bool owner = std::find(s.owners.begin(), s.owners.end(), "d:1") != s.owners.end();
+        waiting += owner ? 1 : 0;
+        EXPECT_EQ(std::find(s.in_sync.begin(), s.in_sync.end(), "d:1"), s.in_sync.end());
+        EXPECT_EQ(s.epoch, 1u);
+      }
+      EXPECT_EQ(waiting, 16u) << "replicas " << replicas;
+      expect_well_formed(*next, four);
+      const ShardMap marked = caught_up(*next);
+      const auto swapped = plan(marked, four, MapShape{});
+      ASSERT_TRUE(swapped);
+      expect_safe_moves(marked, *swapped, four);
+      next = swapped;
+    }
     EXPECT_EQ(next->primaries(), (std::map<std::string, std::uint32_t>{{"a:1", 16}, {"b:1", 16}, {"c:1", 16}, {"d:1", 16}}));
     unsigned moved = 0;
     for (std::size_t i = 0; i < 64; ++i) {
       if (next->shards[i].owners.front() == m.shards[i].owners.front()) continue;
       ++moved;
       EXPECT_EQ(next->shards[i].owners.front(), "d:1");
-      EXPECT_EQ(next->shards[i].epoch, 2u);
-      // Its old primary stays among its owners when there is room (it holds the data).
-      if (replicas > 0) {
-        const auto& o = next->shards[i].owners;
-        EXPECT_NE(std::find(o.begin(), o.end(), m.shards[i].owners.front()), o.end()) << "shard " << i;
-      }
+      EXPECT_EQ(next->shards[i].epoch, next->epoch);
+      EXPECT_EQ(next->shards[i].in_sync, std::vector<std::string>{"d:1"}) << "a new primary catches its backups up";
     }
     EXPECT_EQ(moved, 16u) << "replicas " << replicas;
-    expect_sound(*next, four);
+    expect_sound(converge(*next, four, MapShape{}), four);
   }
+}
+
+TEST(ShardMap, AClusterFormedByJoinsLosesNoShardWhicheverMemberDies) {
+  // a starts alone, b joins, then c: each waits for catch-ups before
+  // taking shards over. Whichever member then dies, every shard's new
+  // primary held it in sync (the planner once moved 11 of 64 shards to c,
+  // which backed none of them, when a or b died).
+  for (std::uint32_t replicas : {1u, 2u}) {
+    ShardMap m = converge(std::nullopt, ids({"a:1"}), MapShape{64, replicas});
+    m = converge(m, ids({"a:1", "b:1"}), MapShape{});
+    m = converge(m, ids({"a:1", "b:1", "c:1"}), MapShape{});
+    expect_sound(m, ids({"a:1", "b:1", "c:1"}));
+    for (const char* dead : {"a:1", "b:1", "c:1"}) {
+      std::vector<std::string> left = ids({"a:1", "b:1", "c:1"});
+      std::erase(left, dead);
+      const auto next = plan(m, left, MapShape{});
+      ASSERT_TRUE(next);
+      expect_safe_moves(m, *next, left);
+      for (std::size_t i = 0; i < m.shards.size(); ++i) {
+        const auto& held = m.shards[i].in_sync;
+        EXPECT_NE(std::find(held.begin(), held.end(), next->shards[i].owners.front()), held.end())
+            << "replicas " << replicas << ", " << dead << " dead: shard " << i << " has a primary that did not hold it";
+      }
+      expect_sound(converge(*next, left, MapShape{}), left);
+    }
+  }
+}
+
+TEST(ShardMap, APrimaryLostWhileItsTakerCatchesUpGoesToAnInSyncBackup) {
+  // d waits to take shards over from a, b and c as an extra owner; c dies
+  // first: each of c's shards goes to its in-sync backup, never to d.
+  const auto three = ids({"a:1", "b:1", "c:1"});
+  const auto m = *plan(std::nullopt, three, MapShape{64, 1});
+  const auto waiting = *plan(m, ids({"a:1", "b:1", "c:1", "d:1"}), MapShape{});
+  const auto next = plan(waiting, ids({"a:1", "b:1", "d:1"}), MapShape{});
+  ASSERT_TRUE(next);
+  expect_safe_moves(waiting, *next, ids({"a:1", "b:1", "d:1"}));
+  for (std::size_t i = 0; i < 64; ++i) {
+    if (waiting.shards[i].owners.front() == "c:1") {
+      EXPECT_NE(next->shards[i].owners.front(), "d:1") << "shard " << i;
+    }
+  }
+  expect_well_formed(*next, ids({"a:1", "b:1", "d:1"}));
+}
+
+TEST(ShardMap, MarkingInSyncTakesOnlyAnOwnerAtTheShardsEpoch) {
+  auto m = *plan(std::nullopt, ids({"a:1"}), MapShape{2, 1});
+  m = *plan(m, ids({"a:1", "b:1"}), MapShape{});
+  ASSERT_EQ(m.shards[0].owners, ids({"a:1", "b:1"}));
+  EXPECT_EQ(m.shards[0].in_sync, ids({"a:1"}));
+  EXPECT_FALSE(mark_in_sync(m, 0, "b:1", m.shards[0].epoch + 1)) << "another epoch";
+  EXPECT_FALSE(mark_in_sync(m, 0, "c:1", m.shards[0].epoch)) << "not an owner";
+  EXPECT_FALSE(mark_in_sync(m, 2, "b:1", m.shards[0].epoch)) << "no such shard";
+  EXPECT_FALSE(mark_in_sync(m, 0, "a:1", m.shards[0].epoch)) << "in sync already";
+  EXPECT_TRUE(mark_in_sync(m, 0, "b:1", m.shards[0].epoch));
+  EXPECT_EQ(m.shards[0].in_sync, ids({"a:1", "b:1"}));
+  EXPECT_FALSE(mark_in_sync(m, 0, "b:1", m.shards[0].epoch)) << "twice";
 }
 
 TEST(ShardMap, ShardsThatLostEveryOwnerGoToTheLeastLoaded) {
@@ -164,13 +311,20 @@ TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
     // Another primary, or b:1's new incarnation taking it back: either way a new shard epoch.
     EXPECT_EQ(next->shards[i].epoch, next->epoch) << "shard " << i;
   }
-  const auto b_new = next->parts_of("b:1", 2);
-  EXPECT_EQ(std::count_if(b_new.begin(), b_new.end(), is_primary), 4) << "the new incarnation takes a fair share";
   EXPECT_FALSE(plan_map(next, three, again, MapShape{})) << "a fixed point";
+  // It backs shards, and takes over a fair share once caught up.
+  const auto b_waits = next->parts_of("b:1", 2);
+  EXPECT_EQ(std::count_if(b_waits.begin(), b_waits.end(), is_primary), 0);
+  const auto after = plan_map(caught_up(*next), three, again, MapShape{});
+  ASSERT_TRUE(after);
+  const auto b_new = after->parts_of("b:1", 2);
+  EXPECT_EQ(std::count_if(b_new.begin(), b_new.end(), is_primary), 4) << "the new incarnation takes a fair share";
   EXPECT_THROW((void)plan_map(m, three, std::vector<std::int64_t>{1}, MapShape{}), std::invalid_argument);
 }
 
 TEST(ShardMap, RandomChangesKeepEveryPlanSound) {
+  // After each change, either every owner catches up (and the plans settle
+  // into a sound map), or only some do, once, before the next change.
   std::mt19937 rng(7);
   const std::vector<std::string> pool = {"h0:1", "h1:1", "h2:1", "h3:1", "h4:1", "h5:1", "h6:1"};
   for (std::uint32_t replicas : {0u, 1u, 2u}) {
@@ -189,10 +343,27 @@ TEST(ShardMap, RandomChangesKeepEveryPlanSound) {
       ASSERT_EQ(next, again) << "not deterministic";
       if (next) {
         ASSERT_EQ(next->epoch, (m ? m->epoch : 0) + 1);
+        if (m) expect_safe_moves(*m, *next, now);
         m = next;
       }
       ASSERT_TRUE(m);
-      expect_sound(*m, now);
+      expect_well_formed(*m, now);
+      if (rng() % 2 == 0) {
+        m = converge(*m, now, MapShape{});
+        expect_sound(*m, now);
+        continue;
+      }
+      ShardMap some = *m;  // a random half of the owners caught up
+      for (std::uint32_t i = 0; i < some.shards.size(); ++i) {
+        for (const auto& o : std::vector<std::string>(some.shards[i].owners)) {
+          if (rng() % 2 == 0) (void)mark_in_sync(some, i, o, some.shards[i].epoch);
+        }
+      }
+      if (const auto after = plan(some, now, MapShape{})) {
+        expect_safe_moves(some, *after, now);
+        m = after;
+        expect_well_formed(*m, now);
+      }
     }
   }
 }
@@ -201,36 +372,55 @@ TEST(ShardMap, ParsesOnlyWellFormedMaps) {
   std::string why;
   const auto m = *plan(std::nullopt, ids({"a:1", "b:1"}), MapShape{2, 1});
   EXPECT_EQ(map_value(m),
-            R"({"epoch":1,"leases":{"a:1":1,"b:1":1},"replicas":1,"shards":[{"epoch":1,"owners":["a:1","b:1"]},)"
-            R"({"epoch":1,"owners":["b:1","a:1"]}]})");
+            R"({"epoch":1,"leases":{"a:1":1,"b:1":1},"replicas":1,"shards":[{"epoch":1,"in_sync":["a:1","b:1"],"owners":["a:1","b:1"]},)"
+            R"({"epoch":1,"in_sync":["b:1","a:1"],"owners":["b:1","a:1"]}]})");
   const char* bad[] = {
       "",
       "[]",
       "{}",
       R"({"epoch":1,"replicas":1})",
       R"({"epoch":1,"replicas":1,"shards":[]})",
-      R"({"epoch":-1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}]})",
-      R"({"epoch":1,"replicas":5,"shards":[{"epoch":1,"owners":["a"]}]})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":2,"owners":["a"]}]})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":[]}]})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a","b"]}]})",
-      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","a"]}]})",
-      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a",""]}]})",
-      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a",7]}]})",
-      R"({"epoch":1,"replicas":1,"shards":[{"owners":["a"]}]})",
+      R"({"epoch":-1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":5,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":2,"owners":["a"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":[],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","a"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a",""],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a",7],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":1,"shards":[{"owners":["a"],"in_sync":["a"]}]})",
       R"({"epoch":1,"replicas":1,"shards":[7]})",
-      R"({"epoch":"1","replicas":1,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":1}})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}]})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":[1]})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"b":1}})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":"1"}})",
-      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":1.5}})",
+      R"({"epoch":"1","replicas":1,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":{"a":1}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":[1]})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":{"b":1}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":{"a":"1"}})",
+      R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":{"a":1.5}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":[]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["b"]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a","a"]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a","c"]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a",7]}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":"a"}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":2,"shards":[{"epoch":1,"owners":["a","b","c"],"in_sync":["a","c","b"]}],"leases":{"a":1,"b":1,"c":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b","c","d"],"in_sync":["a"]}],"leases":{"a":1,"b":1,"c":1,"d":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a"],"taker":"a"}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a"],"taker":"c"}],"leases":{"a":1,"b":1}})",
+      R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b"],"in_sync":["a"],"taker":7}],"leases":{"a":1,"b":1}})",
   };
-  EXPECT_TRUE(parse_map(R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"]}],"leases":{"a":7}})", why))
+  EXPECT_TRUE(parse_map(R"({"epoch":1,"replicas":0,"shards":[{"epoch":1,"owners":["a"],"in_sync":["a"]}],"leases":{"a":7}})", why))
       << why;
+  EXPECT_TRUE(parse_map(R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b","c"],"in_sync":["a","c"]}],)"
+                        R"("leases":{"a":1,"b":1,"c":1}})", why))
+      << "one owner more than replicas + 1, waiting to take over: " << why;
+  const auto taking = parse_map(R"({"epoch":1,"replicas":1,"shards":[{"epoch":1,"owners":["a","b","c"],"in_sync":["a","b"],)"
+                                R"("taker":"c"}],"leases":{"a":1,"b":1,"c":1}})", why);
+  ASSERT_TRUE(taking) << why;
+  EXPECT_EQ(taking->shards[0].taker, "c");
   for (const char* b : bad) EXPECT_FALSE(parse_map(b, why)) << b;
   std::string big = R"({"epoch":1,"replicas":0,"shards":[)";
-  for (std::uint32_t i = 0; i <= kMaxShards; ++i) big += std::string(i ? "," : "") + R"({"epoch":1,"owners":["a"]})";
+  for (std::uint32_t i = 0; i <= kMaxShards; ++i) big += std::string(i ? "," : "") + R"({"epoch":1,"owners":["a"],"in_sync":["a"]})";
   EXPECT_FALSE(parse_map(big + "]}", why)) << "more than kMaxShards";
 }
 

@@ -92,6 +92,12 @@ void Replicator::plan_catch_up(const std::vector<ShardBackups>& before) {
     });
     it = it->second.empty() ? catch_up_.erase(it) : std::next(it);
   }
+  // Ended walks' pairs the map no longer has (another epoch, or not this backup) are not reported.
+  std::erase_if(syncing_, [&](const Syncing& p) {
+    if (p.shard >= shards_.size() || shards_[p.shard].epoch != p.epoch) return true;
+    const auto& now = shards_[p.shard].backups;
+    return std::none_of(now.begin(), now.end(), [&](const Backup& b) { return b.id == p.backup; });
+  });
   bool added = false;
   for (std::uint32_t s = 0; s < shards_.size(); ++s) {
     if (shards_[s].epoch == 0) continue;
@@ -139,8 +145,17 @@ void Replicator::catch_up_step() {
   flush();
   if (done) {
     ++catch_ups_done_;
-    spdlog::info("replica: caught up {} (shard, backup) pair(s)", catching_up());
+    spdlog::info("replica: walked {} (shard, backup) pair(s); each is in sync once its records are applied",
+                 catching_up());
+    for (const auto& [s, links] : catch_up_) {
+      for (const std::uint32_t link : links) {
+        const auto b = std::find_if(shards_[s].backups.begin(), shards_[s].backups.end(),
+                                    [&](const Backup& x) { return link_of(x) == link; });
+        if (b != shards_[s].backups.end()) syncing_.push_back({s, shards_[s].epoch, link, b->id, next_write_, false});
+      }
+    }
     catch_up_.clear();
+    report_next_ = reactor_->after(std::chrono::nanoseconds(0), [this] { report_in_sync(); });  // never from set_backups
     return;
   }
   catch_up_next_ = reactor_->after(std::chrono::nanoseconds(0), [this] { catch_up_step(); });
@@ -260,9 +275,28 @@ void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, 
   settle(id);
 }
 
+void Replicator::report_in_sync() {
+  if (syncing_.empty()) return;
+  std::uint64_t oldest = next_write_;  // the oldest write not over
+  for (const auto& [id, w] : writes_) oldest = std::min(oldest, id);
+  std::vector<Syncing> ready;
+  std::erase_if(syncing_, [&](Syncing& p) {
+    if (!p.lost && p.barrier > oldest) return false;
+    if (!p.lost) ready.push_back(std::move(p));
+    return true;
+  });
+  if (ready.empty()) return;
+  spdlog::info("replica: {} (shard, backup) pair(s) in sync", ready.size());
+  in_sync_reports_ += ready.size();
+  for (const Syncing& p : ready) {
+    if (on_in_sync_) on_in_sync_(p.shard, p.backup, p.epoch);
+  }
+}
+
 void Replicator::on_done() {
   done_fd_.consume();
   for (const ShipDone& d : shipper_->take_done()) ship_ended(d);
+  report_in_sync();
   if (!catch_up_.empty() && !catch_up_next_.pending() && catch_up_in_flight_ < kCatchUpWindow / 2) catch_up_step();
 }
 
@@ -272,6 +306,9 @@ void Replicator::ship_ended(const ShipDone& d) noexcept {
   Write& w = it->second;
   --w.ships;
   if (w.catch_up) --catch_up_in_flight_;
+  if (!d.applied) {  // that backup may lack the record: its pair is not reported in sync
+    for (Syncing& p : syncing_) p.lost = p.lost || (p.shard == w.shard && p.link == d.link);
+  }
   if (const auto a = std::find(w.awaited.begin(), w.awaited.end(), d.link); a != w.awaited.end()) {
     // Not applied while the reply still waits for it (the thread's map says
     // the backup no longer takes the shard at this epoch, or the record
@@ -313,6 +350,7 @@ void Replicator::append_stats(store::StatRows& rows) const {
       {"repl_catch_ups", catch_ups_done_, store::StatKind::counter, "catch-up walks of the store completed"},
       {"repl_catching_up", catching_up(), store::StatKind::gauge, "(shard, backup) pairs whose catch-up walk has not ended"},
       {"repl_catch_up_in_flight", catch_up_in_flight_, store::StatKind::gauge, "catch-up records not yet applied or dropped"},
+      {"repl_in_sync_reports", in_sync_reports_, store::StatKind::counter, "(shard, backup) pairs found in sync after a catch-up, for the map"},
   });
 }
 

@@ -22,7 +22,11 @@
 // failover's replacement) is sent the shard's current keys by a walk of the
 // Store (Store::visit, a few buckets per reactor turn, at most kCatchUpWindow
 // records of it unanswered), interleaved with the live records in one
-// order per link; the live writes wait for it as for any backup.
+// order per link; the live writes wait for it as for any backup. Once a
+// walk ended and every record made before its end is over, each of its
+// (shard, backup) pairs still in the map holds every acknowledged write:
+// the Replicator reports it (set_on_in_sync), and kvd's MapKeeper marks the
+// backup in sync in the map, which lets the planner move the primary to it.
 //
 // Owns: the Shipper, the writes waiting for backups. Thread: the reactor's
 // (the Shipper's own thread only through its inbox and the eventfd).
@@ -70,6 +74,9 @@ struct ShardBackups {
 
 // The wrapped Durability's deferred answers, and the server's.
 using AckSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait, bool ok)>;
+// A backup (its member id) of `shard`, whose primary this member is at
+// `epoch`, holds every write of it acknowledged so far.
+using OnInSync = std::function<void(std::uint32_t shard, const std::string& backup, std::uint64_t epoch)>;
 
 class Replicator final : public store::Durability {
  public:
@@ -85,6 +92,8 @@ class Replicator final : public store::Durability {
 
   // Where answers go (Server::on_durable).
   void set_sink(AckSink sink) { sink_ = std::move(sink); }
+  // Who hears of backups caught up (kvd: the MapKeeper).
+  void set_on_in_sync(OnInSync on_in_sync) { on_in_sync_ = std::move(on_in_sync); }
   // The wrapped Durability's sink: kvd routes the log's answers here.
   void on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept;
   // The map (of epoch `map_epoch`) changed: by shard, this member's
@@ -133,6 +142,8 @@ class Replicator final : public store::Durability {
                store::ExpireAt expire_at, std::uint32_t shard, const std::vector<std::uint32_t>& links);
   void plan_catch_up(const std::vector<ShardBackups>& before);
   void catch_up_step();
+  // Reports the pairs of ended walks whose records are all over.
+  void report_in_sync();
   void on_done();
   // One record of a write is over (applied by its backup, or not): the
   // write stops waiting for that backup.
@@ -161,6 +172,19 @@ class Replicator final : public store::Durability {
   std::size_t catch_up_in_flight_ = 0;  // its records not yet applied or dropped
   std::uint64_t catch_up_records_ = 0;
   std::uint64_t catch_ups_done_ = 0;
+  // Pairs of ended walks: in sync once no write before `barrier` is left.
+  struct Syncing {
+    std::uint32_t shard = 0;
+    std::uint64_t epoch = 0;
+    std::uint32_t link = 0;
+    std::string backup;
+    std::uint64_t barrier = 0;  // the first write id after the walk's end
+    bool lost = false;          // a record of it was not applied: not reported
+  };
+  std::vector<Syncing> syncing_;
+  std::uint64_t in_sync_reports_ = 0;
+  reactor::Timer report_next_;
+  OnInSync on_in_sync_;
   reactor::EventFd done_fd_;
   reactor::Registration done_watch_;
   std::unique_ptr<Shipper> shipper_;  // last: its thread stops first
