@@ -450,14 +450,19 @@ int kvd_main(int argc, char** argv) {
     kv::server::Server server(reactor, store, opt, durability);
     server_ptr = &server;
     register_kvd_ops(server);  // INCR and CAS through the public handler API
-    const auto to_server = [&server](std::uint64_t tok, std::uint32_t wait, bool ok) { server.on_durable(tok, wait, ok); };
-    if (replicator) replicator->set_sink(to_server);
+    if (replicator) {
+      replicator->set_sink([&server](std::uint64_t tok, std::uint32_t wait, proto::Status status) {
+        server.on_durable(tok, wait, status);
+      });
+    }
     if (log && replicator) {
       log->set_sink([&replicator](std::uint64_t tok, std::uint32_t wait, bool ok) {
         replicator->on_inner_durable(tok, wait, ok);
       });
     } else if (log) {
-      log->set_sink(to_server);
+      log->set_sink([&server](std::uint64_t tok, std::uint32_t wait, bool ok) {
+        server.on_durable(tok, wait, ok ? proto::Status::ok : proto::Status::io_error);
+      });
     }
     // A member serves the shards the map names this incarnation (its id
     // under its lease) the primary of, and writes only while its lease

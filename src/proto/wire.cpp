@@ -40,6 +40,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::handler_failed: return "the operation's handler failed";
     case Status::refused: return "refused by the operation's handler";
     case Status::not_owner: return "the key's shard is not this server's";
+    case Status::moved: return "the key's shard moved before the write was replicated";
   }
   return "unknown status";
 }

@@ -139,6 +139,8 @@ enum class Status : std::uint16_t {
   handler_failed = 8, // CALL: the handler threw; what it wrote to the store stays (and is durable)
   refused = 9,        // CALL: the handler refused the request (e.g. INCR of a value that is not an integer)
   not_owner = 10,     // cluster: the key's shard is not this server's to answer for now (docs/cluster.md "Fencing"); nothing was done
+  moved = 11,         // cluster: SET/DEL/CALL applied here, but the key's shard moved to another primary before every
+                      // backup had it (docs/cluster.md "Replication"); not acknowledged: it may or may not last
 };
 
 // CALL's user opcodes (docs/protocol.md "CALL"). The key of a CALL is its
@@ -191,7 +193,8 @@ inline constexpr std::uint16_t kFirstUserOp = 0x1000;
     case Status::no_handler:
     case Status::handler_failed:
     case Status::refused:
-    case Status::not_owner: return s;
+    case Status::not_owner:
+    case Status::moved: return s;
   }
   return std::nullopt;
 }

@@ -216,11 +216,11 @@ TEST_F(ServerCallDurable, TheReplyWaitsForEveryRecordOfTheCall) {
   const std::uint32_t first = dur_.records[0].wait;
   EXPECT_TRUE(dur_.records[2].del);
   EXPECT_EQ(sc_->durable_waits(), 3u);
-  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(first, proto::Status::ok), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(first, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty()) << "one record is not durable yet";
-  ASSERT_EQ(sc_->on_durable(first, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(first, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);
@@ -232,9 +232,9 @@ TEST_F(ServerCallDurable, TheReplyWaitsForEveryRecordOfTheCall) {
   ASSERT_EQ(request(pack({call(2, kWrite, "v2")})), Verdict::keep);
   ASSERT_EQ(dur_.records.size(), 6u);
   const std::uint32_t second = dur_.records[3].wait;
-  ASSERT_EQ(sc_->on_durable(second, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(second, false), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(second, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(second, proto::Status::ok), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(second, proto::Status::io_error), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(second, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(1);
   ASSERT_EQ(r.size(), 1u);
@@ -255,7 +255,7 @@ TEST_F(ServerCallDurable, ThrowingHandlerStillWaitsForItsWrites) {
   ASSERT_EQ(request(pack({call(1, kThrow, "")})), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
   ASSERT_EQ(dur_.records.size(), 1u);
-  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);

@@ -88,7 +88,7 @@ TEST_F(ServerDurable, AlwaysDefersTheReplyAndItsCreditRidesOnTheNextReply) {
   EXPECT_EQ(r[0].header.credits, 2u);
   // Durable: the SET's reply goes out.
   const std::size_t before = link_.sends.size();
-  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(before);
   ASSERT_EQ(r.size(), 1u);
@@ -105,8 +105,8 @@ TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
   EXPECT_TRUE(link_.sends.empty());
   ASSERT_EQ(dur_.records.size(), 2u);
   EXPECT_NE(dur_.records[0].wait, dur_.records[1].wait);
-  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, false), Verdict::keep);  // disk error for one (req 8)
-  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, proto::Status::io_error), Verdict::keep);  // disk error for one (req 8)
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 2u);
@@ -117,8 +117,28 @@ TEST_F(ServerDurable, OutOfOrderCompletionsAnswerTheRightRequests) {
   EXPECT_EQ(r[1].header.status, proto::Status::ok);
   EXPECT_EQ(counters_.io_errors, 1u);
   EXPECT_EQ(counters_.error_replies, 1u);
-  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep) << "a late duplicate is ignored";
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep) << "a late duplicate is ignored";
   EXPECT_EQ(counters_.stale_completions, 1u);
+}
+
+TEST_F(ServerDurable, AWriteWhoseShardMovedIsAnsweredMoved) {
+  // Replication's failure (the shard moved before every backup had the
+  // record) reaches the client as `moved`, which it may place again; a
+  // disk error stays io_error. A CALL's reply takes its first failure.
+  ASSERT_EQ(request(pack({proto::msg::set_request(7, "a", b("1")), proto::msg::set_request(8, "b", b("2"))})),
+            Verdict::keep);
+  ASSERT_EQ(dur_.records.size(), 2u);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::moved), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, proto::Status::ok), Verdict::keep);
+  EXPECT_EQ(sc_->flush(), Verdict::keep);
+  const auto r = replies_since(0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.req_id, 7u);
+  EXPECT_EQ(r[0].header.status, proto::Status::moved);
+  EXPECT_EQ(r[1].header.req_id, 8u);
+  EXPECT_EQ(r[1].header.status, proto::Status::ok);
+  EXPECT_EQ(counters_.io_errors, 0u) << "moved is not a disk error";
+  EXPECT_EQ(counters_.error_replies, 1u);
 }
 
 TEST_F(ServerDurable, NowRepliesAtOnceAndFailedIsIoError) {
@@ -151,7 +171,7 @@ TEST_F(ServerDurable, LargeSetIsLoggedStraightFromItsArenaBlock) {
   ASSERT_TRUE(hit.large);
   EXPECT_EQ(dur_.records[0].large, hit.large) << "the log pins the block";
   EXPECT_EQ(dur_.records[0].value_ptr, hit.value.data()) << "no copy: the value is read from the arena";
-  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 1u);
@@ -165,7 +185,7 @@ TEST_F(ServerDurable, ConnectionGoingAwayWhileSetsWaitLeavesNothingBehind) {
             Verdict::keep);
   EXPECT_EQ(sc_->durable_waits(), 2u);
   EXPECT_EQ(sc_->begin_draining(CloseCause::peer_left, "peer left"), Verdict::disconnect);
-  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);  // nothing is sent any more
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);  // nothing is sent any more
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_TRUE(link_.sends.empty());
   EXPECT_EQ(sc_->durable_waits(), 0u) << "the waiting replies went with the close";
@@ -196,9 +216,9 @@ TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
   EXPECT_FALSE(store_.get("a").found) << "applied at once";
   EXPECT_FALSE(store_.get("b").found);
   EXPECT_EQ(sc_->durable_waits(), 3u);
-  ASSERT_EQ(sc_->on_durable(dur_.records[3].wait, true), Verdict::keep);   // req 4
-  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, true), Verdict::keep);   // req 3
-  ASSERT_EQ(sc_->on_durable(dur_.records[4].wait, false), Verdict::keep);  // req 5: the disk failed under this one
+  ASSERT_EQ(sc_->on_durable(dur_.records[3].wait, proto::Status::ok), Verdict::keep);   // req 4
+  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, proto::Status::ok), Verdict::keep);   // req 3
+  ASSERT_EQ(sc_->on_durable(dur_.records[4].wait, proto::Status::io_error), Verdict::keep);  // req 5: the disk failed under this one
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(before);
   ASSERT_EQ(r.size(), 3u);
@@ -218,7 +238,7 @@ TEST_F(ServerDurable, DelIsRecordedAndItsReplyWaitsForTheLog) {
   EXPECT_EQ(counters_.del_hits, 2u);
   // A SET deferred after those is still answered with a SET_REPLY.
   ASSERT_EQ(request(pack({proto::msg::set_request(3, "a", b("again"))})), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(dur_.records[5].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[5].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_EQ(replies_since(before + 1).back().opcode(), Opcode::set_reply);
 }
@@ -239,7 +259,7 @@ TEST_F(ServerDurable, DelNowAndFailed) {
   EXPECT_EQ(r[1].header.status, proto::Status::io_error);
   EXPECT_EQ(sc_->durable_waits(), 0u);
   EXPECT_EQ(counters_.io_errors, 1u);
-  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep) << "nothing waits: ignored";
+  EXPECT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep) << "nothing waits: ignored";
   EXPECT_EQ(counters_.stale_completions, 1u);
 }
 
@@ -249,8 +269,8 @@ TEST_F(ServerDurable, TwoDelsWithOneReqIdEachGetTheirReply) {
   ASSERT_EQ(request(pack({proto::msg::del_request(7, "a")})), Verdict::keep);
   ASSERT_EQ(request(pack({proto::msg::del_request(7, "b")})), Verdict::keep);
   ASSERT_EQ(dur_.records.size(), 2u);
-  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, true), Verdict::keep);
-  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[1].wait, proto::Status::ok), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[0].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   const auto r = replies_since(0);
   ASSERT_EQ(r.size(), 2u);
@@ -285,7 +305,7 @@ TEST_F(ServerDurable, TtlsAreRecordedAbsoluteAndExpireWaitsForTheLog) {
   auto r = replies_since(sends);
   ASSERT_EQ(r.size(), 1u) << "the missing key's answer goes now, the other waits for its record";
   EXPECT_EQ(r[0].header.req_id, 4u);
-  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, true), Verdict::keep);
+  ASSERT_EQ(sc_->on_durable(dur_.records[2].wait, proto::Status::ok), Verdict::keep);
   EXPECT_EQ(sc_->flush(), Verdict::keep);
   r = replies_since(sends);
   ASSERT_EQ(r.size(), 2u);

@@ -191,7 +191,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
       EXPECT_TRUE(seen.insert(to_string(*s)).second);
     }
   }
-  EXPECT_EQ(seen.size(), 11u);  // ok .. io_error, no_handler, handler_failed, refused, not_owner
+  EXPECT_EQ(seen.size(), 12u);  // ok .. io_error, no_handler, handler_failed, refused, not_owner, moved
   seen.clear();
   for (unsigned v = 0; v <= static_cast<unsigned>(Reason::bad_epoch); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
@@ -677,7 +677,8 @@ TEST(ProtoStrict, UnknownStatus) {
   EXPECT_EQ(status_from_wire(6), Status::io_error);  // docs/durability.md
   EXPECT_EQ(status_from_wire(9), Status::refused);  // CALL's statuses
   EXPECT_EQ(status_from_wire(10), Status::not_owner);  // docs/cluster.md "Fencing"
-  for (std::uint16_t s : {11, 100, 0xFFFF}) {
+  EXPECT_EQ(status_from_wire(11), Status::moved);  // docs/cluster.md "Replication"
+  for (std::uint16_t s : {12, 100, 0xFFFF}) {
     expect_reason(patched(msg::set_reply(1, 1), [s](RawHeader& h) { h.status = s; }),
                   Reason::unknown_status);
   }

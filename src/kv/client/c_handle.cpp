@@ -122,6 +122,7 @@ CHandle::~CHandle() {
 }
 
 int CHandle::set_error(int code, std::string_view msg) noexcept {
+  last_status_ = Status::ok;  // an error that is no Status's (status_error sets it after)
   try {
     last_error_.assign(msg);
   } catch (...) {
@@ -140,10 +141,12 @@ int CHandle::status_error(Status st, const char* what, std::size_t shard) noexce
     } else if (!why.empty()) {
       msg += " (" + why + ")";
     }
-    return set_error(code, msg);
+    set_error(code, msg);
   } catch (...) {
-    return set_error(code, what);
+    set_error(code, what);
   }
+  last_status_ = st;
+  return code;
 }
 
 std::size_t CHandle::shard_for(std::string_view key) noexcept {
@@ -413,14 +416,10 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
   int rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
   // not_owner: placed by an older map than the member's; shard_down or a
   // failed connection in a cluster: its primary went down, and the map will
-  // name another (ShardSet::place_again; a CALL may not run twice). A
-  // keyless CALL has no key to place.
-  const auto again = [&](int e) {
-    for (const Status st : {Status::not_owner, Status::shard_down, Status::connection_failed}) {
-      if (e == to_errno(st)) return shards_->place_again(st, kind != OpKind::call);
-    }
-    return false;
-  };
+  // name another; moved: the shard moved before the write was replicated
+  // (ShardSet::place_again; a CALL may not run twice). A keyless CALL has
+  // no key to place.
+  const auto again = [&](int e) { return e != 0 && shards_->place_again(last_status_, kind != OpKind::call); };
   if (rc == 0 || key.empty() || !again(rc)) return rc;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
   for (unsigned n = 0; rc != 0 && again(rc); ++n) {

@@ -134,7 +134,8 @@ class CHandle {
   // A CALL: `key` is its line (empty for kv_call), `value` the request bytes, `call_op` the user opcode.
   // An op a cluster member refused not_owner is placed again and resent
   // (ShardSet::not_owner_pause), so a sync caller sees ESTALE only when the
-  // member kept refusing it.
+  // member kept refusing it; so is one but a CALL that ended shard_down,
+  // connection_failed or moved while following a cluster (place_again).
   [[nodiscard]] int run(OpKind kind, std::size_t shard, std::string_view key, std::span<const std::byte> value,
                         OpResult& out, const char* what, std::span<std::byte> into = {}, std::uint16_t call_op = 0,
                         std::uint64_t ttl_ms = 0);
@@ -146,11 +147,15 @@ class CHandle {
   [[nodiscard]] int poll(kv_completion* out, int max, int timeout_ms);
   [[nodiscard]] int fd() const noexcept { return reactor_->fd(); }
 
-  // Sets last_error to "<what>: <status> (<the connection's failure>)"; returns its errno.
-  // `shard`: whose connection (several servers: named in the message).
+  // Sets last_error to "<what>: <status> (<the connection's failure>)" and
+  // last_status to `st`; returns its errno. `shard`: whose connection
+  // (several servers: named in the message).
   int status_error(Status st, const char* what, std::size_t shard = 0) noexcept;
   int set_error(int code, std::string_view msg) noexcept;
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
+  // The Status behind the last error (several Statuses share an errno: EIO);
+  // ok after set_error (an error no Status gave).
+  [[nodiscard]] Status last_status() const noexcept { return last_status_; }
   [[nodiscard]] bool sharded() const noexcept { return shards_->sharded(); }
   // The server of an op on `key`: where an operation's shard is decided (the
   // one hash of its key; everything after is given the index), over the
@@ -226,6 +231,7 @@ class CHandle {
   reactor::Registration wake_watch_;
   bool signaled_ = false;
   std::string last_error_;
+  Status last_status_ = Status::ok;  // status_error's last
   reactor::SlotTable<Op> ops_;
   Lines lines_;
   std::size_t async_in_flight_ = 0;  // async ops not yet completed

@@ -51,6 +51,9 @@ enum class Status : std::uint8_t {
   shard_down,         // several servers (ShardSet): the key's server is down (reconnecting in the background)
   not_owner,          // a cluster's server: the key's shard is not its to answer for now (a newer map moved it, or
                       // the server's lease lapsed: docs/cluster.md "Fencing"); nothing was done, placing it again may work
+  moved,              // a cluster's server: the write was applied there but its shard moved to another primary before
+                      // every backup had it; not acknowledged, it may or may not last (placing it again may work
+                      // if doing it twice is harmless)
 };
 
 // The Python exception classes of the rkv package (python/src/rkv_ext.cpp
@@ -92,6 +95,7 @@ inline constexpr std::array kStatusTable{
     StatusInfo{Status::invalid_use, "invalid_use", EINVAL},
     StatusInfo{Status::shard_down, "shard_down", EHOSTDOWN},
     StatusInfo{Status::not_owner, "not_owner", ESTALE},
+    StatusInfo{Status::moved, "moved", EIO},
 };
 
 struct ErrnoInfo {
@@ -114,7 +118,7 @@ inline constexpr std::array kErrnoTable{
     ErrnoInfo{ECONNRESET, "ECONNRESET", "the connection failed during the request", PyError::connection},
     ErrnoInfo{EPROTO, "EPROTO", "protocol error", PyError::connection},
     ErrnoInfo{ENODEV, "ENODEV", "no RDMA device", PyError::connection},
-    ErrnoInfo{EIO, "EIO", "the server failed the request (internal, remote access or disk error)", PyError::server},
+    ErrnoInfo{EIO, "EIO", "the server failed the request (internal, remote access or disk error, or its shard moved before the write was replicated)", PyError::server},
     ErrnoInfo{ENOMEM, "ENOMEM", "out of memory", PyError::no_memory},
     ErrnoInfo{ENOENT, "ENOENT", "no such key", PyError::base},
     ErrnoInfo{EAGAIN, "EAGAIN", "pipeline full", PyError::base},
@@ -144,6 +148,7 @@ inline constexpr std::array kWireStatusTable{
     WireStatusInfo{proto::Status::handler_failed, Status::handler_failed},
     WireStatusInfo{proto::Status::refused, Status::refused},
     WireStatusInfo{proto::Status::not_owner, Status::not_owner},
+    WireStatusInfo{proto::Status::moved, Status::moved},
 };
 // Client status for a reply's wire status (one the validator let through;
 // server_error for any other).
@@ -204,13 +209,13 @@ consteval bool every_errno_once() {
   return true;
 }
 }  // namespace detail
-static_assert(kStatusTable.size() == static_cast<std::size_t>(Status::not_owner) + 1,
+static_assert(kStatusTable.size() == static_cast<std::size_t>(Status::moved) + 1,
               "every Status needs its row in kStatusTable");
 static_assert(detail::statuses_in_order(), "kStatusTable's rows must follow the Status enum's order");
 static_assert(detail::every_status_errno_has_a_row(), "a Status maps to an errno kErrnoTable lacks");
 static_assert(detail::every_errno_once(), "an errno is in kErrnoTable twice");
 static_assert(detail::every_wire_status_once() &&
-                  kWireStatusTable.size() == static_cast<std::size_t>(proto::Status::not_owner) + 1,
+                  kWireStatusTable.size() == static_cast<std::size_t>(proto::Status::moved) + 1,
               "every wire status (proto::Status) needs exactly one row in kWireStatusTable");
 
 }  // namespace rkv::kv::client

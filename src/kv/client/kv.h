@@ -21,7 +21,9 @@
  *   ENOTCONN      the handle's connection is closed or failed earlier
  *   ECONNRESET    the connection failed while the request was pending
  *   EIO           the server failed the request (internal, remote access or
- *                 disk error)
+ *                 disk error; or, in a cluster, a write whose shard moved
+ *                 before it was replicated: it may or may not last. Sync
+ *                 calls other than kv_call place such a write again)
  *   ENOMEM        out of memory (here or in the server's store)
  *   ENOENT        kv_get_bin, kv_del, a GET or DEL completion: no such key
  *   EAGAIN        kv_*_async: the pipeline is full (see below)

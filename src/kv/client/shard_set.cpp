@@ -97,7 +97,8 @@ std::optional<std::chrono::milliseconds> ShardSet::not_owner_pause(
 
 bool ShardSet::place_again(Status st, bool idempotent) const noexcept {
   if (st == Status::not_owner) return true;
-  return following_ && idempotent && (st == Status::shard_down || st == Status::connection_failed);
+  return following_ && idempotent &&
+         (st == Status::shard_down || st == Status::connection_failed || st == Status::moved);
 }
 
 std::size_t ShardSet::shard_of(std::string_view key) const noexcept {

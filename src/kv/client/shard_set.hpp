@@ -117,11 +117,12 @@ class ShardSet {
   [[nodiscard]] std::optional<std::chrono::milliseconds> not_owner_pause(
       unsigned n, reactor::Reactor::Clock::time_point first) const noexcept;
   // Whether a sync caller places an op that ended with `st` again (after
-  // not_owner_pause, within the same bound): not_owner always; shard_down
-  // and connection_failed too when following a cluster and the op may run
-  // twice (`idempotent`: a SET, GET, DEL, EXPIRE or TTL; not a CALL): the
-  // members will name another primary for the shard (a failover promotes
-  // its backup, which holds every acknowledged write: docs/cluster.md).
+  // not_owner_pause, within the same bound): not_owner always; shard_down,
+  // connection_failed and moved too when following a cluster and the op
+  // may run twice (`idempotent`: a SET, GET, DEL, EXPIRE or TTL; not a
+  // CALL): the members will name another primary for the shard (a failover
+  // promotes its backup, which holds every acknowledged write; a shard
+  // moved to a member caught up first: docs/cluster.md).
   [[nodiscard]] bool place_again(Status st, bool idempotent) const noexcept;
   [[nodiscard]] reactor::Reactor& reactor() const noexcept { return *reactor_; }
   [[nodiscard]] const proto::ServerAddr& server(std::size_t i) const noexcept { return shards_[i].addr; }

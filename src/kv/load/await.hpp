@@ -39,7 +39,8 @@ struct OpResult {
 // `value` must stay alive and unchanged until this returns.
 // Each goes to server `shard`: the key's (ShardSet::shard_of, computed once
 // by the caller; one server: its one Client). A keyed op a cluster member
-// refuses not_owner, or whose primary in a cluster went down, is placed
+// refuses not_owner, or whose primary in a cluster went down or answered
+// moved (its shard moved before the write was replicated), is placed
 // again and resent after a pause (ShardSet::place_again, not_owner_pause);
 // `shard` is then where it went last.
 // ttl_ms: the SET's time to live (0: none).

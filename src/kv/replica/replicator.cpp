@@ -58,7 +58,7 @@ void Replicator::set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> 
     if (w.awaited.empty()) continue;
     const bool still = w.shard < shards_.size() && shards_[w.shard].epoch == w.epoch;
     if (!still) {
-      w.ok = false;
+      fail(w, proto::Status::moved);
       w.awaited.clear();
     } else {
       const auto& now = config.links;
@@ -256,14 +256,17 @@ void Replicator::flush() noexcept {
     spdlog::error("replica: out of memory handing {} record(s) to the shipping thread", outbox_.size());
     std::vector<Ship> lost = std::move(outbox_);
     outbox_.clear();
-    for (const Ship& sh : lost) ship_ended({sh.write, sh.link, false});
+    for (const Ship& sh : lost) {
+      if (const auto w = writes_.find(sh.write); w != writes_.end()) fail(w->second, proto::Status::io_error);
+      ship_ended({sh.write, sh.link, false});
+    }
   }
 }
 
 void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept {
   const auto it = inner_waits_.find({conn_token, wait});
   if (it == inner_waits_.end()) {
-    if (sink_) sink_(conn_token, wait, ok);  // a write no backup waits for
+    if (sink_) sink_(conn_token, wait, ok ? proto::Status::ok : proto::Status::io_error);  // a write no backup waits for
     return;
   }
   const std::uint64_t id = it->second;
@@ -271,7 +274,7 @@ void Replicator::on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, 
   const auto w = writes_.find(id);
   if (w == writes_.end()) return;
   w->second.inner_waiting = false;
-  w->second.ok = w->second.ok && ok;
+  if (!ok) fail(w->second, proto::Status::io_error);
   settle(id);
 }
 
@@ -314,10 +317,14 @@ void Replicator::ship_ended(const ShipDone& d) noexcept {
     // the backup no longer takes the shard at this epoch, or the record
     // never reached the thread): the write may lack a copy the map asks for
     // (set_backups() normally settled it first).
-    if (!d.applied) w.ok = false;
+    if (!d.applied) fail(w, proto::Status::moved);
     w.awaited.erase(a);
   }
   settle(d.write);
+}
+
+void Replicator::fail(Write& w, proto::Status status) noexcept {
+  if (w.status == proto::Status::ok) w.status = status;
 }
 
 void Replicator::settle(std::uint64_t id) {
@@ -326,8 +333,8 @@ void Replicator::settle(std::uint64_t id) {
   Write& w = it->second;
   if (w.replying && !w.inner_waiting && w.awaited.empty()) {
     w.replying = false;
-    if (!w.ok) ++failed_writes_;
-    if (sink_) sink_(w.conn_token, w.wait, w.ok);
+    if (w.status != proto::Status::ok) ++failed_writes_;
+    if (sink_) sink_(w.conn_token, w.wait, w.status);
   }
   if (!w.replying && w.ships == 0) writes_.erase(it);  // the LargeRef goes here, on the server's thread
 }
@@ -344,7 +351,7 @@ void Replicator::append_stats(store::StatRows& rows) const {
       {"repl_dropped", c.dropped, store::StatKind::counter, "replication records given up: the map moved the shard or its backup"},
       {"repl_connects", c.connects, store::StatKind::counter, "connections made to backups"},
       {"repl_connect_failures", c.connect_failures, store::StatKind::counter, "failed connection attempts to backups"},
-      {"repl_failed_writes", failed_writes_, store::StatKind::counter, "writes answered io_error by replication (the shard moved before its backups had them)"},
+      {"repl_failed_writes", failed_writes_, store::StatKind::counter, "writes replication did not acknowledge: answered moved (the shard moved before its backups had them) or io_error (the log failed, or out of memory)"},
       {"repl_writes_in_flight", writes_.size(), store::StatKind::gauge, "writes with a replication record not yet applied or dropped"},
       {"repl_catch_up_records", catch_up_records_, store::StatKind::counter, "records sent to catch a new backup up (one per key and backup)"},
       {"repl_catch_ups", catch_ups_done_, store::StatKind::counter, "catch-up walks of the store completed"},

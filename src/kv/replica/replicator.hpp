@@ -12,7 +12,8 @@
 //             that no longer takes the shard's records, stops being waited
 //             for once kvd hands over that map (set_backups); a write whose
 //             shard this member no longer is the primary of at that epoch
-//             is answered io_error: it may not have reached the new primary.
+//             is answered `moved`: it may not have reached the new primary
+//             (a client may place it again if running it twice is harmless).
 //   primary   as the log alone says; the records follow asynchronously.
 //
 // A large value is not copied: its arena block stays pinned (the LargeRef,
@@ -72,8 +73,9 @@ struct ShardBackups {
   std::vector<Backup> backups;
 };
 
-// The wrapped Durability's deferred answers, and the server's.
-using AckSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait, bool ok)>;
+// The answers of deferred writes (Server::on_durable): ok, io_error (the log
+// failed, or out of memory) or moved (the shard moved before every backup had it).
+using AckSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait, proto::Status status)>;
 // A backup (its member id) of `shard`, whose primary this member is at
 // `epoch`, holds every write of it acknowledged so far.
 using OnInSync = std::function<void(std::uint32_t shard, const std::string& backup, std::uint64_t epoch)>;
@@ -126,7 +128,7 @@ class Replicator final : public store::Durability {
     std::vector<std::uint32_t> awaited;   // links the reply still waits for
     bool replying = false;                // a client waits for it
     bool inner_waiting = false;           // ... and the log has not answered yet
-    bool ok = true;
+    proto::Status status = proto::Status::ok;  // the reply's, once settled (the first failure)
     bool catch_up = false;                // a record of catch-up, not of a write
     std::uint64_t conn_token = 0;
     std::uint32_t wait = 0;
@@ -148,6 +150,7 @@ class Replicator final : public store::Durability {
   // One record of a write is over (applied by its backup, or not): the
   // write stops waiting for that backup.
   void ship_ended(const ShipDone& d) noexcept;
+  static void fail(Write& w, proto::Status status) noexcept;  // the reply's status, if it has none yet
   void settle(std::uint64_t id);  // answers and forgets a write once nothing is left of it
   [[nodiscard]] std::uint32_t link_of(const Backup& b);
 

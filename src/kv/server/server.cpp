@@ -663,7 +663,7 @@ void Server::handle(std::uint16_t op, Handler fn) {
   handlers_.add(op, std::move(fn));
 }
 
-void Server::on_durable(std::uint64_t tok, std::uint32_t wait, bool ok) noexcept {
+void Server::on_durable(std::uint64_t tok, std::uint32_t wait, proto::Status status) noexcept {
   reactor_->assert_owner_thread();
   const Key key = Key::unpack(tok);
   Conn* c = conns_.find(key);
@@ -671,7 +671,7 @@ void Server::on_durable(std::uint64_t tok, std::uint32_t wait, bool ok) noexcept
     ++counters_.stale_completions;
     return;
   }
-  const Verdict v = c->sc->on_durable(wait, ok);
+  const Verdict v = c->sc->on_durable(wait, status);
   act(key, v | c->sc->flush());
 }
 

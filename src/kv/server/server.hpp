@@ -42,7 +42,7 @@
 // in the one Handlers table every ServerConn runs CALLs from.
 //
 // Durability (optional): every ServerConn records its SETs with it; its
-// deferred acknowledgements come back through on_durable(token, wait, ok),
+// deferred acknowledgements come back through on_durable(token, wait, status),
 // routed by the connection's slot + generation (dropped if it has gone). Large
 // values already in the Store when the arena is created (recovered from disk
 // as plain strings) are moved into the arena then (migrate_large_values), so
@@ -219,8 +219,10 @@ class Server {
   // True while keys of lost shards are still being dropped.
   [[nodiscard]] bool dropping() const noexcept { return !dropping_.empty(); }
 
-  // The Durability's acknowledgement of the record made under `wait` on connection `token`.
-  void on_durable(std::uint64_t token, std::uint32_t wait, bool ok) noexcept;
+  // The Durability's acknowledgement of the record made under `wait` on
+  // connection `token`: ok, io_error (the log failed) or moved (replication:
+  // the shard moved before every backup had it).
+  void on_durable(std::uint64_t token, std::uint32_t wait, proto::Status status) noexcept;
 
  private:
   // Members in destruction order (last first): the watch and the deadline go

@@ -644,7 +644,7 @@ void ServerConn::execute_touch(const proto::MessageView& m) noexcept {
   }
 }
 
-Verdict ServerConn::on_durable(std::uint32_t wait, bool ok) noexcept {
+Verdict ServerConn::on_durable(std::uint32_t wait, Status status) noexcept {
   const Key k = Key::unpack32(wait);
   Pending* p = serving() ? pending_.find(k) : nullptr;
   if (p == nullptr || p->wait != Wait::log || p->records == 0) {
@@ -653,12 +653,12 @@ Verdict ServerConn::on_durable(std::uint32_t wait, bool ok) noexcept {
   }
   --p->records;
   --durable_waits_;
-  if (!ok) p->log_failed = true;
+  if (p->failed == Status::ok) p->failed = status;
   if (p->records != 0) return Verdict::keep;  // a CALL's other records
-  if (p->log_failed) {
-    ++counters_->io_errors;
+  if (p->failed != Status::ok) {
+    if (p->failed == Status::io_error) ++counters_->io_errors;  // (moved: the Replicator's repl_failed_writes)
     pulls_.erase(p->req_id);  // a pulled CALL reply the client will never see: no RELEASE comes
-    p->reply = proto::msg::error_reply(p->op, p->req_id, 0, Status::io_error);
+    p->reply = proto::msg::error_reply(p->op, p->req_id, 0, p->failed);
   }
   finish(k);
   process_held();

@@ -50,8 +50,8 @@
 // Store at once, then recorded (a DEL as a tombstone) under its entry's key;
 // when the Durability answers `later` its reply waits in the entry (the
 // buffer's credit rides on the next reply that goes out) until the owner
-// calls on_durable(wait, ok), which sends SET_REPLY / DEL_REPLY (FOUND as
-// the erase found it) ok, or io_error. A connection that goes away before that is
+// calls on_durable(wait, status), which sends SET_REPLY / DEL_REPLY (FOUND as
+// the erase found it) ok, or the failure's status (io_error, moved). A connection that goes away before that is
 // simply gone: the owner routes on_durable by slot + generation and drops it.
 //
 // Thread: the reactor thread that owns the connection; not thread-safe.
@@ -224,10 +224,12 @@ class ServerConn {
   // Every completion of this connection's CQ, successful or not.
   [[nodiscard]] Verdict on_completion(const verbs::Completion& c) noexcept;
   // The record made under `wait` (a SET's, a DEL's, or one of a CALL's, answered
-  // DurableAck::later) is durable (ok) or failed: once the request has no
-  // record left waiting its reply goes out (with the next flush). Unknown or
-  // late calls are ignored (counted stale).
-  [[nodiscard]] Verdict on_durable(std::uint32_t wait, bool ok) noexcept;
+  // DurableAck::later) is durable (`status` ok) or failed (io_error: the log
+  // failed; moved: its shard moved before every backup had it): once the
+  // request has no record left waiting its reply goes out (with the next
+  // flush), with the first failure's status. Unknown or late calls are
+  // ignored (counted stale).
+  [[nodiscard]] Verdict on_durable(std::uint32_t wait, proto::Status status) noexcept;
   // Posts the replies appended since the last flush; once per CQ drain.
   [[nodiscard]] Verdict flush() noexcept;
   // Whether other connections have work waiting (the owner says so before
@@ -307,7 +309,7 @@ class ServerConn {
     std::uint64_t epoch = 0;      // SET read: a replication record's shard epoch (0: a client's SET)
     LargeRef pin;                 // read: the block the READ fills; write: the value the WRITE sends
     std::uint32_t records = 0;    // log: records answered `later`, not durable yet
-    bool log_failed = false;      // log: one of them failed: the reply becomes io_error
+    proto::Status failed = proto::Status::ok;  // log: the first failure one of them had: the reply's status
     proto::MessageSpec reply;     // log, send: the reply (an eager CALL reply views reply_bytes)
     std::vector<std::byte> reply_bytes;
     Clock::time_point received;   // of the request's SEND (open_entry): its latency starts there
