@@ -1,9 +1,11 @@
-"""A member paused past its lease acknowledges no write (cluster_script).
+"""A member paused past its lease acknowledges no write (cluster_script,
+cluster_replicas).
 
-Run by tests/rdma/cluster_script.sh inside scripts/cluster, with
-RKV_CLUSTER, PAUSED_PID and PAUSED_ID (a member's kvd process and id) set
-and the rkv package on PYTHONPATH. The classic long-GC-pause case
-(docs/cluster.md "Fencing"):
+Run by tests/rdma/cluster_script.sh (kvd --replicas 0) and
+cluster_replicas.sh (--replicas 1) inside scripts/cluster, with
+RKV_CLUSTER, PAUSED_PID and PAUSED_ID (a member's kvd process and id),
+REPLICAS (the members' --replicas) set and the rkv package on PYTHONPATH.
+The classic long-GC-pause case (docs/cluster.md "Fencing"):
   - a client of that member alone connects, the member is paused
     (SIGSTOP), and 8 writes of keys of its own shards (by the map before
     the pause) are sent to it at once: they wait in its receive queue (the
@@ -15,12 +17,16 @@ and the rkv package on PYTHONPATH. The classic long-GC-pause case
     them. Every one must be refused with ESTALE (not_owner), none
     acknowledged;
   - a client of the cluster finds none of those writes anywhere;
-  - before the pause, a key of each of its shards was written to it
-    ("before"). Once it has joined again (a new incarnation) and the map
-    names it the primary of some of those shards once more, it must not
-    serve those values: another member was their primary meanwhile, so
-    what it held may be stale, and a member drops its keys of every shard
-    it loses (Server::serve_shards). With no replicas they are gone: a miss.
+  - before the pause, a key of each shard was written ("before") through
+    a client of the cluster; with replicas, every one reads back from the
+    new primaries once the map dropped the paused member (acknowledged
+    writes survive it). Then each is written again ("after"). Once the
+    member has joined again (a new incarnation) and the map names it the
+    primary of some shards once more, it must not serve "before" for any:
+    with replicas it serves "after" (it was caught up before it took the
+    shard over); with none a miss (a member drops its keys of every shard
+    it loses, Server::serve_shards, and takes shards over without their
+    data), or "after" if that write reached it once it was back.
 Each wait has a 120 s deadline; nothing is asserted on speed.
 """
 import asyncio
@@ -78,17 +84,19 @@ async def fenced_writes(client: "rkv.Client", keys: list, cluster: str, member: 
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def held_keys(cluster: str, member: str) -> list:
-    """A key of each shard `member` is the primary of in the map now."""
-    m = read_map(cluster)
-    n = len(m["shards"])
+def held_keys(cluster: str) -> list:
+    """A key of each shard."""
+    n = len(read_map(cluster)["shards"])
     keys = {}
     for i in range(100000):
-        k = f"held-{i}"
-        s = shard_of(k.encode(), n)
-        if m["shards"][s]["owners"][0] == member:
-            keys.setdefault(s, k)
+        keys.setdefault(shard_of(f"held-{i}".encode(), n), f"held-{i}")
+        if len(keys) == n:
+            break
     return list(keys.values())
+
+
+def value(v) -> bytes:
+    return None if v is None else bytes(v)
 
 
 def served_again(cluster: str, member: str, lease: int, keys: list) -> list:
@@ -104,15 +112,17 @@ def main() -> None:
     cluster = os.environ["RKV_CLUSTER"]
     pid = int(os.environ["PAUSED_PID"])
     member = os.environ["PAUSED_ID"]
+    replicas = int(os.environ.get("REPLICAS", "0"))
     keys = its_keys(cluster, member)
     # The writes wait as long as the pause lasts (up to DEADLINE): the op
     # timeout must not fail them first.
     os.environ["RKV_TIMEOUT_MS"] = str(int(3 * DEADLINE * 1000))
     lease = read_map(cluster)["leases"][member]
-    with rkv.Client(member) as paused:  # a static list of that member alone: connected now
-        held = held_keys(cluster, member)
+    held = held_keys(cluster)
+    with rkv.Client(cluster) as c:
         for k in held:
-            paused.set(k, b"before")
+            c.set(k, b"before")
+    with rkv.Client(member) as paused:  # a static list of that member alone: connected now
         try:
             results = asyncio.run(fenced_writes(paused, keys, cluster, member, pid))
         finally:
@@ -125,9 +135,15 @@ def main() -> None:
         fail(f"writes refused otherwise than ESTALE (not_owner): {wrong}")
     with rkv.Client(cluster) as c:
         found = [k for k in keys if c.get(k) is not None]
-    if found:
-        fail(f"refused writes {found} are readable from the cluster")
-    print(f"cluster_fence: {WRITES} writes sent to {member} while paused past its lease: all refused (ESTALE)")
+        if found:
+            fail(f"refused writes {found} are readable from the cluster")
+        lost = [k for k in held if value(c.get(k)) != b"before"] if replicas else []
+        if lost:
+            fail(f"acknowledged writes lost when the paused member was dropped: {lost}")
+        for k in held:
+            c.set(k, b"after")
+    print(f"cluster_fence: {WRITES} writes sent to {member} while paused past its lease: all refused (ESTALE)"
+          + (f"; all {len(held)} writes acknowledged before the pause read back" if replicas else ""))
     t0 = time.monotonic()
     while not (back_keys := served_again(cluster, member, lease, held)):
         if time.monotonic() - t0 > DEADLINE:
@@ -135,11 +151,15 @@ def main() -> None:
                  f"{DEADLINE:.0f} s: {read_map(cluster)}")
         time.sleep(0.2)
     with rkv.Client(member) as back:  # retries not_owner until its map is this one
-        stale = [k for k in back_keys if back.get(k) is not None]
-    if stale:
-        fail(f"{member}, primary again under a new lease, serves what it held before for {stale}")
-    print(f"cluster_fence: {member} joined again, primary of {len(back_keys)} of its {len(held)} old shards: "
-          "none of its old values served")
+        served = {k: value(back.get(k)) for k in back_keys}
+    # With replicas: the value written while it was away. Without: never
+    # "before" (a miss, or "after" if that write came once it was back).
+    wrong = {k: v for k, v in served.items() if (v != b"after" if replicas else v == b"before")}
+    if wrong:
+        fail(f"{member}, primary again under a new lease, serves {wrong}")
+    print(f"cluster_fence: {member} joined again, primary of {len(back_keys)} shards: "
+          + ("each key served as written while it was away" if replicas else
+             f"no value it held before served ({sum(v is None for v in served.values())} misses)"))
 
 
 if __name__ == "__main__":

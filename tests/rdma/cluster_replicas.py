@@ -3,9 +3,9 @@
 Run by tests/rdma/cluster_replicas.sh inside `scripts/cluster 3 --replicas 1`,
 with RKV_CLUSTER and RKV_SERVERS set and the rkv package on PYTHONPATH:
 
-  cluster_replicas.py write   waits (120 s at most) until the shard map names
-                              the 3 members with one backup for every shard,
-                              then writes through a client of the cluster:
+  cluster_replicas.py write   waits (120 s at most) until the shard map is
+                              settled over the 3 members (below), then writes
+                              through a client of the cluster:
                               SETs of mixed sizes (eager and rendezvous, up to
                               200 KB), a DEL of every 7th key, a TTL of an
                               hour on every 5th, and INCRs (a handler's write)
@@ -15,6 +15,12 @@ with RKV_CLUSTER and RKV_SERVERS set and the rkv package on PYTHONPATH:
                               back byte-exact (deleted keys absent, the TTL
                               kept, the counter's count) within 120 s, and
                               prints how long after its start that took
+  cluster_replicas.py settled MEMBER...
+                              waits (120 s at most) until the shard map is
+                              settled over the MEMBERs: every shard has one
+                              backup, every owner is in sync (its primary
+                              caught it up) and no member waits to take a
+                              shard over
 
 With `--ack replicas` (kvd's default) a write is acknowledged once the
 shard's backup applied it, so nothing acknowledged may be missing after its
@@ -55,20 +61,26 @@ def with_ttl(i: int) -> bool:
     return i % 5 == 1 and not deleted(i)
 
 
-def replicated_map(cluster: str, members: set) -> bool:
+def settled_map(cluster: str, members: set) -> bool:
     m = read_map(cluster)
     if m is None or m.get("replicas") != 1:
         return False
-    owners = [set(s["owners"]) for s in m["shards"]]
-    return all(len(o) == 2 for o in owners) and set().union(*owners) == members
+    shards = m["shards"]
+    return (all(len(s["owners"]) == 2 and s["in_sync"] == s["owners"] and "taker" not in s for s in shards)
+            and set().union(*(set(s["owners"]) for s in shards)) == members)
+
+
+def settled(cluster: str, members: set) -> None:
+    t0 = time.monotonic()
+    while not settled_map(cluster, members):
+        if time.monotonic() - t0 > DEADLINE:
+            fail(f"no settled shard map over {sorted(members)} after {DEADLINE} s: {read_map(cluster)}")
+        time.sleep(0.5)
+    print(f"cluster_replicas: the map settled over {len(members)} member(s) in {time.monotonic() - t0:.1f} s")
 
 
 def write(cluster: str, members: set) -> None:
-    t0 = time.monotonic()
-    while not replicated_map(cluster, members):
-        if time.monotonic() - t0 > DEADLINE:
-            fail(f"no shard map with one backup per shard over {sorted(members)}: {read_map(cluster)}")
-        time.sleep(0.5)
+    settled(cluster, members)
     with rkv.Client(cluster) as c:
         for i in range(KEYS):
             key = f"rep-{i}"
@@ -133,8 +145,10 @@ def main() -> None:
         write(cluster, set(os.environ["RKV_SERVERS"].split(",")))
     elif sys.argv[1:2] == ["check"] and len(sys.argv) == 3:
         check(cluster, sys.argv[2])
+    elif sys.argv[1:2] == ["settled"] and len(sys.argv) > 2:
+        settled(cluster, set(sys.argv[2:]))
     else:
-        fail(f"usage: cluster_replicas.py write | check VICTIM (got {sys.argv[1:]})")
+        fail(f"usage: cluster_replicas.py write | check VICTIM | settled MEMBER... (got {sys.argv[1:]})")
 
 
 if __name__ == "__main__":

@@ -5,16 +5,27 @@
 #   tests/rdma/cluster_replicas.sh REPO BUILD   (meson test `cluster_replicas`, via scripts/softroce exec)
 #
 # Checks, each with a generous deadline and none on speed:
-#  - once the map names a backup for every shard, writes through a client of
-#    the cluster (SETs eager and by rendezvous, DELs, TTLs, INCRs) reach the
-#    backups: the members' repl_applied add up to one record per write;
-#  - kill -9 of a member right after its writes were acknowledged: once the
-#    map dropped it (its backups promoted), every acknowledged write reads
-#    back byte-exact from the members left (cluster_replicas.py);
-#  - the map names new backups for the shards the victim owned: once the
-#    second member caught its new backups up (a walk of its store sent as
-#    records), kill -9 of it too: the last member alone reads back every
-#    acknowledged write;
+#  - once the map settled (one backup per shard, every owner in sync),
+#    writes through a client of the cluster (SETs eager and by rendezvous,
+#    DELs, TTLs, INCRs) reach the backups: the members' repl_applied add up
+#    to one record per write;
+#  - two kvload --verify at depth 32 (values of 100 B to 64 KiB: eager and
+#    rendezvous) across kill -9 of the kvd started first: 0 errors (their
+#    ops on the victim are placed again on the new primaries), and once the
+#    map dropped it, every acknowledged write reads back byte-exact from
+#    the members left (cluster_replicas.py);
+#  - under a third kvload --verify, the victim restarts (same id, a new
+#    lease: a new incarnation, with an empty store) and rejoins as a
+#    backup that is caught up and takes shards over once in sync, then a
+#    4th kvd joins: once the map settled each of the 4 is the primary of
+#    16 of the 64 shards, and kvload had 0 errors;
+#  - the second kvd paused past its lease (cluster_fence.py with
+#    REPLICAS=1): the writes sent to it meanwhile are all refused, every
+#    write acknowledged before the pause reads back, and once it took
+#    shards over again it serves the values written while it was away;
+#  - kill -9 of the second kvd, and once the map settled again of the
+#    third: the two that joined alone read back every acknowledged write
+#    (Python's and the three kvload runs);
 #  - bad input: --replicas beyond the maximum or without --cluster, and an
 #    unknown --ack, are refused (exit 2).
 set -uo pipefail
@@ -34,6 +45,42 @@ py=$BUILD/tests/python/python_sanitized
   build=$1 repo=$2 py=$3 work=$4 B=$1/apps
   fail() { echo "cluster_replicas: FAILED: $*" >&2; exit 1; }
   export PYTHONPATH=$build/python
+  cr() { "$py" "$repo/tests/rdma/cluster_replicas.py" "$@" || exit 1; }
+  # kvload runs: NAME.txt (gen), NAME.out, NAME.acks (acknowledged writes).
+  gen() { "$B/kvload" gen --keys 300 --ops "$2" --sizes 100:4,8k:2,64k:1 --prefix "$1-" --seed "$3" \
+    -o "$work/$1.txt" || fail "kvload gen $1"; }
+  run() { "$B/kvload" --server "$RKV_CLUSTER" --file "$work/$1.txt" --depth 32 --verify -q \
+    --ack-log "$work/$1.acks" >"$work/$1.out" 2>&1; }
+  acked() {  # NAME COUNT PID: until kvload NAME acknowledged COUNT writes
+    local t0=$SECONDS
+    until [ "$(wc -l <"$work/$1.acks" 2>/dev/null || echo 0)" -ge "$2" ]; do
+      kill -0 "$3" 2>/dev/null || fail "kvload $1 ended too early: $(cat "$work/$1.out")"
+      [ $((SECONDS - t0)) -lt 120 ] || fail "kvload $1 acknowledged under $2 writes in 120 s"
+      sleep 0.1
+    done
+  }
+  finished() {  # NAME PID WHAT
+    wait "$2" || fail "kvload $1 --verify across $3: $(cat "$work/$1.out")"
+    echo "cluster_replicas: kvload $1 --verify at depth 32 across $3 (max: the longest op):"
+    grep -E "^(op|SET|GET|total)" "$work/$1.out" | sed "s/^/  /"
+  }
+  primaries() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$6 }"; }
+  started=()
+  trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
+  start_kvd() {  # PORT NAME: one more member, in the background; sets kvd_id
+    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 5 \
+      --log-level warn >"$work/$2.log" 2>&1 &
+    started+=($!)
+    local t0=$SECONDS
+    kvd_id=""
+    until [ -n "$kvd_id" ]; do
+      kvd_id=$(sed -n "s/^kvd: listening on //p" "$work/$2.log")
+      kill -0 "${started[-1]}" 2>/dev/null || fail "kvd $2 exited: $(cat "$work/$2.log")"
+      [ $((SECONDS - t0)) -lt 120 ] || fail "kvd $2 did not listen in 120 s"
+      sleep 0.1
+    done
+  }
+
   out=$("$py" "$repo/tests/rdma/cluster_replicas.py" write) || exit 1
   echo "$out"
   writes=$(echo "$out" | sed -n "s/.*(\([0-9]*\) writes)$/\1/p")
@@ -42,59 +89,68 @@ py=$BUILD/tests/python/python_sanitized
   for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^repl_applied //p"); do applied=$((applied + n)); done
   [ "$applied" -ge "${writes:-1}" ] || fail "the backups applied $applied records, not the ${writes:-?} writes"
   echo "cluster_replicas: the backups applied $applied records"
-  # The victim is the kvd started last. Known bug (docs/cluster.md, "What
-  # it does not have yet"): the member that joined last backs no shard, so
-  # when another dies, the planner balances primaries by moving some to it
-  # although it holds none of them, and those shards then serve empty. The
-  # last joiner dying leaves only swaps with backups.
+
+  # 1. The victim is the kvd started first: with the cluster formed by
+  # joins in whatever order, its death once made the planner hand shards to
+  # a member that did not hold them (fixed by the in-sync set in the map).
+  # Two kvload --verify run across its kill; the longest op of each is
+  # about the time the clients took to resume.
   IFS=, read -r -a servers <<<"$RKV_SERVERS"
   set -- $RKV_KVD_PIDS
-  victim=${servers[2]} victim_pid=$3
-  second=${servers[0]} second_pid=$1
-  third=${servers[1]}
-  stat() { "$B/rkv" stats --server "$1" | awk -v n="$2" "\$1 == n { print \$2 }"; }
-  # kvload --verify at depth 32 (values of 100 B to 64 KiB: eager and
-  # rendezvous) runs across the kill: ops that were on the victim when it
-  # died, or sent to it before the map moved its shards, are placed again
-  # (ShardSet::place_again) and none may fail; its longest op is about the
-  # time the clients took to resume.
-  "$B/kvload" gen --keys 300 --ops 6000 --sizes 100:4,8k:2,64k:1 --prefix fo- --seed 7 -o "$work/failover.txt" ||
-    fail "kvload gen"
-  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/failover.txt" --depth 32 --verify -q --ack-log "$work/acks" \
-    >"$work/failover.out" 2>&1 &
-  load=$!
-  t0=$SECONDS
-  until [ "$(wc -l <"$work/acks" 2>/dev/null || echo 0)" -ge 1000 ]; do
-    kill -0 "$load" 2>/dev/null || fail "kvload ended before the kill: $(cat "$work/failover.out")"
-    [ $((SECONDS - t0)) -lt 120 ] || fail "kvload acknowledged under 1000 writes in 120 s"
-    sleep 0.1
+  a=${servers[0]} a_pid=$1 b=${servers[1]} b_pid=$2 c=${servers[2]} c_pid=$3
+  gen fo 3000 7
+  gen fp 3000 8
+  run fo & fo_pid=$!
+  run fp & fp_pid=$!
+  acked fo 500 "$fo_pid"
+  kill -9 "$a_pid"
+  finished fo "$fo_pid" "the kill of $a"
+  finished fp "$fp_pid" "the kill of $a"
+  cr check "$a"
+
+  # 2. Under a third kvload, the victim comes back under its id with an
+  # empty store: a new incarnation (another lease), so it rejoins as a
+  # backup, is caught up by the primaries and takes shards over once the
+  # map marks it in sync. Then a 4th kvd joins the same way.
+  cr settled "$b" "$c"
+  gen jn 6000 9
+  run jn & jn_pid=$!
+  acked jn 300 "$jn_pid"
+  start_kvd "${a##*:}" again
+  [ "$kvd_id" = "$a" ] || fail "the victim came back as $kvd_id, not $a"
+  cr settled "$a" "$b" "$c"
+  echo "cluster_replicas: $a came back and, once caught up, is the primary of $(primaries "$a") shard(s)"
+  start_kvd 0 fourth
+  d=$kvd_id
+  cr settled "$a" "$b" "$c" "$d"
+  running=no
+  kill -0 "$jn_pid" 2>/dev/null && running=yes
+  finished jn "$jn_pid" "the return of $a and the join of $d"
+  echo "cluster_replicas: $d joined; kvload jn still running once the map settled: $running"
+  for m in "$a" "$b" "$c" "$d"; do
+    [ "$(primaries "$m")" = 16 ] || fail "$m is the primary of $(primaries "$m") shards, not 16 of 64: $("$B/rkv" cluster status --server "$RKV_CLUSTER")"
   done
-  kill -9 "$victim_pid"
-  wait "$load" || fail "kvload --verify across the kill of $victim: $(cat "$work/failover.out")"
-  echo "cluster_replicas: kvload --verify at depth 32 across the kill of $victim (max: the longest op):"
-  grep -E "^(op|SET|GET|total)" "$work/failover.out" | sed "s/^/  /"
-  "$py" "$repo/tests/rdma/cluster_replicas.py" check "$victim" || exit 1
-  # What kvload wrote reads back too (each key its last SET).
-  awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/failover.txt" | sort -u >"$work/reads.txt"
-  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/reads.txt" --expect "$work/failover.txt" --depth 32 -q \
-    >"$work/reads.out" 2>&1 || fail "reading back what kvload wrote, after the kill: $(cat "$work/reads.out")"
-  # The map gave the shards the victim owned a new backup among the two
-  # left, which their primaries catch up (a walk of the store sent as
-  # records). Once both members follow that map, their walks ended and every
-  # record of them was applied, kill -9 the second too: the last member
-  # must then hold every acknowledged write.
-  epoch=$("$B/rkv" cluster status --server "$RKV_CLUSTER" | awk "\$2 == \"map\" { print \$4 }")
-  t0=$SECONDS
-  for m in "$second" "$third"; do
-    until [ "$(stat "$m" repl_map_epoch)" -ge "$epoch" ] && [ "$(stat "$m" repl_catching_up)" = 0 ] &&
-          [ "$(stat "$m" repl_catch_up_in_flight)" = 0 ]; do
-      [ $((SECONDS - t0)) -lt 120 ] || fail "$m did not catch its new backups up by map $epoch: $("$B/rkv" stats --server "$m" | grep "^repl_")"
-      sleep 0.5
-    done
-    echo "cluster_replicas: $m sent $(stat "$m" repl_catch_up_records) catch-up record(s) in all"
-  done
-  kill -9 "$second_pid"
-  "$py" "$repo/tests/rdma/cluster_replicas.py" check "$second" || exit 1
+
+  # 3. The second kvd is paused past its lease (SIGSTOP, then SIGCONT),
+  # with writes sent to it meanwhile: it acknowledges none of them, every
+  # write acknowledged before the pause reads back from the new primaries,
+  # and once it joined again and took shards over it serves what was
+  # written while it was away (tests/rdma/cluster_fence.py).
+  PAUSED_PID=$b_pid PAUSED_ID=$b REPLICAS=1 "$py" "$repo/tests/rdma/cluster_fence.py" || exit 1
+  cr settled "$a" "$b" "$c" "$d"
+
+  # 4. The two original members left die one after the other: the two
+  # that joined hold every acknowledged write.
+  kill -9 "$b_pid"
+  cr check "$b"
+  cr settled "$a" "$c" "$d"
+  kill -9 "$c_pid"
+  cr check "$c"
+  cat "$work/fo.txt" "$work/fp.txt" "$work/jn.txt" >"$work/all.txt"
+  awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/all.txt" | sort -u >"$work/reads.txt"
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/reads.txt" --expect "$work/all.txt" --depth 32 -q \
+    >"$work/reads.out" 2>&1 || fail "reading back what kvload wrote, from $a and $d: $(cat "$work/reads.out")"
+  echo "cluster_replicas: $a and $d alone read back all $(wc -l <"$work/reads.txt") keys kvload wrote"
 ' _ "$BUILD" "$REPO" "$py" "$work"
 rc=$?
 [ "$rc" = 0 ] || fail "the command over the cluster failed (status $rc)"
