@@ -18,9 +18,11 @@
 // member under a lease it renews from the reactor, and takes its part in
 // keeping the cluster's shard map (cluster/map_keeper.hpp); it answers only
 // for the shards the map gives it, and writes only while its lease surely
-// holds (kv/server/shard_gate.hpp). On SIGINT/SIGTERM it stops writing,
+// holds (kv/server/shard_gate.hpp). On SIGINT/SIGTERM, with --replicas, it
+// first marks itself draining and keeps serving until the map names it the
+// primary of no shard (or --drain-timeout passed); then it stops writing,
 // revokes the lease, serves reads until no client is connected (clients that
-// follow the cluster drop it) or --drain-timeout passed, then shuts down.
+// follow the cluster drop it) or --drain-timeout passed, and shuts down.
 #include "cli.hpp"
 #include "kvd.hpp"
 #include "kvd_ops.hpp"
@@ -292,7 +294,8 @@ int kvd_main(int argc, char** argv) {
       ->needs(cluster_opt)
       ->capture_default_str();
   app.add_option("--drain-timeout", drain_timeout_s,
-                 "--cluster: on SIGINT/SIGTERM, leave the cluster first, then keep serving until every client "
+                 "--cluster: on SIGINT/SIGTERM (with --replicas, once the members moved its primaries to others, "
+                 "or this many seconds passed), leave the cluster, then keep serving until every client "
                  "disconnected (clients that follow the cluster drop this kvd once they see it leave) or this many "
                  "seconds passed, then shut down")
       ->check(CLI::Range(0u, 3600u))
@@ -395,6 +398,8 @@ int kvd_main(int argc, char** argv) {
     std::unique_ptr<cluster::MemberLease> member;
     std::unique_ptr<cluster::MapKeeper> keeper;  // with member: this kvd's part in keeping the shard map
     reactor::Timer drain;  // leaving a cluster: until no client is connected, or the drain timeout
+    reactor::Timer handover;  // leaving with --replicas: until the map names it the primary of no shard
+    bool handing_over = false;  // a signal started that (a second one stops at once)
     const auto shut_down = [&] {
       drain.reset();
       server_ptr->shutdown([&reactor] { reactor.stop(); });
@@ -407,7 +412,8 @@ int kvd_main(int argc, char** argv) {
         }
         return;
       }
-      if (server_ptr == nullptr || server_ptr->shutting_down() || (member && member->state() == cluster::LeaseState::left)) {
+      if (server_ptr == nullptr || server_ptr->shutting_down() || handing_over ||
+          (member && member->state() == cluster::LeaseState::left)) {
         reactor.stop();  // a second signal: stop now
         return;
       }
@@ -417,21 +423,49 @@ int kvd_main(int argc, char** argv) {
       }
       // A member leaves first, so clients that follow the cluster move its
       // keys elsewhere and disconnect; it serves them until they did.
-      spdlog::info("kvd: signal {}: leaving the cluster, then shutting down once no client is connected "
-                   "(at most {} s)", signo, drain_timeout_s);
-      server_ptr->gate().lease_held_until({});  // no more writes: the members are about to move its shards
-      member->leave_async([&] {
+      const auto leave = [&] {
+        spdlog::info("kvd: leaving the cluster, then shutting down once no client is connected (at most {} s)",
+                     drain_timeout_s);
+        server_ptr->gate().lease_held_until({});  // no more writes: the members are about to move its shards
+        member->leave_async([&] {
+          const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
+          const auto check = [&, deadline] {
+            if (server_ptr->connections() > 0 && reactor::Reactor::now() < deadline) return;
+            if (server_ptr->connections() > 0) {
+              spdlog::warn("kvd: {} client(s) still connected after {} s; shutting down", server_ptr->connections(),
+                           drain_timeout_s);
+            }
+            shut_down();
+          };
+          drain = reactor.every(std::chrono::milliseconds(100), check);
+          check();
+        });
+      };
+      if (replicas == 0) {
+        spdlog::info("kvd: signal {}", signo);
+        return leave();
+      }
+      // With replicas it hands its shards over first: marked draining, the
+      // members' plans move each of its primaries to an in-sync backup (or
+      // catch a taker up), while it keeps serving and replicating.
+      spdlog::info("kvd: signal {}: draining: handing the primaries of {} shard(s) over (at most {} s)", signo,
+                   server_ptr->gate().served(), drain_timeout_s);
+      handing_over = true;
+      member->drain_async([&, leave](bool ok) {  // (leave by value: this handler's frame is gone by then)
+        if (!ok) {
+          spdlog::warn("kvd: could not mark this member draining in etcd; leaving at once");
+          return leave();
+        }
         const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
-        const auto check = [&, deadline] {
-          if (server_ptr->connections() > 0 && reactor::Reactor::now() < deadline) return;
-          if (server_ptr->connections() > 0) {
-            spdlog::warn("kvd: {} client(s) still connected after {} s; shutting down", server_ptr->connections(),
+        handover = reactor.every(std::chrono::milliseconds(100), [&, leave, deadline] {
+          if (server_ptr->gate().served() > 0 && reactor::Reactor::now() < deadline) return;
+          if (server_ptr->gate().served() > 0) {
+            spdlog::warn("kvd: still the primary of {} shard(s) after {} s; leaving anyway", server_ptr->gate().served(),
                          drain_timeout_s);
           }
-          shut_down();
-        };
-        drain = reactor.every(std::chrono::milliseconds(100), check);
-        check();
+          handover.reset();
+          leave();
+        });
       });
     });
     // A member replicates the writes of the shards it is the primary of

@@ -78,7 +78,9 @@ std::string Member::id() const { return proto::server_id(host, port); }
 std::string member_key(const ClusterUrl& url, const Member& m) { return url.members_prefix() + m.id(); }
 
 std::string member_value(const Member& m) {
-  return nlohmann::json{{"host", m.host}, {"port", m.port}, {"capacity", m.capacity}}.dump();
+  nlohmann::json j{{"host", m.host}, {"port", m.port}, {"capacity", m.capacity}};
+  if (m.draining) j["draining"] = true;
+  return j.dump();
 }
 
 std::optional<Member> parse_member(std::string_view value, std::string& error) {
@@ -106,6 +108,13 @@ std::optional<Member> parse_member(std::string_view value, std::string& error) {
       return std::nullopt;
     }
     m.capacity = cap->get<std::uint64_t>();
+  }
+  if (const auto d = j.find("draining"); d != j.end()) {
+    if (!d->is_boolean()) {
+      error = "a draining that is not true or false";
+      return std::nullopt;
+    }
+    m.draining = d->get<bool>();
   }
   return m;
 }

@@ -48,6 +48,9 @@ struct Member {
   std::string host;
   std::uint16_t port = 0;
   std::uint64_t capacity = 0;  // bytes: kvd's --max-memory
+  // Leaving: the planner moves its primaries to other members first
+  // (plan_map's `draining`); in the record only when true.
+  bool draining = false;
   // The etcd lease its record is under (etcd's, not in the record's value;
   // 0 until read from etcd). A kvd that joins again, or restarts, has a new
   // one: it is another incarnation of the same id, and the shard map tells

@@ -66,7 +66,8 @@ void MapKeeper::plan() {
   // The marks this map lacks, applied; the others are shown or moot.
   std::optional<ShardMap> marked = view.map;
   std::erase_if(marks_, [&](const Mark& m) { return !marked || !cluster::mark_in_sync(*marked, m.shard, m.id, m.epoch); });
-  std::optional<ShardMap> next = plan_map(marked, view.ids(), view.leases(), shape_);
+  const std::vector<std::string> draining = view.draining();
+  std::optional<ShardMap> next = plan_map(marked, view.ids(), view.leases(), shape_, draining);
   if (!next && !marks_.empty()) {
     next = std::move(marked);
     ++next->epoch;

@@ -82,6 +82,12 @@ void MemberLease::leave_async(std::function<void()> done) {
   }, kSetupTimeout);
 }
 
+void MemberLease::drain_async(std::function<void(bool ok)> done) {
+  self_.draining = true;  // a rejoin puts it so too
+  etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_),
+             [done = std::move(done)](EtcdReply& r) { done(r.ok); }, kSetupTimeout);
+}
+
 void MemberLease::renew() {
   if (in_flight_ || state_ == LeaseState::left) return;
   if (state_ == LeaseState::rejoining) {
@@ -176,6 +182,14 @@ std::vector<std::int64_t> ClusterView::leases() const {
   std::vector<std::int64_t> out;
   out.reserve(members.size());
   for (const Member& m : members) out.push_back(m.lease);
+  return out;
+}
+
+std::vector<std::string> ClusterView::draining() const {
+  std::vector<std::string> out;
+  for (const Member& m : members) {
+    if (m.draining) out.push_back(m.id());
+  }
   return out;
 }
 

@@ -66,6 +66,11 @@ class MemberLease {
   void leave() noexcept;
   // The same, async (from a reactor callback): `done` runs once the revoke
   // was answered or failed (at once if the lease was already left).
+  // Leaving with data to hand over (kvd --replicas): puts the record again,
+  // under the same lease, marked draining, so the members' plans move its
+  // primaries to other members first (plan_map's `draining`); `done` hears
+  // whether etcd took it. The lease is kept: leave_async() follows.
+  void drain_async(std::function<void(bool ok)> done);
   void leave_async(std::function<void()> done);
 
   [[nodiscard]] LeaseState state() const noexcept { return state_; }
@@ -115,6 +120,7 @@ struct ClusterView {
 
   [[nodiscard]] std::vector<std::string> ids() const;      // the members' ids, in order
   [[nodiscard]] std::vector<std::int64_t> leases() const;  // their leases, in the same order
+  [[nodiscard]] std::vector<std::string> draining() const;  // the ids of those draining, in order
 };
 // The member in a record read from etcd, if it is one: its value parses and
 // its key is member_key() of it (so a watch's delete of that key removes it).

@@ -185,7 +185,15 @@ bool holds(const std::vector<std::string>& list, std::string_view id) {
 // primaries each is to have, and how many owner places each holds.
 class Loads {
  public:
-  explicit Loads(std::span<const std::string> ids) : ids_(ids), primaries_(ids.size()), owned_(ids.size()) {}
+  // Members in `draining` are passed over by least_primaries, most_primaries
+  // and least_owned while another member is left.
+  Loads(std::span<const std::string> ids, std::span<const std::string> draining)
+      : ids_(ids), primaries_(ids.size()), owned_(ids.size()), eligible_(ids.size(), true) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      eligible_[i] = !std::binary_search(draining.begin(), draining.end(), ids[i]);
+    }
+    if (std::find(eligible_.begin(), eligible_.end(), true) == eligible_.end()) eligible_.assign(ids.size(), true);
+  }
 
   [[nodiscard]] std::optional<std::size_t> index(std::string_view id) const {
     const auto it = std::lower_bound(ids_.begin(), ids_.end(), id);
@@ -205,19 +213,26 @@ class Loads {
   // Fewest primaries (ties: the smaller id), most primaries (ties: the
   // smaller id), fewest places owned among members `not_in` does not hold.
   [[nodiscard]] std::size_t least_primaries() const {
-    return static_cast<std::size_t>(std::min_element(primaries_.begin(), primaries_.end()) - primaries_.begin());
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < ids_.size(); ++i) {
+      if (eligible_[i] && (!best || primaries_[i] < primaries_[*best])) best = i;
+    }
+    return *best;
   }
   [[nodiscard]] std::size_t most_primaries() const {
-    return static_cast<std::size_t>(std::max_element(primaries_.begin(), primaries_.end(),
-                                                     [](long a, long b) { return a < b; }) -
-                                    primaries_.begin());
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < ids_.size(); ++i) {
+      if (eligible_[i] && (!best || primaries_[i] > primaries_[*best])) best = i;
+    }
+    return *best;
   }
+  [[nodiscard]] bool eligible(std::string_view id) const { return eligible_[*index(id)]; }
   [[nodiscard]] long primaries(std::size_t i) const { return primaries_[i]; }
   [[nodiscard]] long owned(std::string_view id) const { return owned_[*index(id)]; }
   [[nodiscard]] std::optional<std::size_t> least_owned(const ShardOwners& not_in) const {
     std::optional<std::size_t> best;
     for (std::size_t i = 0; i < ids_.size(); ++i) {
-      if (holds(not_in.owners, ids_[i])) continue;
+      if (!eligible_[i] || holds(not_in.owners, ids_[i])) continue;
       if (!best || owned_[i] < owned_[*best]) best = i;
     }
     return best;
@@ -227,6 +242,7 @@ class Loads {
   std::span<const std::string> ids_;
   std::vector<long> primaries_;
   std::vector<long> owned_;
+  std::vector<bool> eligible_;  // not draining (all of them, if every member is)
 };
 
 ShardMap first_map(std::span<const std::string> ids, MapShape shape) {
@@ -293,7 +309,8 @@ void set_leases(ShardMap& map, std::span<const std::string> ids, std::span<const
 }  // namespace
 
 std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<const std::string> ids,
-                                 std::span<const std::int64_t> leases, MapShape shape) {
+                                 std::span<const std::int64_t> leases, MapShape shape,
+                                 std::span<const std::string> draining) {
   if (leases.size() != ids.size()) throw std::invalid_argument("plan_map: a lease per member");
   if (ids.empty()) return std::nullopt;
   if (!last) {
@@ -303,7 +320,7 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
   }
   ShardMap next = *last;
   const std::size_t width = std::min<std::size_t>(next.replicas + 1u, ids.size());
-  Loads loads(ids);
+  Loads loads(ids, draining);
   // The owner `id` of `last` is the live member of that id (under the lease the map has for it).
   const auto live = [&](const std::string& id) {
     const auto i = loads.index(id);
@@ -361,6 +378,35 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
   const auto target = [&](std::size_t i) -> const std::string& {
     return next.shards[i].taker.empty() ? next.shards[i].owners.front() : next.shards[i].taker;
   };
+  // Shard i is to be `taker`'s: at once from an in-sync backup (or with
+  // replicas 0), else once caught up.
+  const auto move_to = [&](std::size_t i, const std::string& taker) {
+    ShardOwners& s = next.shards[i];
+    moved[i] = true;
+    loads.primary(target(i), -1);
+    loads.primary(taker, +1);
+    if (next.replicas == 0 || holds(s.in_sync, taker)) {
+      s.taker.clear();
+      swap_to(s, taker);
+      return;
+    }
+    if (!holds(s.owners, taker)) {
+      s.owners.push_back(taker);  // caught up by the primary first
+      loads.owner(taker, +1);
+    }
+    s.taker = taker;
+  };
+  // A draining member's shards go first: to its in-sync backup with the
+  // fewest primaries, else to the member with the fewest.
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {
+    if (loads.eligible(target(i))) continue;
+    const ShardOwners& s = next.shards[i];
+    std::optional<std::string> best;
+    for (const std::string& o : s.in_sync) {
+      if (loads.eligible(o) && (!best || loads.primaries(*loads.index(o)) < loads.primaries(*loads.index(*best)))) best = o;
+    }
+    move_to(i, best ? *best : loads.id(loads.least_primaries()));
+  }
   for (;;) {
     const std::size_t most = loads.most_primaries();
     const std::size_t least = loads.least_primaries();
@@ -385,19 +431,7 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
       }
     }
     if (!pick) break;  // (cannot happen: `from` is to have primaries it has not given away in this plan)
-    ShardOwners& s = next.shards[*pick];
-    moved[*pick] = true;
-    loads.primary(from, -1);
-    loads.primary(taker, +1);
-    if (next.replicas == 0 || holds(s.in_sync, taker)) {
-      swap_to(s, taker);
-      continue;
-    }
-    if (!holds(s.owners, taker)) {
-      s.owners.push_back(taker);  // caught up by the primary first
-      loads.owner(taker, +1);
-    }
-    s.taker = taker;
+    move_to(*pick, taker);
   }
   // 5. No more owners than the width (one more with a taker).
   for (ShardOwners& s : next.shards) trim(s, width + (s.taker.empty() ? 0u : 1u), s.taker, loads);

@@ -128,6 +128,13 @@ bool mark_in_sync(ShardMap& map, std::uint32_t shard, std::string_view id, std::
 //   5. a shard with more owners than min(replicas + 1, members), one more
 //      with a taker, drops backups other than the taker: those not in sync
 //      first, then those that own the most shards.
+// Members in `draining` (sorted; leaving: kvd's SIGTERM) take no new place
+// (rules 2, 3 and 4 pass them over while another member is left), and
+// before balancing each shard they are to be the primary of moves as in
+// rule 4 to the member with the fewest primaries among its in-sync backups
+// that are not draining, else among all members that are not (the taker).
+// So a draining member ends up the primary of nothing, with no write lost,
+// and can then leave.
 // Ties go to the smaller id. The map epoch is last's + 1, and each shard
 // whose primary changed (another id, or another incarnation) takes it,
 // with only its primary in sync: the new primary catches its backups up
@@ -135,6 +142,7 @@ bool mark_in_sync(ShardMap& map, std::uint32_t shard, std::string_view id, std::
 // Throws std::invalid_argument if `leases` is not as long as `ids`.
 [[nodiscard]] std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last,
                                                std::span<const std::string> ids,
-                                               std::span<const std::int64_t> leases, MapShape shape);
+                                               std::span<const std::int64_t> leases, MapShape shape,
+                                               std::span<const std::string> draining = {});
 
 }  // namespace rkv::cluster

@@ -23,9 +23,12 @@
 #    REPLICAS=1): the writes sent to it meanwhile are all refused, every
 #    write acknowledged before the pause reads back, and once it took
 #    shards over again it serves the values written while it was away;
-#  - kill -9 of the second kvd, and once the map settled again of the
-#    third: the two that joined alone read back every acknowledged write
-#    (Python's and the three kvload runs);
+#  - kill -9 of the second kvd; once the map settled again, the third
+#    leaves (SIGTERM) under a fourth kvload --verify: it hands its
+#    primaries over before it leaves (it never logs leaving anyway while
+#    a primary), exits by itself, kvload has 0 errors; the two that joined
+#    alone read back every acknowledged write (Python's and the four
+#    kvload runs);
 #  - bad input: --replicas beyond the maximum or without --cluster, and an
 #    unknown --ack, are refused (exit 2).
 set -uo pipefail
@@ -139,14 +142,31 @@ py=$BUILD/tests/python/python_sanitized
   PAUSED_PID=$b_pid PAUSED_ID=$b REPLICAS=1 "$py" "$repo/tests/rdma/cluster_fence.py" || exit 1
   cr settled "$a" "$b" "$c" "$d"
 
-  # 4. The two original members left die one after the other: the two
-  # that joined hold every acknowledged write.
+  # 4. The two original members left go one after the other: b dies,
+  # then c leaves (SIGTERM) under a fourth kvload --verify. c marks itself
+  # draining and hands each of its primaries to an in-sync backup before
+  # it revokes its lease, so it never logs that it left while still a
+  # primary; it exits by itself, and kvload has 0 errors. The two that
+  # joined then hold every acknowledged write.
   kill -9 "$b_pid"
   cr check "$b"
   cr settled "$a" "$c" "$d"
-  kill -9 "$c_pid"
+  gen dr 3000 10
+  run dr & dr_pid=$!
+  acked dr 300 "$dr_pid"
+  kill -TERM "$c_pid"
+  t0=$SECONDS
+  while kill -0 "$c_pid" 2>/dev/null; do
+    [ $((SECONDS - t0)) -lt 120 ] || fail "$c did not exit within 120 s of its SIGTERM"
+    sleep 0.2
+  done
+  finished dr "$dr_pid" "the drain of $c"
+  if grep -q "leaving anyway" "$RKV_KVD_LOGS/kvd2.log"; then
+    fail "$c left while still a primary: $(grep -v stats "$RKV_KVD_LOGS/kvd2.log" | tail -5)"
+  fi
+  echo "cluster_replicas: $c drained (its primaries handed over) and exited $((SECONDS - t0)) s after its SIGTERM"
   cr check "$c"
-  cat "$work/fo.txt" "$work/fp.txt" "$work/jn.txt" >"$work/all.txt"
+  cat "$work/fo.txt" "$work/fp.txt" "$work/jn.txt" "$work/dr.txt" >"$work/all.txt"
   awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/all.txt" | sort -u >"$work/reads.txt"
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/reads.txt" --expect "$work/all.txt" --depth 32 -q \
     >"$work/reads.out" 2>&1 || fail "reading back what kvload wrote, from $a and $d: $(cat "$work/reads.out")"

@@ -252,9 +252,17 @@ TEST(Keyspace, MemberRecordsRoundTripAndStrangersAreRefused) {
   EXPECT_EQ(back->host, m.host);
   EXPECT_EQ(back->port, m.port);
   EXPECT_EQ(back->capacity, m.capacity);
+  EXPECT_FALSE(back->draining);
+  EXPECT_EQ(member_value(m).find("draining"), std::string::npos) << "only a draining member says so";
+  Member leaving = m;
+  leaving.draining = true;
+  const auto drains = parse_member(member_value(leaving), why);
+  ASSERT_TRUE(drains) << why;
+  EXPECT_TRUE(drains->draining);
   for (const char* bad : {"", "x", "[]", R"({"port":1})", R"({"host":"","port":1})", R"({"host":"h"})",
                           R"({"host":"h","port":0})", R"({"host":"h","port":70000})", R"({"host":"h","port":-1})",
-                          R"({"host":"h","port":"1"})", R"({"host":"h","port":1,"capacity":-5})"}) {
+                          R"({"host":"h","port":"1"})", R"({"host":"h","port":1,"capacity":-5})",
+                          R"({"host":"h","port":1,"draining":1})", R"({"host":"h","port":1,"draining":"yes"})"}) {
     EXPECT_FALSE(parse_member(bad, why)) << bad;
   }
 }

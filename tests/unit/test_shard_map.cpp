@@ -264,6 +264,52 @@ TEST(ShardMap, APrimaryLostWhileItsTakerCatchesUpGoesToAnInSyncBackup) {
   expect_well_formed(*next, ids({"a:1", "b:1", "d:1"}));
 }
 
+TEST(ShardMap, ADrainingMemberGivesItsPrimariesAwayBeforeItLeaves) {
+  // b drains: each of its 16 shards goes at once to an in-sync backup (the
+  // others may swap with in-sync backups to stay balanced), b takes no new
+  // place, and when b then leaves no primary changes. A backup not in sync
+  // becomes the taker instead.
+  const auto four = ids({"a:1", "b:1", "c:1", "d:1"});
+  const std::vector<std::int64_t> leases(4, 1);
+  const std::vector<std::string> b_drains = {"b:1"};
+  for (std::uint32_t replicas : {1u, 2u}) {
+    const ShardMap m = converge(std::nullopt, four, MapShape{64, replicas});
+    const auto next = plan_map(m, four, leases, MapShape{}, b_drains);
+    ASSERT_TRUE(next);
+    expect_safe_moves(m, *next, four);
+    EXPECT_EQ(next->primaries().count("b:1"), 0u) << "replicas " << replicas;
+    unsigned moved = 0;
+    for (std::size_t i = 0; i < 64; ++i) {
+      const bool was_b = m.shards[i].owners.front() == "b:1";
+      moved += was_b ? 1 : 0;
+      if (was_b) {  // (others may move to stay balanced)
+        EXPECT_NE(next->shards[i].owners.front(), "b:1") << "shard " << i;
+        EXPECT_TRUE(next->shards[i].taker.empty()) << "shard " << i << ": its backups were in sync, no taker needed";
+      }
+    }
+    EXPECT_EQ(moved, 16u);
+    EXPECT_FALSE(plan_map(*next, four, leases, MapShape{}, b_drains)) << "a fixed point while b drains";
+    const auto left = ids({"a:1", "c:1", "d:1"});
+    const auto gone = plan(*next, left, MapShape{});
+    ASSERT_TRUE(gone);
+    for (std::size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(gone->shards[i].owners.front(), next->shards[i].owners.front()) << "shard " << i << " moved again";
+    }
+    expect_sound(converge(*gone, left, MapShape{}), left);
+  }
+  // b's backups of shard 0 not in sync: the one with the fewest primaries waits as its taker.
+  ShardMap m = converge(std::nullopt, four, MapShape{64, 1});
+  std::size_t shard = 0;
+  while (m.shards[shard].owners.front() != "b:1") ++shard;
+  m.shards[shard].in_sync = {"b:1"};
+  const auto next = plan_map(m, four, leases, MapShape{}, b_drains);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->shards[shard].owners.front(), "b:1") << "no backup in sync: it stays until one is";
+  EXPECT_FALSE(next->shards[shard].taker.empty());
+  EXPECT_NE(next->shards[shard].taker, "b:1");
+  EXPECT_EQ(next->primaries().at("b:1"), 1u);
+}
+
 TEST(ShardMap, MarkingInSyncTakesOnlyAnOwnerAtTheShardsEpoch) {
   auto m = *plan(std::nullopt, ids({"a:1"}), MapShape{2, 1});
   m = *plan(m, ids({"a:1", "b:1"}), MapShape{});
