@@ -550,7 +550,6 @@ int kvd_main(int argc, char** argv) {
     }
     std::fflush(stdout);
     reactor.run();
-    if (replicator) replicator->set_on_in_sync({});
     keeper.reset();
     if (member) member->leave();  // the record goes now, not when the lease expires
     member.reset();

@@ -419,10 +419,10 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
   // name another; moved: the shard moved before the write was replicated
   // (ShardSet::place_again; a CALL may not run twice). A keyless CALL has
   // no key to place.
-  const auto again = [&](int e) { return e != 0 && shards_->place_again(last_status_, kind != OpKind::call); };
-  if (rc == 0 || key.empty() || !again(rc)) return rc;  // the common case reads no clock
+  const auto again = [&] { return shards_->place_again(last_status_, kind != OpKind::call); };
+  if (rc == 0 || key.empty() || !again()) return rc;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
-  for (unsigned n = 0; rc != 0 && again(rc); ++n) {
+  for (unsigned n = 0; rc != 0 && again(); ++n) {
     const auto pause = shards_->not_owner_pause(n, first);
     if (!pause) break;
     enter();
