@@ -43,7 +43,7 @@ py=$BUILD/tests/python/python_sanitized
 [ -x "$py" ] || py=python3
 
 # shellcheck disable=SC2016  # expanded by the inner shell
-"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 5 --log-level warn -- bash -c '
+"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 3 --log-level warn -- bash -c '
   set -u
   build=$1 repo=$2 py=$3 work=$4 B=$1/apps
   fail() { echo "cluster_replicas: FAILED: $*" >&2; exit 1; }
@@ -56,7 +56,7 @@ py=$BUILD/tests/python/python_sanitized
     --ack-log "$work/$1.acks" >"$work/$1.out" 2>&1; }
   acked() {  # NAME COUNT PID: until kvload NAME acknowledged COUNT writes
     local t0=$SECONDS
-    until [ "$(wc -l <"$work/$1.acks" 2>/dev/null || echo 0)" -ge "$2" ]; do
+    until [ "$(cat "$work/$1.acks" 2>/dev/null | wc -l)" -ge "$2" ]; do
       kill -0 "$3" 2>/dev/null || fail "kvload $1 ended too early: $(cat "$work/$1.out")"
       [ $((SECONDS - t0)) -lt 120 ] || fail "kvload $1 acknowledged under $2 writes in 120 s"
       sleep 0.1
@@ -71,7 +71,7 @@ py=$BUILD/tests/python/python_sanitized
   started=()
   trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
   start_kvd() {  # PORT NAME: one more member, in the background; sets kvd_id
-    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 5 \
+    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 3 \
       --log-level warn >"$work/$2.log" 2>&1 &
     started+=($!)
     local t0=$SECONDS
@@ -101,8 +101,8 @@ py=$BUILD/tests/python/python_sanitized
   IFS=, read -r -a servers <<<"$RKV_SERVERS"
   set -- $RKV_KVD_PIDS
   a=${servers[0]} a_pid=$1 b=${servers[1]} b_pid=$2 c=${servers[2]} c_pid=$3
-  gen fo 3000 7
-  gen fp 3000 8
+  gen fo 2000 7
+  gen fp 2000 8
   run fo & fo_pid=$!
   run fp & fp_pid=$!
   acked fo 500 "$fo_pid"

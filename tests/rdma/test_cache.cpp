@@ -363,7 +363,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   // the limit; one size of each path (in the one-sided area, in a landing buffer).
   const std::vector<std::size_t> sizes = {64, 600, 3000, 20'000};
   auto size_of = [&](std::uint32_t k, std::uint32_t version) { return sizes[(k + version) % sizes.size()]; };
-  std::atomic<bool> stop{false}, writer_ok{true};
+  std::atomic<bool> stop{false}, writer_ok{true}, filled{false};
   std::atomic<std::uint64_t> sets{0}, dels{0};
   std::thread writer([&] {
     try {
@@ -387,6 +387,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
               if (++k == kKeys) {
                 k = 0;
                 ++version;
+                filled = true;
               }
               return true;
             }) != Status::ok) {
@@ -409,7 +410,26 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   });
   auto reader = open_mode(reactor_, GetMode::read);
   ASSERT_TRUE(reader->onesided());
-  constexpr std::uint64_t kReads = 100'000;
+  // The readers start once the first pass has filled the store (alone, the
+  // pass fills it sooner): from then on SETs evict and a third of the keys
+  // expire. Only a stall ends the wait early: 120 s without one more SET.
+  {
+    std::uint64_t seen_sets = sets.load();
+    auto set_at = Clock::now();
+    while (!filled.load() && writer_ok.load() && Clock::now() - set_at < 120s) {
+      std::this_thread::sleep_for(50ms);
+      if (sets.load() != seen_sets) {
+        seen_sets = sets.load();
+        set_at = Clock::now();
+      }
+    }
+  }
+  if (!filled.load()) {
+    stop = true;
+    writer.join();
+    FAIL() << "the writer did not fill the store (" << sets.load() << " SETs, writer ok: " << writer_ok.load() << ")";
+  }
+  constexpr std::uint64_t kReads = 20'000;
   constexpr unsigned kDepth = 32;
   std::uint64_t issued = 0, completed = 0, hits = 0, wrong = 0, errors = 0;
   std::mt19937 rng(2);
@@ -441,8 +461,8 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
     }
   };
   for (unsigned i = 0; i < kDepth; ++i) issue();
-  // No bound on the whole run (how long 100,000 READs take is the machine's
-  // speed: a 600 s bound failed a slow guest at 96,294); only a stall ends it
+  // No bound on the whole run (how long the READs take is the machine's
+  // speed: a 600 s bound once failed a slow guest); only a stall ends it
   // early: 120 s in which not one GET completed is a hang, and fails below.
   auto progress_at = Clock::now();
   std::uint64_t seen = 0;
