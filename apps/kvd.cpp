@@ -399,65 +399,51 @@ int kvd_main(int argc, char** argv) {
     std::unique_ptr<cluster::MapKeeper> keeper;  // with member: this kvd's part in keeping the shard map
     reactor::Timer drain;  // leaving a cluster: until no client is connected, or the drain timeout
     reactor::Timer handover;  // leaving with --replicas: until the map names it the primary of no shard
-    bool handing_over = false;  // a signal started that (a second one stops at once)
+    bool leaving = false;  // a signal or `rkv cluster remove` started that (a second signal stops at once)
     const auto shut_down = [&] {
       drain.reset();
       server_ptr->shutdown([&reactor] { reactor.stop(); });
     };
-    auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
-      if (signo == SIGUSR1) {
-        if (server_ptr != nullptr) {
-          const auto text = stats_json ? server_ptr->stats_json() : server_ptr->stats_text();
-          std::fprintf(stderr, "kvd: stats: %s\n", text.c_str());
-        }
-        return;
-      }
-      if (server_ptr == nullptr || server_ptr->shutting_down() || handing_over ||
-          (member && member->state() == cluster::LeaseState::left)) {
-        reactor.stop();  // a second signal: stop now
-        return;
-      }
-      if (!member) {
-        spdlog::info("kvd: signal {}: shutting down", signo);
-        return shut_down();
-      }
-      // A member leaves first, so clients that follow the cluster move its
-      // keys elsewhere and disconnect; it serves them until they did.
-      const auto leave = [&] {
-        spdlog::info("kvd: leaving the cluster, then shutting down once no client is connected (at most {} s)",
-                     drain_timeout_s);
-        server_ptr->gate().lease_held_until({});  // no more writes: the members are about to move its shards
-        member->leave_async([&] {
-          const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
-          const auto check = [&, deadline] {
-            if (server_ptr->connections() > 0 && reactor::Reactor::now() < deadline) return;
-            if (server_ptr->connections() > 0) {
-              spdlog::warn("kvd: {} client(s) still connected after {} s; shutting down", server_ptr->connections(),
-                           drain_timeout_s);
-            }
-            shut_down();
-          };
-          drain = reactor.every(std::chrono::milliseconds(100), check);
-          check();
-        });
-      };
+    // A member leaves first, so clients that follow the cluster move its
+    // keys elsewhere and disconnect; it serves them until they did.
+    const auto leave = [&] {
+      spdlog::info("kvd: leaving the cluster, then shutting down once no client is connected (at most {} s)",
+                   drain_timeout_s);
+      server_ptr->gate().lease_held_until({});  // no more writes: the members are about to move its shards
+      member->leave_async([&] {
+        const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
+        const auto check = [&, deadline] {
+          if (server_ptr->connections() > 0 && reactor::Reactor::now() < deadline) return;
+          if (server_ptr->connections() > 0) {
+            spdlog::warn("kvd: {} client(s) still connected after {} s; shutting down", server_ptr->connections(),
+                         drain_timeout_s);
+          }
+          shut_down();
+        };
+        drain = reactor.every(std::chrono::milliseconds(100), check);
+        check();
+      });
+    };
+    // Leaving the cluster, on a signal or `rkv cluster remove` (this
+    // member's record marked draining). With replicas it hands its shards
+    // over first: marked draining, the members' plans move each of its
+    // primaries to an in-sync backup (or catch a taker up), while it keeps
+    // serving and replicating.
+    const auto start_leaving = [&](const std::string& why) {
+      leaving = true;
       if (replicas == 0) {
-        spdlog::info("kvd: signal {}", signo);
+        spdlog::info("kvd: {}", why);
         return leave();
       }
-      // With replicas it hands its shards over first: marked draining, the
-      // members' plans move each of its primaries to an in-sync backup (or
-      // catch a taker up), while it keeps serving and replicating.
-      spdlog::info("kvd: signal {}: draining: handing the primaries of {} shard(s) over (at most {} s)", signo,
+      spdlog::info("kvd: {}: draining: handing the primaries of {} shard(s) over (at most {} s)", why,
                    server_ptr->gate().served(), drain_timeout_s);
-      handing_over = true;
-      member->drain_async([&, leave](bool ok) {  // (leave by value: this handler's frame is gone by then)
+      member->drain_async([&](bool ok) {
         if (!ok) {
           spdlog::warn("kvd: could not mark this member draining in etcd; leaving at once");
           return leave();
         }
         const auto deadline = reactor::Reactor::now() + std::chrono::seconds(drain_timeout_s);
-        handover = reactor.every(std::chrono::milliseconds(100), [&, leave, deadline] {
+        handover = reactor.every(std::chrono::milliseconds(100), [&, deadline] {
           if (server_ptr->gate().served() > 0 && reactor::Reactor::now() < deadline) return;
           if (server_ptr->gate().served() > 0) {
             spdlog::warn("kvd: still the primary of {} shard(s) after {} s; leaving anyway", server_ptr->gate().served(),
@@ -467,6 +453,24 @@ int kvd_main(int argc, char** argv) {
           leave();
         });
       });
+    };
+    auto signals = reactor.on_signals({SIGINT, SIGTERM, SIGUSR1}, [&](int signo) {
+      if (signo == SIGUSR1) {
+        if (server_ptr != nullptr) {
+          const auto text = stats_json ? server_ptr->stats_json() : server_ptr->stats_text();
+          std::fprintf(stderr, "kvd: stats: %s\n", text.c_str());
+        }
+        return;
+      }
+      if (server_ptr == nullptr || server_ptr->shutting_down() || leaving) {
+        reactor.stop();  // a second signal: stop now
+        return;
+      }
+      if (!member) {
+        spdlog::info("kvd: signal {}: shutting down", signo);
+        return shut_down();
+      }
+      start_leaving("signal " + std::to_string(signo));
     });
     // A member replicates the writes of the shards it is the primary of
     // (a thread: started after the signals were blocked).
@@ -531,6 +535,11 @@ int kvd_main(int argc, char** argv) {
             [&](const cluster::ClusterView& view) {
               seen_map = view.map;
               serve_shards();
+              // `rkv cluster remove`: this incarnation's record marked draining.
+              const bool removed = std::ranges::any_of(view.members, [&](const cluster::Member& m) {
+                return m.draining && m.id() == self_id && m.lease == member->lease();
+              });
+              if (removed && !leaving) start_leaving("marked draining in etcd (rkv cluster remove)");
             });
         if (replicator) {  // its caught-up backups are marked in sync in the map
           replicator->set_on_in_sync([&keeper](std::uint32_t shard, const std::string& id, std::uint64_t epoch) {

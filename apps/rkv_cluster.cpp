@@ -14,11 +14,21 @@
 // still holds (kvd --cluster): one that died stays listed until its
 // --lease-ttl passes.
 //
-// Exit status: 0 printed (also with no member), 1 etcd could not be read,
-// 2 bad arguments.
+//   rkv cluster remove ID --server etcd://HOST:PORT/NAME
+//
+// Asks member ID (as status lists it) to leave: marks its record draining in
+// etcd (cluster::mark_draining). The kvd then leaves as on SIGTERM: with
+// --replicas it first hands each shard it is the primary of to an in-sync
+// backup, then revokes its lease and exits once its clients moved. Prints
+// "rkv cluster: ID marked draining" and returns at once; the member is gone
+// from status once it left. (A kvd is added by starting it with --cluster.)
+//
+// Exit status: 0 printed or marked (status also with no member), 1 etcd
+// could not be read or written, or no member ID, 2 bad arguments.
 #include "rkv_cluster.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -35,11 +45,14 @@ int cluster_main(int argc, char** argv) {
   CLI::App app{"rkv cluster: a cluster's members and shard map, as etcd holds them (docs/cluster.md)", "rkv cluster"};
   app.require_subcommand(1, 1);
   auto* status = app.add_subcommand("status", "list the members (kvd that joined with --cluster and whose lease lives) and the shards each is the primary of");
-  std::string server;
+  auto* remove = app.add_subcommand("remove", "ask a member to leave: it hands its shards over (with --replicas), then exits");
+  std::string server, remove_id;
   bool json = false;
-  status->add_option("--server", server, "the cluster: etcd://HOST:PORT/NAME")->required()
-      ->check(check_cluster_url);
+  for (auto* sub : {status, remove}) {
+    sub->add_option("--server", server, "the cluster: etcd://HOST:PORT/NAME")->required()->check(check_cluster_url);
+  }
   status->add_flag("--json", json, "print one JSON object");
+  remove->add_option("id", remove_id, "the member's id, HOST:PORT as rkv cluster status lists it")->required();
   if (const auto rc = parse_cli(app, argc, argv)) return *rc;
 
   cluster::ClusterUrl url;
@@ -48,6 +61,16 @@ int cluster_main(int argc, char** argv) {
   cluster::ClusterView view;
   try {
     view = cluster::read_cluster(url, std::chrono::seconds(5));
+    if (remove->parsed()) {
+      const auto it = std::ranges::find_if(view.members, [&](const cluster::Member& m) { return m.id() == remove_id; });
+      if (it == view.members.end()) {
+        std::fprintf(stderr, "rkv cluster: no member %s in %s\n", remove_id.c_str(), url.text().c_str());
+        return 1;
+      }
+      cluster::mark_draining(url, *it, std::chrono::seconds(5));
+      std::printf("rkv cluster: %s marked draining\n", remove_id.c_str());
+      return 0;
+    }
   } catch (const cluster::ClusterError& e) {
     std::fprintf(stderr, "rkv cluster: %s\n", e.what());
     return 1;

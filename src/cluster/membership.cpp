@@ -234,4 +234,12 @@ ClusterView read_cluster(const ClusterUrl& url, std::chrono::milliseconds timeou
   return view_of(url, range->kvs, range->revision);
 }
 
+void mark_draining(const ClusterUrl& url, Member member, std::chrono::milliseconds timeout) {
+  reactor::Reactor reactor;
+  EtcdClient etcd(reactor, url.endpoints(), timeout);
+  member.draining = true;
+  const EtcdReply reply = etcd.call(kPathPut, put_body(member_key(url, member), member_value(member), member.lease));
+  reply.check("marking " + member.id() + " draining in " + url.text());
+}
+
 }  // namespace rkv::cluster

@@ -139,4 +139,12 @@ struct ClusterView {
 // refusing (its errno), a reply that is not etcd's (EPROTO).
 [[nodiscard]] ClusterView read_cluster(const ClusterUrl& url, std::chrono::milliseconds timeout);
 
+// Asks a member to leave (`rkv cluster remove`; sync like read_cluster): puts
+// its record (as read, its lease included) again, marked draining, under the
+// same lease. The kvd sees its record so in its watch and leaves as on
+// SIGTERM: with replicas its primaries move to in-sync backups first. A
+// member that left or joined again since the read has another lease or none,
+// and etcd refuses the put (ClusterError): nothing is marked.
+void mark_draining(const ClusterUrl& url, Member member, std::chrono::milliseconds timeout);
+
 }  // namespace rkv::cluster

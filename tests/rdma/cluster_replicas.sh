@@ -27,10 +27,13 @@
 #    leaves (SIGTERM) under a fourth kvload --verify: it hands its
 #    primaries over before it leaves (it never logs leaving anyway while
 #    a primary), exits by itself, kvload has 0 errors; the two that joined
-#    alone read back every acknowledged write (Python's and the four
-#    kvload runs);
+#    alone read back every acknowledged write (Python's);
+#  - rkv cluster remove of the 4th: it hands its primaries over the same
+#    way and exits by itself; the first kvd alone then reads back every
+#    acknowledged write (Python's and the four kvload runs);
 #  - bad input: --replicas beyond the maximum or without --cluster, and an
-#    unknown --ack, are refused (exit 2).
+#    unknown --ack, are refused (exit 2); rkv cluster remove of no member
+#    exits 1.
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 REPO BUILD" >&2; exit 2; }
 REPO=$1 BUILD=$2
@@ -124,7 +127,7 @@ py=$BUILD/tests/python/python_sanitized
   cr settled "$a" "$b" "$c"
   echo "cluster_replicas: $a came back and, once caught up, is the primary of $(primaries "$a") shard(s)"
   start_kvd 0 fourth
-  d=$kvd_id
+  d=$kvd_id d_pid=${started[-1]}
   cr settled "$a" "$b" "$c" "$d"
   running=no
   kill -0 "$jn_pid" 2>/dev/null && running=yes
@@ -166,11 +169,29 @@ py=$BUILD/tests/python/python_sanitized
   fi
   echo "cluster_replicas: $c drained (its primaries handed over) and exited $((SECONDS - t0)) s after its SIGTERM"
   cr check "$c"
+
+  # 5. rkv cluster remove: d, marked draining in etcd by the tool, hands
+  # its primaries to a (the backup of every shard it is the primary of)
+  # and exits by itself; a alone then holds every acknowledged write.
+  "$B/rkv" cluster remove 192.0.2.1:1 --server "$RKV_CLUSTER" >"$work/rm.out" 2>&1
+  [ $? = 1 ] || fail "rkv cluster remove of no member did not exit 1: $(cat "$work/rm.out")"
+  "$B/rkv" cluster remove "$d" --server "$RKV_CLUSTER" || fail "rkv cluster remove $d"
+  t0=$SECONDS
+  while kill -0 "$d_pid" 2>/dev/null; do
+    [ $((SECONDS - t0)) -lt 120 ] || fail "$d did not exit within 120 s of rkv cluster remove"
+    sleep 0.2
+  done
+  if grep -q "leaving anyway" "$work/fourth.log"; then
+    fail "$d left while still a primary: $(grep -v stats "$work/fourth.log" | tail -5)"
+  fi
+  echo "cluster_replicas: $d removed by rkv cluster remove: handed its primaries over and exited $((SECONDS - t0)) s after"
+  cr check "$d"
+  cr settled "$a"
   cat "$work/fo.txt" "$work/fp.txt" "$work/jn.txt" "$work/dr.txt" >"$work/all.txt"
   awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/all.txt" | sort -u >"$work/reads.txt"
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/reads.txt" --expect "$work/all.txt" --depth 32 -q \
-    >"$work/reads.out" 2>&1 || fail "reading back what kvload wrote, from $a and $d: $(cat "$work/reads.out")"
-  echo "cluster_replicas: $a and $d alone read back all $(wc -l <"$work/reads.txt") keys kvload wrote"
+    >"$work/reads.out" 2>&1 || fail "reading back what kvload wrote, from $a: $(cat "$work/reads.out")"
+  echo "cluster_replicas: $a alone read back all $(wc -l <"$work/reads.txt") keys kvload wrote"
 ' _ "$BUILD" "$REPO" "$py" "$work"
 rc=$?
 [ "$rc" = 0 ] || fail "the command over the cluster failed (status $rc)"
