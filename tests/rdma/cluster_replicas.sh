@@ -46,7 +46,7 @@ py=$BUILD/tests/python/python_sanitized
 [ -x "$py" ] || py=python3
 
 # shellcheck disable=SC2016  # expanded by the inner shell
-"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 2 --log-level warn -- bash -c '
+"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 3 --log-level warn -- bash -c '
   set -u
   build=$1 repo=$2 py=$3 work=$4 B=$1/apps
   fail() { echo "cluster_replicas: FAILED: $*" >&2; exit 1; }
@@ -74,7 +74,7 @@ py=$BUILD/tests/python/python_sanitized
   started=()
   trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
   start_kvd() {  # PORT NAME: one more member, in the background; sets kvd_id
-    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 2 \
+    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 3 \
       --log-level warn >"$work/$2.log" 2>&1 &
     started+=($!)
     local t0=$SECONDS
