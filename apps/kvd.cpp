@@ -128,7 +128,8 @@ std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::S
         spdlog::warn("kvd: backup {} of shard {}: {} (not replicated to)", owners[b], i, why);
         continue;
       }
-      out[i].backups.push_back({owners[b], a.host, a.port});
+      const auto lease = map->leases.find(owners[b]);  // the incarnation the map made a backup
+      out[i].backups.push_back({owners[b], a.host, a.port, lease == map->leases.end() ? 0 : lease->second});
     }
   }
   return out;
@@ -544,6 +545,11 @@ int kvd_main(int argc, char** argv) {
         if (replicator) {  // its caught-up backups are marked in sync in the map
           replicator->set_on_in_sync([&keeper](std::uint32_t shard, const std::string& id, std::uint64_t epoch) {
             if (keeper) keeper->mark_in_sync(shard, id, epoch);
+          });
+          // A backup whose node says nothing listens on its port is gone:
+          // its lease is revoked now rather than left to expire.
+          replicator->set_on_backup_gone([&keeper](const std::string& id, std::int64_t lease) {
+            if (keeper) keeper->member_gone(id, lease);
           });
         }
       } catch (const cluster::ClusterError& e) {

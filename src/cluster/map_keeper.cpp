@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "cluster/etcd_wire.hpp"
@@ -57,6 +58,35 @@ void MapKeeper::on_change() {
 void MapKeeper::mark_in_sync(std::uint32_t shard, std::string id, std::uint64_t epoch) {
   marks_.push_back({shard, std::move(id), epoch});
   on_change();
+}
+
+void MapKeeper::member_gone(const std::string& id, std::int64_t lease) {
+  if (lease == 0 || !revoking_.emplace(id, lease).second) return;  // each report acted on once
+  const ClusterView view = watch_.view();
+  const bool same = std::ranges::any_of(view.members, [&](const Member& m) { return m.id() == id && m.lease == lease; });
+  if (!same) {  // gone from the view already, or joined again under another lease (then it listens)
+    spdlog::info("cluster {}: member {} found gone under lease {:x}, which its record no longer has: nothing to revoke",
+                 watch_.url().text(), id, lease);
+    return;
+  }
+  ++revoke_requests_;
+  spdlog::warn("cluster {}: member {} is gone (nothing listens on its port): revoking its lease {:x}",
+               watch_.url().text(), id, lease);
+  const auto done = [this, id](EtcdReply& r) {
+    if (r.ok) {
+      ++revoked_count_;
+    } else {  // another member revoked it first, or it expired; else it expires by itself
+      spdlog::info("cluster {}: revoking the lease of {}: {} (it expires by itself)", watch_.url().text(), id,
+                   r.error);
+    }
+  };
+  try {
+    etcd_.post(kPathRevoke, revoke_body(lease), done);
+  } catch (const std::exception& e) {
+    EtcdReply failed;
+    failed.error = e.what();
+    done(failed);
+  }
 }
 
 void MapKeeper::plan() {

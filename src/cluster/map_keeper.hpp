@@ -16,6 +16,14 @@
 // transaction; the marks are kept until a map shows them or makes them
 // moot (another shard epoch, or the backup no longer an owner).
 //
+// And it acts on a member found gone (member_gone: a connection to it was
+// refused by its node because nothing listens on its port, which a live
+// kvd always does): it revokes that member's lease, if the member still
+// holds the same one, so etcd deletes the record now and the next plan
+// drops it, instead of after the lease's TTL (docs/cluster.md
+// "Membership", Dying). A machine that dies or is cut off refuses nothing: its
+// lease still has to expire.
+//
 // One transaction at a time; a change seen meanwhile is planned once it is
 // answered. One that fails to reach etcd is planned again after 1 s (the
 // failure logged once per streak).
@@ -24,7 +32,9 @@
 // the caller's and must outlive it. Thread: the reactor's.
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster/cluster_watch.hpp"
@@ -59,6 +69,12 @@ class MapKeeper {
   [[nodiscard]] KeeperState state() const noexcept { return state_; }
   // Backup `id` of shard `shard` (at `epoch`) is caught up: written in the next transaction.
   void mark_in_sync(std::uint32_t shard, std::string id, std::uint64_t epoch);
+  // Member `id`, under `lease` (as the view it was seen in had it), is gone:
+  // its lease is revoked once (async), if the latest view still shows it so.
+  void member_gone(const std::string& id, std::int64_t lease);
+  // Leases of members found gone it asked etcd to revoke, and those etcd revoked.
+  [[nodiscard]] std::uint64_t revoking() const noexcept { return revoke_requests_; }
+  [[nodiscard]] std::uint64_t revoked() const noexcept { return revoked_count_; }
 
  private:
   void on_change();             // the watch saw the members or the map change
@@ -78,6 +94,9 @@ class MapKeeper {
     std::uint64_t epoch;
   };
   std::vector<Mark> marks_;  // not yet in a map the watch showed
+  std::set<std::pair<std::string, std::int64_t>> revoking_;  // (id, lease) of members reported gone
+  std::uint64_t revoke_requests_ = 0;
+  std::uint64_t revoked_count_ = 0;
   ClusterWatch::OnChange on_view_;
   ClusterWatch watch_;    // last: its reports need everything above; the view plans start from
 };

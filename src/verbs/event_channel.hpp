@@ -60,6 +60,12 @@ constexpr std::string_view to_string(CmEventType t) noexcept {
 struct CmEvent {
   // librdmacm's own buffer size (RDMA_MAX_PRIVATE_DATA): copying never truncates.
   static constexpr std::size_t kMaxPrivateData = 256;
+  // The reject reason the peer's connection manager answers a REQ with when
+  // nothing listens on its port (IBTA CM REJ reason 8, "invalid service ID";
+  // the kernel's IB_CM_REJ_INVALID_SERVICE_ID, not in rdma-core's headers).
+  // An application's own rdma_reject(), or an id destroyed before it
+  // accepted, answers "consumer defined" (28) instead.
+  static constexpr int kRejectNoListener = 8;
 
   CmEventType type = CmEventType::other;
   int raw_type = 0;  // rdma_cm_event_type, for logs
@@ -83,6 +89,12 @@ struct CmEvent {
   }
   std::array<std::byte, kMaxPrivateData> private_data_buf{};
   std::size_t private_data_len = 0;
+
+  // A connect refused by the peer's node because nothing listens on the
+  // port there (not by an application, not a timeout).
+  [[nodiscard]] bool no_listener() const noexcept {
+    return type == CmEventType::rejected && status == kRejectNoListener;
+  }
 };
 
 class EventChannel {

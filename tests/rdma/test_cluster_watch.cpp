@@ -2,7 +2,8 @@
 // --rdma installs it): the members it reports follow puts and deletes of
 // member records, a record under another key than its id's is not a member,
 // and when etcd is killed and started again on the same data the watch reads
-// the members again and goes on watching. Runs on the host (etcd and the
+// the members again and goes on watching. MapKeeper::member_gone revokes a
+// member's lease only under the id and lease its view shows, once. Runs on the host (etcd and the
 // reactor; no verbs). Every wait has a 60 s deadline; nothing is timed.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -27,6 +28,7 @@
 #include "cluster/etcd.hpp"
 #include "cluster/etcd_wire.hpp"
 #include "cluster/cluster_watch.hpp"
+#include "cluster/map_keeper.hpp"
 #include "cluster/membership.hpp"
 #include "reactor/reactor.hpp"
 
@@ -251,6 +253,36 @@ TEST_F(ClusterWatchTest, FollowsPutsAndDeletesAndSurvivesAnEtcdRestart) {
   ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{c.id()}; }));
   EXPECT_EQ(seen_map, next) << "the map read again after the restart";
   EXPECT_EQ(watch.state(), WatchState::watching);
+}
+
+// A member found gone (kvd: a backup's node refused a connect, nothing
+// listening on its port) loses its lease only if the keeper's view shows it
+// under that very lease: not under another lease (a new incarnation, which
+// listens), not another member's; and only once. Then etcd deletes its
+// record at once, and the other member stays.
+TEST_F(ClusterWatchTest, AMemberFoundGoneLosesOnlyTheLeaseItWasSeenUnder) {
+  MemberLease a(reactor_, url_, Member{"10.0.0.1", 7471, 1}, 60s);
+  MemberLease b(reactor_, url_, Member{"10.0.0.2", 7471, 2}, 60s);
+  std::vector<std::string> seen;
+  MapKeeper keeper(reactor_, read_cluster(url_, 10s), MapShape{4, 0},
+                   [&](const ClusterView& v) { seen = ids(v.members); });
+  const std::string a_id = "10.0.0.1:7471";
+  const std::string b_id = "10.0.0.2:7471";
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a_id, b_id}; }));
+
+  keeper.member_gone(b_id, b.lease() + 1);  // another incarnation's lease
+  keeper.member_gone("10.0.0.9:7471", a.lease());  // a lease, but not that member's
+  keeper.member_gone(b_id, 0);              // no lease known
+  EXPECT_EQ(keeper.revoking(), 0U) << "a lease the view does not show under that member was revoked";
+
+  keeper.member_gone(b_id, b.lease());
+  keeper.member_gone(b_id, b.lease());  // reported again (the shipper retries): once is enough
+  EXPECT_EQ(keeper.revoking(), 1U);
+  ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a_id}; }))
+      << "b's record is still there after its lease was revoked";
+  ASSERT_TRUE(run_until([&] { return keeper.revoked() == 1; }));
+  EXPECT_EQ(ids(read_cluster(url_, 10s).members), std::vector<std::string>{a_id});
+  a.leave();
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ std::string describe(const verbs::CmEvent& ev) {
   } else if (ev.status > 0) {
     s += " (status " + std::to_string(ev.status) + ")";
   }
-  if (ev.type == verbs::CmEventType::rejected) s += ": is kvd listening on that address and port?";
+  if (ev.no_listener()) s += ": nothing listens on that port (is kvd running there?)";
   return s;
 }
 
@@ -111,7 +111,7 @@ std::unique_ptr<Client> Client::connect(reactor::Reactor& reactor, const std::st
     c->do_connect(host, port);
     return c;  // on a throw, ~Client tears down whatever was built
   } catch (const ConnectError& e) {
-    throw ConnectError(e.code(), "connect to " + where + ": " + e.what());
+    throw ConnectError(e.code(), "connect to " + where + ": " + e.what(), e.no_listener());
   } catch (const verbs::Error& e) {
     throw ConnectError(e.code().value(), "connect to " + where + ": " + e.what());
   } catch (const std::system_error& e) {
@@ -184,7 +184,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
                                             : ""));
       }
     }
-    throw ConnectError(cm_errno(ev), "connection failed: " + describe(ev));
+    throw ConnectError(cm_errno(ev), "connection failed: " + describe(ev), ev.no_listener());
   }
   conn_->on_accepted();  // from here on, closing it means disconnecting it
   const auto decoded = proto::decode_connect_params(ev.private_data(), proto::Role::server);

@@ -83,11 +83,17 @@ struct ClientOptions {
 // value (ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, EPROTO, EINVAL, ENODEV...).
 class ConnectError : public std::runtime_error {
  public:
-  ConnectError(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ConnectError(int code, const std::string& what, bool no_listener = false)
+      : std::runtime_error(what), code_(code), no_listener_(no_listener) {}
   [[nodiscard]] int code() const noexcept { return code_; }
+  // ECONNREFUSED by the peer's node itself: nothing listens on that port
+  // there (a kvd listens from before it joins a cluster until it exits, so
+  // the process at that address is gone). Other refusals and timeouts: false.
+  [[nodiscard]] bool no_listener() const noexcept { return no_listener_; }
 
  private:
   int code_;
+  bool no_listener_;
 };
 
 class Client {

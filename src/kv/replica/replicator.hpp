@@ -65,6 +65,7 @@ struct Backup {
   std::string id;
   std::string host;
   std::uint16_t port = 0;
+  std::int64_t lease = 0;  // its etcd lease in the view the map came with (0: unknown)
 };
 // Per shard of the map: the epoch this member is its primary at (0: it is
 // not) and its backups.
@@ -79,6 +80,9 @@ using AckSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait,
 // A backup (its member id) of `shard`, whose primary this member is at
 // `epoch`, holds every write of it acknowledged so far.
 using OnInSync = std::function<void(std::uint32_t shard, const std::string& backup, std::uint64_t epoch)>;
+// A backup's node refused a connection to it as nothing listens on its port:
+// the member (its id, and its lease as the map's view had it) is gone.
+using OnBackupGone = std::function<void(const std::string& backup, std::int64_t lease)>;
 
 class Replicator final : public store::Durability {
  public:
@@ -96,6 +100,8 @@ class Replicator final : public store::Durability {
   void set_sink(AckSink sink) { sink_ = std::move(sink); }
   // Who hears of backups caught up (kvd: the MapKeeper).
   void set_on_in_sync(OnInSync on_in_sync) { on_in_sync_ = std::move(on_in_sync); }
+  // Who hears of backups gone (kvd: the MapKeeper, which revokes their lease).
+  void set_on_backup_gone(OnBackupGone on_gone) { on_backup_gone_ = std::move(on_gone); }
   // The wrapped Durability's sink: kvd routes the log's answers here.
   void on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept;
   // The map (of epoch `map_epoch`) changed: by shard, this member's
@@ -188,6 +194,7 @@ class Replicator final : public store::Durability {
   std::uint64_t in_sync_reports_ = 0;
   reactor::Timer report_next_;
   OnInSync on_in_sync_;
+  OnBackupGone on_backup_gone_;
   reactor::EventFd done_fd_;
   reactor::Registration done_watch_;
   std::unique_ptr<Shipper> shipper_;  // last: its thread stops first

@@ -38,6 +38,7 @@ struct Shipper::Inbox {
   // Under mu:
   std::vector<std::variant<Config, Ship>> items;
   std::vector<ShipDone> done;
+  std::vector<LinkGone> gone;
   ShipperCounters counters;
   bool stop = false;
 };
@@ -226,19 +227,29 @@ class Shipper::Worker {
         ++counters_.connects;
         spdlog::info("replica: connected to backup {}:{}", link.config.host, link.config.port);
         link.warned = false;
-      } catch (const std::exception& ex) {
-        ++counters_.connect_failures;
-        if (!link.warned) {
-          spdlog::warn("replica: cannot connect to backup {}:{}: {} (trying again every {} ms while the map "
-                       "names it)",
-                       link.config.host, link.config.port, ex.what(), kReconnectPause.count());
+      } catch (const client::ConnectError& ex) {
+        if (ex.no_listener()) {  // each time (every kReconnectPause at most): the owner acts once per lease
+          ++counters_.gone;
+          gone_.push_back({id, link.config.lease});
         }
-        link.warned = true;
-        hold(id, link, kReconnectPause);
+        connect_failed(id, link, ex.what());
+        continue;
+      } catch (const std::exception& ex) {
+        connect_failed(id, link, ex.what());
         continue;
       }
       pump(id, link);
     }
+  }
+
+  void connect_failed(std::uint32_t id, Link& link, const char* why) {
+    ++counters_.connect_failures;
+    if (!link.warned) {
+      spdlog::warn("replica: cannot connect to backup {}:{}: {} (trying again every {} ms while the map names it)",
+                   link.config.host, link.config.port, why, kReconnectPause.count());
+    }
+    link.warned = true;
+    hold(id, link, kReconnectPause);
   }
 
   void done(const Ship& ship, bool applied) {
@@ -248,15 +259,17 @@ class Shipper::Worker {
 
   // What this turn finished goes to the owner at once: one lock, one wakeup.
   void report() {
-    if (done_.empty() && counters_ == reported_) return;
+    if (done_.empty() && gone_.empty() && counters_ == reported_) return;
     reported_ = counters_;
-    const bool any = !done_.empty();
+    const bool any = !done_.empty() || !gone_.empty();
     {
       std::lock_guard lock(in_.mu);
       in_.done.insert(in_.done.end(), std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.end()));
+      in_.gone.insert(in_.gone.end(), gone_.begin(), gone_.end());
       in_.counters = counters_;
     }
     done_.clear();
+    gone_.clear();
     if (any) in_.done_fd->notify();
   }
 
@@ -266,6 +279,7 @@ class Shipper::Worker {
   std::map<std::uint32_t, Link> links_;
   std::uint64_t next_seq_ = 0;
   std::vector<ShipDone> done_;
+  std::vector<LinkGone> gone_;
   ShipperCounters counters_;
   ShipperCounters reported_;  // as the owner last saw them
   bool stopping_ = false;
@@ -315,6 +329,13 @@ std::vector<ShipDone> Shipper::take_done() {
   std::vector<ShipDone> out;
   std::lock_guard lock(inbox_->mu);
   out.swap(inbox_->done);
+  return out;
+}
+
+std::vector<LinkGone> Shipper::take_gone() {
+  std::vector<LinkGone> out;
+  std::lock_guard lock(inbox_->mu);
+  out.swap(inbox_->gone);
   return out;
 }
 

@@ -15,6 +15,12 @@
 // refuses (its map differs for now) or that a failed connection took down
 // is sent again, after a pause, in order, until one of those two happens.
 //
+// A link whose connect the backup's node refuses because nothing listens
+// on its port (ConnectError::no_listener: the backup's process is gone) is
+// reported (at each such failure) through take_gone(), with the lease the Config
+// gave it, so the owner can have the member's lease revoked at once instead
+// of waiting for it to expire (docs/cluster.md "Membership", Dying).
+//
 // Order: records of one link go out in the order posted; one whose key has
 // an earlier record still in flight waits for it (a large SET completes
 // when the backup's READ does, so a later SET of the same key could
@@ -44,6 +50,7 @@ namespace rkv::kv::replica {
 struct LinkConfig {
   std::string host;
   std::uint16_t port = 0;
+  std::int64_t lease = 0;  // the member's etcd lease as the map's view had it (0: unknown)
   std::map<std::uint32_t, std::uint64_t> backs;  // shard -> its epoch, of the shards this link backs
 };
 // Every link by its number (the owner's, never reused); a link missing from
@@ -70,6 +77,12 @@ struct ShipDone {
   bool applied = false;  // false: dropped
 };
 
+// A link whose backup's node said nothing listens on its port.
+struct LinkGone {
+  std::uint32_t link = 0;
+  std::int64_t lease = 0;  // its LinkConfig's
+};
+
 struct ShipperCounters {
   std::uint64_t sent = 0;      // records submitted (resends included)
   std::uint64_t applied = 0;   // acknowledged by a backup
@@ -77,6 +90,7 @@ struct ShipperCounters {
   std::uint64_t dropped = 0;   // given up: the link no longer backs the shard at that epoch
   std::uint64_t connects = 0;  // connections made
   std::uint64_t connect_failures = 0;
+  std::uint64_t gone = 0;      // connects refused as nothing listens on the backup's port
 
   bool operator==(const ShipperCounters&) const = default;
 };
@@ -98,6 +112,7 @@ class Shipper {
   // with nothing moved.
   void post(std::vector<Ship>& ships);
   [[nodiscard]] std::vector<ShipDone> take_done();
+  [[nodiscard]] std::vector<LinkGone> take_gone();
   [[nodiscard]] ShipperCounters counters() const;
 
  private:
