@@ -246,6 +246,13 @@ int kvload_main(int argc, char** argv) {
                  "to a message GET when the index cannot answer; docs/protocol.md)")
       ->check(CLI::IsMember({"rpc", "read"}))
       ->capture_default_str();
+  std::string read_from = "primary";
+  app.add_option("--read-from", read_from,
+                 "--file over a cluster (etcd://): primary: every GET goes to its shard's primary; backups: to one "
+                 "of the shard's in-sync backups when the map names one (docs/cluster.md \"Reads from backups\": "
+                 "what such a read may miss)")
+      ->check(CLI::IsMember({"primary", "backups"}))
+      ->capture_default_str();
   app.add_option("--ack-log", f.ack_log,
                  "--file: append one line per acknowledged SET or DEL to this file, written (unbuffered) as each "
                  "reply arrives: `LINE KEY SIZE FNV1A64` for a SET (workload line, key, value bytes, 16 hex digits "
@@ -270,6 +277,7 @@ int kvload_main(int argc, char** argv) {
     return 2;
   }
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
+  f.read_from_backups = read_from == "backups";
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);

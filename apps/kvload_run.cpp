@@ -98,6 +98,7 @@ int kvload_run_file(const KvloadFlags& f) {
   try {
     kv::client::ShardSetOptions so;
     so.cluster = f.cluster;  // a cluster's members are followed (maintain(), between reactor turns)
+    so.read_from_backups = f.read_from_backups;
     client = kv::client::ShardSet::connect(reactor, f.servers, copt, std::move(so));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvload: %s\n", e.what());

@@ -24,7 +24,8 @@ std::vector<proto::ShardPart> ShardMap::parts_of(std::string_view id, std::int64
     const auto& owners = shards[i].owners;
     const auto at = std::find(owners.begin(), owners.end(), id);
     if (at == owners.end()) continue;
-    out[i] = {at == owners.begin() ? proto::ShardRole::primary : proto::ShardRole::backup, shards[i].epoch};
+    const bool in_sync = std::find(shards[i].in_sync.begin(), shards[i].in_sync.end(), id) != shards[i].in_sync.end();
+    out[i] = {at == owners.begin() ? proto::ShardRole::primary : proto::ShardRole::backup, shards[i].epoch, in_sync};
   }
   return out;
 }

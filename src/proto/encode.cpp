@@ -222,6 +222,7 @@ std::uint16_t message_flags(const MessageSpec& m) noexcept {
   if (m.pull) flags |= kFlagPull;
   if (m.ttl) flags |= kFlagTtl;
   if (m.epoch) flags |= kFlagEpoch;
+  if (m.backup_read) flags |= kFlagBackupRead;
   return flags;
 }
 

@@ -28,6 +28,7 @@ struct MessageSpec {
   std::uint64_t rdv_len = 0;          // value_len sent with rdv
   std::optional<std::uint64_t> ttl;   // set: TTL flag, the 8-byte field after the key
   std::optional<std::uint64_t> epoch; // set: EPOCH flag, the 8-byte shard epoch after the TTL field
+  bool backup_read = false;           // GET: BACKUP_READ flag (an in-sync backup may answer)
 };
 
 // Builders for the common messages.

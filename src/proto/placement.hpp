@@ -71,6 +71,7 @@ enum class ShardRole : std::uint8_t { none, primary, backup };
 struct ShardPart {
   ShardRole role = ShardRole::none;
   std::uint64_t epoch = 0;  // the shard's epoch in the map: when its primary last changed
+  bool in_sync = false;     // a backup the map lists in the shard's in_sync (a primary always is)
   friend bool operator==(const ShardPart&, const ShardPart&) = default;
 };
 

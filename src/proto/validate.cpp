@@ -32,6 +32,7 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::bad_ttl: return "TTL field out of range (0 on a SET, or above the largest TTL)";
     case Reason::epoch_not_allowed: return "EPOCH flag on a message other than a SET, DEL or EXPIRE request";
     case Reason::bad_epoch: return "epoch field 0";
+    case Reason::backup_read_not_allowed: return "BACKUP_READ flag on a message other than a GET request";
   }
   return "unknown reason";
 }
@@ -50,12 +51,13 @@ struct OpRules {
   bool pull;   // PULL allowed (with RDV; a GET_REPLY also needs FOUND)
   TtlRule ttl = TtlRule::refused;
   bool epoch = false;  // the EPOCH flag (a replication record) allowed
+  bool backup_read = false;  // the BACKUP_READ flag allowed
 };
 
 constexpr OpRules rules_for(Opcode op, bool found) noexcept {
   switch (op) {
     case Opcode::set: return {true, true, true, false, false, TtlRule::optional, true};
-    case Opcode::get: return {true, false, true, false, false};  // RDV = offered buffer
+    case Opcode::get: return {true, false, true, false, false, TtlRule::refused, false, true};  // RDV = offered buffer
     case Opcode::del: return {true, false, false, false, false, TtlRule::refused, true};  // the key only
     case Opcode::call: return {true, true, true, false, false};   // key = user opcode; request bytes as a SET's value
     case Opcode::expire: return {true, false, false, false, false, TtlRule::required, true};  // key + TTL (0: persist)
@@ -94,6 +96,7 @@ constexpr std::optional<Reason> flags_reason(Opcode op, std::uint16_t flags, con
     return Reason::ttl_not_allowed;
   }
   if ((flags & kFlagEpoch) != 0 && !rules.epoch) return Reason::epoch_not_allowed;
+  if ((flags & kFlagBackupRead) != 0 && !rules.backup_read) return Reason::backup_read_not_allowed;
   return std::nullopt;
 }
 

@@ -44,6 +44,7 @@ enum class Reason : std::uint8_t {
   bad_ttl,               // TTL field out of range: 0 on a SET, above kMaxTtlMs (a TTL_REPLY may say kNoTtl)
   epoch_not_allowed,     // EPOCH flag on anything but a SET, DEL or EXPIRE request
   bad_epoch,             // epoch field 0
+  backup_read_not_allowed,  // BACKUP_READ flag on anything but a GET request
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;

@@ -122,7 +122,13 @@ inline constexpr std::uint16_t kFlagTtl = 1u << 3;
 // (docs/cluster.md "Replication records"). Optional on SET, DEL and EXPIRE
 // requests, refused elsewhere; never 0.
 inline constexpr std::uint16_t kFlagEpoch = 1u << 4;
-inline constexpr std::uint16_t kKnownFlags = kFlagFound | kFlagRdv | kFlagPull | kFlagTtl | kFlagEpoch;
+// A GET a backup of the key's shard may answer if the backup is in sync in
+// its shard map (a client's --read-from backups, docs/cluster.md "Reads
+// from backups"); without it a backup answers `not_owner`. Optional on GET
+// requests, refused elsewhere.
+inline constexpr std::uint16_t kFlagBackupRead = 1u << 5;
+inline constexpr std::uint16_t kKnownFlags =
+    kFlagFound | kFlagRdv | kFlagPull | kFlagTtl | kFlagEpoch | kFlagBackupRead;
 // A TTL_REPLY's field for "the key has no expiry".
 inline constexpr std::uint64_t kNoTtl = ~std::uint64_t{0};
 
@@ -229,6 +235,7 @@ struct Header {
   [[nodiscard]] bool pull() const noexcept { return (flags & kFlagPull) != 0; }
   [[nodiscard]] bool has_ttl() const noexcept { return (flags & kFlagTtl) != 0; }
   [[nodiscard]] bool has_epoch() const noexcept { return (flags & kFlagEpoch) != 0; }
+  [[nodiscard]] bool backup_read() const noexcept { return (flags & kFlagBackupRead) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
 

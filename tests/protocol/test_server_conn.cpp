@@ -256,6 +256,49 @@ TEST_F(ServerConnTest, ABackupAppliesOnlyRecordsOfTheShardsEpoch) {
   EXPECT_EQ(conn_->state(), ConnState::established);
 }
 
+// Reads from backups (wire.hpp kFlagBackupRead): a GET that says a backup
+// may answer is answered by a backup the map lists in the shard's in_sync,
+// counted in backup_gets; a backup not in sync (being caught up: it may
+// lack keys), a member with no part in the shard, and a GET without the
+// flag are answered not_owner. A primary answers it as any GET.
+TEST_F(ServerConnTest, AnInSyncBackupAnswersTheGetsThatAllowIt) {
+  const auto backup_get = [](std::uint32_t id, std::string_view key) {
+    proto::MessageSpec m = proto::msg::get_request(id, key);
+    m.backup_read = true;
+    return m;
+  };
+  const std::string s = "s";  // a shard it backs in sync
+  std::string c = "c";        // one it backs, being caught up
+  while (proto::shard_of(c, 64) == proto::shard_of(s, 64)) c += "c";
+  std::string p = "p";  // one it is the primary of
+  while (proto::shard_of(p, 64) == proto::shard_of(s, 64) || proto::shard_of(p, 64) == proto::shard_of(c, 64)) p += "p";
+  std::string n = "n";  // none
+  while (proto::shard_of(n, 64) == proto::shard_of(s, 64) || proto::shard_of(n, 64) == proto::shard_of(c, 64) ||
+         proto::shard_of(n, 64) == proto::shard_of(p, 64)) {
+    n += "n";
+  }
+  for (const auto& k : {s, c, p, n}) ASSERT_TRUE(store_.set(k, "v"));
+  gate_.close_to_cluster();
+  std::vector<proto::ShardPart> parts(64);
+  parts[proto::shard_of(s, 64)] = {proto::ShardRole::backup, 5, true};
+  parts[proto::shard_of(c, 64)] = {proto::ShardRole::backup, 5, false};
+  parts[proto::shard_of(p, 64)] = {proto::ShardRole::primary, 3, true};
+  gate_.serve(parts);
+  gate_.lease_held_until(ShardGate::Clock::now() + std::chrono::hours(1));
+  EXPECT_EQ(status_of(backup_get(1, s)), Status::ok);
+  EXPECT_EQ(status_of(proto::msg::get_request(2, s)), Status::not_owner) << "a GET that does not allow a backup";
+  EXPECT_EQ(status_of(backup_get(3, c)), Status::not_owner) << "a backup not in sync";
+  EXPECT_EQ(status_of(backup_get(4, n)), Status::not_owner) << "no part in the shard";
+  EXPECT_EQ(status_of(backup_get(5, p)), Status::ok) << "the primary";
+  EXPECT_EQ(counters_.backup_gets, 1u);
+  EXPECT_EQ(counters_.gets, 2u);
+  // Past its lease a backup still answers (reads need no lease, as a primary's).
+  gate_.lease_held_until(ShardGate::Clock::now() - std::chrono::milliseconds(1));
+  EXPECT_EQ(status_of(backup_get(6, s)), Status::ok);
+  EXPECT_EQ(counters_.backup_gets, 2u);
+  EXPECT_EQ(conn_->state(), ConnState::established);
+}
+
 TEST_F(ServerConnTest, GetMissingIsOkNotFoundEmpty) {
   ASSERT_EQ(deliver(pack({proto::msg::get_request(9, "nope")})), Verdict::keep);
   const auto r = flush_replies();

@@ -9,6 +9,8 @@
 #    writes through a client of the cluster (SETs eager and by rendezvous,
 #    DELs, TTLs, INCRs) reach the backups: the members' repl_applied add up
 #    to one record per write;
+#  - kvload --read-from backups --verify: every GET answered by an in-sync
+#    backup (backup_gets), 0 mismatches;
 #  - two kvload --verify at depth 32 (values of 100 B to 64 KiB: eager and
 #    rendezvous) across kill -9 of the kvd started first: 0 errors (their
 #    ops on the victim are placed again on the new primaries), and once the
@@ -97,6 +99,18 @@ py=$BUILD/tests/python/python_sanitized
   for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^repl_applied //p"); do applied=$((applied + n)); done
   [ "$applied" -ge "${writes:-1}" ] || fail "the backups applied $applied records, not the ${writes:-?} writes"
   echo "cluster_replicas: the backups applied $applied records"
+
+  # Reads from backups: every GET of a kvload --read-from backups --verify
+  # run is answered by an in-sync backup (backup_gets of the members add
+  # up to its GETs), and each reads what kvload acknowledged before it.
+  gen rb 1500 11
+  gets=$(grep -c "^GET " "$work/rb.txt")
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/rb.txt" --depth 32 --verify -q --read-from backups \
+    >"$work/rb.out" 2>&1 || fail "kvload --read-from backups --verify: $(cat "$work/rb.out")"
+  by_backups=0
+  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do by_backups=$((by_backups + n)); done
+  [ "$by_backups" = "$gets" ] || fail "backups answered $by_backups of the $gets GETs of kvload --read-from backups"
+  echo "cluster_replicas: kvload --read-from backups --verify: all $gets GETs answered by in-sync backups"
 
   # 1. The victim is the kvd started first: with the cluster formed by
   # joins in whatever order, its death once made the planner hand shards to

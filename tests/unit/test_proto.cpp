@@ -193,7 +193,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
   }
   EXPECT_EQ(seen.size(), 12u);  // ok .. io_error, no_handler, handler_failed, refused, not_owner, moved
   seen.clear();
-  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::bad_epoch); ++v) {
+  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::backup_read_not_allowed); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
   }
   EXPECT_EQ(to_string(Status::ok), "ok");
@@ -656,7 +656,7 @@ TEST(ProtoStrict, UnknownOpcode) {
 }
 
 TEST(ProtoStrict, ReservedFlags) {
-  for (unsigned bit = 5; bit < 16; ++bit) {
+  for (unsigned bit = 6; bit < 16; ++bit) {
     const auto flag = static_cast<std::uint16_t>(1u << bit);
     expect_reason(patched(msg::get_request(1, "k"), [flag](RawHeader& h) { h.flags |= flag; }),
                   Reason::reserved_flags);
@@ -1234,6 +1234,30 @@ TEST(ProtoEpoch, EpochFieldRules) {
   Bytes cut = encode_one(del);
   cut.resize(cut.size() - 1);
   expect_reason(cut, Reason::truncated_payload);
+}
+
+// BACKUP_READ (--read-from backups): a GET request may carry it, and it
+// round-trips; anything else carrying it is refused, from the header alone.
+TEST(ProtoBackupRead, OnGetRequestsOnly) {
+  auto get = msg::get_request(1, "k");
+  get.backup_read = true;
+  const Decoded d = roundtrip(get);
+  EXPECT_TRUE(d.m.header.backup_read());
+  EXPECT_FALSE(roundtrip(msg::get_request(2, "k")).m.header.backup_read());
+  auto rdv = msg::get_request_rdv(3, "k", kDesc, 100);
+  rdv.backup_read = true;
+  EXPECT_TRUE(roundtrip(rdv).m.header.backup_read());
+  auto set = msg::set_request(1, "k", {});
+  set.backup_read = true;
+  expect_refused(set, Reason::backup_read_not_allowed);
+  auto ttl = msg::ttl_request(1, "k");
+  ttl.backup_read = true;
+  expect_refused(ttl, Reason::backup_read_not_allowed);
+  auto reply = msg::get_reply_missing(1, 0);
+  reply.backup_read = true;
+  expect_refused(reply, Reason::backup_read_not_allowed);
+  expect_reason(patched(msg::del_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagBackupRead; }),
+                Reason::backup_read_not_allowed);
 }
 
 }  // namespace rkv::proto

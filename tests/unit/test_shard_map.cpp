@@ -361,10 +361,17 @@ TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
   // It backs shards, and takes over a fair share once caught up.
   const auto b_waits = next->parts_of("b:1", 2);
   EXPECT_EQ(std::count_if(b_waits.begin(), b_waits.end(), is_primary), 0);
+  EXPECT_GT(std::count_if(b_waits.begin(), b_waits.end(), is_backup), 0);
+  EXPECT_TRUE(std::none_of(b_waits.begin(), b_waits.end(), [](const proto::ShardPart& p) { return p.in_sync; }))
+      << "a backup not yet caught up is not in sync (it answers no read from backups)";
   const auto after = plan_map(caught_up(*next), three, again, MapShape{});
   ASSERT_TRUE(after);
   const auto b_new = after->parts_of("b:1", 2);
   EXPECT_EQ(std::count_if(b_new.begin(), b_new.end(), is_primary), 4) << "the new incarnation takes a fair share";
+  for (std::size_t i = 0; i < b_new.size(); ++i) {
+    const auto& in = after->shards[i].in_sync;
+    EXPECT_EQ(b_new[i].in_sync, std::find(in.begin(), in.end(), "b:1") != in.end()) << "shard " << i;
+  }
   EXPECT_THROW((void)plan_map(m, three, std::vector<std::int64_t>{1}, MapShape{}), std::invalid_argument);
 }
 

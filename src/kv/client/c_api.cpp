@@ -132,11 +132,11 @@ int arg_error(CHandle* h, int code, const char* what, const char* msg) noexcept 
 // The argument checks every key/value call makes before anything is queued.
 // `shard`: the key's (CHandle::shard_for), decided here once for the operation.
 int check_args(CHandle* h, const void* key, std::size_t key_len, bool has_value, const void* value,
-               std::size_t value_len, const char* what, std::size_t& shard) noexcept {
+               std::size_t value_len, const char* what, std::size_t& shard, bool read = false) noexcept {
   if (h == nullptr) return arg_error(nullptr, EINVAL, what, "handle is NULL");
   if (key == nullptr) return arg_error(h, EINVAL, what, "key is NULL");
   if (has_value && value == nullptr && value_len != 0) return arg_error(h, EINVAL, what, "value is NULL");
-  shard = h->shard_for(key_of(key, key_len));
+  shard = h->shard_for(key_of(key, key_len), read);
   return h->check(key_of(key, key_len), shard, value_len, what);
 }
 
@@ -199,7 +199,16 @@ int kv_open_opts(char* servername, const char* get_mode, const char* poll_us, vo
         return set_error(nullptr, EINVAL, std::string("kv_open: RKV_AUTH_TOKEN_FILE: ") + e.what());
       }
     }
-    *kv_handle = CHandle::open(std::move(servers), opt, std::move(cluster)).release();
+    bool read_from_backups = false;
+    if (const char* r = std::getenv("RKV_READ_FROM"); r != nullptr && *r != '\0') {
+      const std::string_view v(r);
+      if (v != "primary" && v != "backups") {
+        return set_error(nullptr, EINVAL, std::string("kv_open: RKV_READ_FROM='") + r +
+                                              "' is not valid (expected primary or backups)");
+      }
+      read_from_backups = v == "backups";
+    }
+    *kv_handle = CHandle::open(std::move(servers), opt, std::move(cluster), read_from_backups).release();
     t_last_error.clear();
     return 0;
   } catch (const rkv::kv::client::ConnectError& e) {
@@ -228,7 +237,7 @@ int kv_get(void* kv_handle, const char* key, char** value) {
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && value == nullptr) return arg_error(h, EINVAL, "kv_get", "value pointer is NULL");
   std::size_t shard = 0;
-  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get", shard);
+  if (int rc = check_args(h, key, key != nullptr ? std::strlen(key) : 0, false, nullptr, 0, "kv_get", shard, true);
       rc != 0) {
     return rc;
   }
@@ -260,7 +269,7 @@ int kv_get_bin(void* kv_handle, const void* key, size_t key_len, void** value, s
     return arg_error(h, EINVAL, "kv_get_bin", value == nullptr ? "value pointer is NULL" : "value_len pointer is NULL");
   }
   std::size_t shard = 0;
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin", shard); rc != 0) return rc;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_bin", shard, true); rc != 0) return rc;
   return guarded(h, "kv_get_bin", [&] {
     OpResult r;
     if (int rc = h->run(OpKind::get, shard, key_of(key, key_len), {}, r, "kv_get_bin"); rc != 0) return rc;
@@ -338,7 +347,7 @@ int kv_get_into(void* kv_handle, const void* key, size_t key_len, void* buf, siz
   if (h != nullptr && value_len == nullptr) return arg_error(h, EINVAL, "kv_get_into", "value_len pointer is NULL");
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into", "buf is NULL");
   std::size_t shard = 0;
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into", shard); rc != 0) return rc;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into", shard, true); rc != 0) return rc;
   return guarded(h, "kv_get_into", [&] {
     OpResult r;
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
@@ -471,7 +480,7 @@ int kv_set_ttl_async(void* kv_handle, const void* key, size_t key_len, const voi
 int kv_get_async(void* kv_handle, const void* key, size_t key_len, uint64_t tag) {
   CHandle* h = handle_of(kv_handle);
   std::size_t shard = 0;
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async", shard); rc != 0) return rc;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_async", shard, true); rc != 0) return rc;
   return guarded(h, "kv_get_async", [&] {
     return h->submit(OpKind::get, shard, key_of(key, key_len), {}, tag, "kv_get_async");
   });
@@ -490,7 +499,7 @@ int kv_get_into_async(void* kv_handle, const void* key, size_t key_len, void* bu
   CHandle* h = handle_of(kv_handle);
   if (h != nullptr && buf == nullptr && buf_len != 0) return arg_error(h, EINVAL, "kv_get_into_async", "buf is NULL");
   std::size_t shard = 0;
-  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async", shard); rc != 0) return rc;
+  if (int rc = check_args(h, key, key_len, false, nullptr, 0, "kv_get_into_async", shard, true); rc != 0) return rc;
   return guarded(h, "kv_get_into_async", [&] {
     const std::span<std::byte> into(static_cast<std::byte*>(buf), buf != nullptr ? buf_len : 0);
     return h->submit(OpKind::get_into, shard, key_of(key, key_len), {}, tag, "kv_get_into_async", into);

@@ -93,7 +93,7 @@ void release_value(void* value) noexcept {
 CHandle::CHandle(std::unique_ptr<reactor::Reactor> reactor) : reactor_(std::move(reactor)), ready_(kMaxPending) {}
 
 std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, ClientOptions options,
-                                       std::optional<cluster::ClusterView> cluster) {
+                                       std::optional<cluster::ClusterView> cluster, bool read_from_backups) {
   // Requests go out at the end of a turn only: a submission then never
   // flushes, so no completion runs inside Client::set/get (the lines rely
   // on it: send() is never re-entered by a callback).
@@ -106,6 +106,7 @@ std::unique_ptr<CHandle> CHandle::open(std::vector<proto::ServerAddr> servers, C
   CHandle* self = h.get();
   so.on_maintain_due = [self] { self->signal(); };  // kv_fd readable: the caller comes back to kv_poll (maintain)
   so.cluster = std::move(cluster);
+  so.read_from_backups = read_from_backups;
   h->shards_ = ShardSet::connect(*h->reactor_, std::move(servers), options, std::move(so));
   return h;
 }
@@ -149,7 +150,7 @@ int CHandle::status_error(Status st, const char* what, std::size_t shard) noexce
   return code;
 }
 
-std::size_t CHandle::shard_for(std::string_view key) noexcept {
+std::size_t CHandle::shard_for(std::string_view key, bool read) noexcept {
   if (shards_->membership_reported()) {
     try {
       shards_->maintain();
@@ -157,7 +158,8 @@ std::size_t CHandle::shard_for(std::string_view key) noexcept {
       spdlog::warn("kv: applying a change of the cluster's members: {}", e.what());
     }
   }
-  return key.empty() ? 0 : shards_->shard_of(key);
+  if (key.empty()) return 0;
+  return read ? shards_->read_shard_of(key) : shards_->shard_of(key);
 }
 
 int CHandle::check(std::string_view key, std::size_t shard, std::size_t value_len, const char* what) noexcept {
@@ -428,7 +430,7 @@ int CHandle::run(OpKind kind, std::size_t shard, std::string_view key, std::span
     enter();
     reactor_->run_once(*pause);  // the watch's report may arrive; shard_for applies it
     leave();
-    shard = shard_for(key);
+    shard = shard_for(key, kind == OpKind::get || kind == OpKind::get_into);
     if (const int c = check(key, shard, value.size(), what); c != 0) return c;
     rc = run_on(kind, shard, key, value, out, what, into, call_op, ttl_ms);
   }

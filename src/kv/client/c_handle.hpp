@@ -95,8 +95,10 @@ class CHandle {
   // Throws ConnectError, std::system_error or std::bad_alloc.
   // `servers`: one or more (kv_open's list, parsed and checked); `cluster`:
   // the cluster they are the members of, to follow (ShardSetOptions::cluster).
+  // read_from_backups: RKV_READ_FROM=backups (ShardSetOptions::read_from_backups).
   static std::unique_ptr<CHandle> open(std::vector<proto::ServerAddr> servers, ClientOptions options,
-                                       std::optional<cluster::ClusterView> cluster = std::nullopt);
+                                       std::optional<cluster::ClusterView> cluster = std::nullopt,
+                                       bool read_from_backups = false);
 
   CHandle(const CHandle&) = delete;
   CHandle& operator=(const CHandle&) = delete;
@@ -162,7 +164,8 @@ class CHandle {
   // members as last seen (a change the cluster's watch reported is applied
   // first). kv_call's line is the empty key: c_api.cpp refuses kv_call on
   // several servers, so it is shard 0, the one server.
-  [[nodiscard]] std::size_t shard_for(std::string_view key) noexcept;
+  // read: a GET's (ShardSet::read_shard_of: --read-from backups).
+  [[nodiscard]] std::size_t shard_for(std::string_view key, bool read = false) noexcept;
 
  private:
   enum class OpState : std::uint8_t {

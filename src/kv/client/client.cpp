@@ -155,6 +155,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   // One connection per Client, over pools of its own: the first generation will do.
   conn_ = std::make_unique<ClientConn>(ep_->link(), ep_->recv_pool(), ep_->send_pool(), registrar_.get(),
                                        options_.rdv, ClientConn::kDefaultGeneration);
+  conn_->set_backup_reads(options_.backup_reads);
   if (options_.poll.count() < 0) throw ConnectError(EINVAL, "poll budget must not be negative");
   reactor::PollerOptions po;
   po.spin = options_.poll;

@@ -73,6 +73,10 @@ struct ClientOptions {
   // message GET only as the documented fallback). Against a server without
   // an index GETs stay messages (logged once at connect).
   GetMode get_mode = GetMode::rpc;
+  // Every GET by message says an in-sync backup of the key's shard may
+  // answer it (wire.hpp kFlagBackupRead; a cluster's --read-from backups,
+  // which ShardSet sets: docs/cluster.md "Reads from backups").
+  bool backup_reads = false;
   // The server's auth token (kvd --auth-token-file; conn::read_auth_token_file
   // reads one): its digest goes in the connect request. Empty: none. A server
   // that refuses it fails connect() with EACCES.

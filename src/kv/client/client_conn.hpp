@@ -252,6 +252,8 @@ class ClientConn {
   // unknown). Registers the spare landing buffers (connection setup, not the
   // data path).
   void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0) noexcept;
+  // Every GET from now on carries kFlagBackupRead (ClientOptions::backup_reads).
+  void set_backup_reads(bool on) noexcept { backup_reads_ = on; }
 
   // Queue a request. The value bytes must stay alive until the callback
   // (the key is copied). Returns ok, or why it was refused (the callback is
@@ -483,6 +485,7 @@ class ClientConn {
   Link* link_;
   Registrar* registrar_;
   RdvOptions rdv_;
+  bool backup_reads_ = false;
   std::unique_ptr<RegCache> cache_;  // before slots_/queue_: their leases go first
   std::uint64_t max_value_ = 0;
   std::vector<std::unique_ptr<LandingBuffer>> spares_;  // smallest first: the biggest is offered first

@@ -44,15 +44,20 @@ proto::MessageSpec ClientConn::request_spec(Request& r, std::uint32_t id, Slot& 
   }
   if (r.op == proto::Opcode::ttl) return proto::msg::ttl_request(id, r.key);
   if (r.op == proto::Opcode::touch) return proto::msg::touch(id, r.value);
+  proto::MessageSpec m;
   if (r.into.on) {  // the caller's memory, registered for this request (flush() moves it to the slot)
-    if (!r.into.reg) return proto::msg::get_request(id, r.key);
-    return proto::msg::get_request_rdv(id, r.key, {r.into.reg->addr(), r.into.reg->rkey()}, r.into.bytes.size());
+    m = !r.into.reg ? proto::msg::get_request(id, r.key)
+                    : proto::msg::get_request_rdv(id, r.key, {r.into.reg->addr(), r.into.reg->rkey()},
+                                                  r.into.bytes.size());
+  } else if (spares_.empty()) {
+    m = proto::msg::get_request(id, r.key);
+  } else {
+    // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
+    s.landing = take_spare();
+    m = proto::msg::get_request_rdv(id, r.key, {s.landing->addr(), s.landing->rkey()}, s.landing->capacity() - 1);
   }
-  if (spares_.empty()) return proto::msg::get_request(id, r.key);
-  // Offer a landing buffer: a large value is WRITTEN into it (one byte kept for a NUL).
-  s.landing = take_spare();
-  return proto::msg::get_request_rdv(id, r.key, {s.landing->addr(), s.landing->rkey()},
-                                     s.landing->capacity() - 1);
+  m.backup_read = backup_reads_;
+  return m;
 }
 
 void ClientConn::recycle(std::unique_ptr<LandingBuffer> lb) noexcept {

@@ -99,6 +99,10 @@ extern "C" {
  * no message (it falls back to a message GET when the index cannot answer, or
  * when the server has no index; docs/protocol.md "One-sided GET"). Any other
  * non-empty value makes kv_open fail with EINVAL.
+ * RKV_READ_FROM=primary (default) or backups: over a cluster, kv_get and
+ * the other GETs go to an in-sync backup of the key's shard when the map
+ * names one (docs/cluster.md "Reads from backups": what such a read may
+ * miss); anything else makes kv_open fail with EINVAL.
  * RKV_POLL_US=N (default 200): after each completion or request the handle
  * keeps polling for N microseconds before it sleeps until a completion event
  * (0: events only; "busy": never sleeps). Anything else: EINVAL.

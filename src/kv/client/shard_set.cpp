@@ -54,7 +54,9 @@ bool conn_gone(ConnState cs) noexcept {
 }  // namespace
 
 ShardSet::ShardSet(reactor::Reactor& reactor, const ClientOptions& options, ShardSetOptions shard_options)
-    : reactor_(&reactor), options_(options), shard_options_(std::move(shard_options)) {}
+    : reactor_(&reactor), options_(options), shard_options_(std::move(shard_options)) {
+  if (shard_options_.read_from_backups) options_.backup_reads = true;
+}
 
 ShardSet::~ShardSet() { close(); }
 
@@ -74,7 +76,7 @@ std::unique_ptr<ShardSet> ShardSet::connect(reactor::Reactor& reactor, std::vect
   if (set->shard_options_.cluster) set->map_ = set->shard_options_.cluster->map;
   set->place_live();
   for (Shard& s : set->shards_) {
-    s.client = Client::connect(reactor, s.addr.host, s.addr.port, options);  // throws: ~ShardSet closes the others
+    s.client = Client::connect(reactor, s.addr.host, s.addr.port, set->options_);  // throws: ~ShardSet closes the others
     s.max_value = s.client->server_max_value();
     s.connected_once = true;
   }
@@ -111,6 +113,17 @@ std::size_t ShardSet::shard_of(std::string_view key) const noexcept {
   return live_slots_[proto::place(key, live_ids_)];
 }
 
+std::size_t ShardSet::read_shard_of(std::string_view key) const noexcept {
+  if (!read_slots_.empty()) {
+    const Readers& r = read_slots_[proto::shard_of(key, static_cast<std::uint32_t>(read_slots_.size()))];
+    if (!r.ids.empty()) {
+      const std::size_t i = r.slots[proto::place(key, r.ids)];
+      if (shards_[i].state == ShardState::up) return i;
+    }
+  }
+  return shard_of(key);
+}
+
 void ShardSet::place_live() {
   live_ids_.clear();
   live_slots_.clear();
@@ -120,12 +133,26 @@ void ShardSet::place_live() {
     live_slots_.push_back(i);
   }
   map_slots_.clear();
+  read_slots_.clear();
   if (!map_) return;
   map_slots_.reserve(map_->shards.size());
-  for (const cluster::ShardOwners& s : map_->shards) {
-    const auto it = std::find(ids_.begin(), ids_.end(), s.owners.front());
+  const auto slot_of = [&](const std::string& id) {
+    const auto it = std::find(ids_.begin(), ids_.end(), id);
     const auto i = static_cast<std::size_t>(it - ids_.begin());
-    map_slots_.push_back(it != ids_.end() && shards_[i].state != ShardState::gone ? i : kNoSlot);
+    return it != ids_.end() && shards_[i].state != ShardState::gone ? i : kNoSlot;
+  };
+  for (const cluster::ShardOwners& s : map_->shards) map_slots_.push_back(slot_of(s.owners.front()));
+  if (!shard_options_.read_from_backups) return;
+  read_slots_.resize(map_->shards.size());
+  for (std::size_t k = 0; k < map_->shards.size(); ++k) {
+    const cluster::ShardOwners& s = map_->shards[k];
+    for (std::size_t o = 1; o < s.owners.size(); ++o) {  // the backups, if the map lists them in sync
+      if (std::find(s.in_sync.begin(), s.in_sync.end(), s.owners[o]) == s.in_sync.end()) continue;
+      if (const std::size_t i = slot_of(s.owners[o]); i != kNoSlot) {
+        read_slots_[k].ids.push_back(s.owners[o]);
+        read_slots_[k].slots.push_back(i);
+      }
+    }
   }
 }
 

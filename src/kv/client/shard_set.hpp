@@ -83,6 +83,10 @@ struct ShardSetOptions {
   // connect() are its members at view.revision, and its changes from then on
   // are applied by maintain(). Empty: a static list.
   std::optional<cluster::ClusterView> cluster;
+  // --read-from backups (docs/cluster.md "Reads from backups"): a GET goes to
+  // one of the shard's in-sync backups (read_shard_of), and every Client's
+  // GETs say a backup may answer (ClientOptions::backup_reads).
+  bool read_from_backups = false;
 };
 
 class ShardSet {
@@ -104,6 +108,11 @@ class ShardSet {
   // map, else placement over the live members (0 with one server). If every
   // member left, some gone shard (its ops end with shard_down).
   [[nodiscard]] std::size_t shard_of(std::string_view key) const noexcept;
+  // Where a GET of `key` goes: with read_from_backups, one of the in-sync
+  // backups the map names for its shard (rendezvous over them, so a key's
+  // reads stay on one backup while the map holds) if that one is up; else,
+  // and without the option, shard_of(key).
+  [[nodiscard]] std::size_t read_shard_of(std::string_view key) const noexcept;
   // Status::not_owner: a cluster member refused the key (nothing was done)
   // because the map this client placed it by is older than the member's, or
   // the member's lease may have lapsed (docs/cluster.md "Fencing"). A sync
@@ -224,6 +233,11 @@ class ShardSet {
   std::vector<std::size_t> live_slots_;   // their indices in shards_
   std::optional<cluster::ShardMap> map_;  // a cluster's, as last applied
   std::vector<std::size_t> map_slots_;    // per shard of map_: its primary's slot, or kNoSlot
+  struct Readers {
+    std::vector<std::string> ids;     // the shard's in-sync backups this client has a slot for
+    std::vector<std::size_t> slots;   // their slots
+  };
+  std::vector<Readers> read_slots_;  // per shard of map_, with read_from_backups
   static constexpr std::size_t kNoSlot = ~std::size_t{0};
   std::unique_ptr<cluster::ClusterWatch> watch_;
   std::optional<cluster::ClusterView> reported_;  // the view the watch reported, not yet applied

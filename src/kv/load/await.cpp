@@ -70,7 +70,8 @@ void pause(Scheduler& s, ShardSet& c, std::chrono::milliseconds d) {
 // after its primary went down in a cluster (ShardSet::place_again: every op
 // here may run twice) (await.hpp).
 template <class Submit>
-OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& shard, bool keep_value, Submit&& submit) {
+OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& shard, bool keep_value, Submit&& submit,
+                bool read = false) {
   OpResult r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
   if (r.status == Status::ok || !c.place_again(r.status, true)) return r;  // the common case reads no clock
   const auto first = reactor::Reactor::Clock::now();
@@ -78,7 +79,7 @@ OpResult placed(Scheduler& s, ShardSet& c, std::string_view key, std::size_t& sh
     const auto d = c.not_owner_pause(n, first);
     if (!d) break;
     pause(s, c, *d);
-    shard = c.shard_of(key);
+    shard = read ? c.read_shard_of(key) : c.shard_of(key);
     r = submit_and_wait(s, keep_value, [&](client::Callback cb) { return submit(shard, std::move(cb)); });
   }
   return r;
@@ -94,8 +95,9 @@ OpResult await_set(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_vi
 }
 
 OpResult await_get(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key, bool keep_value) {
-  return placed(s, c, key, shard, keep_value,
-                [&](std::size_t at, client::Callback cb) { return c.get(at, key, std::move(cb)); });
+  return placed(
+      s, c, key, shard, keep_value, [&](std::size_t at, client::Callback cb) { return c.get(at, key, std::move(cb)); },
+      true);
 }
 
 OpResult await_del(Scheduler& s, ShardSet& c, std::size_t& shard, std::string_view key) {

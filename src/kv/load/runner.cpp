@@ -97,7 +97,9 @@ void LoadRun::worker() {
     // Earlier ops on this key are done. A CALL names no key: it waits for nothing.
     const KeyGate::Guard key = op.kind == Op::Kind::call ? KeyGate::Guard() : gate_.lock(op.key);
     // Its server: the key's, placed once here (a CALL's is server 0: run_call).
-    const std::size_t shard = op.kind == Op::Kind::call ? 0 : shards_->shard_of(op.key);
+    const std::size_t shard = op.kind == Op::Kind::call  ? 0
+                              : op.kind == Op::Kind::get ? shards_->read_shard_of(op.key)  // --read-from
+                                                         : shards_->shard_of(op.key);
     switch (op.kind) {
       case Op::Kind::set:
       case Op::Kind::call: {

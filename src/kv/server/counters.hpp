@@ -63,6 +63,7 @@ struct ServerCounters {
   std::uint64_t too_large = 0;
   std::uint64_t not_owner = 0;
   std::uint64_t records_applied = 0;
+  std::uint64_t backup_gets = 0;
   std::uint64_t no_memory = 0;
   std::uint64_t transfers_aborted = 0;
   std::uint64_t pinned = 0;
@@ -129,6 +130,7 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"too_large", &ServerCounters::too_large, store::StatKind::counter, "requests refused for size before any allocation"},
     CounterInfo{"not_owner", &ServerCounters::not_owner, store::StatKind::counter, "requests refused not_owner: a cluster member asked for a key of a shard it is not the primary of (or a replication record of a shard it does not back at that epoch), or to write while its lease may have lapsed"},
     CounterInfo{"records_applied", &ServerCounters::records_applied, store::StatKind::counter, "replication records (SET, DEL, EXPIRE from a shard's primary) admitted as a backup"},
+    CounterInfo{"backup_gets", &ServerCounters::backup_gets, store::StatKind::counter, "GETs answered as an in-sync backup of the key's shard (a client's --read-from backups)"},
     CounterInfo{"no_memory", &ServerCounters::no_memory, store::StatKind::counter, "SETs refused with no_memory (the memory limit, kvd --max-memory, or an allocation failure)"},
     CounterInfo{"transfers_aborted", &ServerCounters::transfers_aborted, store::StatKind::counter, "RDMA transfers dropped by an error or a disconnect"},
     CounterInfo{"pinned", &ServerCounters::pinned, store::StatKind::gauge, "now: large values held by transfers and pulls"},

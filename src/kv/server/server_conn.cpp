@@ -496,12 +496,12 @@ namespace {
 
 // What a request does to its key, as the shard gate asks (none: not a keyed
 // request; a CALL's key is its opcode, its handler's accesses are checked).
-std::optional<ShardGate::Access> key_access(Opcode op) noexcept {
-  switch (op) {
+std::optional<ShardGate::Access> key_access(const proto::MessageView& m) noexcept {
+  switch (m.opcode()) {
     case Opcode::set:
     case Opcode::del:
     case Opcode::expire: return ShardGate::Access::write;
-    case Opcode::get:
+    case Opcode::get: return m.header.backup_read() ? ShardGate::Access::backup_read : ShardGate::Access::read;
     case Opcode::ttl: return ShardGate::Access::read;
     case Opcode::stats:
     case Opcode::release:
@@ -523,7 +523,7 @@ std::optional<ShardGate::Access> key_access(Opcode op) noexcept {
 
 ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
-  if (const auto access = key_access(m.opcode()); access && !config_.gate->admits(m.key, *access, m.epoch)) {
+  if (const auto access = key_access(m); access && !config_.gate->admits(m.key, *access, m.epoch)) {
     reply = proto::msg::error_reply(m.opcode(), id, 0, Status::not_owner);  // nothing done: the client places it again
     if (!room_for(m, reply)) return Outcome::paused;
     ++counters_->messages_received;
@@ -549,6 +549,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (!room_for(m, reply)) return Outcome::paused;
       ++counters_->messages_received;
       ++counters_->gets;
+      if (m.header.backup_read() && config_.gate->backs(m.key)) ++counters_->backup_gets;
       if (!hit.found || reply.status != Status::ok) return Outcome::reply;
       ++counters_->get_hits;
       return hit.large ? execute_get_large(m, hit.large, reply) : Outcome::reply;

@@ -21,9 +21,15 @@ bool ShardGate::admits_member(std::string_view key, Access access, std::uint64_t
   switch (part.role) {
     case proto::ShardRole::none: return false;
     case proto::ShardRole::primary: return epoch == 0;  // a primary takes no records: it sends them
-    case proto::ShardRole::backup: return epoch != 0 && epoch == part.epoch;
+    case proto::ShardRole::backup:
+      return epoch != 0 ? epoch == part.epoch : access == Access::backup_read && part.in_sync;
   }
   return false;
+}
+
+bool ShardGate::backs(std::string_view key) const noexcept {
+  if (open_ || parts_.empty()) return false;
+  return parts_[proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()))].role == proto::ShardRole::backup;
 }
 
 namespace {

@@ -9,7 +9,9 @@
 //     records (writes carrying kFlagEpoch) of the shard's epoch in that
 //     map: a record from a primary the map has replaced (an older epoch),
 //     or from one whose map this server has not seen yet (a newer one), is
-//     refused. Anything else is answered `not_owner`, so a client with an
+//     refused; and if the map lists it in the shard's in_sync, it answers
+//     the GETs that say a backup may (kFlagBackupRead: docs/cluster.md
+//     "Reads from backups"). Anything else is answered `not_owner`, so a client with an
 //     older map than the server's is told instead of writing where no
 //     reader will look;
 //   until when its etcd lease is surely still held: the send time of the
@@ -40,7 +42,8 @@ namespace rkv::kv::server {
 class ShardGate {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Access : std::uint8_t { read, write };
+  // backup_read: a GET carrying kFlagBackupRead, which an in-sync backup may answer too.
+  enum class Access : std::uint8_t { read, backup_read, write };
 
   // Open (every key, any time) until close_to_cluster().
   ShardGate() = default;
@@ -59,6 +62,8 @@ class ShardGate {
   [[nodiscard]] bool admits(std::string_view key, Access access, std::uint64_t epoch = 0) const noexcept {
     return open_ ? epoch == 0 : admits_member(key, access, epoch);
   }
+  // Whether this member backs `key`'s shard (a cluster member with a map).
+  [[nodiscard]] bool backs(std::string_view key) const noexcept;
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
   [[nodiscard]] std::size_t backed() const noexcept;  // shards this server is a backup of
   // By shard of the latest map: this server's part in it (empty: no map yet).
