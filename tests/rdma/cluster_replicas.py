@@ -15,6 +15,9 @@ with RKV_CLUSTER and RKV_SERVERS set and the rkv package on PYTHONPATH:
                               back byte-exact (deleted keys absent, the TTL
                               kept, the counter's count) within 120 s, and
                               prints how long after its start that took
+  cluster_replicas.py read    reads back every write of `write` at once
+                              (with RKV_READ_FROM=backups: from the backups)
+                              and prints how many GETs that took
   cluster_replicas.py settled MEMBER...
                               waits (120 s at most) until the shard map is
                               settled over the MEMBERs: every shard has one
@@ -114,6 +117,14 @@ def problems(c) -> list:
     return out
 
 
+def read(cluster: str) -> None:
+    with rkv.Client(cluster) as c:
+        found = problems(c)
+    if found:
+        fail(f"{len(found)} problem(s) reading back, e.g. {found[:5]}")
+    print(f"cluster_replicas: read back every write ({KEYS + 1} GETs)")
+
+
 def check(cluster: str, victim: str) -> None:
     t0 = time.monotonic()
     while True:
@@ -144,12 +155,14 @@ def main() -> None:
     cluster = os.environ["RKV_CLUSTER"]
     if sys.argv[1:2] == ["write"]:
         write(cluster, set(os.environ["RKV_SERVERS"].split(",")))
+    elif sys.argv[1:2] == ["read"]:
+        read(cluster)
     elif sys.argv[1:2] == ["check"] and len(sys.argv) == 3:
         check(cluster, sys.argv[2])
     elif sys.argv[1:2] == ["settled"] and len(sys.argv) > 2:
         settled(cluster, set(sys.argv[2:]))
     else:
-        fail(f"usage: cluster_replicas.py write | check VICTIM | settled MEMBER... (got {sys.argv[1:]})")
+        fail(f"usage: cluster_replicas.py write | read | check VICTIM | settled MEMBER... (got {sys.argv[1:]})")
 
 
 if __name__ == "__main__":

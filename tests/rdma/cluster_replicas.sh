@@ -9,7 +9,8 @@
 #    writes through a client of the cluster (SETs eager and by rendezvous,
 #    DELs, TTLs, INCRs) reach the backups: the members' repl_applied add up
 #    to one record per write;
-#  - kvload --read-from backups --verify: every GET answered by an in-sync
+#  - kvload --read-from backups --verify, and Python reading back its
+#    writes with RKV_READ_FROM=backups: every GET answered by an in-sync
 #    backup (backup_gets), 0 mismatches;
 #  - two kvload --verify at depth 32 (values of 100 B to 64 KiB: eager and
 #    rendezvous) across kill -9 of the kvd started first: 0 errors (their
@@ -111,6 +112,12 @@ py=$BUILD/tests/python/python_sanitized
   for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do by_backups=$((by_backups + n)); done
   [ "$by_backups" = "$gets" ] || fail "backups answered $by_backups of the $gets GETs of kvload --read-from backups"
   echo "cluster_replicas: kvload --read-from backups --verify: all $gets GETs answered by in-sync backups"
+  # The same through the C API (Python): RKV_READ_FROM=backups.
+  RKV_READ_FROM=backups cr read
+  total=0
+  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do total=$((total + n)); done
+  [ "$((total - by_backups))" = 241 ] || fail "backups answered $((total - by_backups)) of the 241 GETs of Python"
+  echo "cluster_replicas: Python with RKV_READ_FROM=backups: all 241 GETs answered by in-sync backups"
 
   # 1. The victim is the kvd started first: with the cluster formed by
   # joins in whatever order, its death once made the planner hand shards to
