@@ -39,6 +39,7 @@ MessageSpec spec_of(const MessageView& m) {
   if (m.rdv) s.rdv_len = m.header.value_len;
   if (m.header.has_ttl()) s.ttl = m.ttl;
   if (m.header.has_epoch()) s.epoch = m.epoch;
+  s.backup_read = m.header.backup_read();
   return s;
 }
 
