@@ -82,6 +82,12 @@ void wire() {
   auto rec_expire = expire_request(4, "key", 1000);
   rec_expire.epoch = 8;
   put("wire", "records", messages({rec_set, rec_rdv, rec_del, rec_expire}));
+  // Reads from backups: GETs carrying BACKUP_READ, eager and offering a buffer.
+  auto backup_get = get_request(1, "key");
+  backup_get.backup_read = true;
+  auto backup_get_rdv = get_request_rdv(2, "big", d, 1 << 20);
+  backup_get_rdv.backup_read = true;
+  put("wire", "backup-reads", messages({backup_get, backup_get_rdv}));
   Bytes cut = messages({set_request(1, "key", sb(v))});
   cut.resize(cut.size() - 7);
   put("wire", "truncated", cut);
