@@ -37,6 +37,7 @@ std::uint32_t Replicator::link_of(const Backup& b) {
 }
 
 void Replicator::set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> shards) {
+  if (map_epoch == map_epoch_ && shards == shards_) return;
   map_epoch_ = map_epoch;
   Config config;
   for (std::uint32_t s = 0; s < shards.size(); ++s) {

@@ -66,12 +66,14 @@ struct Backup {
   std::string host;
   std::uint16_t port = 0;
   std::int64_t lease = 0;  // its etcd lease in the view the map came with (0: unknown)
+  bool operator==(const Backup&) const = default;
 };
 // Per shard of the map: the epoch this member is its primary at (0: it is
 // not) and its backups.
 struct ShardBackups {
   std::uint64_t epoch = 0;
   std::vector<Backup> backups;
+  bool operator==(const ShardBackups&) const = default;
 };
 
 // The answers of deferred writes (Server::on_durable): ok, io_error (the log
@@ -105,7 +107,8 @@ class Replicator final : public store::Durability {
   // The wrapped Durability's sink: kvd routes the log's answers here.
   void on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept;
   // The map (of epoch `map_epoch`) changed: by shard, this member's
-  // primaries and their backups.
+  // primaries and their backups. The same as last time (kvd calls it at
+  // every lease renewal too) changes nothing.
   void set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> shards);
 
   [[nodiscard]] store::DurableAck record_set(std::string_view key, std::string_view value,
