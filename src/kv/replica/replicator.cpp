@@ -64,9 +64,10 @@ void Replicator::set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> 
       w.awaited.clear();
     } else {
       const auto& now = config.links;
+      const std::uint32_t shard = w.shard;  // (clang before 16 cannot capture a structured binding)
       std::erase_if(w.awaited, [&](std::uint32_t link) {
         const auto it = now.find(link);
-        return it == now.end() || !it->second.backs.contains(w.shard);
+        return it == now.end() || !it->second.backs.contains(shard);
       });
     }
     touched.push_back(id);
