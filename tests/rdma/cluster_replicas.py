@@ -15,6 +15,9 @@ with RKV_CLUSTER and RKV_SERVERS set and the rkv package on PYTHONPATH:
                               back byte-exact (deleted keys absent, the TTL
                               kept, the counter's count) within 120 s, and
                               prints how long after its start that took
+  cluster_replicas.py backs MEMBER
+                              prints how many shards the map makes MEMBER a
+                              backup of
   cluster_replicas.py read    reads back every write of `write` at once
                               (with RKV_READ_FROM=backups: from the backups)
                               and prints how many GETs that took
@@ -157,12 +160,16 @@ def main() -> None:
         write(cluster, set(os.environ["RKV_SERVERS"].split(",")))
     elif sys.argv[1:2] == ["read"]:
         read(cluster)
+    elif sys.argv[1:2] == ["backs"] and len(sys.argv) == 3:
+        m = read_map(cluster)
+        print(0 if m is None else sum(sys.argv[2] in s["owners"][1:] for s in m["shards"]))
     elif sys.argv[1:2] == ["check"] and len(sys.argv) == 3:
         check(cluster, sys.argv[2])
     elif sys.argv[1:2] == ["settled"] and len(sys.argv) > 2:
         settled(cluster, set(sys.argv[2:]))
     else:
-        fail(f"usage: cluster_replicas.py write | read | check VICTIM | settled MEMBER... (got {sys.argv[1:]})")
+        fail(f"usage: cluster_replicas.py write | read | backs MEMBER | check VICTIM | settled MEMBER... "
+             f"(got {sys.argv[1:]})")
 
 
 if __name__ == "__main__":
