@@ -110,6 +110,19 @@ bool parse_listen_address(std::string_view text, kv::server::MetricsEndpoint::Op
   return true;
 }
 
+// An owner of shard `shard` of `map` as the Replicator addresses it: its id,
+// host and port, and the lease the map made that incarnation an owner under.
+std::optional<kv::replica::Backup> owner_of(const cluster::ShardMap& map, std::size_t shard, const std::string& id) {
+  proto::ServerAddr a;
+  std::string why;
+  if (!proto::parse_server(id, 1, a, why)) {
+    spdlog::warn("kvd: owner {} of shard {}: {} (not replicated to, not probed)", id, shard, why);
+    return std::nullopt;
+  }
+  const auto lease = map.leases.find(id);
+  return kv::replica::Backup{id, a.host, a.port, lease == map.leases.end() ? 0 : lease->second};
+}
+
 // What the Replicator needs of a map: for each shard `parts` (this member's
 // parts in `map`) make it the primary of, its epoch and its backups.
 std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::ShardMap>& map,
@@ -122,14 +135,7 @@ std::vector<kv::replica::ShardBackups> backups_of(const std::optional<cluster::S
     out[i].epoch = parts[i].epoch;
     const auto& owners = map->shards[i].owners;
     for (std::size_t b = 1; b < owners.size(); ++b) {
-      proto::ServerAddr a;
-      std::string why;
-      if (!proto::parse_server(owners[b], 1, a, why)) {
-        spdlog::warn("kvd: backup {} of shard {}: {} (not replicated to)", owners[b], i, why);
-        continue;
-      }
-      const auto lease = map->leases.find(owners[b]);  // the incarnation the map made a backup
-      out[i].backups.push_back({owners[b], a.host, a.port, lease == map->leases.end() ? 0 : lease->second});
+      if (auto backup = owner_of(*map, i, owners[b])) out[i].backups.push_back(std::move(*backup));
     }
   }
   return out;
@@ -546,10 +552,19 @@ int kvd_main(int argc, char** argv) {
           replicator->set_on_in_sync([&keeper](std::uint32_t shard, const std::string& id, std::uint64_t epoch) {
             if (keeper) keeper->mark_in_sync(shard, id, epoch);
           });
-          // A backup whose node says nothing listens on its port is gone:
-          // its lease is revoked now rather than left to expire.
-          replicator->set_on_backup_gone([&keeper](const std::string& id, std::int64_t lease) {
+          // A member whose node says nothing listens on its port is gone:
+          // its lease is revoked now rather than left to expire. The
+          // primaries this one ships to find that when they reconnect; a
+          // primary whose shipping connection into this one dropped is
+          // probed, so a member that backs nothing is found too.
+          replicator->set_on_member_gone([&keeper](const std::string& id, std::int64_t lease) {
             if (keeper) keeper->member_gone(id, lease);
+          });
+          server.set_on_record_peer_lost([&](std::uint32_t shard) {
+            if (!seen_map || shard >= seen_map->shards.size()) return;
+            const std::string& primary = seen_map->shards[shard].owners.front();
+            if (primary == self_id) return;
+            if (auto p = owner_of(*seen_map, shard, primary)) replicator->probe(*p);
           });
         }
       } catch (const cluster::ClusterError& e) {

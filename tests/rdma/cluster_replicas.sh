@@ -16,9 +16,10 @@
 #    rendezvous) across kill -9 of the kvd started first: 0 errors (their
 #    ops on the victim are placed again on the new primaries), and once the
 #    map dropped it, every acknowledged write reads back byte-exact from
-#    the members left (cluster_replicas.py); when it backed 16 shards or
-#    more, a survivor revoked its lease (its node refused a connect: nothing
-#    listens on its port) rather than waiting for the 3 s lease to expire;
+#    the members left (cluster_replicas.py); a survivor revoked its lease
+#    (its node refused a connect: nothing listens on its port) rather than
+#    waiting for the 5 s lease to expire, and the survivors probed it once
+#    its shipping connections into them dropped;
 #  - under a third kvload --verify, the victim restarts (same id, a new
 #    lease: a new incarnation, with an empty store) and rejoins as a
 #    backup that is caught up and takes shards over once in sync, then a
@@ -51,7 +52,7 @@ py=$BUILD/tests/python/python_sanitized
 [ -x "$py" ] || py=python3
 
 # shellcheck disable=SC2016  # expanded by the inner shell
-"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 3 --log-level warn -- bash -c '
+"$REPO/scripts/cluster" --build "$BUILD" 3 --replicas 1 --lease-ttl 5 --log-level warn -- bash -c '
   set -u
   build=$1 repo=$2 py=$3 work=$4 B=$1/apps
   fail() { echo "cluster_replicas: FAILED: $*" >&2; exit 1; }
@@ -79,7 +80,7 @@ py=$BUILD/tests/python/python_sanitized
   started=()
   trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
   start_kvd() {  # PORT NAME: one more member, in the background; sets kvd_id
-    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 3 \
+    "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 5 \
       --log-level warn >"$work/$2.log" 2>&1 &
     started+=($!)
     local t0=$SECONDS
@@ -137,18 +138,18 @@ py=$BUILD/tests/python/python_sanitized
   finished fo "$fo_pid" "the kill of $a"
   finished fp "$fp_pid" "the kill of $a"
   cr check "$a"
-  # A survivor that ships records to it (it backs their shards) finds it
-  # gone when its node refuses a connect (nothing listens on its port) and
-  # revokes its lease, before the 3 s lease could expire. The planner may
-  # leave it backing few shards or none (then no one ships to it, and its
-  # lease expires instead): checked when it backed a quarter of them.
-  if [ "$backed" -ge 16 ]; then
-    grep -h "member $a is gone" "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" | head -1 | grep . ||
-      fail "no survivor revoked the lease of $a (a backup of $backed shards) on finding nothing listening on its port: $(grep -h -v stats \
-        "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" | grep -E "cannot connect|gone|revok" | cut -c1-300)"
-  else
-    echo "cluster_replicas: $a backed $backed shard(s) only: not checked that a survivor found it gone before its lease expired"
-  fi
+  # A survivor finds it gone when its node refuses a connect (nothing
+  # listens on its port) and revokes its lease, before the 5 s lease could
+  # expire: a primary it backed shards of, on reconnecting, or a backup of
+  # its own shards, probing it once its shipping connection dropped (so
+  # also when the planner left it backing no shard, as it may).
+  probes=0
+  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^repl_probes //p"); do probes=$((probes + n)); done
+  [ "$probes" -ge 1 ] || fail "no survivor probed $a when its shipping connections dropped"
+  grep -h "member $a is gone" "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" | head -1 | grep . ||
+    fail "no survivor revoked the lease of $a (a backup of $backed shards) on finding nothing listening on its port: $(grep -h -v stats \
+      "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" | grep -E "cannot connect|gone|revok" | cut -c1-300)"
+  echo "cluster_replicas: $a (a backup of $backed shards) found gone by a survivor; $probes probe(s) of it"
 
   # 2. Under a third kvload, the victim comes back under its id with an
   # empty store: a new incarnation (another lease), so it rejoins as a

@@ -5,7 +5,7 @@
 // client over verbs never gets a value held from before. A backup keeps
 // what it backs and takes replication records of its shards' epochs, from a
 // raw verbs client and from kv::Client (docs/cluster.md "Replication
-// records").
+// records"); a connection that brought records is reported when lost.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -230,7 +230,19 @@ TEST(ServerShards, AClientsRecordsReachABackup) {
   EXPECT_EQ(send(proto::Opcode::del, "b", "", 0, 9), kv::client::Status::ok);
   EXPECT_FALSE(m.store.peek("b").found);
   EXPECT_EQ(m.server->counters().records_applied, 4u);
+  // Its connection lost (not by a shutdown): the hook hears the shard of
+  // the last record admitted on it (kvd probes that shard's primary). A
+  // connection that brought no record is lost silently.
+  std::vector<std::uint32_t> lost;
+  m.server->set_on_record_peer_lost([&](std::uint32_t s) { lost.push_back(s); });
   c->close();
+  EXPECT_TRUE(wait_until([&] { return !lost.empty(); }, kStep, [&] { m.step(); }, {}));
+  EXPECT_EQ(lost, std::vector<std::uint32_t>{shard("b")});
+  const auto closed = m.server->counters().closed;
+  auto plain = kv::client::Client::connect(m.reactor, verbs::test::softroce_addr(), m.server->port());
+  plain->close();
+  EXPECT_TRUE(wait_until([&] { return m.server->counters().closed > closed; }, kStep, [&] { m.step(); }, {}));
+  EXPECT_EQ(lost.size(), 1u) << "a connection that brought no record was reported";
   bool down = false;
   m.server->shutdown([&] { down = true; });
   EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {}));

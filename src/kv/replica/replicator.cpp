@@ -44,6 +44,7 @@ void Replicator::set_backups(std::uint64_t map_epoch, std::vector<ShardBackups> 
     if (shards[s].epoch == 0) continue;
     for (const Backup& b : shards[s].backups) {
       LinkConfig& lc = config.links[link_of(b)];
+      lc.member = b.id;
       lc.host = b.host;
       lc.port = b.port;
       lc.lease = b.lease;
@@ -299,12 +300,15 @@ void Replicator::report_in_sync() {
   }
 }
 
+void Replicator::probe(const Backup& member) {
+  shipper_->post(Probe{member.id, member.host, member.port, member.lease});
+}
+
 void Replicator::on_done() {
   done_fd_.consume();
   for (const ShipDone& d : shipper_->take_done()) ship_ended(d);
-  for (const LinkGone& g : shipper_->take_gone()) {
-    const auto it = std::ranges::find_if(link_ids_, [&](const auto& kv) { return kv.second == g.link; });
-    if (it != link_ids_.end() && on_backup_gone_) on_backup_gone_(it->first, g.lease);
+  for (const MemberGone& g : shipper_->take_gone()) {
+    if (on_member_gone_) on_member_gone_(g.member, g.lease);
   }
   report_in_sync();
   if (!catch_up_.empty() && !catch_up_next_.pending() && catch_up_in_flight_ < kCatchUpWindow / 2) catch_up_step();
@@ -358,8 +362,10 @@ void Replicator::append_stats(store::StatRows& rows) const {
       {"repl_dropped", c.dropped, store::StatKind::counter, "replication records given up: the map moved the shard or its backup"},
       {"repl_connects", c.connects, store::StatKind::counter, "connections made to backups"},
       {"repl_connect_failures", c.connect_failures, store::StatKind::counter, "failed connection attempts to backups"},
-      {"repl_backups_gone", c.gone, store::StatKind::counter,
-       "connection attempts a backup's node refused as nothing listens on its port"},
+      {"repl_members_gone", c.gone, store::StatKind::counter,
+       "connection attempts (to a backup, or a probe) a member's node refused as nothing listens on its port"},
+      {"repl_probes", c.probes, store::StatKind::counter,
+       "connection attempts to a primary whose replication connection into this member dropped"},
       {"repl_failed_writes", failed_writes_, store::StatKind::counter, "writes replication did not acknowledge: answered moved (the shard moved before its backups had them) or io_error (the log failed, or out of memory)"},
       {"repl_writes_in_flight", writes_.size(), store::StatKind::gauge, "writes with a replication record not yet applied or dropped"},
       {"repl_catch_up_records", catch_up_records_, store::StatKind::counter, "records sent to catch a new backup up (one per key and backup)"},

@@ -82,9 +82,9 @@ using AckSink = std::function<void(std::uint64_t conn_token, std::uint32_t wait,
 // A backup (its member id) of `shard`, whose primary this member is at
 // `epoch`, holds every write of it acknowledged so far.
 using OnInSync = std::function<void(std::uint32_t shard, const std::string& backup, std::uint64_t epoch)>;
-// A backup's node refused a connection to it as nothing listens on its port:
-// the member (its id, and its lease as the map's view had it) is gone.
-using OnBackupGone = std::function<void(const std::string& backup, std::int64_t lease)>;
+// A member's node refused a connection to it as nothing listens on its port:
+// the member (its id, and its lease as the map had it) is gone.
+using OnMemberGone = std::function<void(const std::string& member, std::int64_t lease)>;
 
 class Replicator final : public store::Durability {
  public:
@@ -102,8 +102,13 @@ class Replicator final : public store::Durability {
   void set_sink(AckSink sink) { sink_ = std::move(sink); }
   // Who hears of backups caught up (kvd: the MapKeeper).
   void set_on_in_sync(OnInSync on_in_sync) { on_in_sync_ = std::move(on_in_sync); }
-  // Who hears of backups gone (kvd: the MapKeeper, which revokes their lease).
-  void set_on_backup_gone(OnBackupGone on_gone) { on_backup_gone_ = std::move(on_gone); }
+  // Who hears of members gone (kvd: the MapKeeper, which revokes their lease):
+  // a backup's, or a probed member's, node refused a connection.
+  void set_on_member_gone(OnMemberGone on_gone) { on_member_gone_ = std::move(on_gone); }
+  // Is `member` (a primary whose replication connection into this member
+  // dropped: Server::set_on_record_peer_lost) still there? Connects to it
+  // from the shipping thread; if its node refuses, on_member_gone hears it.
+  void probe(const Backup& member);
   // The wrapped Durability's sink: kvd routes the log's answers here.
   void on_inner_durable(std::uint64_t conn_token, std::uint32_t wait, bool ok) noexcept;
   // The map (of epoch `map_epoch`) changed: by shard, this member's
@@ -197,7 +202,7 @@ class Replicator final : public store::Durability {
   std::uint64_t in_sync_reports_ = 0;
   reactor::Timer report_next_;
   OnInSync on_in_sync_;
-  OnBackupGone on_backup_gone_;
+  OnMemberGone on_member_gone_;
   reactor::EventFd done_fd_;
   reactor::Registration done_watch_;
   std::unique_ptr<Shipper> shipper_;  // last: its thread stops first

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <list>
 #include <set>
 #include <utility>
 #include <variant>
@@ -25,6 +26,8 @@ namespace {
 // connection, and before it tries to connect again.
 constexpr std::chrono::milliseconds kResendPause{100};
 constexpr std::chrono::milliseconds kReconnectPause{500};
+// A probe's attempts at most (one every kReconnectPause while they time out).
+constexpr int kProbeTries = 6;
 
 }  // namespace
 
@@ -36,9 +39,9 @@ struct Shipper::Inbox {
   reactor::EventFd* done_fd;  // the owner's: done has something
   std::mutex mu;
   // Under mu:
-  std::vector<std::variant<Config, Ship>> items;
+  std::vector<std::variant<Config, Ship, Probe>> items;
   std::vector<ShipDone> done;
-  std::vector<LinkGone> gone;
+  std::vector<MemberGone> gone;
   ShipperCounters counters;
   bool stop = false;
 };
@@ -47,6 +50,13 @@ class Shipper::Worker {
  public:
   explicit Worker(Inbox& in) : in_(in) {
     watch_ = reactor_.watch(in_.wake.fd(), EPOLLIN, [this](std::uint32_t) { take(); });
+    // Every turn, also those a connect runs while it waits (a backup or a
+    // probed member that does not answer holds it up to its timeout): the
+    // other links' answers reach the owner meanwhile.
+    reporter_ = reactor_.add_poller([this] {
+      report();
+      return false;
+    });
   }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -67,6 +77,7 @@ class Shipper::Worker {
       reactor_.run_once(std::chrono::milliseconds(-1));
       prune();
       connect_wanted();
+      run_probes();
       report();
     }
   }
@@ -89,7 +100,7 @@ class Shipper::Worker {
 
   void take() {
     in_.wake.consume();
-    std::vector<std::variant<Config, Ship>> items;
+    std::vector<std::variant<Config, Ship, Probe>> items;
     {
       std::lock_guard lock(in_.mu);
       items.swap(in_.items);
@@ -99,6 +110,8 @@ class Shipper::Worker {
     for (auto& item : items) {
       if (auto* c = std::get_if<Config>(&item)) {
         apply(std::move(*c));
+      } else if (auto* p = std::get_if<Probe>(&item)) {
+        add_probe(std::move(*p));
       } else {
         add(std::move(std::get<Ship>(item)));
       }
@@ -230,7 +243,7 @@ class Shipper::Worker {
       } catch (const client::ConnectError& ex) {
         if (ex.no_listener()) {  // each time (every kReconnectPause at most): the owner acts once per lease
           ++counters_.gone;
-          gone_.push_back({id, link.config.lease});
+          gone_.push_back({link.config.member, link.config.lease});
         }
         connect_failed(id, link, ex.what());
         continue;
@@ -239,6 +252,45 @@ class Shipper::Worker {
         continue;
       }
       pump(id, link);
+    }
+  }
+
+  void add_probe(Probe p) {
+    for (const Probing& q : probes_) {
+      if (q.probe.member == p.member && q.probe.lease == p.lease) return;  // already under way
+    }
+    probes_.emplace_back().probe = std::move(p);
+  }
+
+  // Outside every reactor callback, as connects are.
+  void run_probes() {
+    for (auto it = probes_.begin(); it != probes_.end() && !stopping_;) {
+      Probing& p = *it;
+      if (!p.due) {
+        ++it;
+        continue;
+      }
+      p.due = false;
+      ++p.tries;
+      ++counters_.probes;
+      bool over = p.tries >= kProbeTries;
+      try {
+        Client::connect(reactor_, p.probe.host, p.probe.port, in_.options)->close();
+        over = true;  // it listens: alive
+      } catch (const client::ConnectError& ex) {
+        if (ex.no_listener()) {
+          ++counters_.gone;
+          gone_.push_back({p.probe.member, p.probe.lease});
+          over = true;
+        }
+      } catch (const std::exception&) {  // e.g. out of memory: tried again like a timeout
+      }
+      if (over) {
+        it = probes_.erase(it);
+        continue;
+      }
+      p.next = reactor_.after(kReconnectPause, [&p] { p.due = true; });  // (a list: p stays put)
+      ++it;
     }
   }
 
@@ -279,7 +331,15 @@ class Shipper::Worker {
   std::map<std::uint32_t, Link> links_;
   std::uint64_t next_seq_ = 0;
   std::vector<ShipDone> done_;
-  std::vector<LinkGone> gone_;
+  std::vector<MemberGone> gone_;
+  struct Probing {
+    Probe probe;
+    bool due = true;  // run_probes() tries it next
+    int tries = 0;
+    reactor::Timer next;  // sets due again
+  };
+  std::list<Probing> probes_;
+  reactor::Poller reporter_;
   ShipperCounters counters_;
   ShipperCounters reported_;  // as the owner last saw them
   bool stopping_ = false;
@@ -314,6 +374,14 @@ void Shipper::post(Config config) {
   inbox_->wake.notify();
 }
 
+void Shipper::post(Probe probe) {
+  {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->items.emplace_back(std::move(probe));
+  }
+  inbox_->wake.notify();
+}
+
 void Shipper::post(std::vector<Ship>& ships) {
   if (ships.empty()) return;
   {
@@ -332,8 +400,8 @@ std::vector<ShipDone> Shipper::take_done() {
   return out;
 }
 
-std::vector<LinkGone> Shipper::take_gone() {
-  std::vector<LinkGone> out;
+std::vector<MemberGone> Shipper::take_gone() {
+  std::vector<MemberGone> out;
   std::lock_guard lock(inbox_->mu);
   out.swap(inbox_->gone);
   return out;

@@ -17,9 +17,15 @@
 //
 // A link whose connect the backup's node refuses because nothing listens
 // on its port (ConnectError::no_listener: the backup's process is gone) is
-// reported (at each such failure) through take_gone(), with the lease the Config
-// gave it, so the owner can have the member's lease revoked at once instead
-// of waiting for it to expire (docs/cluster.md "Membership", Dying).
+// reported (at each such failure) through take_gone(), with the member and
+// lease the Config gave it, so the owner can have the member's lease
+// revoked at once instead of waiting for it to expire (docs/cluster.md
+// "Membership", Dying). A Probe asks the same of a member this one does not
+// ship to (a primary whose replication connection into this member
+// dropped): connect once, again every 500 ms while the attempt times out
+// (a dying process's listener may still take the request), at most
+// kProbeTries times; a refusal is reported the same way, a connection
+// closed at once (it lives).
 //
 // Order: records of one link go out in the order posted; one whose key has
 // an earlier record still in flight waits for it (a large SET completes
@@ -48,6 +54,7 @@
 namespace rkv::kv::replica {
 
 struct LinkConfig {
+  std::string member;  // its member id
   std::string host;
   std::uint16_t port = 0;
   std::int64_t lease = 0;  // the member's etcd lease as the map's view had it (0: unknown)
@@ -77,10 +84,18 @@ struct ShipDone {
   bool applied = false;  // false: dropped
 };
 
-// A link whose backup's node said nothing listens on its port.
-struct LinkGone {
-  std::uint32_t link = 0;
-  std::int64_t lease = 0;  // its LinkConfig's
+// Is this member still there? (See above.)
+struct Probe {
+  std::string member;
+  std::string host;
+  std::uint16_t port = 0;
+  std::int64_t lease = 0;  // as the map has it
+};
+
+// A member whose node said nothing listens on its port: a link's backup, or a probe's member.
+struct MemberGone {
+  std::string member;
+  std::int64_t lease = 0;  // its LinkConfig's or Probe's
 };
 
 struct ShipperCounters {
@@ -90,7 +105,8 @@ struct ShipperCounters {
   std::uint64_t dropped = 0;   // given up: the link no longer backs the shard at that epoch
   std::uint64_t connects = 0;  // connections made
   std::uint64_t connect_failures = 0;
-  std::uint64_t gone = 0;      // connects refused as nothing listens on the backup's port
+  std::uint64_t gone = 0;      // connects refused as nothing listens on the member's port
+  std::uint64_t probes = 0;    // probe connection attempts
 
   bool operator==(const ShipperCounters&) const = default;
 };
@@ -108,11 +124,12 @@ class Shipper {
   ~Shipper();  // stops the thread (pending Ships are dropped, unanswered) and joins it
 
   void post(Config config);
+  void post(Probe probe);
   // Moves the ships out (`ships` is then empty). Throws std::bad_alloc
   // with nothing moved.
   void post(std::vector<Ship>& ships);
   [[nodiscard]] std::vector<ShipDone> take_done();
-  [[nodiscard]] std::vector<LinkGone> take_gone();
+  [[nodiscard]] std::vector<MemberGone> take_gone();
   [[nodiscard]] ShipperCounters counters() const;
 
  private:

@@ -732,6 +732,7 @@ void Server::try_finish(Key key, bool force) noexcept {
 void Server::destroy(Key key) noexcept {
   Conn& c = *conns_.find(key);
   const CloseCause cause = c.sc->close_cause();
+  const std::optional<std::uint32_t> record_shard = c.sc->record_shard();
   c.deadline.reset();
   c.cq_watch.reset();  // before the completion channel fd closes
   c.sc->close();
@@ -742,6 +743,7 @@ void Server::destroy(Key key) noexcept {
   ++counters_.closed;
   // The reason was logged where it was decided (ServerConn::fail, service()).
   spdlog::info("server: disconnected {} ({}; {} connections)", peer, to_string(cause), conns_.live());
+  if (record_shard && cause != CloseCause::shutdown && on_record_peer_lost_) on_record_peer_lost_(*record_shard);
   if (shutting_down_ && conns_.live() == 0 && on_shutdown_done_) {
     auto done = std::move(on_shutdown_done_);
     on_shutdown_done_ = nullptr;

@@ -191,6 +191,10 @@ class Server {
   // and calls on_done once the last connection is torn down (at once if
   // none). on_done runs on the reactor thread and must not destroy the Server.
   void shutdown(std::function<void()> on_done);
+  // Called (on the reactor thread) when a connection that brought
+  // replication records is lost other than by shutdown(), with the shard of
+  // its last record: kvd probes that shard's primary, which may have died.
+  void set_on_record_peer_lost(std::function<void(std::uint32_t shard)> fn) { on_record_peer_lost_ = std::move(fn); }
   [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
 
   // Registers (or replaces) the handler of CALLs of user opcode `op`
@@ -351,6 +355,7 @@ class Server {
   std::vector<Key> polled_;         // the poll list (Conn::polled); stale keys are skipped
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
+  std::function<void(std::uint32_t)> on_record_peer_lost_;
   reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
   reactor::Timer transfer_check_;       // check_transfers()
   reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0

@@ -530,6 +530,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
     ++counters_->not_owner;
     return Outcome::reply;
   }
+  if (m.epoch != 0) record_shard_ = config_.gate->shard_index(m.key);
   switch (m.opcode()) {
     case Opcode::set:
       reply = proto::msg::set_reply(id, 0);

@@ -253,6 +253,10 @@ class ServerConn {
 
   [[nodiscard]] ConnState state() const noexcept { return state_; }
   [[nodiscard]] CloseCause close_cause() const noexcept { return cause_; }
+  // The shard of the last replication record admitted on this connection
+  // (it is a primary's shipping connection), if any: when it is lost, kvd
+  // probes that shard's primary (docs/cluster.md "Membership", Dying).
+  [[nodiscard]] std::optional<std::uint32_t> record_shard() const noexcept { return record_shard_; }
   [[nodiscard]] const std::string& disconnect_reason() const noexcept { return reason_; }
   [[nodiscard]] std::uint64_t sends_received() const noexcept { return received_; }
   [[nodiscard]] std::uint64_t credits_granted() const noexcept { return granted_; }
@@ -443,6 +447,7 @@ class ServerConn {
   }
 
   Store* store_;
+  std::optional<std::uint32_t> record_shard_;  // record_shard()
   ServerCounters* counters_;
   ServerConnConfig config_;
   bool crowded_ = false;  // set_crowded: replies wait for the end of the pass

@@ -27,9 +27,14 @@ bool ShardGate::admits_member(std::string_view key, Access access, std::uint64_t
   return false;
 }
 
+std::optional<std::uint32_t> ShardGate::shard_index(std::string_view key) const noexcept {
+  if (open_ || parts_.empty()) return std::nullopt;
+  return proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()));
+}
+
 bool ShardGate::backs(std::string_view key) const noexcept {
-  if (open_ || parts_.empty()) return false;
-  return parts_[proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()))].role == proto::ShardRole::backup;
+  const auto s = shard_index(key);
+  return s && parts_[*s].role == proto::ShardRole::backup;
 }
 
 namespace {

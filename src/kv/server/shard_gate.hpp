@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,8 @@ class ShardGate {
   }
   // Whether this member backs `key`'s shard (a cluster member with a map).
   [[nodiscard]] bool backs(std::string_view key) const noexcept;
+  // `key`'s shard in the latest map (none: an open gate, or no map yet).
+  [[nodiscard]] std::optional<std::uint32_t> shard_index(std::string_view key) const noexcept;
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
   [[nodiscard]] std::size_t backed() const noexcept;  // shards this server is a backup of
   // By shard of the latest map: this server's part in it (empty: no map yet).
