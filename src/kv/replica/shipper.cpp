@@ -240,6 +240,11 @@ class Shipper::Worker {
         ++counters_.connects;
         spdlog::info("replica: connected to backup {}:{}", link.config.host, link.config.port);
         link.warned = false;
+        // A pump() while connect() ran the reactor (records posted meanwhile)
+        // found no client and asked for a connection again: this one will do.
+        // (Without this, every connect made during a catch-up was closed and
+        // made again at the next turn, its records all sent again.)
+        link.want_connect = false;
       } catch (const client::ConnectError& ex) {
         if (ex.no_listener()) {  // each time (every kReconnectPause at most): the owner acts once per lease
           ++counters_.gone;
