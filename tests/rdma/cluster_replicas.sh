@@ -191,7 +191,7 @@ py=$BUILD/tests/python/python_sanitized
   kill -9 "$b_pid"
   cr check "$b"
   cr settled "$a" "$c" "$d"
-  gen dr 3000 10
+  gen dr 2000 10
   run dr & dr_pid=$!
   acked dr 300 "$dr_pid"
   kill -TERM "$c_pid"
@@ -200,11 +200,12 @@ py=$BUILD/tests/python/python_sanitized
     [ $((SECONDS - t0)) -lt 120 ] || fail "$c did not exit within 120 s of its SIGTERM"
     sleep 0.2
   done
+  exited=$((SECONDS - t0))
   finished dr "$dr_pid" "the drain of $c"
   if grep -q "leaving anyway" "$RKV_KVD_LOGS/kvd2.log"; then
     fail "$c left while still a primary: $(grep -v stats "$RKV_KVD_LOGS/kvd2.log" | tail -5)"
   fi
-  echo "cluster_replicas: $c drained (its primaries handed over) and exited $((SECONDS - t0)) s after its SIGTERM"
+  echo "cluster_replicas: $c drained (its primaries handed over) and exited $exited s after its SIGTERM"
   cr check "$c"
 
   # 5. rkv cluster remove: d, marked draining in etcd by the tool, hands
