@@ -523,14 +523,18 @@ std::optional<ShardGate::Access> key_access(const proto::MessageView& m) noexcep
 
 ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
-  if (const auto access = key_access(m); access && !config_.gate->admits(m.key, *access, m.epoch)) {
-    reply = proto::msg::error_reply(m.opcode(), id, 0, Status::not_owner);  // nothing done: the client places it again
-    if (!room_for(m, reply)) return Outcome::paused;
-    ++counters_->messages_received;
-    ++counters_->not_owner;
-    return Outcome::reply;
+  ShardGate::Admission admission;
+  if (const auto access = key_access(m)) {
+    admission = config_.gate->admit(m.key, *access, m.epoch);
+    if (!admission.admitted) {
+      reply = proto::msg::error_reply(m.opcode(), id, 0, Status::not_owner);  // nothing done: the client places it again
+      if (!room_for(m, reply)) return Outcome::paused;
+      ++counters_->messages_received;
+      ++counters_->not_owner;
+      return Outcome::reply;
+    }
   }
-  if (m.epoch != 0) record_shard_ = config_.gate->shard_index(m.key);
+  if (m.epoch != 0) record_shard_ = admission.shard;
   switch (m.opcode()) {
     case Opcode::set:
       reply = proto::msg::set_reply(id, 0);
@@ -550,7 +554,7 @@ ServerConn::Outcome ServerConn::run(const proto::MessageView& m, proto::MessageS
       if (!room_for(m, reply)) return Outcome::paused;
       ++counters_->messages_received;
       ++counters_->gets;
-      if (m.header.backup_read() && config_.gate->backs(m.key)) ++counters_->backup_gets;
+      if (admission.role == proto::ShardRole::backup) ++counters_->backup_gets;  // an in-sync backup answered it
       if (!hit.found || reply.status != Status::ok) return Outcome::reply;
       ++counters_->get_hits;
       return hit.large ? execute_get_large(m, hit.large, reply) : Outcome::reply;

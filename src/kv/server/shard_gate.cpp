@@ -14,27 +14,20 @@ void ShardGate::close_to_cluster() noexcept {
 
 void ShardGate::serve(std::vector<proto::ShardPart> parts) { parts_ = std::move(parts); }
 
-bool ShardGate::admits_member(std::string_view key, Access access, std::uint64_t epoch) const noexcept {
-  if (parts_.empty()) return false;  // no map yet: no shard is ours
-  if (access == Access::write && Clock::now() >= lease_until_) return false;
-  const proto::ShardPart& part = parts_[proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()))];
+ShardGate::Admission ShardGate::admit_member(std::string_view key, Access access, std::uint64_t epoch) const noexcept {
+  if (parts_.empty()) return {};  // no map yet: no shard is ours
+  const std::uint32_t shard = proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()));
+  const proto::ShardPart& part = parts_[shard];
+  Admission a{.admitted = false, .role = part.role, .shard = shard};
+  if (access == Access::write && Clock::now() >= lease_until_) return a;
   switch (part.role) {
-    case proto::ShardRole::none: return false;
-    case proto::ShardRole::primary: return epoch == 0;  // a primary takes no records: it sends them
+    case proto::ShardRole::none: break;
+    case proto::ShardRole::primary: a.admitted = epoch == 0; break;  // a primary takes no records: it sends them
     case proto::ShardRole::backup:
-      return epoch != 0 ? epoch == part.epoch : access == Access::backup_read && part.in_sync;
+      a.admitted = epoch != 0 ? epoch == part.epoch : access == Access::backup_read && part.in_sync;
+      break;
   }
-  return false;
-}
-
-std::optional<std::uint32_t> ShardGate::shard_index(std::string_view key) const noexcept {
-  if (open_ || parts_.empty()) return std::nullopt;
-  return proto::shard_of(key, static_cast<std::uint32_t>(parts_.size()));
-}
-
-bool ShardGate::backs(std::string_view key) const noexcept {
-  const auto s = shard_index(key);
-  return s && parts_[*s].role == proto::ShardRole::backup;
+  return a;
 }
 
 namespace {

@@ -58,15 +58,23 @@ class ShardGate {
   // The lease is surely held until `until` (a later renewal moves it on).
   void lease_held_until(Clock::time_point until) noexcept { lease_until_ = until; }
 
+  // The gate's answer to a request: whether it is admitted, and as what.
+  struct Admission {
+    bool admitted = false;
+    // The part this server plays in the key's shard: primary for an open
+    // gate; backup for a record, or a GET an in-sync backup answers.
+    proto::ShardRole role = proto::ShardRole::none;
+    std::optional<std::uint32_t> shard;  // the key's shard in the latest map (none: an open gate, or no map yet)
+  };
   // A request for `key`; `epoch` non-zero: a replication record of that
   // shard epoch (always a write).
-  [[nodiscard]] bool admits(std::string_view key, Access access, std::uint64_t epoch = 0) const noexcept {
-    return open_ ? epoch == 0 : admits_member(key, access, epoch);
+  [[nodiscard]] Admission admit(std::string_view key, Access access, std::uint64_t epoch = 0) const noexcept {
+    if (open_) return {.admitted = epoch == 0, .role = proto::ShardRole::primary, .shard = std::nullopt};
+    return admit_member(key, access, epoch);
   }
-  // Whether this member backs `key`'s shard (a cluster member with a map).
-  [[nodiscard]] bool backs(std::string_view key) const noexcept;
-  // `key`'s shard in the latest map (none: an open gate, or no map yet).
-  [[nodiscard]] std::optional<std::uint32_t> shard_index(std::string_view key) const noexcept;
+  [[nodiscard]] bool admits(std::string_view key, Access access, std::uint64_t epoch = 0) const noexcept {
+    return admit(key, access, epoch).admitted;
+  }
   [[nodiscard]] std::size_t served() const noexcept;  // shards this server is the primary of
   [[nodiscard]] std::size_t backed() const noexcept;  // shards this server is a backup of
   // By shard of the latest map: this server's part in it (empty: no map yet).
@@ -74,7 +82,7 @@ class ShardGate {
 
  private:
   // The clock is read for writes only (reads need no lease).
-  [[nodiscard]] bool admits_member(std::string_view key, Access access, std::uint64_t epoch) const noexcept;
+  [[nodiscard]] Admission admit_member(std::string_view key, Access access, std::uint64_t epoch) const noexcept;
 
   bool open_ = true;
   std::vector<proto::ShardPart> parts_;  // by shard of the latest map; empty: no map yet
