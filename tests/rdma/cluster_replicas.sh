@@ -156,7 +156,7 @@ py=$BUILD/tests/python/python_sanitized
   # backup, is caught up by the primaries and takes shards over once the
   # map marks it in sync. Then a 4th kvd joins the same way.
   cr settled "$b" "$c"
-  gen jn 6000 9
+  gen jn 4500 9
   run jn & jn_pid=$!
   acked jn 300 "$jn_pid"
   start_kvd "${a##*:}" again

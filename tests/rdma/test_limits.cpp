@@ -1,12 +1,12 @@
 // limits_e2e: kvd's memory limit in the Soft-RoCE guest (docs/architecture.md,
 // "Memory limit").
-// - kvd --max-memory 64m; kvload writes 128 MiB of values to distinct keys
+// - kvd --max-memory 64m; kvload writes 96 MiB of values to distinct keys
 //   (eager 3900 B and rendezvous 250000 B, interleaved) with --ack-log: the
 //   excess is refused with no_memory (a clear kvload error line, kvd's
 //   no_memory counter), kvd stays up within its budget, every acknowledged SET
 //   reads back byte-exactly (by message and by one-sided READ), the C API
 //   returns ENOMEM for a SET over the limit, and DELs give memory back.
-// - kvd --max-memory 64m --eviction lru: 256 MiB of the same mix all
+// - kvd --max-memory 64m --eviction lru: 160 MiB of the same mix all
 //   succeed, memory_used_bytes stays within the limit, keys were evicted, and the
 //   most recently written keys of both kinds read back byte-exactly (by
 //   message and by one-sided READ).
@@ -110,7 +110,7 @@ TEST(MemoryLimitE2E, SetsBeyondTheLimitFailAndAcknowledgedOnesReadBack) {
   const std::string addr = verbs::test::softroce_addr();
   TempDir t{"limits"};
   const std::string wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
-  const auto wl = make_workload(wl_path, std::uint64_t{128} << 20);
+  const auto wl = make_workload(wl_path, std::uint64_t{96} << 20);
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--max-memory", "64m"});
   const auto load = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
                                  wl_path, "--depth", "16", "--ack-log", acks, "--json"},
@@ -128,7 +128,7 @@ TEST(MemoryLimitE2E, SetsBeyondTheLimitFailAndAcknowledgedOnesReadBack) {
   std::fprintf(stderr, "limits_e2e: %zu of %zu SETs acknowledged (%llu bytes of values: %llu eager, %llu large)\n",
                acked.size(), wl.size(), static_cast<unsigned long long>(acked_bytes),
                static_cast<unsigned long long>(acked_eager), static_cast<unsigned long long>(acked_large));
-  EXPECT_LT(acked.size(), wl.size()) << "128 MiB of values cannot fit under 64 MiB";
+  EXPECT_LT(acked.size(), wl.size()) << "96 MiB of values cannot fit under 64 MiB";
   EXPECT_LE(acked_bytes, std::uint64_t{64} << 20);
   EXPECT_GE(acked_bytes, std::uint64_t{16} << 20) << "the limit refused far more than it had to";
   EXPECT_GT(acked_eager, 0u);
@@ -176,7 +176,7 @@ TEST(MemoryLimitE2E, WithLruEveryWriteSucceedsWithinTheLimit) {
   const std::string addr = verbs::test::softroce_addr();
   TempDir t{"limits-lru"};
   const std::string wl_path = t.path() + "/wl.txt", acks = t.path() + "/acks";
-  const auto wl = make_workload(wl_path, std::uint64_t{256} << 20);
+  const auto wl = make_workload(wl_path, std::uint64_t{160} << 20);
   KvdProcess kvd(RKV_KVD_PATH, addr, {"--max-memory", "64m", "--eviction", "lru"});
   const auto load = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
                                  wl_path, "--depth", "16", "--ack-log", acks, "--json"},
