@@ -47,25 +47,25 @@ class BenchLink final : public kv::conn::Link {
     ++posted_;
     return 0;
   }
-  int post_send(verbs::WrId id, std::span<const std::byte> buf, std::uint32_t) noexcept override {
-    if (sends_.size() == sends_.capacity()) return ENOMEM;
-    sends_.push_back({id, buf});
-    return 0;
-  }
-  // The eager path never posts RDMA: counted, refused.
-  int post_read(verbs::WrId, std::span<std::byte>, std::uint32_t, std::uint64_t, std::uint32_t) noexcept override {
-    ++unexpected_;
-    return EINVAL;
-  }
-  int post_write(verbs::WrId, std::span<const std::byte>, std::uint32_t, std::uint64_t,
-                 std::uint32_t) noexcept override {
-    ++unexpected_;
-    return EINVAL;
-  }
-  int post_reads(std::span<const verbs::ReadWr>, std::size_t* posted) noexcept override {
-    ++unexpected_;
-    if (posted != nullptr) *posted = 0;
-    return EINVAL;
+  // SENDs are kept for the bench to read; the eager path never posts RDMA: counted, refused.
+  int post_chain(std::span<const verbs::SendWr> chain, std::size_t* posted) noexcept override {
+    std::size_t n = 0;
+    int rc = 0;
+    for (const verbs::SendWr& w : chain) {
+      if (w.op != verbs::SendOp::send) {
+        ++unexpected_;
+        rc = EINVAL;
+        break;
+      }
+      if (sends_.size() == sends_.capacity()) {
+        rc = ENOMEM;
+        break;
+      }
+      sends_.push_back({w.wr_id, w.local[0].bytes});
+      ++n;
+    }
+    if (posted != nullptr) *posted = n;
+    return rc;
   }
 
   // The oldest posted receive (where the next SEND from the client lands); false if none.

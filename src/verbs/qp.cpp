@@ -103,13 +103,13 @@ int QueuePair::post_recv_batch(std::span<const RecvRequest> reqs, std::size_t* p
 }
 
 namespace {
-// Scatter/gather elements (Sge or ReadSge: bytes + lkey) into `out`, skipping
-// empty ones (a zero-length element adds nothing). The count, or -1 if an
-// element is longer than a verbs length (u32). in.size() <= out.size().
-template <class S, std::size_t N>
-int fill_sges(std::span<const S> in, std::array<ibv_sge, N>& out) noexcept {
+// Scatter/gather elements into `out`, skipping empty ones (a zero-length
+// element adds nothing). The count, or -1 if an element is longer than a
+// verbs length (u32). in.size() <= out.size().
+template <std::size_t N>
+int fill_sges(std::span<const Sge> in, std::array<ibv_sge, N>& out) noexcept {
   int num = 0;
-  for (const S& s : in) {
+  for (const Sge& s : in) {
     if (!fits_u32(s.bytes.size())) return -1;
     if (s.bytes.empty()) continue;
     out[static_cast<std::size_t>(num++)] = make_sge(s.bytes.data(), s.bytes.size(), s.lkey);
@@ -128,9 +128,9 @@ struct Remote {
 // `list`, which must outlive the post), remote address/rkey, signaled flag,
 // no successor. EINVAL for more elements than `list` holds or one longer
 // than u32, else 0.
-template <class S, std::size_t N>
+template <std::size_t N>
 int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode opcode, WrId wr_id,
-                 std::span<const S> sges, Remote remote, bool signaled) noexcept {
+                 std::span<const Sge> sges, Remote remote, bool signaled) noexcept {
   if (sges.size() > N) return EINVAL;
   const int num = fill_sges(sges, list);
   if (num < 0) return EINVAL;
@@ -145,9 +145,17 @@ int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode op
   return 0;
 }
 
+ibv_wr_opcode to_ibv(SendOp op) noexcept {
+  switch (op) {
+    case SendOp::send: return IBV_WR_SEND;
+    case SendOp::rdma_read: return IBV_WR_RDMA_READ;
+    case SendOp::rdma_write: return IBV_WR_RDMA_WRITE;
+  }
+  return IBV_WR_SEND;
+}
+
 // One WR, one post. ibv_post_send's errno value (ENOMEM = send queue full).
-template <class S>
-int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const S> sges, Remote remote,
+int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const Sge> sges, Remote remote,
                  bool signaled) noexcept {
   std::array<ibv_sge, kMaxSendSge> list;
   ibv_send_wr wr;
@@ -171,35 +179,35 @@ int QueuePair::post_send(WrId wr_id, std::span<const Sge> sges, bool signaled) n
 
 int QueuePair::post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey,
                               std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept {
-  const ReadSge one{local, lkey};
-  return post_send_wr(handle_->qp, IBV_WR_RDMA_READ, wr_id, std::span<const ReadSge>(&one, 1),
+  const Sge one{local, lkey};
+  return post_send_wr(handle_->qp, IBV_WR_RDMA_READ, wr_id, std::span<const Sge>(&one, 1),
                       Remote{remote_addr, rkey}, signaled);
 }
 
-int QueuePair::post_rdma_reads(std::span<const ReadWr> reads, std::size_t* posted) noexcept {
+int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noexcept {
   if (posted != nullptr) *posted = 0;
-  if (reads.size() > kMaxChain) return EINVAL;
-  if (reads.empty()) return 0;
-  std::array<std::array<ibv_sge, ReadWr::kMaxLocal>, kMaxChain> lists;
-  std::array<ibv_send_wr, kMaxChain> wrs;
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    const ReadWr& r = reads[i];
-    if (r.num_local > r.local.size() || r.num_local > caps_.max_send_sge) return EINVAL;
-    const auto local = std::span<const ReadSge>(r.local).first(r.num_local);
-    if (const int rc = fill_send_wr(wrs[i], lists[i], IBV_WR_RDMA_READ, r.wr_id, local,
-                                    Remote{r.remote_addr, r.rkey}, r.signaled);
+  if (wrs.size() > kMaxChain) return EINVAL;
+  if (wrs.empty()) return 0;
+  std::array<std::array<ibv_sge, SendWr::kMaxLocal>, kMaxChain> lists;
+  std::array<ibv_send_wr, kMaxChain> chain;
+  for (std::size_t i = 0; i < wrs.size(); ++i) {
+    const SendWr& w = wrs[i];
+    if (w.num_local > w.local.size() || w.num_local > caps_.max_send_sge) return EINVAL;
+    const auto local = std::span<const Sge>(w.local).first(w.num_local);
+    if (const int rc = fill_send_wr(chain[i], lists[i], to_ibv(w.op), w.wr_id, local, Remote{w.remote_addr, w.rkey},
+                                    w.signaled);
         rc != 0) {
       return rc;
     }
-    if (i > 0) wrs[i - 1].next = &wrs[i];
+    if (i > 0) chain[i - 1].next = &chain[i];
   }
-  SPDLOG_TRACE("verbs: post {} chained READs qp={} first slot={}", reads.size(), handle_->qp->qp_num,
-               reads.front().wr_id.slot());
+  SPDLOG_TRACE("verbs: post a chain of {} WRs qp={} first slot={}", wrs.size(), handle_->qp->qp_num,
+               wrs.front().wr_id.slot());
   ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(handle_->qp, wrs.data(), &bad);
+  const int rc = ibv_post_send(handle_->qp, chain.data(), &bad);
   if (posted != nullptr) {
     // On failure the WRs before `bad` were posted (a provider that leaves it unset posted none).
-    *posted = rc == 0 ? reads.size() : (bad != nullptr ? static_cast<std::size_t>(bad - wrs.data()) : 0);
+    *posted = rc == 0 ? wrs.size() : (bad != nullptr ? static_cast<std::size_t>(bad - chain.data()) : 0);
   }
   return rc;
 }

@@ -52,32 +52,44 @@ struct QpCaps {
   std::uint32_t max_recv_sge = 1;
 };
 
-// One gather element of a SEND.
+// One gather element of a SEND or an RDMA WRITE, or one scatter element of
+// an RDMA READ (the READ writes `bytes`: its MR needs local_write).
 struct Sge {
   std::span<const std::byte> bytes;
   std::uint32_t lkey = 0;
 };
 
-// One scatter element of an RDMA READ (its MR needs local_write).
-struct ReadSge {
-  std::span<std::byte> bytes;
-  std::uint32_t lkey = 0;
-};
+enum class SendOp : std::uint8_t { send, rdma_read, rdma_write };
 
-// One RDMA READ of a post_rdma_reads chain: remote [remote_addr, + total
-// length) scattered over local[0 .. num_local) in order (empty elements are
-// skipped). Unsignaled (signaled = false) it makes no completion when it
-// succeeds; an error completion always comes. A completion of a later WR of
-// the same send queue means it has completed (RC send queues complete in
-// order), so a chain whose last WR is signaled is known done when that one is.
-struct ReadWr {
+// One work request of a post_chain: a SEND of local[0 .. num_local) gathered
+// in order, an RDMA WRITE of them to [remote_addr, + total length), or an
+// RDMA READ of [remote_addr, + total length) scattered over them (empty
+// elements are skipped). Unsignaled (signaled = false) it makes no
+// completion when it succeeds; an error completion always comes. A
+// completion of a later WR of the same send queue means it has completed (RC
+// send queues complete in order), so a chain whose last WR is signaled is
+// known done when that one is.
+struct SendWr {
   static constexpr std::size_t kMaxLocal = 2;
+  SendOp op = SendOp::send;
   WrId wr_id;
-  std::array<ReadSge, kMaxLocal> local{};
+  std::array<Sge, kMaxLocal> local{};
   std::uint32_t num_local = 0;
-  std::uint64_t remote_addr = 0;
+  std::uint64_t remote_addr = 0;  // READ and WRITE only
   std::uint32_t rkey = 0;
   bool signaled = true;
+
+  [[nodiscard]] static SendWr send(WrId id, std::span<const std::byte> bytes, std::uint32_t lkey) noexcept {
+    return {SendOp::send, id, {Sge{bytes, lkey}, Sge{}}, 1, 0, 0, true};
+  }
+  [[nodiscard]] static SendWr read(WrId id, std::span<std::byte> local, std::uint32_t lkey,
+                                   std::uint64_t remote_addr, std::uint32_t rkey) noexcept {
+    return {SendOp::rdma_read, id, {Sge{local, lkey}, Sge{}}, 1, remote_addr, rkey, true};
+  }
+  [[nodiscard]] static SendWr write(WrId id, std::span<const std::byte> local, std::uint32_t lkey,
+                                    std::uint64_t remote_addr, std::uint32_t rkey) noexcept {
+    return {SendOp::rdma_write, id, {Sge{local, lkey}, Sge{}}, 1, remote_addr, rkey, true};
+  }
 };
 
 // One receive of a post_recv_batch chain.
@@ -115,14 +127,15 @@ class QueuePair {
   // local_write; the remote MR needs remote_read).
   int post_rdma_read(WrId wr_id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
                      std::uint32_t rkey, bool signaled = true) noexcept;
-  // Posts `reads` (at most kMaxChain) as ONE chain: one ibv_post_send. Each
-  // WR's scatter list has at most max_send_sge elements as granted (at least
-  // what QpCaps asked for). *posted (if given) says how many WRs at the front
-  // were posted: all on success; on ibv_post_send's failure those before the
-  // bad one (they complete or flush as usual). EINVAL, nothing posted, for
-  // more than kMaxChain WRs or a bad element; ENOMEM: the send queue is full.
+  // Posts `wrs` (at most kMaxChain, of any SendOp) as ONE chain: one
+  // ibv_post_send, the WRs in order. Each WR's list has at most
+  // max_send_sge elements as granted (at least what QpCaps asked for).
+  // *posted (if given) says how many WRs at the front were posted: all on
+  // success; on ibv_post_send's failure those before the bad one (they
+  // complete or flush as usual). EINVAL, nothing posted, for more than
+  // kMaxChain WRs or a bad element; ENOMEM: the send queue is full.
   static constexpr std::size_t kMaxChain = 64;
-  int post_rdma_reads(std::span<const ReadWr> reads, std::size_t* posted = nullptr) noexcept;
+  int post_chain(std::span<const SendWr> wrs, std::size_t* posted = nullptr) noexcept;
   // Writes `local` to remote_addr (the remote MR needs remote_write).
   int post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,
                       std::uint64_t remote_addr, std::uint32_t rkey, bool signaled) noexcept;

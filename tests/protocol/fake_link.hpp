@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kv/conn/link.hpp"
@@ -15,7 +16,7 @@ namespace rkv::test {
 
 struct Post {
   verbs::WrId id;
-  std::vector<std::span<std::byte>> scatter;  // post_reads: the local elements
+  std::vector<std::span<std::byte>> scatter;  // a READ of several elements: them
   std::vector<std::byte> bytes;      // send/write: the payload at post time
   std::span<std::byte> target;       // recv/read: where the data would land
   std::uint64_t remote_addr = 0;
@@ -27,11 +28,15 @@ struct Post {
 class FakeLink final : public kv::conn::Link {
  public:
   std::vector<Post> recvs, sends, reads, writes;
-  // The READ post calls, each as the number of WRs it carried (post_read: 1).
+  // The post calls that carried READs, each as the number of READs it
+  // posted (a single READ: 1).
   std::vector<std::size_t> read_posts;
-  int fail_next_send = 0;  // errno to return from the next post_send (0: succeed)
-  // The next post_reads fails with fail_reads_errno after posting the first
-  // fail_reads_after WRs of its chain (as ibv_post_send's bad_wr says).
+  // The kinds of the WRs of each post call, in chain order (what it posted).
+  std::vector<std::vector<verbs::SendOp>> posts;
+  int fail_next_post = 0;  // errno from the next post call, which posts nothing (0: succeed)
+  int fail_next_send = 0;  // errno from the next post reaching a SEND: the WRs before it are posted (0: succeed)
+  // The next post carrying READs fails with fail_reads_errno after posting
+  // the first fail_reads_after READs of its chain (as ibv_post_send's bad_wr says).
   int fail_reads_errno = 0;
   std::size_t fail_reads_after = 0;
 
@@ -39,40 +44,53 @@ class FakeLink final : public kv::conn::Link {
     recvs.push_back({id, {}, {}, buf});
     return 0;
   }
-  int post_send(verbs::WrId id, std::span<const std::byte> buf, std::uint32_t) noexcept override {
-    if (fail_next_send != 0) {
-      const int rc = fail_next_send;
-      fail_next_send = 0;
-      return rc;
-    }
-    sends.push_back({id, {}, {buf.begin(), buf.end()}, {}});
-    return 0;
-  }
-  int post_read(verbs::WrId id, std::span<std::byte> local, std::uint32_t, std::uint64_t raddr,
-                std::uint32_t rkey) noexcept override {
-    reads.push_back({id, {}, {}, local, raddr, rkey, true, read_posts.size()});
-    read_posts.push_back(1);
-    return 0;
-  }
-  int post_reads(std::span<const verbs::ReadWr> chain, std::size_t* posted) noexcept override {
-    std::size_t n = chain.size();
+  // Each WR of a chain is recorded by kind, as one post call.
+  int post_chain(std::span<const verbs::SendWr> chain, std::size_t* posted) noexcept override {
+    std::size_t n = 0, reads_in_chain = 0;
     int rc = 0;
-    if (fail_reads_errno != 0) {
-      rc = fail_reads_errno;
-      n = std::min(n, fail_reads_after);
-      fail_reads_errno = 0;
+    posts.emplace_back();
+    if (fail_next_post != 0) {
+      if (posted != nullptr) *posted = 0;
+      return std::exchange(fail_next_post, 0);
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      const verbs::ReadWr& w = chain[i];
-      Post p{w.wr_id, {}, {}, {}, w.remote_addr, w.rkey, w.signaled, read_posts.size()};
-      for (std::uint32_t e = 0; e < w.num_local; ++e) p.scatter.push_back(w.local[e].bytes);
-      if (p.scatter.size() == 1) {  // one element: also where it lands, as for post_read
-        p.target = p.scatter[0];
-        p.scatter.clear();
+    for (const verbs::SendWr& w : chain) {
+      if (w.op == verbs::SendOp::send && fail_next_send != 0) {
+        rc = std::exchange(fail_next_send, 0);
+        break;
       }
-      reads.push_back(std::move(p));
+      if (w.op == verbs::SendOp::rdma_read && fail_reads_errno != 0 && reads_in_chain == fail_reads_after) {
+        rc = std::exchange(fail_reads_errno, 0);
+        break;
+      }
+      Post p{w.wr_id, {}, {}, {}, w.remote_addr, w.rkey, w.signaled, read_posts.size()};
+      switch (w.op) {
+        case verbs::SendOp::send:
+        case verbs::SendOp::rdma_write:
+          for (std::uint32_t e = 0; e < w.num_local; ++e) {
+            p.bytes.insert(p.bytes.end(), w.local[e].bytes.begin(), w.local[e].bytes.end());
+          }
+          (w.op == verbs::SendOp::send ? sends : writes).push_back(std::move(p));
+          break;
+        case verbs::SendOp::rdma_read:
+          // The HCA writes there: the element's memory is the caller's, writable.
+          for (std::uint32_t e = 0; e < w.num_local; ++e) {
+            const auto b = w.local[e].bytes;
+            p.scatter.emplace_back(const_cast<std::byte*>(b.data()), b.size());
+          }
+          if (p.scatter.size() == 1) {  // one element: also where it lands
+            p.target = p.scatter[0];
+            p.scatter.clear();
+          }
+          reads.push_back(std::move(p));
+          ++reads_in_chain;
+          break;
+      }
+      posts.back().push_back(w.op);
+      ++n;
     }
-    read_posts.push_back(n);
+    if (reads_in_chain > 0 || (rc != 0 && n < chain.size() && chain[n].op == verbs::SendOp::rdma_read)) {
+      read_posts.push_back(reads_in_chain);
+    }
     if (posted != nullptr) *posted = n;
     return rc;
   }
@@ -83,11 +101,6 @@ class FakeLink final : public kv::conn::Link {
       if (p.post == i) out.push_back(&p);
     }
     return out;
-  }
-  int post_write(verbs::WrId id, std::span<const std::byte> local, std::uint32_t, std::uint64_t raddr,
-                 std::uint32_t rkey) noexcept override {
-    writes.push_back({id, {}, {local.begin(), local.end()}, {}, raddr, rkey});
-    return 0;
   }
 
   // The recv completion for `bytes` arriving in the posted receive `r`

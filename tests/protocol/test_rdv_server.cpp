@@ -3,6 +3,7 @@
 // RELEASE), pins and their release, errors mid-transfer.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -186,6 +187,57 @@ TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {
   EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
   EXPECT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[0], CompletionOpcode::rdma_write)), Verdict::keep);
   EXPECT_EQ(sc_->pins(), 0u);
+}
+
+// The WRITEs of a buffer's large GETs and their replies leave in ONE post
+// (one ibv_post_send), the WRITEs first: RC order places each value before
+// the client sees its reply.
+TEST_F(ServerRdv, TheWritesOfABatchOfGetsAndTheirRepliesLeaveInOnePost) {
+  put_large(arena_, store_, "v", 'a', 10000);
+  put_large(arena_, store_, "w", 'b', 20000);
+  const auto posts0 = link_.posts.size();
+  ASSERT_EQ(request(pack({proto::msg::get_request_rdv(1, "v", {0x5000, 55}, 16384),
+                          proto::msg::get_request_rdv(2, "w", {0x9000, 56}, 32768)})),
+            Verdict::keep);
+  ASSERT_EQ(link_.posts.size(), posts0 + 1) << "one post for the batch";
+  using verbs::SendOp;
+  EXPECT_EQ(link_.posts.back(), (std::vector<SendOp>{SendOp::rdma_write, SendOp::rdma_write, SendOp::send}));
+  EXPECT_EQ(counters_.post_calls, link_.posts.size() - posts0) << "kvd's post_calls counts them";
+  ASSERT_EQ(link_.writes.size(), 2u);
+  EXPECT_EQ(text(link_.writes[1].bytes), std::string(20000, 'b'));
+  const auto r = last_send();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].header.req_id, 1u);
+  EXPECT_EQ(r[1].header.req_id, 2u);
+  EXPECT_EQ(sc_->pins(), 2u) << "until the WRITEs complete";
+  for (const auto& w : link_.writes) {
+    EXPECT_EQ(sc_->on_completion(FakeLink::complete(w, CompletionOpcode::rdma_write)), Verdict::keep);
+  }
+  EXPECT_EQ(sc_->pins(), 0u);
+}
+
+// A post that fails before the batch's transfers went out: the connection
+// closes, and the transfers that were never posted (no completion will come
+// for them) give their pins and entries back at once, so it drains.
+TEST_F(ServerRdv, TransfersNeverPostedAreDroppedWhenThePostFails) {
+  put_large(arena_, store_, "v", 'a', 10000);
+  link_.fail_next_post = ENOMEM;
+  const auto batch = pack({proto::msg::get_request_rdv(1, "v", {0x5000, 55}, 16384),
+                           proto::msg::set_request_rdv(2, "big", {0x1000, 7}, 100000)});
+  ASSERT_EQ(sc_->on_completion(FakeLink::deliver(link_.recvs[next_recv_++], batch)), Verdict::keep);
+  EXPECT_EQ(sc_->pins(), 2u) << "the GET's value and the SET's block, queued";
+  EXPECT_EQ(sc_->flush(), Verdict::disconnect);
+  EXPECT_EQ(sc_->close_cause(), CloseCause::post_error);
+  EXPECT_TRUE(link_.writes.empty());
+  EXPECT_TRUE(link_.reads.empty());
+  EXPECT_EQ(sc_->pins(), 0u) << "the GET's pin and the SET's block went with their entries";
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u);
+  EXPECT_EQ(arena_.stats().blocks_in_use, 1u) << "only the stored value's block";
+  EXPECT_TRUE(sc_->cm_done());
+  for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
+    EXPECT_EQ(sc_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
+  }
+  EXPECT_TRUE(sc_->drained()) << "nothing waits for a completion that cannot come";
 }
 
 TEST_F(ServerRdv, GetWithoutABigEnoughOfferIsPulledAndReleased) {

@@ -2,6 +2,7 @@
 // least-privilege MR flags are honoured by the HCA.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -105,7 +106,7 @@ TEST(VerbsSmoke, RdmaReadFromRemoteReadOnlyRegion) {
   lb.disconnect();
 }
 
-// A chain of READs posted at once (QueuePair::post_rdma_reads) with only its
+// A chain of READs posted at once (QueuePair::post_chain) with only its
 // last signaled: one completion, and by then every READ of the chain landed.
 TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
   const std::string addr = softroce_addr();
@@ -130,9 +131,10 @@ TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
   EXPECT_GT(lb.server_saw_initiator_depth, 1u) << "several READs in flight per QP";
   EXPECT_GT(lb.client_saw_responder_resources, 1u) << "the server serves several READs at once";
   constexpr std::size_t kReads = 16, kPiece = kRegion / kReads;
-  std::vector<ReadWr> chain(kReads);
+  std::vector<SendWr> chain(kReads);
   for (std::size_t i = 0; i < kReads; ++i) {
-    ReadWr& w = chain[i];
+    SendWr& w = chain[i];
+    w.op = SendOp::rdma_read;
     w.wr_id = WrId(static_cast<std::uint32_t>(i), 1, WrKind::rdma_read);
     const auto dst = std::span<std::byte>(local).subspan(i * kPiece, kPiece);
     if (i == 5) {  // one scattered over two elements
@@ -148,7 +150,7 @@ TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
     w.signaled = i + 1 == kReads;
   }
   std::size_t posted = 0;
-  ASSERT_EQ(lb.client.qp->post_rdma_reads(chain, &posted), 0);
+  ASSERT_EQ(lb.client.qp->post_chain(chain, &posted), 0);
   EXPECT_EQ(posted, kReads);
   std::vector<Completion> got;
   auto cb = [&](const Completion& c) noexcept { got.push_back(c); };
@@ -161,9 +163,52 @@ TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
   EXPECT_FALSE(lb.client.drain_until(300ms, cb, [&] { return got.size() > 1; }));
   EXPECT_EQ(got.size(), 1u);
   // More than a chain holds is refused whole.
-  std::vector<ReadWr> too_many(QueuePair::kMaxChain + 1, chain[0]);
-  EXPECT_EQ(lb.client.qp->post_rdma_reads(too_many, &posted), EINVAL);
+  std::vector<SendWr> too_many(QueuePair::kMaxChain + 1, chain[0]);
+  EXPECT_EQ(lb.client.qp->post_chain(too_many, &posted), EINVAL);
   EXPECT_EQ(posted, 0u);
+  lb.disconnect();
+}
+
+// A chain of an RDMA WRITE and a SEND in one post (QueuePair::post_chain,
+// as kvd posts a large GET's value and its reply), only the SEND signaled:
+// when the SEND's receive completes at the peer, the WRITE's bytes are there
+// (RC order), and the sender's one completion is the SEND's.
+TEST(VerbsSmoke, AWriteAndASendInOneChainLandTheWriteFirst) {
+  const std::string addr = softroce_addr();
+  std::vector<std::byte> local = pattern(kRegion, 9);
+  std::vector<std::byte> remote(kRegion, std::byte{0});
+  std::vector<std::byte> inbox(64, std::byte{0});
+  std::optional<MemoryRegion> local_mr, remote_mr, inbox_mr;
+  LoopbackOptions opt;
+  opt.before_connect = [&](Endpoint& c) {
+    local_mr.emplace(*c.pd, std::span<std::byte>(local), Access::none);  // a gather source only
+    return std::vector<std::byte>{};
+  };
+  opt.before_accept = [&](Endpoint& s) {
+    remote_mr.emplace(*s.pd, std::span<std::byte>(remote), Access::local_write | Access::remote_write);
+    inbox_mr.emplace(*s.pd, std::span<std::byte>(inbox), Access::local_write);
+    if (s.qp->post_recv(WrId(0, 1, WrKind::recv), inbox, inbox_mr->lkey()) != 0) {
+      throw std::runtime_error("post_recv failed");
+    }
+    return encode(*remote_mr);
+  };
+  Loopback lb(addr, opt);
+  const RemoteRegion rr = decode(lb.client_saw_private);
+  std::array<SendWr, 2> chain{
+      SendWr::write(WrId(1, 1, WrKind::rdma_write), local, local_mr->lkey(), rr.addr, rr.rkey),
+      SendWr::send(WrId(2, 1, WrKind::send), std::span<const std::byte>(local).first(16), local_mr->lkey())};
+  chain[0].signaled = false;
+  std::size_t posted = 0;
+  ASSERT_EQ(lb.client.qp->post_chain(chain, &posted), 0);
+  EXPECT_EQ(posted, 2u);
+  const Completion got = one_completion(lb.server);
+  ASSERT_EQ(got.status, CompletionStatus::success) << got.status_detail();
+  EXPECT_EQ(got.opcode, CompletionOpcode::recv);
+  EXPECT_EQ(got.byte_len, 16u);
+  EXPECT_EQ(remote, local) << "the WRITE landed before the SEND was received";
+  const Completion sent = one_completion(lb.client);
+  EXPECT_EQ(sent.status, CompletionStatus::success) << sent.status_detail();
+  EXPECT_EQ(sent.wr_id, chain[1].wr_id) << "the unsignaled WRITE has no completion of its own";
   lb.disconnect();
 }
 
@@ -187,9 +232,10 @@ TEST(VerbsSmoke, AFailingUnsignaledReadInAChainReportsItselfAndTheRestFlush) {
   Loopback lb(addr, opt);
   const RemoteRegion rr = decode(lb.client_saw_private);
   constexpr std::size_t kReads = 4, kPiece = 256;
-  std::vector<ReadWr> chain(kReads);
+  std::vector<SendWr> chain(kReads);
   for (std::size_t i = 0; i < kReads; ++i) {
-    ReadWr& w = chain[i];
+    SendWr& w = chain[i];
+    w.op = SendOp::rdma_read;
     w.wr_id = WrId(static_cast<std::uint32_t>(i), 7, WrKind::rdma_read);
     w.local[0] = {std::span<std::byte>(local).subspan(i * kPiece, kPiece), local_mr->lkey()};
     w.num_local = 1;
@@ -198,7 +244,7 @@ TEST(VerbsSmoke, AFailingUnsignaledReadInAChainReportsItselfAndTheRestFlush) {
     w.signaled = i + 1 == kReads;
   }
   chain[1].remote_addr = rr.addr + kRegion;  // past the end of the remote MR
-  ASSERT_EQ(lb.client.qp->post_rdma_reads(chain), 0);
+  ASSERT_EQ(lb.client.qp->post_chain(chain), 0);
   std::vector<Completion> got;
   auto cb = [&](const Completion& c) noexcept { got.push_back(c); };
   ASSERT_TRUE(lb.client.drain_until(60s, cb, [&] {

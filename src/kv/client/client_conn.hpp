@@ -460,7 +460,7 @@ class ClientConn {
   // r into the new slot `key`; queues the neighborhood READ (flush posts it).
   void start_onesided(SlotKey key, Request& r) noexcept;
   void queue_hood_read(SlotKey key) noexcept;
-  void queue_read(const verbs::ReadWr& wr) noexcept;
+  void queue_read(const verbs::SendWr& wr) noexcept;
   // Posts reads_pending_ in chains of up to kMaxChain; a failed post fails the connection.
   void post_pending_reads() noexcept;
   void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
@@ -521,7 +521,7 @@ class ClientConn {
     std::size_t head_ = 0;
     std::size_t size_ = 0;
   };
-  std::vector<verbs::ReadWr> reads_pending_;  // built this turn, posted by flush()
+  std::vector<verbs::SendWr> reads_pending_;  // built this turn, posted by flush()
   BufferPool* recv_;
   MessageChannel channel_;
   ConnState state_ = ConnState::connecting;

@@ -98,16 +98,11 @@ void ClientConn::queue_hood_read(SlotKey key) noexcept {
   const std::uint64_t home = proto::home_bucket(proto::hash64(s.key), index_.buckets);
   s.stage = Stage::hood;
   ++s.attempts;
-  verbs::ReadWr wr;
-  wr.wr_id = read_wr_id(key);
-  wr.local[0] = {os_area(key.index, kHoodOff, proto::kNeighborhoodBytes), os_reg_->lkey()};
-  wr.num_local = 1;
-  wr.remote_addr = index_.addr + home * proto::kBucketSize;
-  wr.rkey = index_.rkey;
-  queue_read(wr);
+  queue_read(verbs::SendWr::read(read_wr_id(key), os_area(key.index, kHoodOff, proto::kNeighborhoodBytes),
+                                      os_reg_->lkey(), index_.addr + home * proto::kBucketSize, index_.rkey));
 }
 
-void ClientConn::queue_read(const verbs::ReadWr& wr) noexcept {
+void ClientConn::queue_read(const verbs::SendWr& wr) noexcept {
   // At most one READ per request slot is pending or posted: the bound holds.
   assert(reads_pending_.size() + reads_posted_.size() < slots_.max_slots());
   try {
@@ -121,7 +116,7 @@ void ClientConn::post_pending_reads() noexcept {
   std::size_t done = 0;
   while (done < reads_pending_.size() && state_ == ConnState::established) {
     const std::size_t n = std::min(verbs::QueuePair::kMaxChain, reads_pending_.size() - done);
-    const auto chain = std::span<verbs::ReadWr>(reads_pending_).subspan(done, n);
+    const auto chain = std::span<verbs::SendWr>(reads_pending_).subspan(done, n);
     for (std::size_t i = 0; i < n; ++i) {
       chain[i].signaled = i + 1 == n || (i + 1) % kReadSignalInterval == 0;
     }
@@ -130,7 +125,7 @@ void ClientConn::post_pending_reads() noexcept {
       break;
     }
     std::size_t posted = 0;
-    const int rc = link_->post_reads(chain, &posted);
+    const int rc = link_->post_chain(chain, &posted);
     ++counters_.read_posts;
     for (std::size_t i = 0; i < posted; ++i) {  // these complete or flush whatever happens next
       reads_posted_.push(chain[i].wr_id);
@@ -226,7 +221,8 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     value_dst = s.landing->data().first(len);
     value_lkey = s.landing->lkey();
   }
-  verbs::ReadWr wr;
+  verbs::SendWr wr;
+  wr.op = verbs::SendOp::rdma_read;
   wr.wr_id = read_wr_id(key);
   wr.local[0] = {value_dst, value_lkey};
   wr.local[1] = {os_area(key.index, kKeyOff, s.entry.key_len), os_reg_->lkey()};

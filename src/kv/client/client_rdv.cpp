@@ -186,7 +186,7 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
     fail("more RDMA READs than request slots");
     return false;
   }
-  if (const int rc = link_->post_read(read_wr_id(key), target, lkey, desc.addr, desc.rkey); rc != 0) {
+  if (const int rc = link_->post(verbs::SendWr::read(read_wr_id(key), target, lkey, desc.addr, desc.rkey)); rc != 0) {
     fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
     return false;
   }

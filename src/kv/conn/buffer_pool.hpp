@@ -100,18 +100,18 @@ class BufferPool {
 // usual removal and costs no shifting; any other is found and erased.
 class PostedIds {
  public:
-  // Room for one more without allocating: compacts when at least half the
+  // Room for `n` more without allocating: compacts when at least half the
   // vector is taken ones (so each id is moved O(1) times), else grows (false
   // if that failed).
-  [[nodiscard]] bool make_room() noexcept {
-    if (ids_.size() < ids_.capacity()) return true;
+  [[nodiscard]] bool make_room(std::size_t n = 1) noexcept {
+    if (ids_.size() + n <= ids_.capacity()) return true;
     if (head_ > 0 && head_ >= ids_.size() / 2) {
       ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(head_));
       head_ = 0;
-      return true;
+      if (ids_.size() + n <= ids_.capacity()) return true;
     }
     try {
-      ids_.reserve(std::max<std::size_t>(16, 2 * ids_.size()));
+      ids_.reserve(std::max({std::size_t{16}, 2 * ids_.size(), ids_.size() + n}));
     } catch (const std::bad_alloc&) {
       return false;
     }

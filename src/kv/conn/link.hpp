@@ -20,17 +20,13 @@ class Link {
  public:
   virtual ~Link() = default;
   virtual int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t lkey) noexcept = 0;
-  // Always signaled: the completion returns the send buffer to its pool.
-  virtual int post_send(verbs::WrId id, std::span<const std::byte> buf, std::uint32_t lkey) noexcept = 0;
-  virtual int post_read(verbs::WrId id, std::span<std::byte> local, std::uint32_t lkey,
-                        std::uint64_t remote_addr, std::uint32_t rkey) noexcept = 0;
-  virtual int post_write(verbs::WrId id, std::span<const std::byte> local, std::uint32_t lkey,
-                         std::uint64_t remote_addr, std::uint32_t rkey) noexcept = 0;
-  // Several RDMA READs (at most verbs::QueuePair::kMaxChain) in one post, in
-  // order, each scattered over up to 2 local elements and signaled as its
-  // ReadWr says (one-sided GETs: verbs::ReadWr). *posted: how many at the
-  // front were posted (all on success).
-  virtual int post_reads(std::span<const verbs::ReadWr> reads, std::size_t* posted) noexcept = 0;
+  // Everything for the send queue: SENDs, RDMA READs and WRITEs (at most
+  // verbs::QueuePair::kMaxChain) in ONE post, in order, each signaled as its
+  // SendWr says (a SEND always: its completion returns the send buffer to
+  // its pool). *posted: how many at the front were posted (all on success).
+  virtual int post_chain(std::span<const verbs::SendWr> wrs, std::size_t* posted) noexcept = 0;
+  // One WR: a chain of one.
+  int post(const verbs::SendWr& wr) noexcept { return post_chain(std::span<const verbs::SendWr>(&wr, 1), nullptr); }
 };
 
 // The production Link: a verbs::QueuePair.
@@ -40,19 +36,8 @@ class QpLink final : public Link {
   int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t lkey) noexcept override {
     return qp_->post_recv(id, buf, lkey);
   }
-  int post_send(verbs::WrId id, std::span<const std::byte> buf, std::uint32_t lkey) noexcept override {
-    return qp_->post_send(id, buf, lkey, /*signaled=*/true);
-  }
-  int post_read(verbs::WrId id, std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
-                std::uint32_t rkey) noexcept override {
-    return qp_->post_rdma_read(id, local, lkey, remote_addr, rkey, /*signaled=*/true);
-  }
-  int post_write(verbs::WrId id, std::span<const std::byte> local, std::uint32_t lkey,
-                 std::uint64_t remote_addr, std::uint32_t rkey) noexcept override {
-    return qp_->post_rdma_write(id, local, lkey, remote_addr, rkey, /*signaled=*/true);
-  }
-  int post_reads(std::span<const verbs::ReadWr> reads, std::size_t* posted) noexcept override {
-    return qp_->post_rdma_reads(reads, posted);
+  int post_chain(std::span<const verbs::SendWr> wrs, std::size_t* posted) noexcept override {
+    return qp_->post_chain(wrs, posted);
   }
 
  private:

@@ -79,26 +79,61 @@ std::size_t MessageChannel::queued_sends() const noexcept {
   return sealed_.size() + ((open_ && open_size_ > 0) ? 1 : 0);
 }
 
+bool MessageChannel::queue_rdma(const verbs::SendWr& wr) noexcept {
+  try {
+    wrs_.push_back(wr);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
 std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   if (sealed_.size() < max_sends) seal_open();  // the open buffer goes too, if allowed
-  std::size_t posted = 0;
-  while (posted < max_sends && !sealed_.empty()) {
-    const Sealed s = sealed_.front();
-    const auto bytes = send_->buffer(s.index).first(s.size);
-    if (!in_flight_.make_room()) {
-      if (error != nullptr) *error = ENOMEM;
-      break;
-    }
-    if (int rc = link_->post_send(WrId(s.index, generation_, WrKind::send), bytes, send_->lkey(s.index)); rc != 0) {
-      if (error != nullptr) *error = rc;
-      break;
-    }
-    sealed_.pop_front();
-    if (sent_account_ != nullptr) *sent_account_ += s.size;
-    in_flight_.push(s.index);
-    ++posted;
+  const std::size_t sends = std::min(max_sends, sealed_.size());
+  if (wrs_.empty() && sends == 0) return 0;
+  // The SENDs join the queue behind the transfers: the chains post from it.
+  const std::size_t transfers = wrs_.size();
+  if (!in_flight_.make_room(sends)) {
+    if (error != nullptr) *error = ENOMEM;
+    return 0;
   }
-  return posted;
+  try {
+    wrs_.reserve(transfers + sends);
+  } catch (const std::bad_alloc&) {
+    if (error != nullptr) *error = ENOMEM;
+    return 0;
+  }
+  for (std::size_t i = 0; i < sends; ++i) {
+    const Sealed& s = sealed_[i];
+    wrs_.push_back(verbs::SendWr::send(WrId(s.index, generation_, WrKind::send), send_->buffer(s.index).first(s.size),
+                                       send_->lkey(s.index)));
+  }
+  std::size_t done = 0;
+  std::size_t sends_posted = 0;
+  int rc = 0;
+  while (done < wrs_.size()) {
+    const std::size_t n = std::min(verbs::QueuePair::kMaxChain, wrs_.size() - done);
+    std::size_t posted = 0;
+    rc = link_->post_chain(std::span<const verbs::SendWr>(wrs_).subspan(done, n), &posted);
+    if (post_account_ != nullptr) ++*post_account_;
+    for (std::size_t i = done; i < done + posted; ++i) {
+      if (wrs_[i].op != verbs::SendOp::send) continue;
+      const Sealed s = sealed_.front();  // SENDs are posted in sealed_'s order
+      sealed_.pop_front();
+      if (sent_account_ != nullptr) *sent_account_ += s.size;
+      in_flight_.push(s.index);
+      ++sends_posted;
+    }
+    done += posted;
+    if (rc != 0) break;
+  }
+  // What was not posted: its transfers stay queued; its SENDs are still in
+  // sealed_ and are put in a chain again by the next flush.
+  wrs_.erase(wrs_.begin(), wrs_.begin() + static_cast<std::ptrdiff_t>(done));
+  std::erase_if(wrs_, [](const verbs::SendWr& w) { return w.op == verbs::SendOp::send; });
+  if (rc != 0 && error != nullptr) *error = rc;
+  return sends_posted;
 }
 
 bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {

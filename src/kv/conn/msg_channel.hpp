@@ -10,7 +10,10 @@
 // whatever is appended before the next flush() shares one SEND); a buffer
 // that fills up is sealed and queued; flush() posts queued buffers as SENDs,
 // at most `max_sends` of them (the client passes its credits). A send
-// completion returns the buffer to the pool. The send pool may be shared by
+// completion returns the buffer to the pool. RDMA READs and WRITEs the owner
+// queues (queue_rdma) go out with the next flush(), ahead of its SENDs and
+// in the same post: one ibv_post_send (in rxe, one system call) carries a
+// batch's transfers and replies, and a GET's WRITE leaves before its reply. The send pool may be shared by
 // many channels (kvd's): set_send_limit() bounds what one channel holds, and
 // release_buffers() gives back all it holds when its QP is gone.
 //
@@ -23,6 +26,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "kv/conn/buffer_pool.hpp"
 #include "kv/conn/link.hpp"
@@ -77,14 +81,29 @@ class MessageChannel {
   // From now on the bytes of every SEND flush() posts are added to *account
   // (the server's bytes_sent).
   void count_sent_bytes(std::uint64_t* account) noexcept { sent_account_ = account; }
+  // From now on every post call flush() makes adds 1 to *account (the server's post_calls).
+  void count_posts(std::uint64_t* account) noexcept { post_account_ = account; }
   // At most `n` send buffers held at once (open, sealed and in flight).
   void set_send_limit(std::size_t n) noexcept { send_limit_ = n; }
   // Would a message of `bytes` fit without a new buffer, or with one the
   // pool may give and the limit allows?
   [[nodiscard]] bool can_append(std::size_t bytes) const noexcept;
-  // Posts up to max_sends queued SENDs (the open buffer too, if non-empty).
-  // Returns the number posted; *error gets the errno of a failed post (the
-  // buffer stays queued: ENOMEM means the send queue is full, retry later).
+  // An RDMA READ or WRITE for the next flush(). False if it could not be
+  // queued (no memory).
+  [[nodiscard]] bool queue_rdma(const verbs::SendWr& wr) noexcept;
+  [[nodiscard]] std::size_t queued_rdma() const noexcept { return wrs_.size(); }
+  // The queued RDMA WRs are dropped, never posted (the connection is
+  // closing: no completion will come for them); f(wr_id) for each.
+  template <class F>
+  void drop_queued_rdma(F&& f) noexcept {
+    for (const verbs::SendWr& w : wrs_) f(w.wr_id);
+    wrs_.clear();
+  }
+  // Posts the queued RDMA WRs and up to max_sends queued SENDs (the open
+  // buffer too, if non-empty), in that order, in chains of up to
+  // QueuePair::kMaxChain. Returns the number of SENDs posted; *error gets
+  // the errno of a failed post (what it did not post stays queued: ENOMEM
+  // means the send queue is full, retry later).
   std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),
                     int* error = nullptr) noexcept;
   // A send completion (any status): returns its buffer. False if not ours/stale.
@@ -115,6 +134,8 @@ class MessageChannel {
   std::uint32_t generation_;
   std::size_t peer_recv_size_;
 
+  // READs and WRITEs for the next flush(), in order (between flushes: no SENDs).
+  std::vector<verbs::SendWr> wrs_;
   std::deque<Sealed> sealed_;
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
@@ -124,6 +145,7 @@ class MessageChannel {
   std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
   std::uint64_t* sent_account_ = nullptr;
+  std::uint64_t* post_account_ = nullptr;
 };
 
 }  // namespace rkv::kv::conn

@@ -36,6 +36,7 @@ struct ServerCounters {
   std::uint64_t stale_completions = 0;
   std::uint64_t sends_received = 0;
   std::uint64_t sends_posted = 0;
+  std::uint64_t post_calls = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t bytes_sent = 0;
   std::uint64_t sets = 0;
@@ -103,6 +104,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"stale_completions", &ServerCounters::stale_completions, store::StatKind::counter, "completions and acks for a slot or generation that moved on (dropped)"},
     CounterInfo{"sends_received", &ServerCounters::sends_received, store::StatKind::counter, "request SENDs received (one may pack several requests)"},
     CounterInfo{"sends_posted", &ServerCounters::sends_posted, store::StatKind::counter, "reply SENDs posted"},
+    CounterInfo{"post_calls", &ServerCounters::post_calls, store::StatKind::counter,
+                "posts of work requests (each one ibv_post_send: a chain of a pass's RDMA READs, WRITEs and reply SENDs)"},
     CounterInfo{"bytes_received", &ServerCounters::bytes_received, store::StatKind::counter, "bytes that came in: request SENDs received and values the server READ (rendezvous SETs)"},
     CounterInfo{"bytes_sent", &ServerCounters::bytes_sent, store::StatKind::counter, "bytes that went out: reply SENDs posted, values WRITTEN into offered buffers, and values offered to a pull (large GETs the client READs)"},
     CounterInfo{"sets", &ServerCounters::sets, store::StatKind::counter, "SET requests"},

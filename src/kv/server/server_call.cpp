@@ -228,7 +228,7 @@ ServerConn::Outcome ServerConn::execute_call(const proto::MessageView& m, proto:
     return Outcome::reply;
   }
   p.wait = Wait::read;
-  return post_request_read(std::move(p), std::move(block), *m.rdv, reply);  // the handler runs when it completes
+  return queue_request_read(std::move(p), std::move(block), *m.rdv, reply);  // the handler runs when it completes
 }
 
 ServerConn::Outcome ServerConn::run_call(Key k, std::span<const std::byte> request) noexcept {

@@ -38,6 +38,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
   if (config_.gate == nullptr) throw std::invalid_argument("ServerConn: no shard gate (ServerConnConfig::gate)");
   channel_.count_sent_bytes(&counters_->bytes_sent);
+  channel_.count_posts(&counters_->post_calls);
   channel_.set_send_limit(config_.max_send_buffers);
   pulls_.reserve(config_.max_pins);
 }
@@ -94,6 +95,7 @@ bool ServerConn::cm_done() noexcept {
     case ConnState::draining:
       state_ = ConnState::flushing;
       pulls_.clear();  // the owner moves the QP to error now: the client can no longer READ them
+      drop_unposted();
       return true;
     case ConnState::flushing:
     case ConnState::closed: return false;
@@ -135,6 +137,7 @@ void ServerConn::close_decided(CloseCause cause, std::string reason) noexcept {
   }
   held_.clear();
   queued_.clear();
+  drop_unposted();
   for (std::uint32_t i = 0; i < pending_.slot_count(); ++i) {
     const auto k = pending_.key_at(i);
     if (!k) continue;
@@ -676,7 +679,7 @@ Verdict ServerConn::flush() noexcept {
   int err = 0;
   counters_->sends_posted += channel_.flush(std::numeric_limits<std::size_t>::max(), &err);
   if (err != 0) {
-    fail(CloseCause::post_error, fmt::format("post_send failed: errno {}", err));
+    fail(CloseCause::post_error, fmt::format("post of the replies and transfers failed: errno {}", err));
     return Verdict::disconnect;
   }
   arena_->top_up();  // replies are on the wire: grow the arena now, if it must

@@ -350,9 +350,10 @@ class ServerConn {
   Outcome execute_get_large(const proto::MessageView& m, const LargeRef& v, proto::MessageSpec& reply) noexcept;
   Outcome execute_release(const proto::MessageView& m) noexcept;
   // Opens the pending entry of a request READ of the bytes at `from` into
-  // `block` and posts the READ: no_reply, or a no_memory reply, or failed (closing).
-  Outcome post_request_read(Pending p, std::shared_ptr<store::LargeValue> block, const proto::RdvDesc& from,
-                            proto::MessageSpec& reply) noexcept;
+  // `block` and queues the READ for the next flush: no_reply, or a no_memory
+  // reply, or failed (closing).
+  Outcome queue_request_read(Pending p, std::shared_ptr<store::LargeValue> block, const proto::RdvDesc& from,
+                             proto::MessageSpec& reply) noexcept;
   // --- CALL (server_call.cpp) ---
   Outcome execute_call(const proto::MessageView& m, proto::MessageSpec& reply) noexcept;
   // Runs the handler of CALL entry `k` (in Wait::log) on `request` and puts
@@ -406,10 +407,13 @@ class ServerConn {
   // Closes an entry (its pin, and the log waits it still counted, go with it).
   void close_entry(Key k) noexcept;
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
-  // Opens the entry of a READ/WRITE about to be posted (nullopt: no memory).
+  // Opens the entry of a READ/WRITE about to be queued (nullopt: no memory).
   std::optional<Key> open_transfer(Pending p) noexcept;
-  // The entry's READ/WRITE is posted (false if the post failed: the entry is closed, fail() decided).
-  bool posted_transfer(Key k, int rc, std::string_view what) noexcept;
+  // The entry's READ/WRITE is queued for the next flush (false if it could
+  // not be: the entry is closed, fail() decided).
+  bool queued_transfer(Key k, bool queued, std::string_view what) noexcept;
+  // Closes the entries of the READ/WRITEs queued and never posted (closing).
+  void drop_unposted() noexcept;
   void on_transfer(const verbs::Completion& c) noexcept;
   // Appends a reply to the SEND being filled; `received`/`large_request`:
   // of its request (latency.hpp: timed when the SEND is posted).

@@ -25,11 +25,16 @@ std::optional<ServerConn::Key> ServerConn::open_transfer(Pending p) noexcept {
   return k;
 }
 
-bool ServerConn::posted_transfer(Key k, int rc, std::string_view what) noexcept {
-  if (rc == 0) return true;
+bool ServerConn::queued_transfer(Key k, bool queued, std::string_view what) noexcept {
+  if (queued) return true;
   close_entry(k);
-  fail(CloseCause::post_error, fmt::format("RDMA {} post failed: errno {}", what, rc));
+  fail(CloseCause::internal, fmt::format("out of memory queueing an RDMA {}", what));
   return false;
+}
+
+void ServerConn::drop_unposted() noexcept {
+  // Queued, never posted: no completion will come for them.
+  channel_.drop_queued_rdma([&](verbs::WrId id) { close_entry(Key::unpack32(id.slot())); });
 }
 
 ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
@@ -62,10 +67,10 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
     reply = proto::msg::error_reply(Opcode::set, id, 0, Status::no_memory);
     return Outcome::reply;
   }
-  return post_request_read(std::move(p), std::move(block), *m.rdv, reply);  // SET_REPLY when the READ completes
+  return queue_request_read(std::move(p), std::move(block), *m.rdv, reply);  // SET_REPLY when the READ completes
 }
 
-ServerConn::Outcome ServerConn::post_request_read(Pending p, std::shared_ptr<LargeValue> block,
+ServerConn::Outcome ServerConn::queue_request_read(Pending p, std::shared_ptr<LargeValue> block,
                                                   const proto::RdvDesc& from, proto::MessageSpec& reply) noexcept {
   const auto target = block->bytes;
   const auto lkey = block->lkey;
@@ -78,9 +83,9 @@ ServerConn::Outcome ServerConn::post_request_read(Pending p, std::shared_ptr<Lar
     reply = proto::msg::error_reply(op, id, 0, Status::no_memory);
     return Outcome::reply;
   }
-  const int rc = channel_.link().post_read(WrId(k->pack32(), config_.generation, WrKind::rdma_read), target, lkey,
-                                           from.addr, from.rkey);
-  if (!posted_transfer(*k, rc, "READ")) return Outcome::failed;
+  const bool queued = channel_.queue_rdma(verbs::SendWr::read(
+      WrId(k->pack32(), config_.generation, WrKind::rdma_read), target, lkey, from.addr, from.rkey));
+  if (!queued_transfer(*k, queued, "READ")) return Outcome::failed;
   ++counters_->rdma_reads;
   counters_->bytes_received += target.size();
   SPDLOG_TRACE("conn {}: req {} RDMA READ {} bytes into entry {}", config_.label, id, target.size(), k->index);
@@ -92,17 +97,18 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
   const std::uint32_t id = m.header.req_id;
   const std::uint64_t len = v->bytes.size();
   if (m.rdv && m.header.value_len >= len && !transfers_full()) {
-    // Push: WRITE into the offered buffer, then the reply (RC order: the WRITE
-    // is placed before the client sees the SEND that follows it).
+    // Push: WRITE into the offered buffer, then the reply, in one post at
+    // the next flush (RC order: the WRITE is placed before the client sees
+    // the SEND that follows it).
     Pending p;
     p.wait = Wait::write;
     p.op = Opcode::get;
     p.req_id = id;
     p.pin = v;
     if (const auto k = open_transfer(std::move(p))) {  // else (no memory) it is pulled
-      const int rc = channel_.link().post_write(WrId(k->pack32(), config_.generation, WrKind::rdma_write), v->bytes,
-                                                v->lkey, m.rdv->addr, m.rdv->rkey);
-      if (!posted_transfer(*k, rc, "WRITE")) return Outcome::failed;
+      const bool queued = channel_.queue_rdma(verbs::SendWr::write(
+          WrId(k->pack32(), config_.generation, WrKind::rdma_write), v->bytes, v->lkey, m.rdv->addr, m.rdv->rkey));
+      if (!queued_transfer(*k, queued, "WRITE")) return Outcome::failed;
       ++counters_->rdma_writes;
       counters_->bytes_sent += len;
       ++counters_->large_gets_written;
