@@ -92,7 +92,6 @@ class MessageChannel {
   // An RDMA READ or WRITE for the next flush(). False if it could not be
   // queued (no memory).
   [[nodiscard]] bool queue_rdma(const verbs::SendWr& wr) noexcept;
-  [[nodiscard]] std::size_t queued_rdma() const noexcept { return wrs_.size(); }
   // The queued RDMA WRs are dropped, never posted (the connection is
   // closing: no completion will come for them); f(wr_id) for each.
   template <class F>
