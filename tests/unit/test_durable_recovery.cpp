@@ -61,13 +61,13 @@ std::string snapshot_end(std::uint64_t count, std::uint64_t seq) {
   return {reinterpret_cast<const char*>(rec.data()), rec.size()};
 }
 
-class TempDir {
+class RecoveryDir {
  public:
-  TempDir() {
+  RecoveryDir() {
     char tmpl[] = "/tmp/rkv-recovery-XXXXXX";
     path_ = ::mkdtemp(tmpl);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~RecoveryDir() { fs::remove_all(path_); }
   [[nodiscard]] const std::string& path() const { return path_; }
   void write(const std::string& name, const std::string& bytes) const {
     std::ofstream(path_ + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
@@ -108,7 +108,7 @@ TEST(DurableRecord, RoundTripAndChecks) {
 }
 
 TEST(DurableRecovery, NewDirectoryIsCreatedWithAnEmptyLog) {
-  TempDir t;
+  RecoveryDir t;
   const std::string dir = t.path() + "/data";
   kv::store::Store s;
   const auto r = recover({dir}, s);
@@ -119,7 +119,7 @@ TEST(DurableRecovery, NewDirectoryIsCreatedWithAnEmptyLog) {
 }
 
 TEST(DurableRecovery, CleanLogReplaysInOrderLastWriteWins) {
-  TempDir t;
+  RecoveryDir t;
   t.write(log_name(1), record("a", "1", 1) + record("b", "2", 2) + record("a", "3", 3));
   kv::store::Store s;
   const auto r = recover({t.path()}, s);
@@ -139,7 +139,7 @@ TEST(DurableRecovery, TornTailIsTruncatedToTheLastGoodRecord) {
   for (const std::string& tail : {next.substr(0, 10), next.substr(0, kHeaderSize + 2),
                                   next.substr(0, next.size() - 1), std::string(100, '\0'),
                                   std::string("garbage after the end")}) {
-    TempDir t;
+    RecoveryDir t;
     t.write(log_name(1), good + tail);
     kv::store::Store s;
     const auto r = recover({t.path()}, s);
@@ -153,7 +153,7 @@ TEST(DurableRecovery, TornTailIsTruncatedToTheLastGoodRecord) {
 }
 
 TEST(DurableRecovery, DamagedLastRecordBodyIsATornTail) {
-  TempDir t;
+  RecoveryDir t;
   std::string last = record("c", "333", 3);
   last.back() = '4';  // body CRC fails, nothing valid after it
   t.write(log_name(1), record("a", "1", 1) + last);
@@ -166,7 +166,7 @@ TEST(DurableRecovery, DamagedLastRecordBodyIsATornTail) {
 // Corruption with good records after it: refuse to start, touch nothing.
 TEST(DurableRecovery, CorruptMiddleRecordRefusesWithoutRepair) {
   for (const std::size_t flip : {std::size_t{3}, kHeaderSize + 1}) {  // header byte, body byte
-    TempDir t;
+    RecoveryDir t;
     std::string mid = record("b", "2222", 2);
     mid[flip] = static_cast<char>(mid[flip] ^ 0x40);
     const std::string file = record("a", "1", 1) + mid + record("c", "3", 3);
@@ -184,7 +184,7 @@ TEST(DurableRecovery, CorruptMiddleRecordRefusesWithoutRepair) {
 }
 
 TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
-  TempDir t;
+  RecoveryDir t;
   std::string mid = record("b", "2222", 2);
   mid[kHeaderSize + 2] = 'X';
   t.write(log_name(1), record("a", "1", 1) + mid + record("c", "3", 3) + record("a", "4", 4));
@@ -208,14 +208,14 @@ TEST(DurableRecovery, RepairKeepsEveryGoodRecordAndRewritesTheDirectory) {
 }
 
 TEST(DurableRecovery, SequenceGoingBackwardsInTheMiddleIsCorruption) {
-  TempDir t;
+  RecoveryDir t;
   t.write(log_name(1), record("a", "1", 5) + record("b", "2", 3) + record("c", "3", 6));
   kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
 }
 
 TEST(DurableRecovery, SnapshotThenNewerLogsObsoleteFilesRemoved) {
-  TempDir t;
+  RecoveryDir t;
   t.write(log_name(1), record("old", "x", 1));  // covered by snapshot 2: obsolete
   t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0) + snapshot_end(2, 1));
   t.write(log_name(2), record("a", "10", 2));
@@ -236,7 +236,7 @@ TEST(DurableRecovery, SnapshotThenNewerLogsObsoleteFilesRemoved) {
 }
 
 TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
-  TempDir t;
+  RecoveryDir t;
   t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0));
   t.write(log_name(2), "");
   kv::store::Store s;
@@ -249,7 +249,7 @@ TEST(DurableRecovery, SnapshotWithoutEndRecordIsRefused) {
 }
 
 TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
-  TempDir t;
+  RecoveryDir t;
   kv::store::Store s;
   EXPECT_TRUE(s.set("k1", "v1"));
   EXPECT_TRUE(s.set("k2", std::string(70000, 'z')));
@@ -263,7 +263,7 @@ TEST(DurableRecovery, WriteSnapshotSyncRoundTrips) {
 }
 
 TEST(DurableRecovery, DataOverTheMemoryLimitRefusesToStart) {
-  TempDir t;
+  RecoveryDir t;
   kv::store::Store s;
   EXPECT_TRUE(s.set("k1", std::string(1000, 'a')));
   EXPECT_TRUE(s.set("k2", std::string(1000, 'b')));
@@ -323,7 +323,7 @@ TEST(DurableRecord, TombstoneRoundTripAndChecks) {
 }
 
 TEST(DurableRecovery, TombstonesAreReplayedInOrder) {
-  TempDir t;
+  RecoveryDir t;
   t.write(log_name(1), record("a", "1", 1) + record("b", "2", 2) + tombstone("a", 3) +  // SET then DEL: absent
                            tombstone("c", 4) + record("c", "3", 5) +                     // DEL then SET: present
                            tombstone("never", 6) +                                      // DEL of a missing key
@@ -342,7 +342,7 @@ TEST(DurableRecovery, TombstonesAreReplayedInOrder) {
 }
 
 TEST(DurableRecovery, TombstonesInANewerLogDeleteSnapshotKeys) {
-  TempDir t;
+  RecoveryDir t;
   t.write(snapshot_name(2), record("a", "1", 0) + record("b", "2", 0) + snapshot_end(2, 4));
   t.write(log_name(2), tombstone("a", 5) + record("c", "3", 6));
   t.write(log_name(3), tombstone("c", 7));
@@ -355,14 +355,14 @@ TEST(DurableRecovery, TombstonesInANewerLogDeleteSnapshotKeys) {
 }
 
 TEST(DurableRecovery, TombstoneSequenceNumbersAreChecked) {
-  TempDir t;
+  RecoveryDir t;
   t.write(log_name(1), record("a", "1", 5) + tombstone("a", 3) + record("c", "3", 6));
   kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
 }
 
 TEST(DurableRecovery, ATornTombstoneAtTheTailIsCut) {
-  TempDir t;
+  RecoveryDir t;
   const std::string good = record("a", "1", 1);
   const std::string del = tombstone("a", 2);
   t.write(log_name(1), good + del.substr(0, del.size() - 1));
@@ -374,7 +374,7 @@ TEST(DurableRecovery, ATornTombstoneAtTheTailIsCut) {
 }
 
 TEST(DurableRecovery, ATombstoneInASnapshotIsCorruption) {
-  TempDir t;
+  RecoveryDir t;
   t.write(snapshot_name(2), record("a", "1", 0) + tombstone("a", 0) + record("b", "2", 0) + snapshot_end(2, 3));
   t.write(log_name(2), "");
   kv::store::Store s;
@@ -382,7 +382,7 @@ TEST(DurableRecovery, ATombstoneInASnapshotIsCorruption) {
 }
 
 TEST(DurableRecovery, ExpiryTimesAreAbsoluteAndExpiredKeysStayGone) {
-  TempDir t;
+  RecoveryDir t;
   const std::int64_t now = kv::store::wall_ms();
   const std::int64_t hour = 3'600'000;
   t.write(log_name(1), record_ttl("live", "1", 1, now + hour) +     // expires later: back, with its time
@@ -410,7 +410,7 @@ TEST(DurableRecovery, ExpiryTimesAreAbsoluteAndExpiredKeysStayGone) {
   EXPECT_EQ(s.expiring(), 1u);
 
   // A damaged expiry time is a damaged body: the CRC covers it.
-  TempDir t2;
+  RecoveryDir t2;
   std::string bad = record_ttl("k", "v", 1, now + hour);
   bad[kHeaderSize + 1] = static_cast<char>(bad[kHeaderSize + 1] ^ 1);
   t2.write(log_name(1), bad);
@@ -420,7 +420,7 @@ TEST(DurableRecovery, ExpiryTimesAreAbsoluteAndExpiredKeysStayGone) {
 }
 
 TEST(DurableRecovery, SnapshotsKeepExpiryTimes) {
-  TempDir t;
+  RecoveryDir t;
   kv::store::Store s;
   const std::int64_t at = kv::store::wall_ms() + 3'600'000;
   EXPECT_TRUE(s.set("k1", "v1", at));
@@ -437,7 +437,7 @@ TEST(DurableRecovery, SnapshotsKeepExpiryTimes) {
 }
 
 TEST(DurableRecovery, AnExpireRecordInASnapshotIsCorruption) {
-  TempDir t;
+  RecoveryDir t;
   t.write(snapshot_name(1), record("a", "1", 0) + expire_record("a", 0, 5) + snapshot_end(1, 1));
   kv::store::Store s;
   EXPECT_THROW((void)recover({t.path()}, s), RecoveryError);
