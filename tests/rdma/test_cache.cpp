@@ -45,7 +45,7 @@ constexpr auto kSlop = 20ms;
 
 // A self-verifying value of `n` bytes: [key id u32][version u32][crc32c of
 // the rest u32][pad u32] then bytes drawn from (key id, version).
-std::string tagged(std::uint32_t key_id, std::uint32_t version, std::size_t n) {
+std::string cache_tagged(std::uint32_t key_id, std::uint32_t version, std::size_t n) {
   std::string v(n, '\0');
   test::fill_pattern(v.data() + 16, n - 16, std::uint64_t{key_id} << 32 | version);
   const std::uint32_t crc = proto::crc32c(v.data() + 16, n - 16);
@@ -286,9 +286,9 @@ TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
   const std::size_t kValue = 3000;  // eager: the hot key and the fill share a block size class
   {
     auto w = open_mode(reactor_, GetMode::rpc);
-    ASSERT_EQ(w->set_sync("hot", tagged(0, 0, kValue)), Status::ok);
+    ASSERT_EQ(w->set_sync("hot", cache_tagged(0, 0, kValue)), Status::ok);
     for (std::uint32_t i = 0; i < 16; ++i) {  // written after it, never read
-      ASSERT_EQ(w->set_sync("cold" + std::to_string(i), tagged(i + 1, 0, kValue)), Status::ok);
+      ASSERT_EQ(w->set_sync("cold" + std::to_string(i), cache_tagged(i + 1, 0, kValue)), Status::ok);
     }
     w->close();
   }
@@ -299,7 +299,7 @@ TEST_F(Cache, AKeyHotOnlyByOneSidedGetsSurvivesAFill) {
     try {
       reactor::Reactor r;
       auto w = open_mode(r, GetMode::rpc);
-      const std::string v = tagged(99, 1, kValue);
+      const std::string v = cache_tagged(99, 1, kValue);
       const std::uint64_t n = (std::uint64_t{24} << 20) / kValue;
       if (pipeline_sets(r, *w, 8, [&](SetSlot& s) {
             if (filled.load() == n) return false;
@@ -381,7 +381,7 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
               if (stop.load() || sets.load() % 500 == 499) return false;
               if (version > 1) std::this_thread::sleep_for(2ms);
               s.key = "r" + std::to_string(k);
-              s.value = tagged(k, version, size_of(k, version));
+              s.value = cache_tagged(k, version, size_of(k, version));
               s.ttl = k % 3 == 0 ? 20 + rng() % 200 : 0;
               ++sets;
               if (++k == kKeys) {
@@ -500,14 +500,14 @@ TEST_F(Cache, OneSidedReadersRaceEvictionAndExpiry) {
   auto w = open_mode(reactor_, GetMode::rpc);
   for (std::uint32_t i = 0; i < 20; ++i) {
     const std::string key = "d" + std::to_string(i);
-    ASSERT_EQ(w->set_sync(key, tagged(i, 1, sizes[i % sizes.size()])), Status::ok);
+    ASSERT_EQ(w->set_sync(key, cache_tagged(i, 1, sizes[i % sizes.size()])), Status::ok);
     bool f = false;
     ASSERT_EQ(w->del_sync(key, f), Status::ok);
     EXPECT_FALSE(found(*reader, key)) << key << ": found after its DEL";
   }
   for (std::uint32_t i = 0; i < 5; ++i) {
     const std::string key = "x" + std::to_string(i);
-    ASSERT_EQ(w->set_sync(key, tagged(i, 1, sizes[i % sizes.size()]), 50), Status::ok);
+    ASSERT_EQ(w->set_sync(key, cache_tagged(i, 1, sizes[i % sizes.size()]), 50), Status::ok);
     const auto acked = Clock::now();
     std::this_thread::sleep_until(acked + 50ms + kLag + kSlop);
     EXPECT_FALSE(found(*reader, key)) << key << ": found after its TTL and the lag";

@@ -18,14 +18,14 @@ namespace {
 
 constexpr std::uint32_t kRecvs = 16;
 constexpr std::uint32_t kSends = 5;
-constexpr std::size_t kMsgSize = 64;
+constexpr std::size_t kFlushMsgSize = 64;
 constexpr std::uint32_t kReusedSlot = 10;
 
 TEST(VerbsQpFlush, OutstandingReceivesFlushAndStaleGenerationIsDetected) {
   const std::string addr = softroce_addr();
 
-  std::vector<std::byte> recv_buf(kRecvs * kMsgSize);
-  std::vector<std::byte> send_buf(kMsgSize);
+  std::vector<std::byte> recv_buf(kRecvs * kFlushMsgSize);
+  std::vector<std::byte> send_buf(kFlushMsgSize);
   std::optional<MemoryRegion> recv_mr;
   std::optional<MemoryRegion> send_mr;
   // The owner's slot table: current generation of each receive slot.
@@ -43,7 +43,7 @@ TEST(VerbsQpFlush, OutstandingReceivesFlushAndStaleGenerationIsDetected) {
     recv_mr.emplace(*s.pd, std::span<std::byte>(recv_buf), Access::local_write);
     for (std::uint32_t i = 0; i < kRecvs; ++i) {
       const int rc = s.qp->post_recv(WrId(i, generation[i], WrKind::recv),
-                                     std::span<std::byte>(recv_buf).subspan(i * kMsgSize, kMsgSize), recv_mr->lkey());
+                                     std::span<std::byte>(recv_buf).subspan(i * kFlushMsgSize, kFlushMsgSize), recv_mr->lkey());
       if (rc != 0) throw std::runtime_error("post_recv failed");
     }
     return std::vector<std::byte>{};

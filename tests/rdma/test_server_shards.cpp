@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t kShards = 64;
 constexpr int kKeys = 20000;  // more buckets than one sweep step visits
-constexpr auto kStep = 30s;   // per wait; TCG guests are slow
+constexpr auto kShardStep = 30s;   // per wait; TCG guests are slow
 
 std::string key(int i) { return "held-" + std::to_string(i); }
 std::uint32_t shard(const std::string& k) { return proto::shard_of(k, kShards); }
@@ -99,14 +99,14 @@ TEST(ServerShards, LostShardsAreDroppedAndNeverServedAgain) {
   // a write to it is served (the member is its primary again).
   m.server->gate().lease_held_until(kv::server::ShardGate::Clock::now() + 1h);
   RawClient c(verbs::test::softroce_addr(), m.server->port());
-  ASSERT_TRUE(wait_until([&] { return c.established(); }, kStep, [&] { m.step(); }, {&c})) << c.failure();
+  ASSERT_TRUE(wait_until([&] { return c.established(); }, kShardStep, [&] { m.step(); }, {&c})) << c.failure();
   std::string k1;
   for (int i = 0; k1.empty(); ++i) {
     if (shard(key(i)) == 1) k1 = key(i);
   }
   ASSERT_EQ(c.send_request(proto::msg::get_request(1, k1)), 0);
   std::optional<RawReply> r;
-  ASSERT_TRUE(wait_until([&] { return (r = c.take_reply(1)).has_value(); }, kStep, [&] { m.step(); }, {&c}));
+  ASSERT_TRUE(wait_until([&] { return (r = c.take_reply(1)).has_value(); }, kShardStep, [&] { m.step(); }, {&c}));
   EXPECT_EQ(r->header.status, proto::Status::ok);
   EXPECT_FALSE(r->header.found()) << "shard 1's value from before it was lost: " << r->value;
 
@@ -115,7 +115,7 @@ TEST(ServerShards, LostShardsAreDroppedAndNeverServedAgain) {
   for (int i = 0; i < kKeys; ++i) in_0 += shard(key(i)) == 0 ? 1 : 0;
   mine.erase(0);
   m.server->serve_shards(serving(mine));
-  ASSERT_TRUE(wait_until([&] { return !m.server->dropping(); }, kStep, [&] { m.step(); }, {&c}));
+  ASSERT_TRUE(wait_until([&] { return !m.server->dropping(); }, kShardStep, [&] { m.step(); }, {&c}));
   EXPECT_EQ(m.held(mine), std::make_pair(in_mine - in_0, 0));
 
   // No map (a new incarnation before its first): nothing is dropped.
@@ -125,7 +125,7 @@ TEST(ServerShards, LostShardsAreDroppedAndNeverServedAgain) {
 
   bool down = false;
   m.server->shutdown([&] { down = true; });
-  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {&c}));
+  EXPECT_TRUE(wait_until([&] { return down; }, kShardStep, [&] { m.step(); }, {&c}));
 }
 
 // A backup (docs/cluster.md "Replication records"): a shard it starts to
@@ -163,7 +163,7 @@ TEST(ServerShards, ABackupStartsEmptyUnlessItWasThePrimaryAndServesItsRecordsOnc
 
   m.server->gate().lease_held_until(kv::server::ShardGate::Clock::now() + 1h);
   RawClient c(verbs::test::softroce_addr(), m.server->port());
-  ASSERT_TRUE(wait_until([&] { return c.established(); }, kStep, [&] { m.step(); }, {&c})) << c.failure();
+  ASSERT_TRUE(wait_until([&] { return c.established(); }, kShardStep, [&] { m.step(); }, {&c})) << c.failure();
   std::string k1;
   for (int i = kSome; k1.empty(); ++i) {
     if (shard(key(i)) == 1) k1 = key(i);
@@ -171,7 +171,7 @@ TEST(ServerShards, ABackupStartsEmptyUnlessItWasThePrimaryAndServesItsRecordsOnc
   const auto ask = [&](proto::MessageSpec req) {
     EXPECT_EQ(c.send_request(req), 0);
     std::optional<RawReply> r;
-    EXPECT_TRUE(wait_until([&] { return (r = c.take_reply(req.req_id)).has_value(); }, kStep, [&] { m.step(); }, {&c}));
+    EXPECT_TRUE(wait_until([&] { return (r = c.take_reply(req.req_id)).has_value(); }, kShardStep, [&] { m.step(); }, {&c}));
     return r.value_or(RawReply{});
   };
   const std::string value = "replicated";
@@ -195,7 +195,7 @@ TEST(ServerShards, ABackupStartsEmptyUnlessItWasThePrimaryAndServesItsRecordsOnc
 
   bool down = false;
   m.server->shutdown([&] { down = true; });
-  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {&c}));
+  EXPECT_TRUE(wait_until([&] { return down; }, kShardStep, [&] { m.step(); }, {&c}));
 }
 
 // kv::Client::record, what a primary will send its backups: a small and a
@@ -214,7 +214,7 @@ TEST(ServerShards, AClientsRecordsReachABackup) {
     const auto st = c->record(op, k, proto::as_bytes(v), ttl, epoch,
                               [&](kv::client::Status s, bool, std::span<const std::byte>) { got = s; });
     EXPECT_EQ(st, kv::client::Status::ok);
-    EXPECT_TRUE(wait_until([&] { return got.has_value(); }, kStep, [&] { m.step(); }, {}));
+    EXPECT_TRUE(wait_until([&] { return got.has_value(); }, kShardStep, [&] { m.step(); }, {}));
     return got.value_or(kv::client::Status::timeout);
   };
   const std::string small = "small";
@@ -236,16 +236,16 @@ TEST(ServerShards, AClientsRecordsReachABackup) {
   std::vector<std::uint32_t> lost;
   m.server->set_on_record_peer_lost([&](std::uint32_t s) { lost.push_back(s); });
   c->close();
-  EXPECT_TRUE(wait_until([&] { return !lost.empty(); }, kStep, [&] { m.step(); }, {}));
+  EXPECT_TRUE(wait_until([&] { return !lost.empty(); }, kShardStep, [&] { m.step(); }, {}));
   EXPECT_EQ(lost, std::vector<std::uint32_t>{shard("b")});
   const auto closed = m.server->counters().closed;
   auto plain = kv::client::Client::connect(m.reactor, verbs::test::softroce_addr(), m.server->port());
   plain->close();
-  EXPECT_TRUE(wait_until([&] { return m.server->counters().closed > closed; }, kStep, [&] { m.step(); }, {}));
+  EXPECT_TRUE(wait_until([&] { return m.server->counters().closed > closed; }, kShardStep, [&] { m.step(); }, {}));
   EXPECT_EQ(lost.size(), 1u) << "a connection that brought no record was reported";
   bool down = false;
   m.server->shutdown([&] { down = true; });
-  EXPECT_TRUE(wait_until([&] { return down; }, kStep, [&] { m.step(); }, {}));
+  EXPECT_TRUE(wait_until([&] { return down; }, kShardStep, [&] { m.step(); }, {}));
 }
 
 }  // namespace
