@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_follow import read_map  # noqa: E402
 
 DEADLINE = 120.0
-KEYS = 240
+KEYS = 120
 SIZES = (100, 5000, 70000, 300, 200000, 3000)
 INCRS = 5
 

@@ -20,7 +20,8 @@
 #    (its node refused a connect: nothing listens on its port) rather than
 #    waiting for the 5 s lease to expire, and the survivors probed it once
 #    its shipping connections into them dropped;
-#  - under a third kvload --verify, the victim restarts (same id, a new
+#  - under a third kvload --verify (run again and again until the map
+#    settled), the victim restarts (same id, a new
 #    lease: a new incarnation, with an empty store) and rejoins as a
 #    backup that is caught up and takes shards over once in sync, then a
 #    4th kvd joins: once the map settled each of the 4 is the primary of
@@ -105,7 +106,7 @@ py=$BUILD/tests/python/python_sanitized
   # Reads from backups: every GET of a kvload --read-from backups --verify
   # run is answered by an in-sync backup (backup_gets of the members add
   # up to its GETs), and each reads what kvload acknowledged before it.
-  gen rb 1500 11
+  gen rb 800 11
   gets=$(grep -c "^GET " "$work/rb.txt")
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/rb.txt" --depth 32 --verify -q --read-from backups \
     >"$work/rb.out" 2>&1 || fail "kvload --read-from backups --verify: $(cat "$work/rb.out")"
@@ -114,11 +115,14 @@ py=$BUILD/tests/python/python_sanitized
   [ "$by_backups" = "$gets" ] || fail "backups answered $by_backups of the $gets GETs of kvload --read-from backups"
   echo "cluster_replicas: kvload --read-from backups --verify: all $gets GETs answered by in-sync backups"
   # The same through the C API (Python): RKV_READ_FROM=backups.
-  RKV_READ_FROM=backups cr read
+  out=$(RKV_READ_FROM=backups "$py" "$repo/tests/rdma/cluster_replicas.py" read) || exit 1
+  echo "$out"
+  py_gets=$(echo "$out" | sed -n "s/.*(\([0-9]*\) GETs)$/\1/p")
   total=0
   for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do total=$((total + n)); done
-  [ "$((total - by_backups))" = 241 ] || fail "backups answered $((total - by_backups)) of the 241 GETs of Python"
-  echo "cluster_replicas: Python with RKV_READ_FROM=backups: all 241 GETs answered by in-sync backups"
+  [ "$((total - by_backups))" = "${py_gets:-?}" ] ||
+    fail "backups answered $((total - by_backups)) of the ${py_gets:-?} GETs of Python"
+  echo "cluster_replicas: Python with RKV_READ_FROM=backups: all $py_gets GETs answered by in-sync backups"
 
   # 1. The victim is the kvd started first: with the cluster formed by
   # joins in whatever order, its death once made the planner hand shards to
@@ -128,12 +132,12 @@ py=$BUILD/tests/python/python_sanitized
   IFS=, read -r -a servers <<<"$RKV_SERVERS"
   set -- $RKV_KVD_PIDS
   a=${servers[0]} a_pid=$1 b=${servers[1]} b_pid=$2 c=${servers[2]} c_pid=$3
-  gen fo 2000 7
-  gen fp 2000 8
+  gen fo 1200 7
+  gen fp 1200 8
   backed=$("$py" "$repo/tests/rdma/cluster_replicas.py" backs "$a") || exit 1
   run fo & fo_pid=$!
   run fp & fp_pid=$!
-  acked fo 500 "$fo_pid"
+  acked fo 400 "$fo_pid"
   kill -9 "$a_pid"
   finished fo "$fo_pid" "the kill of $a"
   finished fp "$fp_pid" "the kill of $a"
@@ -156,8 +160,16 @@ py=$BUILD/tests/python/python_sanitized
   # backup, is caught up by the primaries and takes shards over once the
   # map marks it in sync. Then a 4th kvd joins the same way.
   cr settled "$b" "$c"
-  gen jn 4500 9
-  run jn & jn_pid=$!
+  # kvload jn runs over and over (the same file, each run --verify) until
+  # the map settled over the 4, so clients write throughout, however long
+  # the return and the join take.
+  gen jn 1200 9
+  again() {  # NAME: run NAME until NAME.stop exists; NAME.runs: how many times
+    local n=0
+    until [ -e "$work/$1.stop" ]; do run "$1" || return 1; n=$((n + 1)); done
+    echo "$n" >"$work/$1.runs"
+  }
+  again jn & jn_pid=$!
   acked jn 300 "$jn_pid"
   start_kvd "${a##*:}" again
   [ "$kvd_id" = "$a" ] || fail "the victim came back as $kvd_id, not $a"
@@ -166,10 +178,9 @@ py=$BUILD/tests/python/python_sanitized
   start_kvd 0 fourth
   d=$kvd_id d_pid=${started[-1]}
   cr settled "$a" "$b" "$c" "$d"
-  running=no
-  kill -0 "$jn_pid" 2>/dev/null && running=yes
-  finished jn "$jn_pid" "the return of $a and the join of $d"
-  echo "cluster_replicas: $d joined; kvload jn still running once the map settled: $running"
+  touch "$work/jn.stop"
+  finished jn "$jn_pid" "the return of $a and the join of $d (its last run)"
+  echo "cluster_replicas: $d joined; kvload jn ran $(cat "$work/jn.runs") time(s) until the map settled"
   for m in "$a" "$b" "$c" "$d"; do
     [ "$(primaries "$m")" = 16 ] || fail "$m is the primary of $(primaries "$m") shards, not 16 of 64: $("$B/rkv" cluster status --server "$RKV_CLUSTER")"
   done
@@ -191,7 +202,7 @@ py=$BUILD/tests/python/python_sanitized
   kill -9 "$b_pid"
   cr check "$b"
   cr settled "$a" "$c" "$d"
-  gen dr 2000 10
+  gen dr 1200 10
   run dr & dr_pid=$!
   acked dr 300 "$dr_pid"
   kill -TERM "$c_pid"
