@@ -204,6 +204,10 @@ TEST_F(ServerRdv, TheWritesOfABatchOfGetsAndTheirRepliesLeaveInOnePost) {
   EXPECT_EQ(link_.posts.back(), (std::vector<SendOp>{SendOp::rdma_write, SendOp::rdma_write, SendOp::send}));
   EXPECT_EQ(counters_.post_calls, link_.posts.size() - posts0) << "kvd's post_calls counts them";
   ASSERT_EQ(link_.writes.size(), 2u);
+  EXPECT_EQ(counters_.rdma_writes, 2u);
+  std::size_t replies = 0;
+  for (const auto& s : link_.sends) replies += s.bytes.size();
+  EXPECT_EQ(counters_.bytes_sent, 10000u + 20000u + replies) << "both values and every reply, as posted";
   EXPECT_EQ(text(link_.writes[1].bytes), std::string(20000, 'b'));
   const auto r = last_send();
   ASSERT_EQ(r.size(), 2u);
@@ -230,6 +234,11 @@ TEST_F(ServerRdv, TransfersNeverPostedAreDroppedWhenThePostFails) {
   EXPECT_EQ(sc_->close_cause(), CloseCause::post_error);
   EXPECT_TRUE(link_.writes.empty());
   EXPECT_TRUE(link_.reads.empty());
+  // kvd's counters count a transfer when it is posted, never when it is queued.
+  EXPECT_EQ(counters_.rdma_writes, 0u);
+  EXPECT_EQ(counters_.rdma_reads, 0u);
+  EXPECT_EQ(counters_.bytes_sent, 0u) << "neither the value nor a reply went out";
+  EXPECT_EQ(counters_.bytes_received, batch.size()) << "the request's SEND, not the value never READ";
   EXPECT_EQ(sc_->pins(), 0u) << "the GET's pin and the SET's block went with their entries";
   EXPECT_EQ(sc_->transfers_in_flight(), 0u);
   EXPECT_EQ(arena_.stats().blocks_in_use, 1u) << "only the stored value's block";

@@ -5,6 +5,19 @@
 #include <new>
 
 namespace rkv::kv::conn {
+namespace {
+
+void add(std::uint64_t* account, std::uint64_t n) noexcept {
+  if (account != nullptr) *account += n;
+}
+
+std::uint64_t length(const verbs::SendWr& w) noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < w.num_local; ++i) n += w.local[i].bytes.size();
+  return n;
+}
+
+}  // namespace
 
 using verbs::WrId;
 using verbs::WrKind;
@@ -116,14 +129,27 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     const std::size_t n = std::min(verbs::QueuePair::kMaxChain, wrs_.size() - done);
     std::size_t posted = 0;
     rc = link_->post_chain(std::span<const verbs::SendWr>(wrs_).subspan(done, n), &posted);
-    if (post_account_ != nullptr) ++*post_account_;
+    add(posted_.post_calls, 1);
     for (std::size_t i = done; i < done + posted; ++i) {
-      if (wrs_[i].op != verbs::SendOp::send) continue;
-      const Sealed s = sealed_.front();  // SENDs are posted in sealed_'s order
-      sealed_.pop_front();
-      if (sent_account_ != nullptr) *sent_account_ += s.size;
-      in_flight_.push(s.index);
-      ++sends_posted;
+      const verbs::SendWr& w = wrs_[i];
+      switch (w.op) {
+        case verbs::SendOp::rdma_read:
+          add(posted_.reads, 1);
+          add(posted_.bytes_in, length(w));
+          break;
+        case verbs::SendOp::rdma_write:
+          add(posted_.writes, 1);
+          add(posted_.bytes_out, length(w));
+          break;
+        case verbs::SendOp::send: {
+          const Sealed s = sealed_.front();  // SENDs are posted in sealed_'s order
+          sealed_.pop_front();
+          add(posted_.bytes_out, s.size);
+          in_flight_.push(s.index);
+          ++sends_posted;
+          break;
+        }
+      }
     }
     done += posted;
     if (rc != 0) break;

@@ -79,11 +79,17 @@ class MessageChannel {
   // From now on the eager value bytes append() copies are added to *account
   // by the copy itself (proto::copy_bytes; a client's bytes_copied).
   void count_value_copies(std::uint64_t* account) noexcept { value_account_ = account; }
-  // From now on the bytes of every SEND flush() posts are added to *account
-  // (the server's bytes_sent).
-  void count_sent_bytes(std::uint64_t* account) noexcept { sent_account_ = account; }
-  // From now on every post call flush() makes adds 1 to *account (the server's post_calls).
-  void count_posts(std::uint64_t* account) noexcept { post_account_ = account; }
+  // What flush() posts, counted as it is posted, never when it is queued
+  // (a transfer dropped with the connection was not sent); a null field is
+  // not counted. The server's counters.
+  struct PostAccounts {
+    std::uint64_t* post_calls = nullptr;  // +1 per post call
+    std::uint64_t* bytes_out = nullptr;   // + the bytes of each SEND and WRITE
+    std::uint64_t* bytes_in = nullptr;    // + the bytes of each READ
+    std::uint64_t* reads = nullptr;       // +1 per READ
+    std::uint64_t* writes = nullptr;      // +1 per WRITE
+  };
+  void count_posted(const PostAccounts& a) noexcept { posted_ = a; }
   // At most `n` send buffers held at once (open, sealed and in flight).
   void set_send_limit(std::size_t n) noexcept { send_limit_ = n; }
   // Would a message of `bytes` fit without a new buffer, or with one the
@@ -144,8 +150,7 @@ class MessageChannel {
   std::size_t send_buffers_ = 0;  // taken from the pool and not given back: open + sealed + in flight
   std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
-  std::uint64_t* sent_account_ = nullptr;
-  std::uint64_t* post_account_ = nullptr;
+  PostAccounts posted_;
 };
 
 }  // namespace rkv::kv::conn

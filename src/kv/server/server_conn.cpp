@@ -37,8 +37,11 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
   if (config_.latency == nullptr) throw std::invalid_argument("ServerConn: no latency histograms (ServerConnConfig::latency)");
   if (config_.gate == nullptr) throw std::invalid_argument("ServerConn: no shard gate (ServerConnConfig::gate)");
-  channel_.count_sent_bytes(&counters_->bytes_sent);
-  channel_.count_posts(&counters_->post_calls);
+  channel_.count_posted({.post_calls = &counters_->post_calls,
+                         .bytes_out = &counters_->bytes_sent,
+                         .bytes_in = &counters_->bytes_received,
+                         .reads = &counters_->rdma_reads,
+                         .writes = &counters_->rdma_writes});
   channel_.set_send_limit(config_.max_send_buffers);
   pulls_.reserve(config_.max_pins);
 }

@@ -85,9 +85,7 @@ ServerConn::Outcome ServerConn::queue_request_read(Pending p, std::shared_ptr<La
   }
   const bool queued = channel_.queue_rdma(verbs::SendWr::read(
       WrId(k->pack32(), config_.generation, WrKind::rdma_read), target, lkey, from.addr, from.rkey));
-  if (!queued_transfer(*k, queued, "READ")) return Outcome::failed;
-  ++counters_->rdma_reads;
-  counters_->bytes_received += target.size();
+  if (!queued_transfer(*k, queued, "READ")) return Outcome::failed;  // counted when posted (flush)
   SPDLOG_TRACE("conn {}: req {} RDMA READ {} bytes into entry {}", config_.label, id, target.size(), k->index);
   return Outcome::no_reply;
 }
@@ -108,9 +106,7 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
     if (const auto k = open_transfer(std::move(p))) {  // else (no memory) it is pulled
       const bool queued = channel_.queue_rdma(verbs::SendWr::write(
           WrId(k->pack32(), config_.generation, WrKind::rdma_write), v->bytes, v->lkey, m.rdv->addr, m.rdv->rkey));
-      if (!queued_transfer(*k, queued, "WRITE")) return Outcome::failed;
-      ++counters_->rdma_writes;
-      counters_->bytes_sent += len;
+      if (!queued_transfer(*k, queued, "WRITE")) return Outcome::failed;  // counted when posted (flush)
       ++counters_->large_gets_written;
       reply = proto::msg::get_reply_rdv(id, 0, *m.rdv, len);
       return Outcome::reply;
