@@ -79,6 +79,13 @@ struct SendWr {
   std::uint32_t rkey = 0;
   bool signaled = true;
 
+  // The bytes it moves: local[0 .. num_local) together.
+  [[nodiscard]] std::uint64_t length() const noexcept {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < num_local && i < kMaxLocal; ++i) n += local[i].bytes.size();
+    return n;
+  }
+
   [[nodiscard]] static SendWr send(WrId id, std::span<const std::byte> bytes, std::uint32_t lkey) noexcept {
     return {SendOp::send, id, {Sge{bytes, lkey}, Sge{}}, 1, 0, 0, true};
   }

@@ -11,12 +11,6 @@ void add(std::uint64_t* account, std::uint64_t n) noexcept {
   if (account != nullptr) *account += n;
 }
 
-std::uint64_t length(const verbs::SendWr& w) noexcept {
-  std::uint64_t n = 0;
-  for (std::uint32_t i = 0; i < w.num_local; ++i) n += w.local[i].bytes.size();
-  return n;
-}
-
 }  // namespace
 
 using verbs::WrId;
@@ -135,16 +129,16 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
       switch (w.op) {
         case verbs::SendOp::rdma_read:
           add(posted_.reads, 1);
-          add(posted_.bytes_in, length(w));
+          add(posted_.bytes_in, w.length());
           break;
         case verbs::SendOp::rdma_write:
           add(posted_.writes, 1);
-          add(posted_.bytes_out, length(w));
+          add(posted_.bytes_out, w.length());
           break;
         case verbs::SendOp::send: {
           const Sealed s = sealed_.front();  // SENDs are posted in sealed_'s order
           sealed_.pop_front();
-          add(posted_.bytes_out, s.size);
+          add(posted_.bytes_out, w.length());
           in_flight_.push(s.index);
           ++sends_posted;
           break;
