@@ -77,6 +77,11 @@ py=$BUILD/tests/python/python_sanitized
     echo "cluster_replicas: kvload $1 --verify at depth 32 across $3 (max: the longest op):"
     grep -E "^(op|SET|GET|total)" "$work/$1.out" | sed "s/^/  /"
   }
+  summed() {  # NAME: the NAME counters of the members (rkv stats) added up
+    local n total=0
+    for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^$1 //p"); do total=$((total + n)); done
+    echo "$total"
+  }
   primaries() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$6 }"; }
   started=()
   trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
@@ -94,12 +99,11 @@ py=$BUILD/tests/python/python_sanitized
     done
   }
 
-  out=$("$py" "$repo/tests/rdma/cluster_replicas.py" write) || exit 1
+  out=$(cr write) || exit 1
   echo "$out"
   writes=$(echo "$out" | sed -n "s/.*(\([0-9]*\) writes)$/\1/p")
   # One record per write, each to the one backup of its shard.
-  applied=0
-  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^repl_applied //p"); do applied=$((applied + n)); done
+  applied=$(summed repl_applied)
   [ "$applied" -ge "${writes:-1}" ] || fail "the backups applied $applied records, not the ${writes:-?} writes"
   echo "cluster_replicas: the backups applied $applied records"
 
@@ -110,16 +114,14 @@ py=$BUILD/tests/python/python_sanitized
   gets=$(grep -c "^GET " "$work/rb.txt")
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/rb.txt" --depth 32 --verify -q --read-from backups \
     >"$work/rb.out" 2>&1 || fail "kvload --read-from backups --verify: $(cat "$work/rb.out")"
-  by_backups=0
-  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do by_backups=$((by_backups + n)); done
+  by_backups=$(summed backup_gets)
   [ "$by_backups" = "$gets" ] || fail "backups answered $by_backups of the $gets GETs of kvload --read-from backups"
   echo "cluster_replicas: kvload --read-from backups --verify: all $gets GETs answered by in-sync backups"
   # The same through the C API (Python): RKV_READ_FROM=backups.
-  out=$(RKV_READ_FROM=backups "$py" "$repo/tests/rdma/cluster_replicas.py" read) || exit 1
+  out=$(RKV_READ_FROM=backups cr read) || exit 1
   echo "$out"
   py_gets=$(echo "$out" | sed -n "s/.*(\([0-9]*\) GETs)$/\1/p")
-  total=0
-  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^backup_gets //p"); do total=$((total + n)); done
+  total=$(summed backup_gets)
   [ "$((total - by_backups))" = "${py_gets:-?}" ] ||
     fail "backups answered $((total - by_backups)) of the ${py_gets:-?} GETs of Python"
   echo "cluster_replicas: Python with RKV_READ_FROM=backups: all $py_gets GETs answered by in-sync backups"
@@ -147,8 +149,7 @@ py=$BUILD/tests/python/python_sanitized
   # expire: a primary it backed shards of, on reconnecting, or a backup of
   # its own shards, probing it once its shipping connection dropped (so
   # also when the planner left it backing no shard, as it may).
-  probes=0
-  for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^repl_probes //p"); do probes=$((probes + n)); done
+  probes=$(summed repl_probes)
   [ "$probes" -ge 1 ] || fail "no survivor probed $a when its shipping connections dropped"
   grep -h "member $a is gone" "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" | head -1 | grep . ||
     fail "no survivor revoked the lease of $a (a backup of $backed shards) on finding nothing listening on its port: $(grep -h -v stats \
