@@ -131,18 +131,12 @@ MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
   return m;
 }
 
-MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
-                          std::uint64_t value_len) noexcept {
+MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
+                           std::uint64_t value_len) noexcept {
   MessageSpec m = reply(Opcode::get_reply, req_id, credits);
   m.found = true;
   m.rdv = desc;
   m.rdv_len = value_len;
-  return m;
-}
-
-MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
-                           std::uint64_t value_len) noexcept {
-  MessageSpec m = get_reply_rdv(req_id, credits, desc, value_len);
   m.pull = true;
   return m;
 }

@@ -66,10 +66,8 @@ MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits,
                       Status status = Status::ok) noexcept;
 MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
                             std::span<const std::byte> value) noexcept;
-// Value of value_len bytes is at desc: either the client's offered buffer
-// (echoed; the server already wrote it) or server memory to RDMA READ.
-MessageSpec get_reply_rdv(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,
-                          std::uint64_t value_len) noexcept;
+// (A value written into the client's offered buffer has no reply message:
+// its WRITE's immediate is the reply, proto::pack_written_reply.)
 // Value of value_len bytes is in server memory at desc, pinned until the
 // client's RELEASE(req_id) (or its disconnect).
 MessageSpec get_reply_pull(std::uint32_t req_id, std::uint16_t credits, RdvDesc desc,

@@ -27,7 +27,7 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::rdv_reserved_nonzero: return "rendezvous descriptor value_crc not zero outside a SET request";
     case Reason::pull_not_allowed: return "PULL flag without a GET_REPLY carrying RDV and FOUND or a CALL_REPLY carrying RDV";
     case Reason::bad_call_op: return "CALL key is not the 2-byte user opcode";
-    case Reason::rdv_without_pull: return "CALL_REPLY with RDV but without PULL";
+    case Reason::rdv_without_pull: return "GET_REPLY or CALL_REPLY with RDV but without PULL";
     case Reason::ttl_not_allowed: return "TTL flag refused on this message, or missing on EXPIRE or a found TTL_REPLY";
     case Reason::bad_ttl: return "TTL field out of range (0 on a SET, or above the largest TTL)";
     case Reason::epoch_not_allowed: return "EPOCH flag on a message other than a SET, DEL or EXPIRE request";
@@ -88,7 +88,7 @@ constexpr std::optional<Reason> flags_reason(Opcode op, std::uint16_t flags, con
   if ((flags & kFlagPull) != 0 && (!rules.pull || (flags & pull_needs) != pull_needs)) {
     return Reason::pull_not_allowed;
   }
-  if (op == Opcode::call_reply && (flags & kFlagRdv) != 0 && (flags & kFlagPull) == 0) {
+  if ((op == Opcode::get_reply || op == Opcode::call_reply) && (flags & kFlagRdv) != 0 && (flags & kFlagPull) == 0) {
     return Reason::rdv_without_pull;
   }
   const bool ttl = (flags & kFlagTtl) != 0;

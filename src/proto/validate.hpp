@@ -39,7 +39,7 @@ enum class Reason : std::uint8_t {
   rdv_reserved_nonzero,  // descriptor value_crc != 0 outside a SET request
   pull_not_allowed,      // PULL on anything but a GET_REPLY carrying RDV|FOUND or a CALL_REPLY carrying RDV
   bad_call_op,           // CALL key_len not kCallOpSize (the key is the user opcode)
-  rdv_without_pull,      // CALL_REPLY with RDV but not PULL (the server never writes a CALL's reply)
+  rdv_without_pull,      // GET_REPLY or CALL_REPLY with RDV but not PULL (a written value's reply is its WRITE's immediate)
   ttl_not_allowed,       // TTL flag where it is refused, or missing where it is required (EXPIRE, found TTL_REPLY)
   bad_ttl,               // TTL field out of range: 0 on a SET, above kMaxTtlMs (a TTL_REPLY may say kNoTtl)
   epoch_not_allowed,     // EPOCH flag on anything but a SET, DEL or EXPIRE request

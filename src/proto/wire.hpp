@@ -132,6 +132,24 @@ inline constexpr std::uint16_t kKnownFlags =
 // A TTL_REPLY's field for "the key has no expiry".
 inline constexpr std::uint64_t kNoTtl = ~std::uint64_t{0};
 
+// A large GET's reply folded into the RDMA WRITE of its value (docs/protocol.md
+// "GET large"): the WRITE's 32-bit immediate carries the low 16 bits of the
+// GET's req_id and the receive credits returned; the value's length is the
+// length written. A client keeps those 16 bits unique among its requests in
+// flight.
+struct WrittenReply {
+  std::uint16_t req_low = 0;  // req_id & 0xFFFF
+  std::uint16_t credits = 0;
+};
+[[nodiscard]] constexpr std::uint32_t pack_written_reply(std::uint32_t req_id, std::uint16_t credits) noexcept {
+  return ((req_id & 0xFFFFu) << 16) | credits;
+}
+[[nodiscard]] constexpr WrittenReply unpack_written_reply(std::uint32_t imm) noexcept {
+  return {static_cast<std::uint16_t>(imm >> 16), static_cast<std::uint16_t>(imm & 0xFFFFu)};
+}
+static_assert(unpack_written_reply(pack_written_reply(0x1234ABCDu, 7)).req_low == 0xABCD);
+static_assert(unpack_written_reply(pack_written_reply(0x1234ABCDu, 7)).credits == 7);
+
 // Reply status. A GET of a missing key is `ok` with kFlagFound clear.
 enum class Status : std::uint16_t {
   ok = 0,

@@ -1,5 +1,6 @@
 #include "verbs/completion.hpp"
 
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include "verbs/detail/wc.hpp"
@@ -47,6 +48,7 @@ Completion to_completion(const ibv_wc& wc) noexcept {
   c.status = map_status(wc.status);
   c.opcode = wc.status == IBV_WC_SUCCESS ? map_opcode(wc.opcode) : CompletionOpcode::unknown;
   c.byte_len = wc.byte_len;
+  if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) c.imm = ntohl(wc.imm_data);
   c.qp_num = wc.qp_num;
   c.raw_status = static_cast<int>(wc.status);
   c.vendor_err = wc.vendor_err;

@@ -61,7 +61,8 @@ struct Completion {
   // Only meaningful when status == success: verbs does not define the opcode
   // of an error completion. Owners route by wr_id.kind() instead.
   CompletionOpcode opcode = CompletionOpcode::unknown;
-  std::uint32_t byte_len = 0;  // bytes received (recv) / read (rdma_read)
+  std::uint32_t byte_len = 0;  // bytes received (recv) / read (rdma_read) / written (recv_rdma_with_imm)
+  std::uint32_t imm = 0;       // recv_rdma_with_imm: the writer's SendWr::imm (host order)
   std::uint32_t qp_num = 0;
   int raw_status = 0;           // the ibv_wc_status value, for logs
   std::uint32_t vendor_err = 0; // provider-specific detail, for logs

@@ -1,5 +1,6 @@
 #include "verbs/qp.hpp"
 
+#include <arpa/inet.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -150,6 +151,7 @@ ibv_wr_opcode to_ibv(SendOp op) noexcept {
     case SendOp::send: return IBV_WR_SEND;
     case SendOp::rdma_read: return IBV_WR_RDMA_READ;
     case SendOp::rdma_write: return IBV_WR_RDMA_WRITE;
+    case SendOp::rdma_write_imm: return IBV_WR_RDMA_WRITE_WITH_IMM;
   }
   return IBV_WR_SEND;
 }
@@ -199,6 +201,7 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
         rc != 0) {
       return rc;
     }
+    if (w.op == SendOp::rdma_write_imm) chain[i].imm_data = htonl(w.imm);
     if (i > 0) chain[i - 1].next = &chain[i];
   }
   SPDLOG_TRACE("verbs: post a chain of {} WRs qp={} first slot={}", wrs.size(), handle_->qp->qp_num,

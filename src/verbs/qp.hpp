@@ -59,7 +59,9 @@ struct Sge {
   std::uint32_t lkey = 0;
 };
 
-enum class SendOp : std::uint8_t { send, rdma_read, rdma_write };
+// rdma_write_imm: an RDMA WRITE that also completes one of the peer's
+// receives, handing it SendWr::imm and the length written.
+enum class SendOp : std::uint8_t { send, rdma_read, rdma_write, rdma_write_imm };
 
 // One work request of a post_chain: a SEND of local[0 .. num_local) gathered
 // in order, an RDMA WRITE of them to [remote_addr, + total length), or an
@@ -78,6 +80,7 @@ struct SendWr {
   std::uint64_t remote_addr = 0;  // READ and WRITE only
   std::uint32_t rkey = 0;
   bool signaled = true;
+  std::uint32_t imm = 0;  // rdma_write_imm only (host order; the wire's byte order is verbs')
 
   // The bytes it moves: local[0 .. num_local) together.
   [[nodiscard]] std::uint64_t length() const noexcept {
@@ -96,6 +99,10 @@ struct SendWr {
   [[nodiscard]] static SendWr write(WrId id, std::span<const std::byte> local, std::uint32_t lkey,
                                     std::uint64_t remote_addr, std::uint32_t rkey) noexcept {
     return {SendOp::rdma_write, id, {Sge{local, lkey}, Sge{}}, 1, remote_addr, rkey, true};
+  }
+  [[nodiscard]] static SendWr write_imm(WrId id, std::span<const std::byte> local, std::uint32_t lkey,
+                                        std::uint64_t remote_addr, std::uint32_t rkey, std::uint32_t imm) noexcept {
+    return {SendOp::rdma_write_imm, id, {Sge{local, lkey}, Sge{}}, 1, remote_addr, rkey, true, imm};
   }
 };
 

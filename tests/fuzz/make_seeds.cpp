@@ -63,7 +63,7 @@ void wire() {
                                         release(7)}, server));
   put("wire", "replies", messages({set_reply(1, 4), get_reply_found(2, 0, sb(v)), get_reply_missing(3, 1),
                                    del_reply(4, 0, true), stats_reply(5, 2, "keys 1\nbytes 3\n")}));
-  put("wire", "rdv-replies", messages({get_reply_rdv(8, 1, d, 8192), get_reply_pull(9, 1, d, 1 << 20)}));
+  put("wire", "rdv-replies", messages({get_reply_pull(8, 1, d, 8192), get_reply_pull(9, 1, d, 1 << 20)}));
   put("wire", "errors", messages({error_reply(proto::Opcode::set, 1, 1, proto::Status::no_memory),
                                   error_reply(proto::Opcode::get, 2, 0, proto::Status::too_large)}));
   auto set_ttl = set_request(1, "key", sb(v));

@@ -23,6 +23,8 @@ struct Post {
   std::uint32_t rkey = 0;
   bool signaled = true;   // reads: false = no completion unless it fails
   std::size_t post = 0;   // reads: which post call carried it (read_posts index)
+  std::uint32_t imm = 0;  // a WRITE with immediate: its immediate
+  bool with_imm = false;  // a WRITE with immediate
 };
 
 class FakeLink final : public kv::conn::Link {
@@ -66,6 +68,9 @@ class FakeLink final : public kv::conn::Link {
       switch (w.op) {
         case verbs::SendOp::send:
         case verbs::SendOp::rdma_write:
+        case verbs::SendOp::rdma_write_imm:
+          p.imm = w.imm;
+          p.with_imm = w.op == verbs::SendOp::rdma_write_imm;
           for (std::uint32_t e = 0; e < w.num_local; ++e) {
             p.bytes.insert(p.bytes.end(), w.local[e].bytes.begin(), w.local[e].bytes.end());
           }
@@ -112,6 +117,17 @@ class FakeLink final : public kv::conn::Link {
     c.status = verbs::CompletionStatus::success;
     c.opcode = verbs::CompletionOpcode::recv;
     c.byte_len = static_cast<std::uint32_t>(bytes.size());
+    return c;
+  }
+  // The recv completion a WRITE with immediate makes in the posted receive
+  // `r`: `len` bytes were written elsewhere (the caller put them there).
+  static verbs::Completion deliver_written(const Post& r, std::uint32_t imm, std::uint32_t len) {
+    verbs::Completion c;
+    c.wr_id = r.id;
+    c.status = verbs::CompletionStatus::success;
+    c.opcode = verbs::CompletionOpcode::recv_rdma_with_imm;
+    c.byte_len = len;
+    c.imm = imm;
     return c;
   }
   // A successful completion of a posted send/read/write.

@@ -43,6 +43,12 @@ class ClientRdv : public ::testing::Test {
   void reply(std::initializer_list<proto::MessageSpec> specs) {
     cc_->on_completion(FakeLink::deliver(link_.recvs[next_recv_++ % 4], pack(specs)));
   }
+  // The server's WRITE with immediate of a `len`-byte value (the caller put it in place).
+  void written(std::uint32_t req_id, std::uint16_t credits, std::size_t len) {
+    cc_->on_completion(FakeLink::deliver_written(link_.recvs[next_recv_++ % 4],
+                                                 proto::pack_written_reply(req_id, credits),
+                                                 static_cast<std::uint32_t>(len)));
+  }
 
   FakeLink link_;
   FakeRegistrar reg_;
@@ -90,9 +96,12 @@ TEST_F(ClientRdv, GetOffersALandingBufferTheServerWrites) {
   EXPECT_EQ(m[0].header.value_len, 16384u);
   auto* dst = reinterpret_cast<std::byte*>(m[0].rdv->addr);
   std::memset(dst, 'w', 9000);  // the server's RDMA WRITE
-  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, 9000)});
+  const std::uint32_t credits = cc_->credits();
+  written(m[0].header.req_id, 2, 9000);
   EXPECT_EQ(seen, std::string(9000, 'w'));
+  EXPECT_EQ(cc_->credits(), credits + 2) << "the immediate's credits";
   EXPECT_EQ(cc_->counters().gets_written, 1u);
+  EXPECT_EQ(cc_->counters().replies, 0u) << "no reply message: the WRITE's immediate is the reply";
   EXPECT_EQ(cc_->counters().rdma_reads, 0u);
   EXPECT_EQ(reg_.registrations(), 1u) << "the lent buffer counts as a spare and comes back: no registration";
 }
@@ -113,7 +122,7 @@ TEST_F(ClientRdv, AValueUpToCopyOutMaxIsCopiedOutAndItsBufferServesTheNextGet) {
   ASSERT_TRUE(m[0].rdv);
   const std::uint64_t offered = m[0].rdv->addr;
   std::memset(reinterpret_cast<std::byte*>(offered), 'c', 9000);  // the server's RDMA WRITE
-  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, 9000)});
+  written(m[0].header.req_id, 1, 9000);
   EXPECT_EQ(seen, std::string(9000, 'c'));
   EXPECT_FALSE(kept) << "9,000 bytes <= kCopyOutMax: not handed over";
   EXPECT_EQ(cc_->counters().bytes_copied, 9000u) << "the caller's copy-out, counted by the copy itself";
@@ -194,7 +203,7 @@ TEST_F(ClientRdv, GetIntoOffersTheCallersBufferRegisteredForTheRequestOnly) {
   EXPECT_EQ(m[0].rdv->addr, reinterpret_cast<std::uint64_t>(into.data())) << "the caller's memory, not a spare";
   EXPECT_EQ(m[0].header.value_len, into.size()) << "all of it: no byte kept for a NUL";
   std::memset(into.data(), 'w', into.size());  // the server's RDMA WRITE, filling it exactly
-  reply({proto::msg::get_reply_rdv(m[0].header.req_id, 1, *m[0].rdv, into.size())});
+  written(m[0].header.req_id, 1, into.size());
   EXPECT_EQ(seen.data(), into.data()) << "delivered in place";
   EXPECT_EQ(seen.size(), into.size());
   EXPECT_EQ(reg_.live, live_before) << "deregistered with the request";
@@ -320,9 +329,11 @@ TEST(ClientRdvDepth, ThePoolKeepsALandingBufferForEveryRequestInFlight) {
       cc.on_completion(FakeLink::complete(link.reads[r], CompletionOpcode::rdma_read, server.size()));
     }
     for (const auto& m : gets) {
-      if (m.rdv) {  // offered: the server WRITES the value, then replies
+      if (m.rdv) {  // offered: the server WRITES the value, its reply in the immediate
         std::memcpy(reinterpret_cast<std::byte*>(m.rdv->addr), server.data(), server.size());
-        reply(proto::msg::get_reply_rdv(m.header.req_id, 1, *m.rdv, server.size()));
+        cc.on_completion(FakeLink::deliver_written(link.recvs[next_recv++ % link.recvs.size()],
+                                                   proto::pack_written_reply(m.header.req_id, 1),
+                                                   static_cast<std::uint32_t>(server.size())));
       }
     }
     if (pulls) {

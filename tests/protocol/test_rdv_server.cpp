@@ -170,18 +170,21 @@ void put_large(Arena& arena, Store& store, std::string_view key, char fill, std:
   EXPECT_TRUE(store.set_large(key, v));
 }
 
-TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {
+TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferWithItsReplyInTheImmediate) {
   put_large(arena_, store_, "v", 'a', 10000);
+  const auto sends0 = link_.sends.size();
   ASSERT_EQ(request(pack({proto::msg::get_request_rdv(9, "v", {0x5000, 55}, 16384)})), Verdict::keep);
   ASSERT_EQ(link_.writes.size(), 1u);
+  EXPECT_TRUE(link_.writes[0].with_imm);
   EXPECT_EQ(link_.writes[0].remote_addr, 0x5000u);
   EXPECT_EQ(link_.writes[0].rkey, 55u);
   EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
-  const auto r = last_send();  // posted after the WRITE: RC order makes it visible first
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_TRUE(r[0].found() && r[0].header.rdv() && !r[0].header.pull());
-  EXPECT_EQ(r[0].rdv->addr, 0x5000u);
-  EXPECT_EQ(r[0].header.value_len, 10000u);
+  // The reply is the immediate: req 9, and the credit of the request's buffer, re-posted before it.
+  EXPECT_EQ(link_.writes[0].imm, proto::pack_written_reply(9, 1));
+  EXPECT_EQ(link_.sends.size(), sends0) << "no reply message";
+  EXPECT_EQ(counters_.replies_sent, 0u);
+  EXPECT_EQ(counters_.large_gets_written, 1u);
+  EXPECT_EQ(sc_->credits_granted(), 4u + 1u) << "the immediate's credit counts as granted once posted";
   EXPECT_EQ(sc_->pins(), 1u) << "until the WRITE completes";
   put_large(arena_, store_, "v", 'b', 10000);  // overwrite during the transfer
   EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'a'));
@@ -189,30 +192,28 @@ TEST_F(ServerRdv, GetWritesIntoTheOfferedBufferThenReplies) {
   EXPECT_EQ(sc_->pins(), 0u);
 }
 
-// The WRITEs of a buffer's large GETs and their replies leave in ONE post
-// (one ibv_post_send), the WRITEs first: RC order places each value before
-// the client sees its reply.
-TEST_F(ServerRdv, TheWritesOfABatchOfGetsAndTheirRepliesLeaveInOnePost) {
+// The WRITEs of a buffer's large GETs, each with its reply, leave in ONE
+// post (one ibv_post_send) with no SEND; the buffer's credit rides on the
+// last one, whose request was executed after the buffer went back.
+TEST_F(ServerRdv, TheWritesOfABatchOfGetsLeaveInOnePost) {
   put_large(arena_, store_, "v", 'a', 10000);
   put_large(arena_, store_, "w", 'b', 20000);
   const auto posts0 = link_.posts.size();
+  const auto sends0 = link_.sends.size();
   ASSERT_EQ(request(pack({proto::msg::get_request_rdv(1, "v", {0x5000, 55}, 16384),
                           proto::msg::get_request_rdv(2, "w", {0x9000, 56}, 32768)})),
             Verdict::keep);
   ASSERT_EQ(link_.posts.size(), posts0 + 1) << "one post for the batch";
   using verbs::SendOp;
-  EXPECT_EQ(link_.posts.back(), (std::vector<SendOp>{SendOp::rdma_write, SendOp::rdma_write, SendOp::send}));
+  EXPECT_EQ(link_.posts.back(), (std::vector<SendOp>{SendOp::rdma_write_imm, SendOp::rdma_write_imm}));
+  EXPECT_EQ(link_.sends.size(), sends0);
   EXPECT_EQ(counters_.post_calls, link_.posts.size() - posts0) << "kvd's post_calls counts them";
   ASSERT_EQ(link_.writes.size(), 2u);
   EXPECT_EQ(counters_.rdma_writes, 2u);
-  std::size_t replies = 0;
-  for (const auto& s : link_.sends) replies += s.bytes.size();
-  EXPECT_EQ(counters_.bytes_sent, 10000u + 20000u + replies) << "both values and every reply, as posted";
+  EXPECT_EQ(counters_.bytes_sent, 10000u + 20000u) << "both values, as posted";
   EXPECT_EQ(text(link_.writes[1].bytes), std::string(20000, 'b'));
-  const auto r = last_send();
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].header.req_id, 1u);
-  EXPECT_EQ(r[1].header.req_id, 2u);
+  EXPECT_EQ(link_.writes[0].imm, proto::pack_written_reply(1, 0));
+  EXPECT_EQ(link_.writes[1].imm, proto::pack_written_reply(2, 1));
   EXPECT_EQ(sc_->pins(), 2u) << "until the WRITEs complete";
   for (const auto& w : link_.writes) {
     EXPECT_EQ(sc_->on_completion(FakeLink::complete(w, CompletionOpcode::rdma_write)), Verdict::keep);
@@ -324,16 +325,16 @@ TEST_F(ServerRdv, DelOfAValueInTransferFreesItOnlyWhenTheTransferEnds) {
                           proto::msg::del_request(3, "w"), proto::msg::del_request(4, "p")})),
             Verdict::keep);
   auto r = last_send();
-  ASSERT_EQ(r.size(), 4u);
-  EXPECT_EQ(r[2].opcode(), Opcode::del_reply);
+  ASSERT_EQ(r.size(), 3u) << "the WRITTEN GET's reply is its WRITE's immediate";
+  EXPECT_EQ(r[1].opcode(), Opcode::del_reply);
+  EXPECT_TRUE(r[1].found());
   EXPECT_TRUE(r[2].found());
-  EXPECT_TRUE(r[3].found());
   EXPECT_FALSE(store_.get("w").found);
   EXPECT_FALSE(store_.get("p").found);
   EXPECT_EQ(sc_->pins(), 2u);
   EXPECT_EQ(arena_.stats().blocks_in_use, 2u) << "neither block may be reused while a transfer reads it";
   EXPECT_EQ(text(link_.writes[0].bytes), std::string(10000, 'w'));
-  const auto* pulled = reinterpret_cast<const char*>(r[1].rdv->addr);
+  const auto* pulled = reinterpret_cast<const char*>(r[0].rdv->addr);
   EXPECT_EQ(std::string(pulled, 50000), std::string(50000, 'p'));
   // A new value allocated meanwhile gets other memory.
   put_large(arena_, store_, "x", 'x', 10000);

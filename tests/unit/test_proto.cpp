@@ -228,7 +228,7 @@ TEST(ProtoWire, GoldenSetRequestBytes) {
 }
 
 TEST(ProtoWire, GoldenRdvDescriptorBytes) {
-  const Bytes buf = encode_one(msg::get_reply_rdv(7, 3, kDesc, 0x10000));
+  const Bytes buf = encode_one(msg::get_reply_pull(7, 3, kDesc, 0x10000));
   ASSERT_EQ(buf.size(), kHeaderSize + kRdvDescSize);
   const std::span<const std::byte> d = std::span<const std::byte>(buf).subspan(kHeaderSize);
   EXPECT_EQ(d[0], std::byte{0x88});
@@ -236,7 +236,7 @@ TEST(ProtoWire, GoldenRdvDescriptorBytes) {
   EXPECT_EQ(d[8], std::byte{0xD4});
   EXPECT_EQ(d[11], std::byte{0xA1});
   EXPECT_EQ(load_le<std::uint32_t>(d, rdv_off::value_crc), 0u);
-  EXPECT_EQ(buf[hdr_off::flags], std::byte{kFlagFound | kFlagRdv});
+  EXPECT_EQ(buf[hdr_off::flags], std::byte{kFlagFound | kFlagRdv | kFlagPull});
   EXPECT_EQ(buf[hdr_off::credits], std::byte{3});
 }
 
@@ -339,8 +339,9 @@ TEST(ProtoRoundTrip, GetReplies) {
   EXPECT_EQ(m.header.status, Status::ok);
   EXPECT_EQ(m.size, kHeaderSize);
 
-  d = roundtrip(msg::get_reply_rdv(14, 1, kDesc, 100000));
+  d = roundtrip(msg::get_reply_pull(14, 1, kDesc, 100000));
   EXPECT_TRUE(m.found());
+  EXPECT_TRUE(m.header.pull());
   ASSERT_TRUE(m.rdv);
   EXPECT_EQ(*m.rdv, kDesc);
   EXPECT_EQ(m.header.value_len, 100000u);
@@ -382,7 +383,7 @@ std::vector<MessageSpec> sample_messages(const Bytes& v1, const Bytes& v2) {
           msg::set_reply(1, 1),
           msg::get_reply_found(2, 1, v2),
           msg::get_reply_missing(6, 0),
-          msg::get_reply_rdv(5, 1, kDesc, 3000),
+          msg::get_reply_pull(5, 1, kDesc, 3000),
           msg::stats_reply(4, 1, "uptime 5\n"),
           msg::error_reply(Opcode::set, 7, 1, Status::too_large)};
 }
@@ -723,6 +724,16 @@ TEST(ProtoStrict, RdvNotAllowed) {
   expect_reason(buf, Reason::rdv_not_allowed);
 }
 
+// A value written into the client's buffer is answered by its WRITE's
+// immediate: a GET_REPLY (like a CALL_REPLY) names server memory or nothing.
+TEST(ProtoStrict, RdvReplyWithoutPull) {
+  for (const MessageSpec& spec : {msg::get_reply_pull(1, 1, kDesc, 9000), msg::call_reply_pull(1, 1, kDesc, 9000)}) {
+    EXPECT_FALSE(first_error(encode_one(spec)));
+    expect_reason(patched(spec, [](RawHeader& h) { h.flags &= static_cast<std::uint16_t>(~kFlagPull); }),
+                  Reason::rdv_without_pull);
+  }
+}
+
 TEST(ProtoStrict, KeyRules) {
   expect_reason(forge(raw_of(Opcode::set, 0)), Reason::bad_key_len);
   expect_reason(forge(raw_of(Opcode::get, 0)), Reason::bad_key_len);
@@ -758,7 +769,7 @@ TEST(ProtoStrict, TruncatedHeaderAndPayload) {
   Bytes key_short = encode_one(msg::get_request(1, "abcdef"));
   key_short.pop_back();
   expect_reason(key_short, Reason::truncated_payload);
-  Bytes desc_short = encode_one(msg::get_reply_rdv(1, 1, kDesc, 10));
+  Bytes desc_short = encode_one(msg::get_reply_pull(1, 1, kDesc, 10));
   desc_short.pop_back();
   expect_reason(desc_short, Reason::truncated_payload);
   Bytes value_short = encode_one(msg::stats_reply(1, 1, "abc"));
@@ -771,7 +782,7 @@ TEST(ProtoStrict, RdvValueCrcOnlyInSetRequests) {
     Bytes get = encode_one(msg::get_request_rdv(1, "k", kDesc, 10));
     get[kHeaderSize + 1 + at] = std::byte{1};
     expect_reason(get, Reason::rdv_reserved_nonzero);
-    Bytes reply = encode_one(msg::get_reply_rdv(1, 1, kDesc, 10));
+    Bytes reply = encode_one(msg::get_reply_pull(1, 1, kDesc, 10));
     reply[kHeaderSize + at] = std::byte{1};
     expect_reason(reply, Reason::rdv_reserved_nonzero);
   }

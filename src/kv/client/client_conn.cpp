@@ -352,16 +352,23 @@ void ClientConn::on_recv(const verbs::Completion& c) noexcept {
     return;
   }
   ++counters_.recv_completions;
+  // A large GET's value WRITTEN with its reply in the immediate: nothing is
+  // in the buffer (byte_len is the length written).
+  const bool written = c.opcode == verbs::CompletionOpcode::recv_rdma_with_imm;
   // Copy, then re-post at once: a callback below may submit, and the reply to
   // that must find a posted receive. The views handed to callbacks point into
   // scratch_, which no completion can overwrite.
-  const std::size_t n = std::min(r->bytes.size(), scratch_.size());
+  const std::size_t n = written ? 0 : std::min(r->bytes.size(), scratch_.size());
   proto::copy_bytes(std::span<std::byte>(scratch_).first(n), r->bytes.first(n));
   if (int rc = channel_.repost(r->slot); rc != 0) {
     fail(std::string("post_recv failed: ") + std::strerror(rc));
     return;
   }
   ++recvs_posted_;
+  if (written) {
+    on_written(proto::unpack_written_reply(c.imm), c.byte_len);
+    return;
+  }
   handle_replies(std::span<const std::byte>(scratch_.data(), n));
 }
 

@@ -115,12 +115,12 @@ struct ClientCounters {
   std::uint64_t sends_posted = 0;     // SENDs (each one credit)
   std::uint64_t messages_sent = 0;    // requests encoded into those SENDs
   std::uint64_t max_coalesced = 0;    // most requests in one SEND
-  std::uint64_t replies = 0;          // replies received
-  std::uint64_t recv_completions = 0; // receive buffers that carried replies
+  std::uint64_t replies = 0;          // reply messages received
+  std::uint64_t recv_completions = 0; // receive completions: buffers that carried replies, WRITEs with immediate
   std::uint64_t credit_stalls = 0;    // flushes that left requests queued for lack of credits
   // Rendezvous (docs/protocol.md). messages_sent includes RELEASEs.
   std::uint64_t sets_large = 0;       // SETs sent with a descriptor (server READs the value)
-  std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered landing buffer
+  std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered buffer, the reply in its immediate
   std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
   std::uint64_t calls = 0;            // CALLs sent
   std::uint64_t calls_large = 0;      // of them: request sent by descriptor (the server READ it)
@@ -437,6 +437,9 @@ class ClientConn {
   // --- rendezvous (client_rdv.cpp) ---
   [[nodiscard]] proto::MessageSpec request_spec(Request& r, std::uint32_t id, Slot& s) noexcept;
   bool on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept;
+  // A WRITE with immediate: a large GET's value landed in the buffer it
+  // offered, `len` bytes, and its reply is `w` (docs/protocol.md "GET large").
+  void on_written(proto::WrittenReply w, std::uint32_t len) noexcept;
   // An RDMA READ completion: routed by its slot key to the stage that posted it.
   void on_read(const verbs::Completion& c) noexcept;
   // One READ known complete (its own completion, or a later one's): to its stage.

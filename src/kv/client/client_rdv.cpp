@@ -120,29 +120,31 @@ void ClientConn::free_slot(SlotKey key) noexcept {
   slots_.erase(key);  // destroys the rest (the lease ends); the key is stale from now on
 }
 
+void ClientConn::on_written(proto::WrittenReply w, std::uint32_t len) noexcept {
+  const auto key = slots_.key_at(w.req_low);
+  Slot* const s = key ? &live_slot(*key) : nullptr;
+  if (s == nullptr || s->stage != Stage::reply || s->op != proto::Opcode::get) {
+    fail("WRITE with immediate for req " + std::to_string(w.req_low) + ", which awaits no GET reply");
+    return;
+  }
+  // RC order: the value is in place. It fits what the GET offered, or the
+  // WRITE would have failed against the registration; checked all the same.
+  if (s->into.on ? !s->into.reg || len > s->into.bytes.size() : !s->landing || len >= s->landing->capacity()) {
+    fail("WRITE with immediate into a buffer this client did not offer");
+    return;
+  }
+  credits_ += w.credits;
+  ++counters_.gets_written;
+  if (s->into.on) {
+    deliver_into(*key, len);
+  } else {
+    deliver_landing(*key, len);
+  }
+}
+
 bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
   Slot& s = live_slot(key);
   const std::uint64_t len = h.value_len;
-  if (!h.pull() && s.into.on) {  // pushed into the caller's memory
-    if (!s.into.reg || desc.addr != s.into.reg->addr() || desc.rkey != s.into.reg->rkey() ||
-        len > s.into.bytes.size()) {
-      fail("GET reply names a buffer this client did not offer");
-      return false;
-    }
-    ++counters_.gets_written;
-    deliver_into(key, static_cast<std::size_t>(len));
-    return true;
-  }
-  if (!h.pull()) {  // pushed: the WRITE landed before this reply (RC order)
-    if (!s.landing || desc.addr != s.landing->addr() || desc.rkey != s.landing->rkey() ||
-        len >= s.landing->capacity()) {
-      fail("GET reply names a buffer this client did not offer");
-      return false;
-    }
-    ++counters_.gets_written;
-    deliver_landing(key, static_cast<std::size_t>(len));
-    return true;
-  }
   // Pull: READ it from the server, then RELEASE its pin.
   ++(s.op == proto::Opcode::call ? counters_.calls_pulled : counters_.gets_pulled);
   if (!s.landing) s.landing = take_spare_over(len);  // a CALL offered none: a spare that fits

@@ -132,6 +132,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
           add(posted_.bytes_in, w.length());
           break;
         case verbs::SendOp::rdma_write:
+        case verbs::SendOp::rdma_write_imm:
           add(posted_.writes, 1);
           add(posted_.bytes_out, w.length());
           break;

@@ -13,7 +13,7 @@
 // completion returns the buffer to the pool. RDMA READs and WRITEs the owner
 // queues (queue_rdma) go out with the next flush(), ahead of its SENDs and
 // in the same post: one ibv_post_send (in rxe, one system call) carries a
-// batch's transfers and replies, and a GET's WRITE leaves before its reply.
+// batch's transfers and replies.
 // The send pool may be shared by many channels (kvd's): set_send_limit()
 // bounds what one channel holds, and release_buffers() gives back all it
 // holds when its QP is gone.

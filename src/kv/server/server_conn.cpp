@@ -401,6 +401,9 @@ ServerConn::Progress ServerConn::process(Held& h) noexcept {
     if (out == Outcome::reply && !append_reply(reply, m.opcode(), h.received, m.rdv.has_value())) {
       return Progress::failed;
     }
+    if (out == Outcome::pushed && !append_pushed(*std::exchange(pushed_, std::nullopt), h.received)) {
+      return Progress::failed;
+    }
     if (config_.reply_batch != 0 && !crowded_ && channel_.open_messages() >= config_.reply_batch &&
         flush() != Verdict::keep) {
       return Progress::failed;
@@ -443,6 +446,11 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
     return false;
   }
   ++counters_->replies_sent;
+  replied(class_of(request, reply, large_request), received);
+  return true;
+}
+
+void ServerConn::replied(OpClass cls, Clock::time_point received) noexcept {
   // Grown as replies come (an idle connection holds none), up to
   // kMaxUnposted replies waiting for their posts (many send buffers queued):
   // past that, or without memory, those are timed now, a little early.
@@ -458,7 +466,7 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
     }
     if (!grown) record_posted();
   }
-  const Unposted u{class_of(request, reply, large_request), received};
+  const Unposted u{cls, received};
   if (unposted_.size() < unposted_.capacity()) {
     unposted_.push_back(u);
   } else {
@@ -467,7 +475,6 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
   if (outstanding_ > 0) --outstanding_;
   granted_pending_ += owed_;
   owed_ = 0;
-  return true;
 }
 
 bool ServerConn::room_for(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {

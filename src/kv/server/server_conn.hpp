@@ -288,9 +288,10 @@ class ServerConn {
     Clock::time_point received;  // its receive completion was handled (latency.hpp)
   };
   enum class Progress : std::uint8_t { finished, paused, failed };
-  // What executing a request produced.
-  // What running a request produced (paused: nothing was done, no room yet).
-  enum class Outcome : std::uint8_t { reply, no_reply, failed, paused };
+  // What running a request produced (paused: nothing was done, no room yet;
+  // pushed: a large GET answered by the WRITE with immediate of entry
+  // pushed_, which append_pushed() queues where a reply would be appended).
+  enum class Outcome : std::uint8_t { reply, pushed, no_reply, failed, paused };
   // One request the connection still holds something for (eRPC's sslot):
   // what it waits for, and everything its reply needs. Its key in pending_
   // rides as the WrId slot of its READ or WRITE (SlotKey::pack32) and as the
@@ -298,7 +299,7 @@ class ServerConn {
   // finished request is stale by generation.
   enum class Wait : std::uint8_t {
     read,   // an RDMA READ of a SET's value / a CALL's request into `pin` is in flight
-    write,  // an RDMA WRITE of a GET's value from `pin` is in flight (its reply went out right after it)
+    write,  // an RDMA WRITE of a GET's value from `pin` into `offer` is in flight (carrying its reply)
     log,    // `records` of its writes are not durable yet; then `reply` goes out
     send,   // `reply` waits for a send buffer (queued_ keeps the order)
   };
@@ -312,6 +313,7 @@ class ServerConn {
     store::ExpireAt expire_at = store::kNoExpiry;  // SET read: the key's expiry, fixed when the SET arrived
     std::uint64_t epoch = 0;      // SET read: a replication record's shard epoch (0: a client's SET)
     LargeRef pin;                 // read: the block the READ fills; write: the value the WRITE sends
+    proto::RdvDesc offer{};       // write: the client's buffer the value goes to
     std::uint32_t records = 0;    // log: records answered `later`, not durable yet
     proto::Status failed = proto::Status::ok;  // log: the first failure one of them had: the reply's status
     proto::MessageSpec reply;     // log, send: the reply (an eager CALL reply views reply_bytes)
@@ -419,6 +421,12 @@ class ServerConn {
   // of its request (latency.hpp: timed when the SEND is posted).
   bool append_reply(proto::MessageSpec& reply, proto::Opcode request, Clock::time_point received,
                     bool large_request) noexcept;
+  // Queues the WRITE with immediate of GET entry `k` (Outcome::pushed), the
+  // reply folded into it: credits and latency as append_reply's.
+  bool append_pushed(Key k, Clock::time_point received) noexcept;
+  // A reply of class `cls` was appended or queued and carries owed_: its
+  // credits count as granted, its latency is timed, once it is posted.
+  void replied(OpClass cls, Clock::time_point received) noexcept;
   // pending_.try_insert(p) with p.received set to the request being executed.
   [[nodiscard]] std::optional<Key> open_entry(Pending p) noexcept;
   // Records the appended replies' latencies once their SENDs are posted.
@@ -486,6 +494,7 @@ class ServerConn {
   Arena* arena_;  // never null
   reactor::SlotTable<Pending> pending_{kMaxPending};
   std::deque<Key> queued_;                 // entries in Wait::send, in reply order
+  std::optional<Key> pushed_;              // run() -> process(): the entry of an Outcome::pushed GET
   std::size_t transfers_in_flight_ = 0;    // entries in Wait::read and Wait::write
   std::uint64_t transfers_finished_ = 0;
   std::size_t durable_waits_ = 0;          // records of entries in Wait::log, not durable yet

@@ -4,6 +4,7 @@
 // Reactor thread only.
 #include <spdlog/spdlog.h>
 
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -94,22 +95,19 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
                                                   proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
   const std::uint64_t len = v->bytes.size();
-  if (m.rdv && m.header.value_len >= len && !transfers_full()) {
-    // Push: WRITE into the offered buffer, then the reply, in one post at
-    // the next flush (RC order: the WRITE is placed before the client sees
-    // the SEND that follows it).
+  if (m.rdv && m.header.value_len >= len && len <= std::numeric_limits<std::uint32_t>::max() && !transfers_full()) {
+    // Push: one WRITE with immediate into the offered buffer, the reply
+    // folded into it (append_pushed queues it once the request's buffer is
+    // recycled, so its credit rides along).
     Pending p;
     p.wait = Wait::write;
     p.op = Opcode::get;
     p.req_id = id;
     p.pin = v;
+    p.offer = *m.rdv;
     if (const auto k = open_transfer(std::move(p))) {  // else (no memory) it is pulled
-      const bool queued = channel_.queue_rdma(verbs::SendWr::write(
-          WrId(k->pack32(), config_.generation, WrKind::rdma_write), v->bytes, v->lkey, m.rdv->addr, m.rdv->rkey));
-      if (!queued_transfer(*k, queued, "WRITE")) return Outcome::failed;  // counted when posted (flush)
-      ++counters_->large_gets_written;
-      reply = proto::msg::get_reply_rdv(id, 0, *m.rdv, len);
-      return Outcome::reply;
+      pushed_ = *k;
+      return Outcome::pushed;
     }
   }
   // Pull: the client READs it from the arena and RELEASEs the pin.
@@ -128,6 +126,18 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
   counters_->bytes_sent += len;  // the client READs it: it leaves by this server's NIC all the same
   reply = proto::msg::get_reply_pull(id, 0, {v->addr, v->rkey}, len);
   return Outcome::reply;
+}
+
+bool ServerConn::append_pushed(Key k, Clock::time_point received) noexcept {
+  const Pending& p = *pending_.find(k);  // opened by execute_get_large just now
+  const std::uint32_t imm = proto::pack_written_reply(p.req_id, static_cast<std::uint16_t>(owed_));
+  const bool queued = channel_.queue_rdma(verbs::SendWr::write_imm(
+      WrId(k.pack32(), config_.generation, WrKind::rdma_write), p.pin->bytes, p.pin->lkey, p.offer.addr, p.offer.rkey,
+      imm));
+  if (!queued_transfer(k, queued, "WRITE")) return false;  // counted when posted (flush)
+  ++counters_->large_gets_written;
+  replied(OpClass::get_large, received);
+  return true;
 }
 
 ServerConn::Outcome ServerConn::execute_release(const proto::MessageView& m) noexcept {
