@@ -124,14 +124,14 @@ struct Remote {
   std::uint32_t rkey = 0;
 };
 
-// THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE):
-// opcode, wr_id, the gather/scatter list (empty elements skipped, written to
-// `list`, which must outlive the post), remote address/rkey, signaled flag,
-// no successor. EINVAL for more elements than `list` holds or one longer
+// THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE, with
+// or without immediate): opcode, wr_id, the gather/scatter list (empty
+// elements skipped, written to `list`, which must outlive the post), remote
+// address/rkey, signaled flag, the immediate (host order), no successor. EINVAL for more elements than `list` holds or one longer
 // than u32, else 0.
 template <std::size_t N>
 int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode opcode, WrId wr_id,
-                 std::span<const Sge> sges, Remote remote, bool signaled) noexcept {
+                 std::span<const Sge> sges, Remote remote, bool signaled, std::uint32_t imm = 0) noexcept {
   if (sges.size() > N) return EINVAL;
   const int num = fill_sges(sges, list);
   if (num < 0) return EINVAL;
@@ -143,6 +143,7 @@ int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode op
   wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
   wr.wr.rdma.remote_addr = remote.addr;
   wr.wr.rdma.rkey = remote.rkey;
+  if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
   return 0;
 }
 
@@ -197,11 +198,10 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
     if (w.num_local > w.local.size() || w.num_local > caps_.max_send_sge) return EINVAL;
     const auto local = std::span<const Sge>(w.local).first(w.num_local);
     if (const int rc = fill_send_wr(chain[i], lists[i], to_ibv(w.op), w.wr_id, local, Remote{w.remote_addr, w.rkey},
-                                    w.signaled);
+                                    w.signaled, w.imm);
         rc != 0) {
       return rc;
     }
-    if (w.op == SendOp::rdma_write_imm) chain[i].imm_data = htonl(w.imm);
     if (i > 0) chain[i - 1].next = &chain[i];
   }
   SPDLOG_TRACE("verbs: post a chain of {} WRs qp={} first slot={}", wrs.size(), handle_->qp->qp_num,
