@@ -422,5 +422,44 @@ TEST_F(ClientRdv, FailedReadFailsTheConnection) {
   EXPECT_EQ(cc_->state(), ConnState::failed);
 }
 
+// A WRITE with immediate the client cannot match to a GET that offered a
+// buffer the length fits fails the connection, with the GET completed once
+// (connection_failed): for no request, for a DEL, past the offered buffer,
+// for a GET that offered none.
+TEST_F(ClientRdv, AWriteWithImmediateForNoOfferFailsTheConnection) {
+  enum class Bad { no_request, not_a_get, too_long, no_offer };
+  for (Bad bad : {Bad::no_request, Bad::not_a_get, Bad::too_long, Bad::no_offer}) {
+    SCOPED_TRACE(static_cast<int>(bad));
+    FakeLink link;
+    FakeRegistrar reg;
+    BufferPool recv(4, 8192), send(4, 8192);
+    RdvOptions o;
+    o.landing_size = 16384;
+    o.landing_spares = bad == Bad::no_offer ? 0 : 1;
+    ClientConn cc(link, recv, send, bad == Bad::no_offer ? nullptr : &reg, o);
+    ASSERT_EQ(cc.post_receives(), 0);
+    cc.on_accepted();
+    cc.on_established(4, 8192, 1u << 20);
+    int calls = 0;
+    Status got = Status::ok;
+    auto cb = [&](Status st, bool, std::span<const std::byte>) {
+      ++calls;
+      got = st;
+    };
+    ASSERT_EQ(bad == Bad::not_a_get ? cc.submit_del("k", cb) : cc.submit_get("k", cb), Status::ok);
+    ASSERT_EQ(cc.flush(), 1u);
+    const auto m = decode(link.sends[0].bytes);
+    ASSERT_EQ(m[0].rdv.has_value(), bad == Bad::no_request || bad == Bad::too_long);
+    const std::uint32_t id = m[0].header.req_id;
+    const std::uint32_t req = bad == Bad::no_request ? id + 1 : id;  // the next slot index: none is live
+    const auto len = static_cast<std::uint32_t>(bad == Bad::too_long ? m[0].header.value_len + 1 : 5000);  // past the offer
+    cc.on_completion(FakeLink::deliver_written(link.recvs[0], proto::pack_written_reply(req, 1), len));
+    EXPECT_EQ(cc.state(), ConnState::failed);
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(got, Status::connection_failed);
+    EXPECT_EQ(cc.counters().gets_written, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace rkv::kv::client
