@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -110,7 +111,23 @@ void RawClient::on_completion(const verbs::Completion& c) {
       if (!c.ok()) return;  // flushed at teardown
       const auto slot = c.wr_id.slot();
       auto buf = std::span<std::byte>(recv_mem_).subspan(std::size_t{slot} * kBufSize, kBufSize);
-      proto::Decoder dec(buf.first(c.byte_len));
+      if (c.opcode == verbs::CompletionOpcode::recv_rdma_with_imm) {
+        // A large GET's value WRITTEN into the buffer it offered: the
+        // immediate is its reply (req_id's low 16 bits, credits), byte_len the
+        // value's length; nothing is in the receive buffer.
+        const proto::WrittenReply w = proto::unpack_written_reply(c.imm);
+        proto::Header h;
+        h.opcode = proto::Opcode::get_reply;
+        h.flags = proto::kFlagFound;
+        h.credits = w.credits;
+        h.req_id = w.req_low;
+        h.value_len = c.byte_len;
+        credits_ += w.credits;
+        inbox_.push_back({h, {}, std::nullopt});
+        (void)qp_->post_recv(c.wr_id, buf, recv_mr_->lkey());
+        return;
+      }
+      proto::Decoder dec(buf.first(std::min<std::size_t>(c.byte_len, buf.size())));
       for (;;) {
         auto r = dec.next();
         if (std::holds_alternative<proto::EndOfBuffer>(r)) break;

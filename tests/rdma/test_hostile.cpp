@@ -514,6 +514,29 @@ TEST_F(Hostile, QpDestroyedDuringTheServersReadOfASetValue) {
   bystander_works(*good, "vanish-set-bystander");
 }
 
+// The wire itself, over real verbs, as any client sees it: a large GET that
+// fits the buffer it offered is answered by kvd's RDMA WRITE with immediate
+// alone (docs/protocol.md "GET large"): the receive completion carries the
+// req_id's low 16 bits, the credits returned and the value's length, and the
+// value is in the buffer. (The vanish tests below race this WRITE.)
+TEST_F(Hostile, AWrittenGetIsAnsweredByItsWritesImmediate) {
+  auto c = connect();
+  std::vector<std::byte> value;
+  set_big(*c, "written", value, ++req_, 100000);
+  std::vector<std::byte> landing(200000, std::byte{0});
+  const auto& mr = c->register_memory(landing, verbs::Access::local_write | verbs::Access::remote_write);
+  const std::uint32_t id = ++req_;
+  ASSERT_EQ(c->send_request(proto::msg::get_request_rdv(id, "written", {mr.addr(), mr.rkey(), 0}, landing.size())), 0);
+  std::optional<RawReply> r;
+  ASSERT_TRUE(wait_until([&] { return (r = c->take_reply(id)).has_value(); }, kStep, nap, {c.get()}));
+  EXPECT_TRUE(r->header.found());
+  EXPECT_EQ(r->header.value_len, value.size());
+  EXPECT_GE(r->header.credits, 1u) << "the GET's receive buffer, returned in the immediate";
+  EXPECT_TRUE(std::equal(value.begin(), value.end(), landing.begin()));
+  EXPECT_EQ(landing[value.size()], std::byte{0}) << "nothing past the value";
+  EXPECT_TRUE(c->failure().empty()) << c->failure();
+}
+
 TEST_F(Hostile, QpDestroyedDuringTheServersWriteOfAGetValue) {
   auto good = connect();
   std::vector<std::byte> value;
