@@ -445,10 +445,9 @@ class ClientConn {
   // One READ known complete (its own completion, or a later one's): to its stage.
   void read_done(const verbs::Completion& c) noexcept;
   void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
-  // Frees the slot and runs its callback with the value in its landing buffer.
-  void deliver_landing(SlotKey key, std::size_t len) noexcept;
-  // The same for a GET into the caller's memory (the value is in it).
-  void deliver_into(SlotKey key, std::size_t len) noexcept;
+  // Frees the slot and runs its callback with the `len`-byte value that
+  // landed: in the caller's memory (a GET into it) or in its landing buffer.
+  void deliver(SlotKey key, std::size_t len) noexcept;
   void recycle(std::unique_ptr<LandingBuffer> lb) noexcept;
   // Into the pool at its place by size; false: out of memory, lb is gone.
   [[nodiscard]] bool put_spare(std::unique_ptr<LandingBuffer> lb) noexcept;

@@ -258,11 +258,7 @@ void ClientConn::check_value(SlotKey key, std::span<const std::byte> value,
   ++counters_.onesided_hits;
   note_touch(s.key);
   if (len > kSmallValue) {
-    if (s.into.on) {
-      deliver_into(key, len);
-      return;
-    }
-    deliver_landing(key, len);
+    deliver(key, len);
     return;
   }
   Callback cb = std::move(s.cb);

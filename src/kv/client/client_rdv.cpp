@@ -135,11 +135,7 @@ void ClientConn::on_written(proto::WrittenReply w, std::uint32_t len) noexcept {
   }
   credits_ += w.credits;
   ++counters_.gets_written;
-  if (s->into.on) {
-    deliver_into(*key, len);
-  } else {
-    deliver_landing(*key, len);
-  }
+  deliver(*key, len);
 }
 
 bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::RdvDesc& desc) noexcept {
@@ -277,25 +273,19 @@ void ClientConn::on_pull_read(SlotKey key, const verbs::Completion& c) noexcept 
     fail("out of memory queueing a RELEASE");
     return;
   }
-  if (s.into.on) {
-    deliver_into(key, s.into.len);
+  deliver(key, s.into.on ? s.into.len : s.landing->size());
+}
+
+void ClientConn::deliver(SlotKey key, std::size_t len) noexcept {
+  Slot& s = live_slot(key);
+  Callback cb = std::move(s.cb);
+  if (s.into.on) {  // in the caller's memory
+    const auto value = s.into.bytes.first(len);
+    ++counters_.gets_into_direct;
+    free_slot(key);  // the registration ends: the memory is the caller's alone again
+    finish(Status::ok, true, value, cb);
     return;
   }
-  deliver_landing(key, s.landing->size());
-}
-
-void ClientConn::deliver_into(SlotKey key, std::size_t len) noexcept {
-  Slot& s = live_slot(key);
-  Callback cb = std::move(s.cb);
-  const auto value = s.into.bytes.first(len);
-  ++counters_.gets_into_direct;
-  free_slot(key);  // the registration ends: the memory is the caller's alone again
-  finish(Status::ok, true, value, cb);
-}
-
-void ClientConn::deliver_landing(SlotKey key, std::size_t len) noexcept {
-  Slot& s = live_slot(key);
-  Callback cb = std::move(s.cb);
   delivering_ = std::move(s.landing);
   free_slot(key);
   delivering_->set_size(len);
