@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -300,12 +301,43 @@ class Store {
 
  private:
   // Transparent so find() accepts a string_view without building a string.
+  // The key read 8 bytes at a time (the last word overlapping the one before;
+  // a key under 8 bytes as two overlapping 4-byte halves or its bytes), each
+  // word multiplied in, then mixed down: a key costs a few multiplies where
+  // std::hash (murmur over bytes, out of line) cost ~80 instructions for a
+  // 10-byte key, paid twice per request of a batch (Store::prefetch, then
+  // the lookup; docs/performance.md, "Server CPU per operation").
+  // Internal to this process: the index's hash64 is the wire's, not this.
   struct Hash {
     using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
+    std::size_t operator()(std::string_view s) const noexcept { return key_hash(s); }
   };
+  static std::uint64_t key_hash(std::string_view s) noexcept {
+    constexpr std::uint64_t kMul = 0x9FB21C651E98DF25ull;
+    const char* p = s.data();
+    const std::size_t n = s.size();
+    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    auto mix = [&](std::uint64_t w) { h = (h ^ w) * kMul; h ^= h >> 32; };
+    if (n >= 8) {
+      std::size_t i = 0;
+      for (; i + 8 < n; i += 8) mix(load_word<std::uint64_t>(p + i));
+      mix(load_word<std::uint64_t>(p + n - 8));
+    } else if (n >= 4) {
+      mix(std::uint64_t{load_word<std::uint32_t>(p)} << 32 | load_word<std::uint32_t>(p + n - 4));
+    } else if (n > 0) {
+      const auto b = [&](std::size_t i) { return std::uint64_t{static_cast<unsigned char>(p[i])}; };
+      mix(b(0) << 16 | b(n / 2) << 8 | b(n - 1));
+    }
+    h ^= h >> 29;  // the low bits pick the bucket: every key byte reaches them
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+  }
+  template <class T>
+  static T load_word(const char* p) noexcept {
+    T w;
+    std::memcpy(&w, p, sizeof w);
+    return w;
+  }
   class Value {
    public:
     explicit Value(std::string_view v) : data_(std::string()) { proto::copy_to_string(std::get<std::string>(data_), v); }
