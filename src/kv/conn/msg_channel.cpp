@@ -38,7 +38,19 @@ std::size_t MessageChannel::max_message() const noexcept {
 
 bool MessageChannel::open_buffer() noexcept {
   std::uint32_t index = 0;
-  if (send_buffers_ >= send_limit_ || !send_->take(index)) return false;
+  if (send_buffers_ >= send_limit_) return false;
+  if (sealed_.size() == sealed_.capacity() && sealed_head_ > 0) {  // drop the posted ones
+    sealed_.erase(sealed_.begin(), sealed_.begin() + static_cast<std::ptrdiff_t>(sealed_head_));
+    sealed_head_ = 0;
+  }
+  if (sealed_.size() == sealed_.capacity()) {  // room to seal it later without allocating
+    try {
+      sealed_.reserve(std::max<std::size_t>(8, 2 * sealed_.capacity()));
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
+  if (!send_->take(index)) return false;
   ++send_buffers_;
   open_ = index;
   open_size_ = 0;
@@ -83,7 +95,7 @@ AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
 }
 
 std::size_t MessageChannel::queued_sends() const noexcept {
-  return sealed_.size() + ((open_ && open_size_ > 0) ? 1 : 0);
+  return sealed_count() + ((open_ && open_size_ > 0) ? 1 : 0);
 }
 
 bool MessageChannel::queue_rdma(const verbs::SendWr& wr) noexcept {
@@ -96,8 +108,8 @@ bool MessageChannel::queue_rdma(const verbs::SendWr& wr) noexcept {
 }
 
 std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
-  if (sealed_.size() < max_sends) seal_open();  // the open buffer goes too, if allowed
-  const std::size_t sends = std::min(max_sends, sealed_.size());
+  if (sealed_count() < max_sends) seal_open();  // the open buffer goes too, if allowed
+  const std::size_t sends = std::min(max_sends, sealed_count());
   if (wrs_.empty() && sends == 0) return 0;
   // The SENDs join the queue behind the transfers: the chains post from it.
   const std::size_t transfers = wrs_.size();
@@ -112,7 +124,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     return 0;
   }
   for (std::size_t i = 0; i < sends; ++i) {
-    const Sealed& s = sealed_[i];
+    const Sealed& s = sealed_[sealed_head_ + i];
     wrs_.push_back(verbs::SendWr::send(WrId(s.index, generation_, WrKind::send), send_->buffer(s.index).first(s.size),
                                        send_->lkey(s.index)));
   }
@@ -137,8 +149,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
           add(posted_.bytes_out, w.length());
           break;
         case verbs::SendOp::send: {
-          const Sealed s = sealed_.front();  // SENDs are posted in sealed_'s order
-          sealed_.pop_front();
+          const Sealed s = sealed_[sealed_head_++];  // SENDs are posted in sealed_'s order
           add(posted_.bytes_out, w.length());
           in_flight_.push(s.index);
           ++sends_posted;
@@ -151,6 +162,10 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   }
   // What was not posted: its transfers stay queued; its SENDs are still in
   // sealed_ and are put in a chain again by the next flush.
+  if (sealed_head_ == sealed_.size()) {
+    sealed_.clear();
+    sealed_head_ = 0;
+  }
   wrs_.erase(wrs_.begin(), wrs_.begin() + static_cast<std::ptrdiff_t>(done));
   std::erase_if(wrs_, [](const verbs::SendWr& w) { return w.op == verbs::SendOp::send; });
   if (rc != 0 && error != nullptr) *error = rc;
@@ -167,8 +182,9 @@ bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {
 
 void MessageChannel::release_buffers() noexcept {
   seal_open();
-  for (const Sealed& s : sealed_) send_->give_back(s.index);
+  for (std::size_t i = sealed_head_; i < sealed_.size(); ++i) send_->give_back(sealed_[i].index);
   sealed_.clear();
+  sealed_head_ = 0;
   in_flight_.for_each([&](std::uint32_t i) { send_->give_back(i); });
   in_flight_.clear();
   send_buffers_ = 0;

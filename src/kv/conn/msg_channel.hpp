@@ -23,7 +23,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <optional>
 #include <span>
@@ -142,7 +141,12 @@ class MessageChannel {
 
   // READs and WRITEs for the next flush(), in order (between flushes: no SENDs).
   std::vector<verbs::SendWr> wrs_;
-  std::deque<Sealed> sealed_;
+  // Sealed buffers not yet posted, oldest first: sealed_[sealed_head_ ..).
+  // Room for one more is made when a buffer is opened (open_buffer), so
+  // sealing never allocates; posted ones are dropped when all are.
+  std::vector<Sealed> sealed_;
+  std::size_t sealed_head_ = 0;
+  [[nodiscard]] std::size_t sealed_count() const noexcept { return sealed_.size() - sealed_head_; }
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
   std::size_t open_messages_ = 0;
