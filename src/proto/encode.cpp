@@ -233,8 +233,10 @@ RawHeader raw_header_of(const MessageSpec& m) noexcept {
   return h;
 }
 
-void write_message(std::span<std::byte> out, const MessageSpec& m, std::uint64_t* value_account) noexcept {
-  write_raw_header(out.first<kHeaderSize>(), raw_header_of(m));
+// `h` is raw_header_of(m).
+void write_message(std::span<std::byte> out, const RawHeader& h, const MessageSpec& m,
+                   std::uint64_t* value_account) noexcept {
+  write_raw_header(out.first<kHeaderSize>(), h);
   copy_bytes(out.subspan(kHeaderSize, m.key.size()), as_bytes(m.key));
   std::size_t at = kHeaderSize + m.key.size();
   if (m.ttl) {
@@ -260,7 +262,11 @@ std::size_t encoded_size(const MessageSpec& m) noexcept {
          (m.rdv ? kRdvDescSize : m.value.size());
 }
 
-std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
+namespace {
+
+// check_message's rules, with m's header built once (encode writes the same one).
+std::optional<Reason> check_with_header(const MessageSpec& m, std::optional<RawHeader>& header,
+                                        const Limits& limits) noexcept {
   // Guards against the u16 truncation in raw_header_of.
   if (m.key.size() > std::numeric_limits<std::uint16_t>::max()) {
     if (m.opcode == Opcode::call) return Reason::bad_call_op;
@@ -270,19 +276,28 @@ std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) 
   }
   // Both an eager value and a descriptor would be ambiguous.
   if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
-  if (auto r = check_header(raw_header_of(m), limits)) return r;
+  header = raw_header_of(m);
+  if (auto r = check_header(*header, limits)) return r;
   if (m.epoch) {
     if (auto r = check_epoch(*m.epoch)) return r;
   }
   return m.ttl ? check_ttl(m.opcode, *m.ttl) : std::nullopt;
 }
 
+}  // namespace
+
+std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) noexcept {
+  std::optional<RawHeader> header;
+  return check_with_header(m, header, limits);
+}
+
 EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m, const Limits& limits,
                     std::uint64_t* value_account) noexcept {
-  if (check_message(m, limits)) return {EncodeStatus::invalid, offset};
+  std::optional<RawHeader> header;
+  if (check_with_header(m, header, limits)) return {EncodeStatus::invalid, offset};
   const std::size_t size = encoded_size(m);
   if (offset > buf.size() || size > buf.size() - offset) return {EncodeStatus::no_space, offset};
-  write_message(buf.subspan(offset, size), m, value_account);
+  write_message(buf.subspan(offset, size), *header, m, value_account);
   return {EncodeStatus::ok, offset + size};
 }
 
