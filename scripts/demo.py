@@ -4,7 +4,8 @@
     scripts/demo [--build DIR] [--no-setup]
 
 1. Installs what it needs and builds a release tree (scripts/setup --rdma DIR --
-   -Dbuildtype=release -Dlog_level=warn -Dtests=disabled; default DIR build-demo).
+   -Dbuildtype=release -Db_lto=true -Dlog_level=warn -Dtests=disabled; default DIR
+   build-demo).
 2. Brings up RDMA with scripts/softroce run: a real device, Soft-RoCE in a
    network namespace, or a QEMU guest (see README.md).
 3. Starts kvd with a data directory and waits until it says it listens.
@@ -72,7 +73,7 @@ def host_main(args):
         say(f"installing what is missing, building {os.path.relpath(build, REPO)}/ (release; minutes the first "
             f"time) ... log: {log.name}")
         rc = subprocess.call([os.path.join(REPO, "scripts", "setup"), "--rdma", build, "--", "-Dbuildtype=release",
-                              "-Dlog_level=warn", "-Dtests=disabled"], env=env, stdout=log, stderr=log)
+                              "-Db_lto=true", "-Dlog_level=warn", "-Dtests=disabled"], env=env, stdout=log, stderr=log)
         if rc != 0:
             log.seek(0)
             sys.stderr.write("".join(log.readlines()[-40:]))
