@@ -166,8 +166,12 @@ TEST_F(ClientRdv, PulledGetIsReadThenReleased) {
   const std::uint32_t id = m[0].header.req_id;
   std::vector<std::byte> server(100000, std::byte{'p'});  // over kCopyOutMax: handed over
   reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  EXPECT_TRUE(link_.reads.empty()) << "queued: the CQ pass's flush posts it, with the pass's other READs";
+  EXPECT_EQ(cc_->flush(), 0u) << "a READ, no SEND";
   ASSERT_EQ(link_.reads.size(), 1u);
   EXPECT_EQ(link_.reads[0].rkey, 9u);
+  EXPECT_EQ(cc_->counters().rdma_reads, 1u);
+  EXPECT_EQ(cc_->counters().onesided_reads, 0u) << "a pull, not a one-sided GET";
   EXPECT_TRUE(seen.empty()) << "delivered only after the READ";
   std::memcpy(link_.reads[0].target.data(), server.data(), server.size());  // the HCA's READ
   cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 100000));
@@ -225,6 +229,7 @@ TEST_F(ClientRdv, GetIntoPullsIntoTheBufferOrReleasesAValueThatDoesNotFit) {
   // The server could not WRITE (e.g. no transfer slot): a pull, READ into the caller's buffer.
   reply({proto::msg::get_reply_pull(m[0].header.req_id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9},
                                     server.size())});
+  EXPECT_EQ(cc_->flush(), 0u);  // the pass's flush posts the READ
   ASSERT_EQ(link_.reads.size(), 1u);
   EXPECT_EQ(link_.reads[0].target.data(), into.data());
   EXPECT_EQ(link_.reads[0].target.size(), server.size());
@@ -324,6 +329,10 @@ TEST(ClientRdvDepth, ThePoolKeepsALandingBufferForEveryRequestInFlight) {
                                          server.size()));
       }
     }
+    EXPECT_EQ(cc.flush(), 0u) << "the pass's flush posts the READs, no SEND";
+    if (pulls) {
+      EXPECT_GT(link.reads.size(), first_read);
+    }
     for (std::size_t r = first_read; r < link.reads.size(); ++r) {
       std::memcpy(link.reads[r].target.data(), server.data(), server.size());
       cc.on_completion(FakeLink::complete(link.reads[r], CompletionOpcode::rdma_read, server.size()));
@@ -360,6 +369,7 @@ TEST_F(ClientRdv, ReleaseIsFoldedIntoTheNextRequest) {
   const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
   std::vector<std::byte> server(20000);
   reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  ASSERT_EQ(cc_->flush(), 0u);  // the READ
   ASSERT_EQ(cc_->submit_get("other", nullptr), Status::ok);  // queued before the READ completes
   cc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read, 20000));
   ASSERT_EQ(cc_->flush(), 1u);
@@ -375,6 +385,7 @@ TEST_F(ClientRdv, ThePullReadCarriesTheRequestsSlotKeyAndAStaleOneIsDropped) {
   const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
   std::vector<std::byte> server(20000);
   reply({proto::msg::get_reply_pull(id, 1, {reinterpret_cast<std::uint64_t>(server.data()), 9}, server.size())});
+  ASSERT_EQ(cc_->flush(), 0u);  // the READ
   ASSERT_EQ(link_.reads.size(), 1u);
   const reactor::SlotKey key = reactor::SlotKey::unpack32(id);
   EXPECT_EQ(link_.reads[0].id.slot(), key.index);
@@ -416,6 +427,7 @@ TEST_F(ClientRdv, FailedReadFailsTheConnection) {
   ASSERT_EQ(cc_->flush(), 1u);
   const auto id = decode(link_.sends[0].bytes)[0].header.req_id;
   reply({proto::msg::get_reply_pull(id, 1, {0x1234, 9}, 20000)});
+  ASSERT_EQ(cc_->flush(), 0u);  // the READ
   EXPECT_EQ(cc_->outstanding_work(), 4u + 1u + 1u) << "receives, the GET's send, the READ";
   cc_->on_completion(FakeLink::failed(link_.reads[0], CompletionStatus::remote_access_error));
   EXPECT_EQ(got, Status::connection_failed);

@@ -47,6 +47,7 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
       reads_posted_(slots_.max_slots()),
       scratch_(recv.buffer_size()) {
+  reads_pending_.reserve(slots_.max_slots());  // at most one READ per slot: queue_read never allocates
   channel_.count_value_copies(&counters_.bytes_copied);  // eager values, counted by their copy
 }
 

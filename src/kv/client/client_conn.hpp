@@ -13,8 +13,9 @@
 // request's slot key (index + generation), so a READ completion is routed by
 // find() and one for a slot freed since is dropped as stale.
 //
-// READs: a one-sided GET's READs are built where they are decided (at submit,
-// after its index READ, on a retry) and posted by the next flush(), all of
+// READs: a one-sided GET's READs and a pulled reply's READ are built where
+// they are decided (at submit, after its index READ, on a retry; on the
+// GET_REPLY or CALL_REPLY saying PULL) and posted by the next flush(), all of
 // them as one chain; only every kReadSignalInterval-th and the last READ of a
 // chain is signaled. The READs posted and not yet known complete are kept in
 // post order (reads_posted_): the send queue completes in order, so a READ's

@@ -9,7 +9,8 @@
 // (overflow, rpc-only entry, a hash collision), the GET goes as a message.
 // No message is sent to the server otherwise. Reactor thread only.
 //
-// Posting: the READs are queued where they are decided and flush() posts the
+// Posting (every READ the client posts: these and a pulled GET's or CALL's,
+// client_rdv.cpp): the READs are queued where they are decided and flush() posts the
 // lot as chained WRs, one post per QueuePair::kMaxChain, only every
 // kReadSignalInterval-th and the last signaled: at depth, the index READs of
 // a turn's GETs go out in one post, and the value READs of every index READ
@@ -66,7 +67,6 @@ bool ClientConn::enable_onesided(const IndexInfo& index) noexcept {
   }
   try {
     os_mem_.assign(std::size_t{slots_.max_slots()} * kStride, std::byte{0});  // indices stay below the bound
-    reads_pending_.reserve(slots_.max_slots());  // at most one READ per slot
     os_reg_ = registrar_->register_memory(os_mem_, verbs::Access::local_write);  // READ target only
   } catch (const std::exception& e) {
     os_reg_.reset();
@@ -106,7 +106,7 @@ void ClientConn::queue_read(const verbs::SendWr& wr) noexcept {
   // At most one READ per request slot is pending or posted: the bound holds.
   assert(reads_pending_.size() + reads_posted_.size() < slots_.max_slots());
   try {
-    reads_pending_.push_back(wr);  // capacity reserved by enable_onesided: no allocation here
+    reads_pending_.push_back(wr);  // capacity reserved by the constructor: no allocation here
   } catch (...) {
     fail("out of memory queueing an RDMA READ");
   }
@@ -130,7 +130,8 @@ void ClientConn::post_pending_reads() noexcept {
     for (std::size_t i = 0; i < posted; ++i) {  // these complete or flush whatever happens next
       reads_posted_.push(chain[i].wr_id);
       ++counters_.rdma_reads;
-      ++counters_.onesided_reads;
+      const Slot* s = slots_.find(read_key(chain[i].wr_id));  // queued by its live request
+      if (s != nullptr && s->stage != Stage::pull) ++counters_.onesided_reads;
       if (!chain[i].signaled) ++counters_.reads_unsignaled;
     }
     if (rc != 0) {

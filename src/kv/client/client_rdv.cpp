@@ -180,24 +180,15 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
   const auto target = s.into.on ? s.into.bytes.first(static_cast<std::size_t>(len))
                                 : s.landing->data().first(static_cast<std::size_t>(len));
   const std::uint32_t lkey = s.into.on ? s.into.reg->lkey() : s.landing->lkey();
-  if (reads_posted_.full()) {  // cannot happen: one READ per request slot
-    fail("more RDMA READs than request slots");
-    return false;
-  }
-  if (const int rc = link_->post(verbs::SendWr::read(read_wr_id(key), target, lkey, desc.addr, desc.rkey)); rc != 0) {
-    fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
-    return false;
-  }
   s.stage = Stage::pull;
   if (s.into.on) {
     s.into.len = static_cast<std::size_t>(len);
   } else {
     s.landing->set_size(static_cast<std::size_t>(len));
   }
-  reads_posted_.push(read_wr_id(key));
-  ++counters_.read_posts;
-  ++counters_.rdma_reads;
-  return true;
+  // Posted with the CQ pass's other READs (the one-sided GETs'), by flush().
+  queue_read(verbs::SendWr::read(read_wr_id(key), target, lkey, desc.addr, desc.rkey));
+  return !ended();
 }
 
 void ClientConn::on_read(const verbs::Completion& c) noexcept {
