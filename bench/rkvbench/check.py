@@ -4,14 +4,16 @@ import csv
 import os
 import re
 
-from .common import HEADERS, PLOTS, SUMMARY_TABLE_HEADER
+from .common import HEADERS, ONESIDED_FABRIC_OP, PLOTS, SUMMARY_TABLE_HEADER
 
 
 # ------------------------------------------------------------------ --check
 def is_kv_row(name, row):
     """True for rows that measure kvd/kvload (or bench/onesided, bench/durability), not a reference tool."""
-    if name in ("sweep.csv", "scaling.csv", "shards.csv", "onesided.csv", "durability.csv", "idle.csv"):
+    if name in ("sweep.csv", "scaling.csv", "shards.csv", "durability.csv", "idle.csv"):
         return True
+    if name == "onesided.csv":
+        return row.get("op") != ONESIDED_FABRIC_OP
     if name == "busypoll.csv":
         return row.get("op") != "pingpong"  # every polling mode and the idle rows; not ibv_rc_pingpong
     if name == "latency.csv":

@@ -15,6 +15,8 @@ BENCH = os.path.join(REPO, "bench")
 MIB = 1 << 20
 
 # Every CSV's header: --check compares against these.
+# onesided.csv's reference row: the fabric's rate of the READ a one-sided GET makes.
+ONESIDED_FABRIC_OP = "ib_read_bw"
 HEADERS = {
     "sweep.csv": [
         "op", "size", "depth", "depth_effective", "path", "warmup_ops", "ops", "errors", "seconds",

@@ -107,7 +107,7 @@ class FabricExperiments:
                 r = self.rows["perftest.csv"][-1]
                 log(f"  {tool} {size} B: {r['status']} {fmt(r['mbps'])} Mbps")
 
-    def _perftest_one(self, tool, size, iters):
+    def _perftest_one(self, tool, size, iters, extra=()):
         """One reference point. perftest times itself with the TSC calibrated against
         gettimeofday; under TCG that calibration fails (r^2 < 0.9, or 0.00 MB/sec
         printed), so each point is also timed by the wall clock: perftest prints its
@@ -115,10 +115,10 @@ class FabricExperiments:
         line-buffered with stdbuf). Two runs, of n and 2n iterations, and the rate is
         n / (t(2n) - t(n)), which cancels the fixed cost inside that interval (the
         start-of-test handshake). In a guest the wall-clock rate is the reference;
-        on real hardware perftest's own figure is."""
+        on real hardware perftest's own figure is. `extra`: more perftest flags (both sides)."""
         row = {"tool": tool, "size": size, "iters": iters, "msg_rate_per_s": "", "mbps": "", "method": "",
                "perftest_MBps": "", "perftest_msg_rate_per_s": "", "wall_seconds": "", "status": ""}
-        first = self._perftest_timed(tool, size, iters)
+        first = self._perftest_timed(tool, size, iters, extra)
         if "error" in first:
             row["status"] = f"failed: {first['error']}"
             return row
@@ -127,7 +127,7 @@ class FabricExperiments:
         if self.mode != "guest" and first["own"] > 0:
             row["msg_rate_per_s"], row["method"] = first["own"], "perftest"
         else:
-            second = self._perftest_timed(tool, size, 2 * iters)
+            second = self._perftest_timed(tool, size, 2 * iters, extra)
             if "error" not in second and second["secs"] > first["secs"]:
                 row["msg_rate_per_s"] = iters / (second["secs"] - first["secs"])
                 row["method"] = f"wall clock, {iters} vs {2 * iters} iterations"
@@ -139,12 +139,12 @@ class FabricExperiments:
         row["status"] = "ok"
         return row
 
-    def _perftest_timed(self, tool, size, iters):
+    def _perftest_timed(self, tool, size, iters, extra=()):
         last = ""
         for attempt in range(3):
             port = self.port_pair()
             common = ["-R", "-d", self.dev, "-i", str(self.port), "-s", str(size), "-n", str(iters),
-                      "-p", str(port), "-F"]
+                      "-p", str(port), "-F", *extra]
             srv = Proc([tool, *common])
             time.sleep(1.0 if self.mode == "guest" else 0.3)
             cli = Proc(["stdbuf", "-oL", tool, *common, self.addr])

@@ -6,7 +6,11 @@ import os
 import shutil
 import sys
 
-from .common import BENCH, MIB, _last_line, fmt, log, run_timed
+from .common import BENCH, MIB, ONESIDED_FABRIC_OP, _last_line, fmt, log, run_timed
+
+# The READ a one-sided GET makes: the key's neighborhood, 8 buckets of 128 bytes
+# (proto::kNeighborhoodBytes; a 32 B value and its key are inline in the entry).
+NEIGHBORHOOD_BYTES = 1024
 
 
 class LabExperiments:
@@ -48,7 +52,9 @@ class LabExperiments:
 
     def _onesided_deep(self):
         """32 B GETs at depth 32 (issue 12's figure), by RDMA READ (`kvload --get-mode read`: the READs of
-        many GETs posted as one chain) and by message, against the session's kvd, read mode first."""
+        many GETs posted as one chain) and by message, against the session's kvd, read mode first; then
+        the fabric's own rate of the READ each one-sided GET makes (`ib_read_bw -s 1024 -t 32`): the
+        most one-sided GETs at depth 32 can do on this device, whatever the client does."""
         size, depth = 32, 32
         keys = self.keys_for(size)
         ops = self.ops_for(size, self.measured_deep)
@@ -78,6 +84,13 @@ class LabExperiments:
                     row["reads_per_get"] = reads / gets if gets and reads is not None else ""
             self.rows["onesided.csv"].append(row)
             log(f"  {op} {size} B depth {depth}: {row['status']} {fmt(row['ops_per_s'])} ops/s")
+        iters = max(self.perftest_iters, 50)
+        p = self._perftest_one("ib_read_bw", NEIGHBORHOOD_BYTES, iters, ("-t", str(depth)))
+        self.rows["onesided.csv"].append({
+            "op": ONESIDED_FABRIC_OP, "size": NEIGHBORHOOD_BYTES, "depth": depth, "ops": iters, "seconds": "",
+            "ops_per_s": p["msg_rate_per_s"], "mean_us": "", "messages_sent": "", "reads_per_get": "",
+            "status": p["status"] if p["status"] != "ok" else f"ok ({p['method']})"})
+        log(f"  {ONESIDED_FABRIC_OP} {NEIGHBORHOOD_BYTES} B -t {depth}: {p['status']} {fmt(p['msg_rate_per_s'])} READs/s")
 
     # -------------------------------------------------------------- experiment 7
     def durability(self):

@@ -4,7 +4,7 @@ import csv
 import os
 import subprocess
 
-from .common import HEADERS, MIB, PLOTS, SUMMARY_TABLE_HEADER, _hsize, _last_line, fmt, log, ratio
+from .common import HEADERS, MIB, ONESIDED_FABRIC_OP, PLOTS, SUMMARY_TABLE_HEADER, _hsize, _last_line, fmt, log, ratio
 
 
 class Outputs:
@@ -230,8 +230,9 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             return got[0] if got else None
 
         def row(name, q, kv_text, ref_text, want, met):
-            L.append(f"| {name} | {kv_text} | {ref_text} | {'' if q is None else fmt(q)} | {want} | "
-                     f"{'not measured in this mode' if met is None else 'yes' if met else 'no'} |")
+            met = met if isinstance(met, str) else ('not measured in this mode' if met is None
+                                                    else 'yes' if met else 'no')
+            L.append(f"| {name} | {kv_text} | {ref_text} | {'' if q is None else fmt(q)} | {want} | {met} |")
 
         top = max(self.scaling_clients)
         sc = one(self.rows["scaling.csv"], op="mixed", clients=top)
@@ -273,6 +274,19 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
         row("32 B GET by RDMA READ / GET by message, depth 32", q,
             k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured", r and f"{fmt(r['ops_per_s'])} ops/s" or "",
             "≥ 0.6", None if q is None else q >= 0.6)
+        # What bounds the row above on this device: a one-sided GET is one READ of the
+        # key's neighborhood, so it cannot outrun the fabric's rate of that READ.
+        fab = one(osd, op=ONESIDED_FABRIC_OP)
+        fab_text = fab and f"{fmt(fab['ops_per_s'])} READs/s" or "not measured"
+        q = ratio(k["ops_per_s"], fab["ops_per_s"]) if k and fab else None
+        row(f"32 B GET by RDMA READ, depth 32 / `ib_read_bw -s {fab['size'] if fab else 1024} -t 32` "
+            "(the one READ each makes), operations per second", q,
+            k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured", fab_text, "(its bound: 1.0)", "a bound, not a target")
+        q = ratio(fab["ops_per_s"], r["ops_per_s"]) if fab and r else None
+        row("the most the fabric allows for GET by RDMA READ / GET by message: "
+            f"`{ONESIDED_FABRIC_OP}`'s READs/s / GETs by message/s", q, fab_text,
+            r and f"{fmt(r['ops_per_s'])} ops/s" or "", "≥ 0.6 for the target above to be reachable",
+            "a bound, not a target")
         idle = [r for r in self.rows["idle.csv"] if ok(r)]
         base = next((r for r in idle if r["connections"] == 0), None)
         most = max(idle, key=lambda r: r["connections"], default=None)
@@ -443,7 +457,7 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                      f"the list, 32 B, depth 32 | {kv} | 1 kvd | {ref} | {fmt(r['speedup_vs_1'])} |")
         osd = self.rows["onesided.csv"]
         for r in osd:
-            if r["op"] == "GET (message)":
+            if r["op"] in ("GET (message)", ONESIDED_FABRIC_OP):
                 continue
             ref_op = "GET (message)"
             o = [x for x in osd if x["op"] == ref_op and x["size"] == r["size"] and x["depth"] == r["depth"]]
@@ -453,6 +467,13 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
             ref = f"{fmt(o['ops_per_s'])} ops/s, mean {fmt(o['mean_us'])} µs" if o["status"] == "ok" else o["status"]
             L.append(f"| one-sided | {r['op']} {_hsize(r['size'])} depth {r['depth']}, {r['ops']} ops | {kv} | "
                      f"{ref_op} | {ref} | {fmt(ratio(r['ops_per_s'] or None, o.get('ops_per_s') or None))} |")
+        for f in (x for x in osd if x["op"] == ONESIDED_FABRIC_OP):
+            k = [x for x in osd if x["op"] == "GET (RDMA READ)" and x["depth"] == f["depth"] and x["status"] == "ok"]
+            kv = f"{fmt(k[0]['ops_per_s'])} ops/s" if k else "not run"
+            ref = f"{fmt(f['ops_per_s'])} READs/s" if str(f["status"]).startswith("ok") else f["status"]
+            L.append(f"| one-sided | GET (RDMA READ) {_hsize(k[0]['size']) if k else ''} depth {f['depth']} | {kv} | "
+                     f"`{f['op']} -s {f['size']} -t {f['depth']}` (the READ each GET makes) | {ref} | "
+                     f"{fmt(ratio(k[0]['ops_per_s'] if k else None, f['ops_per_s'] or None))} |")
         du = self.rows["durability.csv"]
         for r in du:
             if r["fsync"] == "never" or not r["fsync"]:
