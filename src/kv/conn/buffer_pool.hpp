@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "kv/conn/fifo_vector.hpp"
 #include "kv/conn/registrar.hpp"
 
 namespace rkv::kv::conn {
@@ -98,51 +99,6 @@ class BufferPool {
 // Buffer indices in the order they were posted (receives on one QP, SENDs in
 // flight): completions come back in that order, so taking the oldest is the
 // usual removal and costs no shifting; any other is found and erased.
-class PostedIds {
- public:
-  // Room for `n` more without allocating: compacts when at least half the
-  // vector is taken ones (so each id is moved O(1) times), else grows (false
-  // if that failed).
-  [[nodiscard]] bool make_room(std::size_t n = 1) noexcept {
-    if (ids_.size() + n <= ids_.capacity()) return true;
-    if (head_ > 0 && head_ >= ids_.size() / 2) {
-      ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(head_));
-      head_ = 0;
-      if (ids_.size() + n <= ids_.capacity()) return true;
-    }
-    try {
-      ids_.reserve(std::max({std::size_t{16}, 2 * ids_.size(), ids_.size() + n}));
-    } catch (const std::bad_alloc&) {
-      return false;
-    }
-    return true;
-  }
-  void push(std::uint32_t id) noexcept { ids_.push_back(id); }  // after make_room()
-  // Removes `id`; false if it is not here.
-  [[nodiscard]] bool remove(std::uint32_t id) noexcept {
-    if (head_ < ids_.size() && ids_[head_] == id) {
-      if (++head_ == ids_.size()) clear();
-      return true;
-    }
-    const auto it = std::find(ids_.begin() + static_cast<std::ptrdiff_t>(head_), ids_.end(), id);
-    if (it == ids_.end()) return false;
-    ids_.erase(it);
-    return true;
-  }
-  [[nodiscard]] std::size_t size() const noexcept { return ids_.size() - head_; }
-  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
-  void clear() noexcept {
-    ids_.clear();
-    head_ = 0;
-  }
-  template <class F>
-  void for_each(F&& f) const {
-    for (std::size_t i = head_; i < ids_.size(); ++i) f(ids_[i]);
-  }
-
- private:
-  std::vector<std::uint32_t> ids_;
-  std::size_t head_ = 0;  // ids_[head_..] are the ones here
-};
+using PostedIds = FifoVector<std::uint32_t>;
 
 }  // namespace rkv::kv::conn

@@ -39,17 +39,7 @@ std::size_t MessageChannel::max_message() const noexcept {
 bool MessageChannel::open_buffer() noexcept {
   std::uint32_t index = 0;
   if (send_buffers_ >= send_limit_) return false;
-  if (sealed_.size() == sealed_.capacity() && sealed_head_ > 0) {  // drop the posted ones
-    sealed_.erase(sealed_.begin(), sealed_.begin() + static_cast<std::ptrdiff_t>(sealed_head_));
-    sealed_head_ = 0;
-  }
-  if (sealed_.size() == sealed_.capacity()) {  // room to seal it later without allocating
-    try {
-      sealed_.reserve(std::max<std::size_t>(8, 2 * sealed_.capacity()));
-    } catch (const std::bad_alloc&) {
-      return false;
-    }
-  }
+  if (!sealed_.make_room()) return false;  // room to seal it later without allocating
   if (!send_->take(index)) return false;
   ++send_buffers_;
   open_ = index;
@@ -63,7 +53,7 @@ void MessageChannel::seal_open() noexcept {
     send_->give_back(*open_);
     --send_buffers_;
   } else {
-    sealed_.push_back({*open_, open_size_});
+    sealed_.push({*open_, open_size_});
   }
   open_.reset();
   open_size_ = 0;
@@ -95,7 +85,7 @@ AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
 }
 
 std::size_t MessageChannel::queued_sends() const noexcept {
-  return sealed_count() + ((open_ && open_size_ > 0) ? 1 : 0);
+  return sealed_.size() + ((open_ && open_size_ > 0) ? 1 : 0);
 }
 
 bool MessageChannel::queue_rdma(const verbs::SendWr& wr) noexcept {
@@ -108,8 +98,8 @@ bool MessageChannel::queue_rdma(const verbs::SendWr& wr) noexcept {
 }
 
 std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
-  if (sealed_count() < max_sends) seal_open();  // the open buffer goes too, if allowed
-  const std::size_t sends = std::min(max_sends, sealed_count());
+  if (sealed_.size() < max_sends) seal_open();  // the open buffer goes too, if allowed
+  const std::size_t sends = std::min(max_sends, sealed_.size());
   if (wrs_.empty() && sends == 0) return 0;
   // The SENDs join the queue behind the transfers: the chains post from it.
   const std::size_t transfers = wrs_.size();
@@ -124,7 +114,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     return 0;
   }
   for (std::size_t i = 0; i < sends; ++i) {
-    const Sealed& s = sealed_[sealed_head_ + i];
+    const Sealed& s = sealed_.at(i);
     wrs_.push_back(verbs::SendWr::send(WrId(s.index, generation_, WrKind::send), send_->buffer(s.index).first(s.size),
                                        send_->lkey(s.index)));
   }
@@ -149,7 +139,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
           add(posted_.bytes_out, w.length());
           break;
         case verbs::SendOp::send: {
-          const Sealed s = sealed_[sealed_head_++];  // SENDs are posted in sealed_'s order
+          const Sealed s = sealed_.pop_front();  // SENDs are posted in sealed_'s order
           add(posted_.bytes_out, w.length());
           in_flight_.push(s.index);
           ++sends_posted;
@@ -162,10 +152,6 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   }
   // What was not posted: its transfers stay queued; its SENDs are still in
   // sealed_ and are put in a chain again by the next flush.
-  if (sealed_head_ == sealed_.size()) {
-    sealed_.clear();
-    sealed_head_ = 0;
-  }
   wrs_.erase(wrs_.begin(), wrs_.begin() + static_cast<std::ptrdiff_t>(done));
   std::erase_if(wrs_, [](const verbs::SendWr& w) { return w.op == verbs::SendOp::send; });
   if (rc != 0 && error != nullptr) *error = rc;
@@ -182,9 +168,8 @@ bool MessageChannel::on_send_completion(const verbs::Completion& c) noexcept {
 
 void MessageChannel::release_buffers() noexcept {
   seal_open();
-  for (std::size_t i = sealed_head_; i < sealed_.size(); ++i) send_->give_back(sealed_[i].index);
+  sealed_.for_each([&](const Sealed& s) { send_->give_back(s.index); });
   sealed_.clear();
-  sealed_head_ = 0;
   in_flight_.for_each([&](std::uint32_t i) { send_->give_back(i); });
   in_flight_.clear();
   send_buffers_ = 0;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kv/conn/buffer_pool.hpp"
+#include "kv/conn/fifo_vector.hpp"
 #include "kv/conn/link.hpp"
 #include "proto/encode.hpp"
 #include "verbs/completion.hpp"
@@ -141,12 +142,9 @@ class MessageChannel {
 
   // READs and WRITEs for the next flush(), in order (between flushes: no SENDs).
   std::vector<verbs::SendWr> wrs_;
-  // Sealed buffers not yet posted, oldest first: sealed_[sealed_head_ ..).
-  // Room for one more is made when a buffer is opened (open_buffer), so
-  // sealing never allocates; posted ones are dropped when all are.
-  std::vector<Sealed> sealed_;
-  std::size_t sealed_head_ = 0;
-  [[nodiscard]] std::size_t sealed_count() const noexcept { return sealed_.size() - sealed_head_; }
+  // Sealed buffers not yet posted, oldest first. Room for one more is made
+  // when a buffer is opened (open_buffer), so sealing never allocates.
+  FifoVector<Sealed> sealed_;
   std::optional<std::uint32_t> open_;  // index of the buffer being filled
   std::size_t open_size_ = 0;
   std::size_t open_messages_ = 0;

@@ -1,0 +1,80 @@
+// FifoVector (kv/conn/fifo_vector.hpp): the in-order queue of posted receive
+// buffers, SENDs in flight and sealed send buffers.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "kv/conn/fifo_vector.hpp"
+
+namespace {
+
+using rkv::kv::conn::FifoVector;
+
+std::vector<std::uint32_t> fifo_contents(const FifoVector<std::uint32_t>& q) {
+  std::vector<std::uint32_t> out;
+  q.for_each([&](std::uint32_t v) { out.push_back(v); });
+  return out;
+}
+
+TEST(FifoVector, TakesInPushOrderAcrossCompactions) {
+  FifoVector<std::uint32_t> q;
+  std::deque<std::uint32_t> model;
+  std::uint32_t next = 0;
+  // Push 3, take 2, many times over: the taken prefix is dropped while
+  // making room again and again; the order must survive every time.
+  for (int round = 0; round < 200; ++round) {
+    ASSERT_TRUE(q.make_room(3));
+    for (int i = 0; i < 3; ++i) {
+      q.push(next);
+      model.push_back(next++);
+    }
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(q.at(0), model.front());
+      ASSERT_EQ(q.pop_front(), model.front());
+      model.pop_front();
+    }
+    ASSERT_EQ(q.size(), model.size());
+    ASSERT_EQ(q.at(q.size() - 1), model.back());
+  }
+  EXPECT_EQ(fifo_contents(q), std::vector<std::uint32_t>(model.begin(), model.end()));
+}
+
+TEST(FifoVector, RemovesOldestOrAnyAndRefusesAbsent) {
+  FifoVector<std::uint32_t> q;
+  ASSERT_TRUE(q.make_room(4));
+  for (std::uint32_t v : {10u, 11u, 12u, 13u}) q.push(v);
+  EXPECT_TRUE(q.remove(10));   // the oldest
+  EXPECT_TRUE(q.remove(12));   // one in the middle
+  EXPECT_FALSE(q.remove(12));  // gone already
+  EXPECT_FALSE(q.remove(99));
+  EXPECT_EQ(fifo_contents(q), (std::vector<std::uint32_t>{11, 13}));
+  EXPECT_TRUE(q.remove(11));
+  EXPECT_TRUE(q.remove(13));
+  EXPECT_TRUE(q.empty());
+  ASSERT_TRUE(q.make_room());
+  q.push(7);
+  EXPECT_EQ(q.pop_front(), 7u);
+  EXPECT_TRUE(q.empty());
+}
+
+TEST(FifoVector, HoldsStructsAndClears) {
+  struct Sealed {
+    std::uint32_t index;
+    std::size_t size;
+  };
+  FifoVector<Sealed> q;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    ASSERT_TRUE(q.make_room());
+    q.push({i, i * 100u});
+  }
+  EXPECT_EQ(q.pop_front().index, 0u);
+  EXPECT_EQ(q.at(1).size, 200u);
+  q.clear();
+  EXPECT_EQ(q.size(), 0u);
+  EXPECT_TRUE(q.empty());
+}
+
+}  // namespace
