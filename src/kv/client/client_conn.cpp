@@ -45,10 +45,13 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       recv_(&recv),
       channel_(link, recv, send, generation),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
-      reads_posted_(slots_.max_slots()),
       scratch_(recv.buffer_size()) {
-  reads_pending_.reserve(slots_.max_slots());  // at most one READ per slot: queue_read never allocates
+  if (!reads_posted_.make_room(slots_.max_slots())) throw std::bad_alloc();  // one READ per slot at most
   channel_.count_value_copies(&counters_.bytes_copied);  // eager values, counted by their copy
+  channel_.count_posted({.reads = &counters_.rdma_reads,
+                         .transfer_posts = &counters_.read_posts,
+                         .transfers_unsignaled = &counters_.reads_unsignaled});
+  channel_.set_transfer_signaling(kReadSignalInterval, &reads_posted_);
 }
 
 ClientConn::~ClientConn() = default;
@@ -203,7 +206,7 @@ std::size_t ClientConn::flush() noexcept {
     queue_touch();
   }
   if (queue_.empty() && releases_.empty()) {
-    post_pending_reads();  // READs decided in the CQ pass that ends with this flush
+    post(0);  // READs decided in the CQ pass that ends with this flush
     return 0;
   }
   // The channel holds nothing unposted between flushes (each flush posts all
@@ -295,19 +298,16 @@ std::size_t ClientConn::flush() noexcept {
     queue_.pop_front();
   }
   if (credit_limited) ++counters_.credit_stalls;
-  post_pending_reads();  // the READs first: they need no server wake-up
-  if (state_ != ConnState::established) return 0;  // the READ post failed the connection
+  const std::size_t posted = post(new_sends);  // the READs first in the chain: they need no server wake-up
   if (new_sends == 0) return 0;
-  int err = 0;
-  const std::size_t posted = channel_.flush(new_sends, &err);
   credits_ -= static_cast<std::uint32_t>(posted);
   counters_.sends_posted += posted;
+  if (ended()) return posted;  // the post failed the connection
   // The SENDs are on the wire: registration work happens while they fly.
   retired_.clear();
   replenish();
   SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_,
                slots_.live(), queue_.size());
-  if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
   return posted;
 }
 
@@ -473,7 +473,7 @@ void ClientConn::complete_all(Status st) noexcept {
   }
   std::deque<Request> queued = std::move(queue_);
   queue_.clear();
-  reads_pending_.clear();  // never posted; their slots are gone (posted ones still flush)
+  channel_.drop_queued_rdma([](verbs::WrId) {});  // never posted; their slots are gone (posted ones still flush)
   releases_.clear();  // the server drops its pins with the connection
   for (auto& cb : cbs) finish(st, false, {}, cb);
   for (auto& r : queued) finish(st, false, {}, r.cb);

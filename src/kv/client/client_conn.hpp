@@ -15,10 +15,11 @@
 //
 // READs: a one-sided GET's READs and a pulled reply's READ are built where
 // they are decided (at submit, after its index READ, on a retry; on the
-// GET_REPLY or CALL_REPLY saying PULL) and posted by the next flush(), all of
-// them as one chain; only every kReadSignalInterval-th and the last READ of a
-// chain is signaled. The READs posted and not yet known complete are kept in
-// post order (reads_posted_): the send queue completes in order, so a READ's
+// GET_REPLY or CALL_REPLY saying PULL), queued in the MessageChannel and
+// posted by the next flush() ahead of its SENDs, in the same chains (one way
+// to post, the server's too); only every kReadSignalInterval-th and the last
+// READ of a chain is signaled. The READs posted and not yet known complete are
+// kept in post order (reads_posted_): the send queue completes in order, so a READ's
 // completion also completes every READ posted before it; an error completion
 // (which always comes, signaled or not) fails the connection and no READ
 // before it is trusted.
@@ -359,8 +360,6 @@ class ClientConn {
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
     return recvs_posted_ + channel_.sends_in_flight() + reads_posted_.size();
   }
-  // READs built and not yet posted (the next flush() posts them).
-  [[nodiscard]] std::size_t reads_pending() const noexcept { return reads_pending_.size(); }
   // In a chain of READs, every this-many-th is signaled (and always the last).
   static constexpr std::size_t kReadSignalInterval = 16;
   // This connection's counters; registrations, reg_cache_hits and
@@ -463,9 +462,11 @@ class ClientConn {
   // r into the new slot `key`; queues the neighborhood READ (flush posts it).
   void start_onesided(SlotKey key, Request& r) noexcept;
   void queue_hood_read(SlotKey key) noexcept;
+  // Queues a READ with the channel's transfers (flush posts it); no memory fails the connection.
   void queue_read(const verbs::SendWr& wr) noexcept;
-  // Posts reads_pending_ in chains of up to kMaxChain; a failed post fails the connection.
-  void post_pending_reads() noexcept;
+  // Posts the channel's queued READs and up to `sends` SENDs; counts the one-sided
+  // READs among those posted; a failed post fails the connection. The SENDs posted.
+  std::size_t post(std::size_t sends) noexcept;
   void on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept;
   void on_hood(SlotKey key) noexcept;
   void on_block(SlotKey key) noexcept;
@@ -498,40 +499,16 @@ class ClientConn {
   std::deque<std::uint32_t> releases_;                  // RELEASEs to fold into the next SEND
   std::vector<std::byte> touches_;                      // TOUCH hints not queued yet (u16 LE length + key, each)
   std::uint32_t touch_keys_ = 0;                        // keys in touches_
-  // READs posted and not yet known complete, in post order (= send queue
-  // order): a ring of at most max_in_flight() (one READ per request at a time).
-  class ReadRing {
-   public:
-    explicit ReadRing(std::size_t capacity) : ids_(capacity) {}
-    [[nodiscard]] std::size_t size() const noexcept { return size_; }
-    [[nodiscard]] bool full() const noexcept { return size_ == ids_.size(); }
-    void push(verbs::WrId id) noexcept { ids_[(head_ + size_++) % ids_.size()] = id; }
-    [[nodiscard]] verbs::WrId front() const noexcept { return ids_[head_]; }
-    void pop() noexcept {
-      head_ = (head_ + 1) % ids_.size();
-      --size_;
-    }
-    // Position of `id` from the front, or size() if it is not there.
-    [[nodiscard]] std::size_t find(verbs::WrId id) const noexcept {
-      for (std::size_t i = 0; i < size_; ++i) {
-        if (ids_[(head_ + i) % ids_.size()] == id) return i;
-      }
-      return size_;
-    }
-
-   private:
-    std::vector<verbs::WrId> ids_;
-    std::size_t head_ = 0;
-    std::size_t size_ = 0;
-  };
-  std::vector<verbs::SendWr> reads_pending_;  // built this turn, posted by flush()
   BufferPool* recv_;
   MessageChannel channel_;
   ConnState state_ = ConnState::connecting;
   std::string failure_;
   std::uint32_t credits_ = 0;
   reactor::SlotTable<Slot> slots_;  // requests in flight, bounded by max_in_flight
-  ReadRing reads_posted_;           // after slots_: sized by it
+  // READs posted and not yet known complete, in post order (= send queue
+  // order; the channel appends them as it posts): at most max_in_flight()
+  // (one READ per request at a time), room made by the constructor.
+  conn::FifoVector<verbs::WrId> reads_posted_;
   std::deque<Request> queue_;
   std::vector<std::byte> scratch_;  // a received buffer, copied before re-posting
   std::size_t recvs_posted_ = 0;

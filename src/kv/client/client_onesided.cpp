@@ -10,13 +10,14 @@
 // No message is sent to the server otherwise. Reactor thread only.
 //
 // Posting (every READ the client posts: these and a pulled GET's or CALL's,
-// client_rdv.cpp): the READs are queued where they are decided and flush() posts the
-// lot as chained WRs, one post per QueuePair::kMaxChain, only every
-// kReadSignalInterval-th and the last signaled: at depth, the index READs of
-// a turn's GETs go out in one post, and the value READs of every index READ
-// a CQ pass completed go out in one post at the end of that pass.
-// reads_posted_ keeps them in post order, so a completion also completes the
-// unsignaled READs before it (on_read, client_rdv.cpp).
+// client_rdv.cpp): the READs are queued with the MessageChannel's transfers
+// where they are decided, and flush() posts them ahead of its SENDs, as the
+// server posts its transfers, in chains of QueuePair::kMaxChain WRs, only every
+// kReadSignalInterval-th READ and the last of a chain signaled: at depth, the
+// index READs of a turn's GETs go out in one post with its requests, and the
+// value READs of every index READ a CQ pass completed in one post at the end
+// of that pass. The channel appends them to reads_posted_ in post order, so a
+// completion also completes the unsignaled READs before it (on_read, client_rdv.cpp).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -103,44 +104,21 @@ void ClientConn::queue_hood_read(SlotKey key) noexcept {
 }
 
 void ClientConn::queue_read(const verbs::SendWr& wr) noexcept {
-  // At most one READ per request slot is pending or posted: the bound holds.
-  assert(reads_pending_.size() + reads_posted_.size() < slots_.max_slots());
-  try {
-    reads_pending_.push_back(wr);  // capacity reserved by the constructor: no allocation here
-  } catch (...) {
-    fail("out of memory queueing an RDMA READ");
-  }
+  // At most one READ per request slot is queued or posted: reads_posted_ has room for all.
+  assert(channel_.queued_rdma() + reads_posted_.size() < slots_.max_slots());
+  if (!channel_.queue_rdma(wr)) fail("out of memory queueing an RDMA READ");
 }
 
-void ClientConn::post_pending_reads() noexcept {
-  std::size_t done = 0;
-  while (done < reads_pending_.size() && state_ == ConnState::established) {
-    const std::size_t n = std::min(verbs::QueuePair::kMaxChain, reads_pending_.size() - done);
-    const auto chain = std::span<verbs::SendWr>(reads_pending_).subspan(done, n);
-    for (std::size_t i = 0; i < n; ++i) {
-      chain[i].signaled = i + 1 == n || (i + 1) % kReadSignalInterval == 0;
-    }
-    if (reads_posted_.size() + n > slots_.max_slots()) {  // cannot happen: one READ per slot
-      fail("more RDMA READs than request slots");
-      break;
-    }
-    std::size_t posted = 0;
-    const int rc = link_->post_chain(chain, &posted);
-    ++counters_.read_posts;
-    for (std::size_t i = 0; i < posted; ++i) {  // these complete or flush whatever happens next
-      reads_posted_.push(chain[i].wr_id);
-      ++counters_.rdma_reads;
-      const Slot* s = slots_.find(read_key(chain[i].wr_id));  // queued by its live request
-      if (s != nullptr && s->stage != Stage::pull) ++counters_.onesided_reads;
-      if (!chain[i].signaled) ++counters_.reads_unsignaled;
-    }
-    if (rc != 0) {
-      fail(std::string("RDMA READ post failed: ") + std::strerror(rc));
-      break;
-    }
-    done += n;
+std::size_t ClientConn::post(std::size_t sends) noexcept {
+  const std::size_t before = reads_posted_.size();
+  int err = 0;
+  const std::size_t posted = channel_.flush(sends, &err);
+  for (std::size_t i = before; i < reads_posted_.size(); ++i) {
+    const Slot* s = slots_.find(read_key(reads_posted_.at(i)));  // queued by its live request
+    if (s != nullptr && s->stage != Stage::pull) ++counters_.onesided_reads;
   }
-  reads_pending_.clear();
+  if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
+  return posted;
 }
 
 void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexcept {

@@ -207,7 +207,7 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
   }
   if (!c.ok()) {
     // The connection fails; the READs posted before this one are not looked at.
-    for (std::size_t i = 0; i <= at; ++i) reads_posted_.pop();
+    for (std::size_t i = 0; i <= at; ++i) reads_posted_.pop_front();
     read_done(c);
     return;
   }
@@ -218,11 +218,10 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
   earlier.opcode = verbs::CompletionOpcode::rdma_read;
   earlier.qp_num = c.qp_num;
   for (std::size_t i = 0; i < at; ++i) {
-    earlier.wr_id = reads_posted_.front();
-    reads_posted_.pop();
+    earlier.wr_id = reads_posted_.pop_front();
     read_done(earlier);
   }
-  reads_posted_.pop();
+  reads_posted_.pop_front();
   read_done(c);
 }
 

@@ -57,6 +57,11 @@ class FifoVector {
     items_.erase(it);
     return true;
   }
+  // Position of `v` from the oldest, or size() if it is not here.
+  [[nodiscard]] std::size_t find(const T& v) const noexcept {
+    const auto it = std::find(items_.begin() + static_cast<std::ptrdiff_t>(head_), items_.end(), v);
+    return static_cast<std::size_t>(it - items_.begin()) - head_;
+  }
   [[nodiscard]] std::size_t size() const noexcept { return items_.size() - head_; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   void clear() noexcept {

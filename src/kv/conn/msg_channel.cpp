@@ -103,7 +103,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   if (wrs_.empty() && sends == 0) return 0;
   // The SENDs join the queue behind the transfers: the chains post from it.
   const std::size_t transfers = wrs_.size();
-  if (!in_flight_.make_room(sends)) {
+  if (!in_flight_.make_room(sends) || (posted_transfers_ != nullptr && !posted_transfers_->make_room(transfers))) {
     if (error != nullptr) *error = ENOMEM;
     return 0;
   }
@@ -123,11 +123,21 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   int rc = 0;
   while (done < wrs_.size()) {
     const std::size_t n = std::min(verbs::QueuePair::kMaxChain, wrs_.size() - done);
+    // This call's transfers (wrs_[done .. last_transfer]): they come before the SENDs.
+    const std::size_t in_call = done < transfers ? std::min(n, transfers - done) : 0;
+    for (std::size_t k = 1; k <= in_call; ++k) {
+      wrs_[done + k - 1].signaled = k % signal_interval_ == 0 || k == in_call;
+    }
     std::size_t posted = 0;
     rc = link_->post_chain(std::span<const verbs::SendWr>(wrs_).subspan(done, n), &posted);
     add(posted_.post_calls, 1);
+    if (posted > 0 && in_call > 0) add(posted_.transfer_posts, 1);
     for (std::size_t i = done; i < done + posted; ++i) {
       const verbs::SendWr& w = wrs_[i];
+      if (w.op != verbs::SendOp::send) {
+        if (posted_transfers_ != nullptr) posted_transfers_->push(w.wr_id);
+        if (!w.signaled) add(posted_.transfers_unsignaled, 1);
+      }
       switch (w.op) {
         case verbs::SendOp::rdma_read:
           add(posted_.reads, 1);

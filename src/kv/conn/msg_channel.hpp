@@ -88,8 +88,22 @@ class MessageChannel {
     std::uint64_t* bytes_in = nullptr;    // + the bytes of each READ
     std::uint64_t* reads = nullptr;       // +1 per READ
     std::uint64_t* writes = nullptr;      // +1 per WRITE
+    std::uint64_t* transfer_posts = nullptr;        // +1 per post call that carried a READ or WRITE
+    std::uint64_t* transfers_unsignaled = nullptr;  // +1 per READ or WRITE posted unsignaled
   };
   void count_posted(const PostAccounts& a) noexcept { posted_ = a; }
+  // How flush() signals the queued READs and WRITEs: every `interval`-th
+  // transfer of a post call and the call's last one are signaled, the others
+  // not. 1 (the default, the server's): every one, as each completion does
+  // work. With more, a signaled completion also says the unsignaled
+  // transfers posted before it are done (the send queue completes in order),
+  // so the caller needs their order: `posted` (valid while this channel
+  // posts) gets every posted transfer's wr_id, in post order; the caller
+  // pops them as it learns they completed.
+  void set_transfer_signaling(std::size_t interval, FifoVector<verbs::WrId>* posted) noexcept {
+    signal_interval_ = interval == 0 ? 1 : interval;
+    posted_transfers_ = posted;
+  }
   // At most `n` send buffers held at once (open, sealed and in flight).
   void set_send_limit(std::size_t n) noexcept { send_limit_ = n; }
   // Would a message of `bytes` fit without a new buffer, or with one the
@@ -98,6 +112,7 @@ class MessageChannel {
   // An RDMA READ or WRITE for the next flush(). False if it could not be
   // queued (no memory).
   [[nodiscard]] bool queue_rdma(const verbs::SendWr& wr) noexcept;
+  [[nodiscard]] std::size_t queued_rdma() const noexcept { return wrs_.size(); }
   // The queued RDMA WRs are dropped, never posted (the connection is
   // closing: no completion will come for them); f(wr_id) for each.
   template <class F>
@@ -107,7 +122,7 @@ class MessageChannel {
   }
   // Posts the queued RDMA WRs and up to max_sends queued SENDs (the open
   // buffer too, if non-empty), in that order, in chains of up to
-  // QueuePair::kMaxChain. Returns the number of SENDs posted; *error gets
+  // QueuePair::kMaxChain (the transfers signaled as set_transfer_signaling says). Returns the number of SENDs posted; *error gets
   // the errno of a failed post (what it did not post stays queued: ENOMEM
   // means the send queue is full, retry later).
   std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),
@@ -153,6 +168,8 @@ class MessageChannel {
   std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
   PostAccounts posted_;
+  std::size_t signal_interval_ = 1;                       // set_transfer_signaling
+  FifoVector<verbs::WrId>* posted_transfers_ = nullptr;   // set_transfer_signaling
 };
 
 }  // namespace rkv::kv::conn
