@@ -48,13 +48,13 @@ class FifoVector {
   // Removes `v` (the oldest usually, any other is found and erased); false if
   // it is not here.
   [[nodiscard]] bool remove(const T& v) noexcept {
-    if (head_ < items_.size() && items_[head_] == v) {
+    const std::size_t at = find(v);
+    if (at == size()) return false;
+    if (at == 0) {
       pop_front();
-      return true;
+    } else {
+      items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(head_ + at));
     }
-    const auto it = std::find(items_.begin() + static_cast<std::ptrdiff_t>(head_), items_.end(), v);
-    if (it == items_.end()) return false;
-    items_.erase(it);
     return true;
   }
   // Position of `v` from the oldest, or size() if it is not here.
