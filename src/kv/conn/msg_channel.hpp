@@ -81,7 +81,8 @@ class MessageChannel {
   void count_value_copies(std::uint64_t* account) noexcept { value_account_ = account; }
   // What flush() posts, counted as it is posted, never when it is queued
   // (a transfer dropped with the connection was not sent); a null field is
-  // not counted. The server's counters.
+  // not counted. The server's counters, and the client's READ counters
+  // (rdma_reads, read_posts, reads_unsignaled).
   struct PostAccounts {
     std::uint64_t* post_calls = nullptr;  // +1 per post call
     std::uint64_t* bytes_out = nullptr;   // + the bytes of each SEND and WRITE
@@ -122,8 +123,9 @@ class MessageChannel {
   }
   // Posts the queued RDMA WRs and up to max_sends queued SENDs (the open
   // buffer too, if non-empty), in that order, in chains of up to
-  // QueuePair::kMaxChain (the transfers signaled as set_transfer_signaling says). Returns the number of SENDs posted; *error gets
-  // the errno of a failed post (what it did not post stays queued: ENOMEM
+  // QueuePair::kMaxChain, the transfers signaled as set_transfer_signaling
+  // says. Returns the number of SENDs posted; *error gets the errno of a
+  // failed post (what it did not post stays queued: ENOMEM
   // means the send queue is full, retry later).
   std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),
                     int* error = nullptr) noexcept;
