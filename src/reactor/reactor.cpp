@@ -81,19 +81,23 @@ void Reactor::begin_turn() {
 }
 
 std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
-  std::size_t ran = turn(timeout);
   // Idle turns inside a window run here, not in the caller's loop (they
   // change nothing it could see), so the idle priority never leaves this
-  // call. Not with a timeout shorter than the budget (the caller's deadline
-  // comes first), and not for busy polling (it asked for the CPU).
+  // call, not even by an exception. Not with a timeout shorter than the
+  // budget (the caller's deadline comes first), and not for busy polling (it
+  // asked for the CPU).
+  struct Restore {
+    SpinPriority& priority;
+    ~Restore() { priority.restore(); }
+  } const restore{spin_priority_};
   const auto spin_here = [&] {
     return spinning_ && spin_budget_ != kSpinForever && (timeout.count() < 0 || timeout >= spin_budget_);
   };
+  std::size_t ran = turn(timeout);
   while (ran == 0 && !stop_requested_ && spin_here()) {
     if (idle_long_) spin_priority_.lower();
     ran = turn(timeout);
   }
-  spin_priority_.restore();
   return ran;
 }
 
