@@ -60,6 +60,39 @@ TEST(FifoVector, RemovesOldestOrAnyAndRefusesAbsent) {
   EXPECT_TRUE(q.empty());
 }
 
+// Room made once for twice the most it holds: however pushes and takes
+// interleave, make_room never grows the vector again (the client's posted
+// READs rely on it: no allocation on the data path).
+TEST(FifoVector, RoomForTwiceTheMostNeverGrows) {
+  constexpr std::size_t kMost = 32;
+  FifoVector<std::uint32_t> q;
+  ASSERT_TRUE(q.make_room(2 * kMost));
+  const std::size_t capacity = q.capacity();
+  std::deque<std::uint32_t> model;
+  std::uint32_t next = 0;
+  std::uint64_t rng = 0x2545F4914F6CDD1Dull;
+  const auto below = [&](std::size_t n) {  // xorshift: the same sequence every run
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return n == 0 ? std::size_t{0} : static_cast<std::size_t>(rng % n);
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const std::size_t push = below(kMost - model.size() + 1);
+    ASSERT_TRUE(q.make_room(push));
+    ASSERT_EQ(q.capacity(), capacity) << "grew at step " << step;
+    for (std::size_t i = 0; i < push; ++i) {
+      q.push(next);
+      model.push_back(next++);
+    }
+    for (std::size_t take = below(model.size() + 1); take > 0; --take) {
+      ASSERT_EQ(q.pop_front(), model.front());
+      model.pop_front();
+    }
+  }
+  EXPECT_EQ(fifo_contents(q), std::vector<std::uint32_t>(model.begin(), model.end()));
+}
+
 TEST(FifoVector, HoldsStructsAndClears) {
   struct Sealed {
     std::uint32_t index;

@@ -46,7 +46,9 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
       channel_(link, recv, send, generation),
       slots_(std::min<std::uint32_t>(recv.count(), kMaxSlots)),
       scratch_(recv.buffer_size()) {
-  if (!reads_posted_.make_room(slots_.max_slots())) throw std::bad_alloc();  // one READ per slot at most
+  // One READ per slot at most: room for twice that, so the data path never
+  // grows it (fifo_vector.hpp).
+  if (!reads_posted_.make_room(2 * std::size_t{slots_.max_slots()})) throw std::bad_alloc();
   channel_.count_value_copies(&counters_.bytes_copied);  // eager values, counted by their copy
   channel_.count_posted({.reads = &counters_.rdma_reads,
                          .transfer_posts = &counters_.read_posts,

@@ -4,7 +4,10 @@
 // in flight, sealed send buffers waiting for a flush). Taking the oldest costs
 // no shifting; the taken prefix is dropped only when room is made, once it is
 // at least half the vector (so each element moves O(1) times), and room is
-// made ahead of the push (make_room), so push never allocates.
+// made ahead of the push (make_room), so push never allocates. With room
+// made once for twice the most it will ever hold, make_room never allocates
+// again: whenever the vector is full, at least half of it is the taken
+// prefix, which it drops.
 //
 // Thread: the owner's (the reactor's); not thread-safe.
 
@@ -63,6 +66,7 @@ class FifoVector {
     return static_cast<std::size_t>(it - items_.begin()) - head_;
   }
   [[nodiscard]] std::size_t size() const noexcept { return items_.size() - head_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return items_.capacity(); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   void clear() noexcept {
     items_.clear();
