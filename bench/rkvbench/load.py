@@ -146,7 +146,7 @@ class LoadExperiments:
         top = max(self.scaling_clients)
         log(f"scaling: {counts} concurrent kvload clients, {size} B, depth {depth}, "
             f"{self.scaling_ops} ops each or {self.measured_deep} split among them if more "
-            f"(alternating SET and GET; then SET and GET alone at 1 and {top})")
+            f"(alternating SET and GET; then SET and GET alone at 1 and {top}, {self.measured_deep} each)")
         self.ensure_kvd()
         for op, ns in (("mixed", self.scaling_clients), ("set", (1, top)), ("get", (1, top))):
             base = None
@@ -154,8 +154,14 @@ class LoadExperiments:
                 base = self._scaling_point(op, n, size, depth, base)
 
     def _scaling_point(self, op, n, size, depth, base):
-        """One point of the scaling experiment; returns the 1-process base."""
-        per_client = max(self.scaling_ops, self.measured_deep // n)  # each point lasts, however many clients
+        """One point of the scaling experiment; returns the 1-process base.
+        The alternating series splits one deep point among the processes (each
+        point lasts, however many clients); SET and GET alone give each
+        process a whole deep point, as each of the redis-benchmark processes
+        they are held against makes (tcp.py, _redis_processes), so that here
+        too the runs overlap by far more than the processes' starts differ."""
+        per_client = self.measured_deep if op != "mixed" else self.measured_deep // n
+        per_client = max(self.scaling_ops, per_client)
         paths = []
         for c in range(n):
             keys = [f"c{c}k{i:03d}" for i in range(self.scaling_keys)]
