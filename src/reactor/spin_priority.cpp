@@ -34,11 +34,12 @@ SpinPriority::SpinPriority() noexcept {
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, 0);  // this thread's (Linux)
   if (errno != 0) return;
-  rlimit lim{};
   // Leaving SCHED_IDLE counts as lowering the nice value to its own: allowed
   // if 20 - nice is within RLIMIT_NICE (the kernel's can_nice()).
-  const bool rlimit_allows = ::getrlimit(RLIMIT_NICE, &lim) == 0 &&
-                             (lim.rlim_cur == RLIM_INFINITY || static_cast<long long>(20 - nice) <= static_cast<long long>(lim.rlim_cur));
+  rlimit lim{};
+  const bool rlimit_allows =
+      ::getrlimit(RLIMIT_NICE, &lim) == 0 &&
+      (lim.rlim_cur == RLIM_INFINITY || static_cast<rlim_t>(20 - nice) <= lim.rlim_cur);
   allowed_ = rlimit_allows || has_cap_sys_nice();
 }
 
@@ -55,7 +56,8 @@ void SpinPriority::set_idle(bool idle) noexcept {
   allowed_ = false;
   if (idle) return;  // still SCHED_OTHER: nothing lost
   // The thread stays at idle priority; nothing more to try.
-  SPDLOG_ERROR("reactor: cannot leave SCHED_IDLE after a spin ({}); the thread stays at idle priority", std::strerror(err));
+  SPDLOG_ERROR("reactor: cannot leave SCHED_IDLE after a spin ({}); the thread stays at idle priority",
+               std::strerror(err));
   lowered_ = false;
 }
 
