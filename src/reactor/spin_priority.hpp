@@ -36,7 +36,6 @@ class SpinPriority {
   void restore() noexcept {
     if (lowered_) set_idle(false);
   }
-  [[nodiscard]] bool lowered() const noexcept { return lowered_; }
   // Whether lower() may act: the constructor's verdict, until a change of
   // policy failed.
   [[nodiscard]] bool allowed() const noexcept { return allowed_; }
