@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "kv/client/client.hpp"
+#include "kv/client/shard_set.hpp"
 #include "kvd_fixture.hpp"
 #include "loopback.hpp"  // softroce_addr(): fails, never skips, without a device
+#include "proto/placement.hpp"
 #include "reactor/reactor.hpp"
 
 
@@ -216,6 +218,31 @@ TEST_F(ClientE2E, AStoppedServerFailsAsyncRequestsAfterTheOpTimeout) {
   for (const Status st : got) EXPECT_EQ(st, Status::connection_failed) << to_string(st);
   EXPECT_EQ(c->state(), ConnState::failed);
   EXPECT_NE(c->failure().find("no reply for"), std::string::npos) << c->failure();
+}
+
+// A ShardSet closed again from a reactor callback while its own close() tears
+// a shard's connection down (that teardown runs the loop until DISCONNECTED):
+// the inner close must not free the Client the outer one is still closing.
+// kvload's stall timer did this from inside ShardSet::maintain's retire
+// under load (ASan: heap-use-after-free in Client::teardown).
+TEST_F(ClientE2E, AShardSetClosedAgainFromACallbackDuringItsClose) {
+  test::KvdProcess second(RKV_KVD_PATH, addr_);
+  std::vector<proto::ServerAddr> servers;
+  for (const std::uint16_t port : {kvd_->port(), second.port()}) {
+    servers.push_back({addr_, port, proto::server_id(addr_, port)});
+  }
+  auto set = ShardSet::connect(reactor_, servers, {});
+  ASSERT_EQ(set->size(), 2u);
+  int inner = 0;
+  const reactor::Timer again = reactor_.after(0ms, [&] {
+    ++inner;
+    set->close();
+  });
+  set->close();
+  EXPECT_EQ(inner, 1) << "the close's teardown never ran the loop: nothing was re-entered";
+  for (std::size_t i = 0; i < set->size(); ++i) {
+    EXPECT_EQ(set->get(i, "k", [](Status, bool, std::span<const std::byte>) {}), Status::not_connected) << i;
+  }
 }
 
 }  // namespace

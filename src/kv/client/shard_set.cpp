@@ -357,23 +357,32 @@ void ShardSet::forget(std::span<const std::byte> bytes) noexcept {
 }
 
 void ShardSet::retire(Shard& s) noexcept {
-  if (!s.client) return;
-  s.client->close();  // pending ops complete (wrap(): shard_down)
-  add_counters(s.past, s.client->counters());
+  // Detached before it closes: closing runs the loop (Client::teardown waits
+  // for DISCONNECTED), and a callback there may retire this shard again
+  // (close() from a timer, as kvload's stall check does). That one finds no
+  // client, and so cannot free the one being closed here.
+  const std::unique_ptr<Client> c = std::move(s.client);
+  if (!c) return;
+  c->close();  // pending ops complete (wrap(): shard_down)
+  add_counters(s.past, c->counters());
   try {
-    if (s.failure.empty()) s.failure = s.client->failure();
+    if (s.failure.empty()) s.failure = c->failure();
   } catch (...) {
   }
-  s.client.reset();
 }
 
 void ShardSet::try_reconnect(std::size_t i) {
+  if (closing_) return;
   Shard& s = shards_[i];
   ClientOptions o = options_;
   o.resolve_timeout = shard_options_.reconnect_timeout;
   o.connect_timeout = shard_options_.reconnect_timeout;
   try {
     std::unique_ptr<Client> c = Client::connect(*reactor_, s.addr.host, s.addr.port, o);
+    if (closing_) {  // close() ran in a callback of the connect's loop
+      c->close();
+      return;
+    }
     s.client = std::move(c);
     s.max_value = s.client->server_max_value();
     s.state = ShardState::up;
@@ -384,6 +393,7 @@ void ShardSet::try_reconnect(std::size_t i) {
     ++reconnects_;
     spdlog::info("client: shard {} is {}", s.addr.id, first ? "up" : "back");
   } catch (const ConnectError& e) {
+    if (closing_) return;
     s.failure = e.what();
     s.backoff = std::min(s.backoff * 2, shard_options_.backoff_max);
     s.state = ShardState::down;
