@@ -81,27 +81,6 @@ void Reactor::begin_turn() {
 }
 
 std::size_t Reactor::run_once(std::chrono::milliseconds timeout) {
-  // Idle turns inside a window run here, not in the caller's loop (they
-  // change nothing it could see), so the idle priority never leaves this
-  // call, not even by an exception. Not with a timeout shorter than the
-  // budget (the caller's deadline comes first), and not for busy polling (it
-  // asked for the CPU).
-  struct Restore {
-    SpinPriority& priority;
-    ~Restore() { priority.restore(); }
-  } const restore{spin_priority_};
-  const auto spin_here = [&] {
-    return spinning_ && spin_budget_ != kSpinForever && (timeout.count() < 0 || timeout >= spin_budget_);
-  };
-  std::size_t ran = turn(timeout);
-  while (ran == 0 && !stop_requested_ && spin_here()) {
-    if (idle_long_) spin_priority_.lower();
-    ran = turn(timeout);
-  }
-  return ran;
-}
-
-std::size_t Reactor::turn(std::chrono::milliseconds timeout) {
   begin_turn();
   const bool forever = spin_budget_ == kSpinForever && pollers_.live() > 0;
   bool block = timeout.count() != 0 && !wake_requested_ && !spinning_ && !forever;
@@ -157,13 +136,11 @@ std::size_t Reactor::end_turn(std::size_t ran, bool look, std::chrono::milliseco
 void Reactor::note_turn(std::size_t ran) noexcept {
   if (spin_budget_.count() == 0) {
     spinning_ = false;
-    idle_long_ = false;
     return;
   }
   if (ran > 0) {
     spinning_ = true;
     idle_since_.reset();
-    idle_long_ = false;
     return;
   }
   if (!spinning_ || spin_budget_ == kSpinForever) return;
@@ -174,9 +151,6 @@ void Reactor::note_turn(std::size_t ran) noexcept {
   } else if (now - *idle_since_ >= spin_budget_) {
     spinning_ = false;
     idle_since_.reset();
-    idle_long_ = false;
-  } else {
-    idle_long_ = now - *idle_since_ >= spin_budget_ / 2;
   }
 }
 

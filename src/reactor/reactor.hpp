@@ -29,13 +29,7 @@
 // loop awake. Budget 0 for every poller: pure events. kSpinForever: the loop
 // never sleeps while such a poller lives (busy polling). A spinning loop
 // makes few syscalls: it calls epoll_wait (fds, timers, signals) and reads
-// the clock only every 8th turn; the pollers run every turn. Once an idle
-// stretch has lasted half the budget, the rest of it spins at idle priority
-// (SpinPriority, spin_priority.hpp: SCHED_IDLE where the thread may return
-// from it), so a spin takes only a CPU that no task with work wants. The
-// idle turns run inside run_once, which restores the thread's policy before
-// it returns: after the turn that found work (that turn ran lowered), or at
-// the window's end. So its caller never sees the thread lowered.
+// the clock only every 8th turn; the pollers run every turn.
 #pragma once
 
 #include <sys/epoll.h>
@@ -55,7 +49,6 @@
 #include "reactor/handle.hpp"
 #include "reactor/signal_source.hpp"
 #include "reactor/slot_table.hpp"
-#include "reactor/spin_priority.hpp"
 #include "reactor/timer_queue.hpp"
 
 namespace rkv::reactor {
@@ -97,10 +90,7 @@ class Reactor {
   // One iteration: epoll_wait (timeout < 0 waits forever; forced to 0 while
   // spinning, see the header, or after a Poller::wake()), dispatch ready fds,
   // fire due timers, run pollers. Before a wait that may block, the pollers'
-  // before_sleep hooks run (and their work counts). Inside a spin window
-  // (not a busy-polling one) with a timeout < 0 or of at least the spin
-  // budget, the idle iterations that follow run here too, until one finds
-  // work or the window closes: they change nothing a caller could see.
+  // before_sleep hooks run (and their work counts).
   // Returns the number of user callbacks that ran (pollers count only when
   // they report work). Throws std::system_error if epoll_wait fails.
   std::size_t run_once(std::chrono::milliseconds timeout);
@@ -237,7 +227,6 @@ class Reactor {
   }
 
   void begin_turn();  // owner thread, not from a callback; the spin budget up to date
-  std::size_t turn(std::chrono::milliseconds timeout);  // one iteration (run_once's first, and its idle ones)
   // The rest of a turn after the hooks: epoll_wait (if `look`), fds, timers,
   // pollers, the spin window. Returns `ran` plus the callbacks that worked.
   std::size_t end_turn(std::size_t ran, bool look, std::chrono::milliseconds timeout);
@@ -268,12 +257,10 @@ class Reactor {
   bool spin_budget_dirty_ = false;             // a poller came or went: recompute before the next turn
   bool spinning_ = false;                      // inside a spin window: waits do not block
   std::optional<Clock::time_point> idle_since_;  // first clock read of the current idle stretch
-  bool idle_long_ = false;  // the idle stretch passed half the budget: spin at idle priority
   unsigned spin_turns_ = 0;                      // spinning turns (every kSpinFdEvery-th looks at the fds)
   unsigned idle_turns_ = 0;                      // idle spinning turns (every kSpinFdEvery-th reads the clock)
   bool wake_requested_ = false;  // Poller::wake(): the next wait must not block
   bool timer_fired_ = false;     // the timerfd was read this turn: run_timers has work
-  SpinPriority spin_priority_;   // idle spinning turns run at idle priority
 };
 
 }  // namespace rkv::reactor

@@ -574,16 +574,14 @@ TEST(Reactor, SpinWindowThenBeforeSleepThenBlock) {
   EXPECT_TRUE(r.spinning());
   EXPECT_EQ(r.spin_budget(), 20ms);
   const auto t0 = Reactor::now();
-  const int polls_before = polls;
-  int calls = 0;
+  int turns = 0;
   while (r.spinning()) {
     r.run_once(10s);  // never blocks inside the window
-    ++calls;
+    ++turns;
     ASSERT_LT(Reactor::now() - t0, 5s);  // only ends a loop that would never end
   }
   EXPECT_GE(Reactor::now() - t0, 20ms);
-  EXPECT_EQ(calls, 1);  // the window's idle turns ran inside one call
-  EXPECT_GT(polls - polls_before, 1);
+  EXPECT_GT(turns, 1);
   EXPECT_EQ(sleeps, 0);  // no hook while spinning
 
   int fired = 0;
