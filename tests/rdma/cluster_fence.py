@@ -117,7 +117,8 @@ def main() -> None:
     # The writes wait as long as the pause lasts (up to DEADLINE): the op
     # timeout must not fail them first.
     os.environ["RKV_TIMEOUT_MS"] = str(int(3 * DEADLINE * 1000))
-    lease = read_map(cluster)["leases"][member]
+    leases = read_map(cluster)["leases"]
+    lease = leases[member]
     held = held_keys(cluster)
     with rkv.Client(cluster) as c:
         for k in held:
@@ -137,9 +138,16 @@ def main() -> None:
         found = [k for k in keys if c.get(k) is not None]
         if found:
             fail(f"refused writes {found} are readable from the cluster")
-        lost = [k for k in held if value(c.get(k)) != b"before"] if replicas else []
+        lost = {k: v for k in held if (v := value(c.get(k))) != b"before"} if replicas else {}
         if lost:
-            fail(f"acknowledged writes lost when the paused member was dropped: {lost}")
+            # What each read, its shard's owners now, and the members' leases
+            # before and now: a member other than the paused one that lost its
+            # lease too shows as a new lease (the map had dropped it).
+            m = read_map(cluster) or {"shards": [], "leases": {}}
+            n = len(m["shards"])
+            owners = {k: m["shards"][shard_of(k.encode(), n)]["owners"] for k in lost} if n else {}
+            fail(f"acknowledged writes lost when the paused member was dropped: {lost}; their owners now: {owners}; "
+                 f"leases before the pause: {leases}, now: {m['leases']}")
         for k in held:
             c.set(k, b"after")
     print(f"cluster_fence: {WRITES} writes sent to {member} while paused past its lease: all refused (ESTALE)"

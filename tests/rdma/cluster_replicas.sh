@@ -84,7 +84,17 @@ py=$BUILD/tests/python/python_sanitized
   }
   primaries() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$6 }"; }
   started=()
-  trap "kill -9 \${started[*]:-} 2>/dev/null" EXIT
+  # On a failure: the last lines of the members started here (scripts/kvds
+  # shows those it started), e.g. a lease that expired.
+  tails() {
+    local f
+    for f in "$work"/*.log; do
+      [ -e "$f" ] || continue
+      echo "cluster_replicas: the last lines of kvd $(basename "$f" .log):" >&2
+      tail -n 8 "$f" | sed "s/^/  /" >&2
+    done
+  }
+  trap "rc=\$?; kill -9 \${started[*]:-} 2>/dev/null; [ \$rc = 0 ] || tails" EXIT
   start_kvd() {  # PORT NAME: one more member, in the background; sets kvd_id
     "$RKV_KVD" --bind "$SOFTROCE_ADDR" --port "$1" --cluster "$RKV_CLUSTER" --replicas 1 --lease-ttl 5 \
       --log-level warn >"$work/$2.log" 2>&1 &
