@@ -1,6 +1,7 @@
 // client_e2e: kv::client::Client against a real kvd child process over Soft-RoCE.
 // Two clients at once, SET/GET round trips, missing keys, the eager size
-// boundary, coalescing of async requests, refused connections.
+// boundary, coalescing of async requests, refused connections; a ShardSet
+// closed again from a callback during its own close.
 #include <signal.h>
 
 #include <gtest/gtest.h>
