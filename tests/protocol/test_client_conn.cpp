@@ -424,6 +424,9 @@ TEST_F(ClientConnTest, CloseCompletesPendingWithClosed) {
   EXPECT_EQ(conn_->state(), ConnState::closed);
   EXPECT_FALSE(conn_->on_disconnected());
   EXPECT_EQ(calls_[0], 1);
+  EXPECT_EQ(conn_->counters().disconnects, 2u);
+  conn_->cm_done();  // no-op: closed already
+  EXPECT_EQ(conn_->counters().unconfirmed_disconnects, 0u);
 }
 
 // The server leaves: pending requests fail once; a close() then has nothing to disconnect.
@@ -451,6 +454,8 @@ TEST_F(ClientConnTest, FailedThenClosedWaitsForTheDisconnect) {
   EXPECT_EQ(conn_->state(), ConnState::closing);
   conn_->cm_done();
   EXPECT_EQ(conn_->state(), ConnState::closed);
+  EXPECT_EQ(conn_->counters().unconfirmed_disconnects, 1u);
+  EXPECT_EQ(conn_->counters().disconnects, 0u);
 }
 
 TEST_F(ClientConnTest, PostFailureFailsTheConnection) {

@@ -1,7 +1,8 @@
 // client_e2e: kv::client::Client against a real kvd child process over Soft-RoCE.
 // Two clients at once, SET/GET round trips, missing keys, the eager size
 // boundary, coalescing of async requests, refused connections; a ShardSet
-// closed again from a callback during its own close.
+// closed again from a callback during its own close; closes from callbacks
+// that still wait for DISCONNECTED (a Client's, a ShardSet's).
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -244,6 +245,55 @@ TEST_F(ClientE2E, AShardSetClosedAgainFromACallbackDuringItsClose) {
   for (std::size_t i = 0; i < set->size(); ++i) {
     EXPECT_EQ(set->get(i, "k", [](Status, bool, std::span<const std::byte>) {}), Status::not_connected) << i;
   }
+}
+
+// A close() inside a callback only disconnects (the loop cannot run there);
+// the close() after it, outside callbacks, waits for that DISCONNECTED
+// before it releases the QP.
+TEST_F(ClientE2E, ClosedInACallbackThenOutsideWaitsForTheDisconnect) {
+  ClientOptions o;
+  o.close_timeout = 30s;  // generous: the guest may be slow; the wait ends on the event
+  auto c = open(o);
+  bool fired = false;
+  const reactor::Timer t = reactor_.after(0ms, [&] {
+    fired = true;
+    c->close();
+    EXPECT_EQ(c->state(), ConnState::closing);
+  });
+  const auto deadline = reactor::Reactor::now() + 30s;
+  while (!fired && reactor::Reactor::now() < deadline) reactor_.run_once(1000ms);
+  ASSERT_TRUE(fired);
+  c->close();
+  EXPECT_EQ(c->state(), ConnState::closed);
+  EXPECT_EQ(c->counters().disconnects, 1u) << "the server's answer to the disconnect was seen";
+  EXPECT_EQ(c->counters().unconfirmed_disconnects, 0u);
+}
+
+// A ShardSet closed from a callback parks its Clients (destroying them there
+// would release their QPs without DISCONNECTED); closing it again outside
+// callbacks waits for each one's DISCONNECTED.
+TEST_F(ClientE2E, AShardSetClosedInACallbackWaitsForEachDisconnectOutsideIt) {
+  test::KvdProcess second(RKV_KVD_PATH, addr_);
+  std::vector<proto::ServerAddr> servers;
+  for (const std::uint16_t port : {kvd_->port(), second.port()}) {
+    servers.push_back({addr_, port, proto::server_id(addr_, port)});
+  }
+  ClientOptions o;
+  o.close_timeout = 30s;
+  auto set = ShardSet::connect(reactor_, servers, o);
+  ASSERT_EQ(set->size(), 2u);
+  bool fired = false;
+  const reactor::Timer t = reactor_.after(0ms, [&] {
+    fired = true;
+    set->close();
+  });
+  const auto deadline = reactor::Reactor::now() + 30s;
+  while (!fired && reactor::Reactor::now() < deadline) reactor_.run_once(1000ms);
+  ASSERT_TRUE(fired);
+  set->close();
+  const ClientCounters c = set->counters();
+  EXPECT_EQ(c.disconnects, 2u) << "each connection's DISCONNECTED was seen before its QP went";
+  EXPECT_EQ(c.unconfirmed_disconnects, 0u);
 }
 
 }  // namespace

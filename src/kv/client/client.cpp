@@ -100,7 +100,13 @@ std::string describe(const verbs::CmEvent& ev) {
 Client::Client(reactor::Reactor& reactor, const ClientOptions& options)
     : reactor_(&reactor), options_(options), flush_poller_(reactor.add_poller([this] { return on_flush_poll(); })) {}
 
-Client::~Client() { close(); }  // close() asserts the thread
+Client::~Client() {  // close() asserts the thread
+  if (ep_ && reactor_->state() != reactor::ReactorState::kIdle) {
+    spdlog::warn("client: destroyed inside a reactor callback: the connection to {} goes without waiting for "
+                 "DISCONNECTED (close() there, destroy it outside callbacks)", peer_);
+  }
+  close();
+}
 
 std::unique_ptr<Client> Client::connect(reactor::Reactor& reactor, const std::string& host, std::uint16_t port,
                                         const ClientOptions& options) {
@@ -702,6 +708,7 @@ void Client::teardown() noexcept {
     if (ep_) {
       // Teardown order of verbs/qp.hpp: disconnect, wait DISCONNECTED, to_error, drain.
       if (conn_ && conn_->state() == ConnState::closing) {
+        // A second disconnect (after a close() in a callback) returns 0 too.
         if (ep_->id().disconnect() == 0) {
           if (!run_until([&] { return conn_->state() != ConnState::closing; }, options_.close_timeout)) {
             spdlog::warn("client: no DISCONNECTED from {} within {} ms", peer_, options_.close_timeout.count());

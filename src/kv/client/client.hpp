@@ -215,7 +215,11 @@ class Client {
 
   // Disconnect, wait for DISCONNECTED (bounded), drain flushed completions,
   // release the verbs resources. Pending requests complete with Status::closed.
-  // Idempotent; never throws.
+  // Idempotent; never throws. From a reactor callback it only disconnects
+  // (the loop cannot be run there); a later close() or ~Client outside
+  // callbacks waits for DISCONNECTED and releases. Destroying a Client inside
+  // a callback releases its QP without that wait (logged): ShardSet parks
+  // the Clients it retires there until it runs outside callbacks.
   void close() noexcept;
 
   [[nodiscard]] ConnState state() const noexcept;

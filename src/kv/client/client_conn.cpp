@@ -555,6 +555,7 @@ void ClientConn::close() noexcept {
 }
 
 bool ClientConn::on_disconnected() noexcept {
+  ++counters_.disconnects;
   switch (state_) {
     case ConnState::connecting:
     case ConnState::accepted:
@@ -576,7 +577,9 @@ bool ClientConn::on_disconnected() noexcept {
 }
 
 void ClientConn::cm_done() noexcept {
-  if (state_ == ConnState::closing) state_ = ConnState::closed;
+  if (state_ != ConnState::closing) return;
+  state_ = ConnState::closed;
+  ++counters_.unconfirmed_disconnects;
 }
 
 }  // namespace rkv::kv::client

@@ -146,6 +146,10 @@ struct ClientCounters {
   std::uint64_t gets_into = 0;          // GETs into a caller's buffer (submit_get_into)
   std::uint64_t gets_into_direct = 0;   // of those: the value was RDMA-written or -read into it (no copy)
   std::uint64_t touches_sent = 0;       // keys named in TOUCH hints (one-sided hits reported to the server)
+  // Connection ends (rdma_cm). A close waits for DISCONNECTED before the QP
+  // goes (the server's DREQ answered, or the answer to ours).
+  std::uint64_t disconnects = 0;             // DISCONNECTED events seen
+  std::uint64_t unconfirmed_disconnects = 0; // closes that gave up waiting for it (close_timeout passed)
   [[nodiscard]] double messages_per_send() const noexcept {
     return sends_posted == 0 ? 0.0 : static_cast<double>(messages_sent) / static_cast<double>(sends_posted);
   }
@@ -191,6 +195,8 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"gets_into", &ClientCounters::gets_into},
     ClientCounterInfo{"gets_into_direct", &ClientCounters::gets_into_direct},
     ClientCounterInfo{"touches_sent", &ClientCounters::touches_sent},
+    ClientCounterInfo{"disconnects", &ClientCounters::disconnects},
+    ClientCounterInfo{"unconfirmed_disconnects", &ClientCounters::unconfirmed_disconnects},
 };
 static_assert(sizeof(ClientCounters) == kClientCounterTable.size() * sizeof(std::uint64_t),
               "every ClientCounters member needs its row in kClientCounterTable");
@@ -342,8 +348,10 @@ class ClientConn {
   // The server's DISCONNECTED arrived (the peer left, or answered our
   // disconnect): fails what is pending ("the server closed the connection").
   // True the first time: the owner answers it with its own disconnect.
+  // Counted (disconnects).
   [[nodiscard]] bool on_disconnected() noexcept;
-  // The owner's wait for DISCONNECTED is over without it (closing -> closed).
+  // The owner's wait for DISCONNECTED is over without it (closing -> closed;
+  // counted: unconfirmed_disconnects).
   void cm_done() noexcept;
 
   // Requests have ended (failed, disconnected, closing, closed): submits are refused.

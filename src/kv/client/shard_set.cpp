@@ -361,13 +361,36 @@ void ShardSet::retire(Shard& s) noexcept {
   // for DISCONNECTED), and a callback there may retire this shard again
   // (close() from a timer, as kvload's stall check does). That one finds no
   // client, and so cannot free the one being closed here.
-  const std::unique_ptr<Client> c = std::move(s.client);
+  // Inside a callback close() only disconnects (the loop cannot run there to
+  // wait for DISCONNECTED), so the Client is parked, not destroyed.
+  std::unique_ptr<Client> c = std::move(s.client);
   if (!c) return;
   c->close();  // pending ops complete (wrap(): shard_down)
-  add_counters(s.past, c->counters());
+  if (reactor_->state() != reactor::ReactorState::kIdle) {
+    s.parked.push_back(std::move(c));
+    return;
+  }
+  account(s, *c);
+}
+
+void ShardSet::account(Shard& s, const Client& c) noexcept {
+  add_counters(s.past, c.counters());
   try {
-    if (s.failure.empty()) s.failure = c->failure();
+    if (s.failure.empty()) s.failure = c.failure();
   } catch (...) {
+  }
+}
+
+void ShardSet::release_parked() noexcept {
+  if (reactor_->state() != reactor::ReactorState::kIdle) return;
+  // By index: a close() runs the loop, whose callbacks may park more.
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    while (!shards_[i].parked.empty()) {
+      const std::unique_ptr<Client> c = std::move(shards_[i].parked.back());
+      shards_[i].parked.pop_back();
+      c->close();  // waits for the DISCONNECTED its close() in a callback asked for
+      account(shards_[i], *c);
+    }
   }
 }
 
@@ -404,7 +427,9 @@ void ShardSet::try_reconnect(std::size_t i) {
 
 bool ShardSet::maintain() {
   assert_owner();
-  if (closing_ || !sharded() || reactor_->state() != reactor::ReactorState::kIdle) return false;
+  if (reactor_->state() != reactor::ReactorState::kIdle) return false;
+  release_parked();
+  if (closing_ || !sharded()) return false;
   bool changed = apply_members();
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     Shard& s = shards_[i];
@@ -456,6 +481,7 @@ void ShardSet::close() noexcept {
     retire(s);
     s.state = ShardState::closed;
   }
+  release_parked();
 }
 
 ClientCounters ShardSet::counters() const noexcept {
@@ -464,6 +490,7 @@ ClientCounters ShardSet::counters() const noexcept {
   for (const Shard& s : shards_) {
     add_counters(sum, s.past);
     if (s.client) add_counters(sum, s.client->counters());
+    for (const auto& c : s.parked) add_counters(sum, c->counters());
   }
   return sum;
 }

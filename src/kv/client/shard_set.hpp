@@ -174,6 +174,9 @@ class ShardSet {
   // connect the shards whose retry is due. True if a shard changed state.
   bool maintain();
   // Closes every shard (pending ops complete with Status::closed). Idempotent.
+  // From a reactor callback each Client only disconnects there; the next
+  // close() or maintain() outside callbacks (or ~ShardSet) waits for their
+  // DISCONNECTED and releases them.
   void close() noexcept;
 
   // Counters of every shard's Clients, the closed ones included, summed.
@@ -202,6 +205,9 @@ class ShardSet {
     bool connected_once = false;  // a connection was up (a member that joins has none yet)
     std::string failure;     // why it went down
     ClientCounters past{};   // counters of the Clients it had before
+    // Clients retired inside a reactor callback: disconnected there, released
+    // (DISCONNECTED awaited) by the next release_parked() outside callbacks.
+    std::vector<std::unique_ptr<Client>> parked;
   };
 
   ShardSet(reactor::Reactor& reactor, const ClientOptions& options, ShardSetOptions shard_options);
@@ -218,6 +224,8 @@ class ShardSet {
   [[nodiscard]] Callback wrap(std::size_t i, Callback cb);
   void mark_down(std::size_t i) noexcept;  // up -> down, retry timer started
   void retire(Shard& s) noexcept;          // close and drop its Client (not from its callbacks)
+  void account(Shard& s, const Client& c) noexcept;  // a dropped Client's counters and failure into s
+  void release_parked() noexcept;          // outside callbacks: closes and drops the parked Clients
   void try_reconnect(std::size_t i);
   void start_retry_timer(std::size_t i);  // down: retry_due after the backoff
   void on_view(const cluster::ClusterView& view);  // the watch's report (a reactor callback)
