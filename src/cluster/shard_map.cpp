@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace rkv::cluster {
 
@@ -202,6 +203,7 @@ class Loads {
     return static_cast<std::size_t>(it - ids_.begin());
   }
   [[nodiscard]] const std::string& id(std::size_t i) const { return ids_[i]; }
+  [[nodiscard]] std::size_t size() const noexcept { return ids_.size(); }
   void count(const ShardOwners& s, int sign) {
     for (std::size_t k = 0; k < s.owners.size(); ++k) {
       const std::size_t i = *index(s.owners[k]);
@@ -230,14 +232,6 @@ class Loads {
   [[nodiscard]] bool eligible(std::string_view id) const { return eligible_[*index(id)]; }
   [[nodiscard]] long primaries(std::size_t i) const { return primaries_[i]; }
   [[nodiscard]] long owned(std::string_view id) const { return owned_[*index(id)]; }
-  [[nodiscard]] std::optional<std::size_t> least_owned(const ShardOwners& not_in) const {
-    std::optional<std::size_t> best;
-    for (std::size_t i = 0; i < ids_.size(); ++i) {
-      if (!eligible_[i] || holds(not_in.owners, ids_[i])) continue;
-      if (!best || owned_[i] < owned_[*best]) best = i;
-    }
-    return best;
-  }
 
  private:
   std::span<const std::string> ids_;
@@ -246,26 +240,84 @@ class Loads {
   std::vector<bool> eligible_;  // not draining (all of them, if every member is)
 };
 
+// How many shards of each primary each member backs. Spreading a primary's
+// backups over the members spreads its shards over them when it dies
+// (rule 1 promotes one backup per shard), instead of piling them on one.
+class Pairs {
+ public:
+  Pairs(const Loads& loads, std::span<const ShardOwners> shards) : loads_(loads), n_(loads.size()), count_(n_ * n_) {
+    for (const ShardOwners& s : shards) {
+      for (std::size_t k = 1; k < s.owners.size(); ++k) add(s.owners.front(), s.owners[k], +1);
+    }
+  }
+  void add(std::string_view primary, std::string_view backup, int sign) {
+    count_[*loads_.index(primary) * n_ + *loads_.index(backup)] += sign;
+  }
+  [[nodiscard]] long of(std::string_view primary, std::string_view backup) const {
+    return count_[*loads_.index(primary) * n_ + *loads_.index(backup)];
+  }
+  // Rule 3's new backup of `s`: among the members that do not own it, the
+  // one that backs the fewest of its primary's shards, then owns the fewest.
+  [[nodiscard]] std::optional<std::size_t> best_backup(const ShardOwners& s) const {
+    const std::size_t p = *loads_.index(s.owners.front());
+    std::optional<std::size_t> best;
+    const auto rank = [&](std::size_t i) { return std::pair{count_[p * n_ + i], loads_.owned(loads_.id(i))}; };
+    for (std::size_t i = 0; i < n_; ++i) {
+      if (!loads_.eligible(loads_.id(i)) || holds(s.owners, loads_.id(i))) continue;
+      if (!best || rank(i) < rank(*best)) best = i;
+    }
+    return best;
+  }
+
+ private:
+  const Loads& loads_;
+  std::size_t n_;
+  std::vector<long> count_;  // [primary * n_ + backup]
+};
+
+// Rule 3: each shard filled up to `width` owners.
+void fill_backups(std::span<ShardOwners> shards, std::size_t width, Loads& loads) {
+  Pairs pairs(loads, shards);
+  for (ShardOwners& s : shards) {
+    while (s.owners.size() < width) {
+      const auto add = pairs.best_backup(s);
+      if (!add) break;
+      s.owners.push_back(loads.id(*add));
+      loads.owner(s.owners.back(), +1);
+      pairs.add(s.owners.front(), s.owners.back(), +1);
+    }
+  }
+}
+
+// Primaries round-robin in id order, backups by rule 3.
 ShardMap first_map(std::span<const std::string> ids, MapShape shape) {
   ShardMap map{1, std::min(shape.replicas, kMaxReplicas), {}, {}};
   const std::size_t n = ids.size();
   const std::size_t width = std::min<std::size_t>(map.replicas + 1u, n);
   const std::uint32_t shards = std::clamp<std::uint32_t>(shape.shards, 1, kMaxShards);
   map.shards.resize(shards);
+  Loads loads(ids, {});
   for (std::uint32_t s = 0; s < shards; ++s) {
     map.shards[s].epoch = 1;
-    for (std::size_t k = 0; k < width; ++k) map.shards[s].owners.push_back(ids[(s + k) % n]);
-    map.shards[s].in_sync = map.shards[s].owners;
+    map.shards[s].owners.push_back(ids[s % n]);
+    loads.count(map.shards[s], +1);
   }
+  fill_backups(map.shards, width, loads);
+  for (ShardOwners& s : map.shards) s.in_sync = s.owners;
   return map;
 }
 
-// Rule 1's new primary of a shard whose primary left: the first in-sync
-// owner left, else the first owner left; moved to the front.
-void promote(ShardOwners& s) {
-  auto it = std::find_if(s.owners.begin(), s.owners.end(), [&](const std::string& o) { return holds(s.in_sync, o); });
-  if (it == s.owners.end()) it = s.owners.begin();
-  std::rotate(s.owners.begin(), it, it + 1);
+// Rule 1's new primary of a shard whose primary left: of the owners left,
+// the in-sync one with the fewest primaries (ties: the first), else the
+// first; moved to the front.
+void promote(ShardOwners& s, const Loads& loads) {
+  auto best = s.owners.end();
+  for (auto it = s.owners.begin(); it != s.owners.end(); ++it) {
+    if (!holds(s.in_sync, *it)) continue;
+    if (best == s.owners.end() || loads.primaries(*loads.index(*it)) < loads.primaries(*loads.index(*best))) best = it;
+  }
+  if (best == s.owners.end()) best = s.owners.begin();
+  std::rotate(s.owners.begin(), best, best + 1);
 }
 
 // Rule 4: `to` becomes the primary of `s` (it is an owner, or replicas is 0).
@@ -280,17 +332,21 @@ void move_primary(ShardOwners& s, const std::string& to, std::size_t width) {
 }
 
 // Rule 5: drops backups of `s` over `limit`, never its primary or `keep`:
-// those not in sync first, then those that own the most (ties: the later).
-void trim(ShardOwners& s, std::size_t limit, const std::string& keep, Loads& loads) {
+// those not in sync first, then those that back the most of its primary's
+// shards, then those that own the most (ties: the later).
+void trim(ShardOwners& s, std::size_t limit, const std::string& keep, Loads& loads, Pairs& pairs) {
   while (s.owners.size() > limit) {
     std::optional<std::size_t> drop;
-    const auto rank = [&](std::size_t k) { return std::pair{!holds(s.in_sync, s.owners[k]), loads.owned(s.owners[k])}; };
+    const auto rank = [&](std::size_t k) {
+      return std::tuple{!holds(s.in_sync, s.owners[k]), pairs.of(s.owners.front(), s.owners[k]), loads.owned(s.owners[k])};
+    };
     for (std::size_t k = 1; k < s.owners.size(); ++k) {
       if (s.owners[k] == keep) continue;
       if (!drop || rank(k) >= rank(*drop)) drop = k;
     }
     if (!drop) return;
     loads.owner(s.owners[*drop], -1);
+    pairs.add(s.owners.front(), s.owners[*drop], -1);
     std::erase(s.in_sync, s.owners[*drop]);
     s.owners.erase(s.owners.begin() + static_cast<std::ptrdiff_t>(*drop));
   }
@@ -329,14 +385,25 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
     const auto it = last->leases.find(id);
     return it != last->leases.end() && it->second == leases[*i];
   };
-  // 1. Only live members own shards; a shard whose primary left gets a new one.
-  for (ShardOwners& s : next.shards) {
+  // 1. Only live members own shards; a shard whose primary left gets a new
+  // one, chosen once the shards that kept theirs are counted.
+  std::vector<bool> orphaned(next.shards.size());
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {
+    ShardOwners& s = next.shards[i];
     const std::string was = s.owners.front();
     std::erase_if(s.owners, [&](const std::string& id) { return !live(id); });
     std::erase_if(s.in_sync, [&](const std::string& id) { return !live(id); });
-    if (!s.owners.empty() && s.owners.front() != was) promote(s);
-    if (!s.taker.empty() && (!live(s.taker) || s.owners.front() == s.taker)) s.taker.clear();
+    orphaned[i] = !s.owners.empty() && s.owners.front() != was;
+    if (!orphaned[i]) loads.count(s, +1);
+  }
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {
+    if (!orphaned[i]) continue;
+    ShardOwners& s = next.shards[i];
+    promote(s, loads);
     loads.count(s, +1);
+  }
+  for (ShardOwners& s : next.shards) {
+    if (!s.taker.empty() && (!live(s.taker) || s.owners.empty() || s.owners.front() == s.taker)) s.taker.clear();
   }
   // 2. Shards with no owner left.
   for (ShardOwners& s : next.shards) {
@@ -346,14 +413,7 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
     loads.count(s, +1);
   }
   // 3. Backups up to the width.
-  for (ShardOwners& s : next.shards) {
-    while (s.owners.size() < width) {
-      const auto add = loads.least_owned(s);
-      if (!add) break;
-      s.owners.push_back(loads.id(*add));
-      loads.owner(s.owners.back(), +1);
-    }
-  }
+  fill_backups(next.shards, width, loads);
   // 4. Takers in sync take over; then balance the primaries, counting each
   // shard for its taker if it has one. A shard moves once per plan.
   std::vector<bool> moved(next.shards.size());
@@ -435,7 +495,8 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
     move_to(*pick, taker);
   }
   // 5. No more owners than the width (one more with a taker).
-  for (ShardOwners& s : next.shards) trim(s, width + (s.taker.empty() ? 0u : 1u), s.taker, loads);
+  Pairs pairs(loads, next.shards);
+  for (ShardOwners& s : next.shards) trim(s, width + (s.taker.empty() ? 0u : 1u), s.taker, loads, pairs);
   set_leases(next, ids, leases);
   if (next.shards == last->shards && next.leases == last->leases) return std::nullopt;
   next.epoch = last->epoch + 1;

@@ -1,7 +1,7 @@
 // Unit tests for cluster/shard_map: the stored form and its hostile
 // variants, and plan_map's rule (docs/cluster.md "The shard map"): a first
-// map, failover to the first live backup with the shard's epoch raised, a
-// join taking a fair share with the fewest moves once caught up, orphaned
+// map, failover to a live in-sync backup with the shard's epoch raised,
+// spread over the members, a join taking a fair share with the fewest moves once caught up, orphaned
 // shards, a cluster formed by joins losing any member, and over random
 // member changes and catch-ups: a primary moves only to an owner in sync
 // with it, and every plan is a fixed point, owned only by live members, the
@@ -154,9 +154,9 @@ TEST(ShardMap, FirstMapDealsPrimariesRoundRobin) {
 }
 
 TEST(ShardMap, AfterAFailureEveryPrimaryHeldTheShardBefore) {
-  // b's shards go to their backups; rebalancing then swaps primaries only
-  // with backups, so no shard gets a primary that did not hold it, and only
-  // shards whose primary changed take the new epoch.
+  // b's shards go to their backups, which the first map spread over a and
+  // c: balanced at once, so no shard gets a primary that did not hold it,
+  // and only shards whose primary changed take the new epoch.
   const auto three = ids({"a:1", "b:1", "c:1"});
   const auto m = *plan(std::nullopt, three, MapShape{12, 1});
   const auto two = ids({"a:1", "c:1"});
@@ -176,9 +176,52 @@ TEST(ShardMap, AfterAFailureEveryPrimaryHeldTheShardBefore) {
     changed += moved ? 1 : 0;
     EXPECT_EQ(next->shards[i].epoch, moved ? 2u : 1u) << "shard " << i;
   }
-  EXPECT_EQ(changed, 6u) << "b's 4, then 2 swaps to balance 8/4 into 6/6";
+  EXPECT_EQ(changed, 4u) << "b's 4, two to a and two to c: 6/6 without a swap";
+  EXPECT_EQ(next->primaries(), (std::map<std::string, std::uint32_t>{{"a:1", 6}, {"c:1", 6}}));
   expect_well_formed(*next, two);
   expect_sound(converge(*next, two, MapShape{}), two);
+}
+
+TEST(ShardMap, AFailureSpreadsTheDeadMembersShardsOverTheOthers) {
+  // The first map spreads each primary's backups over the other members and
+  // a failure promotes, per shard, the in-sync backup with the fewest
+  // primaries: whichever member dies, each survivor takes about its share
+  // of the dead one's shards (the planner once gave all of them to the
+  // next member in id order, then swapped to rebalance).
+  for (const std::uint32_t replicas : {1u, 2u}) {
+    for (std::size_t n = 3; n <= 8; ++n) {
+      for (const std::uint32_t shards : {64u, 256u}) {
+        std::vector<std::string> all;
+        for (std::size_t i = 0; i < n; ++i) all.push_back("m" + std::to_string(i) + ":1");
+        std::sort(all.begin(), all.end());
+        const ShardMap m = *plan(std::nullopt, all, MapShape{shards, replicas});
+        for (const std::string& dead : all) {
+          std::vector<std::string> left = all;
+          std::erase(left, dead);
+          const auto next = plan(m, left, MapShape{});
+          ASSERT_TRUE(next);
+          expect_safe_moves(m, *next, left);
+          std::map<std::string, unsigned> intake;
+          unsigned lost = 0;
+          unsigned moved = 0;
+          for (std::size_t i = 0; i < shards; ++i) {
+            if (m.shards[i].owners.front() == dead) {
+              ++lost;
+              ++intake[next->shards[i].owners.front()];
+            }
+            moved += next->shards[i].owners.front() != m.shards[i].owners.front() ? 1 : 0;
+          }
+          const unsigned share = (lost + static_cast<unsigned>(left.size()) - 1) / static_cast<unsigned>(left.size());
+          for (const std::string& id : left) {
+            EXPECT_LE(intake[id], share + 1) << "replicas " << replicas << ", " << n << " members, " << shards
+                                             << " shards, " << dead << " dead: " << id << " took " << intake[id]
+                                             << " of its " << lost;
+          }
+          EXPECT_LE(moved, lost + 1) << "replicas " << replicas << ", " << n << " members, " << dead << " dead";
+        }
+      }
+    }
+  }
 }
 
 TEST(ShardMap, AJoinTakesAFairShareWithTheFewestMoves) {
