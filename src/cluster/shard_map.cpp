@@ -289,6 +289,43 @@ void fill_backups(std::span<ShardOwners> shards, std::size_t width, Loads& loads
   }
 }
 
+// Rule 4's last part, on a settled map (no primary to move, no taker; every
+// shard as wide as it can be, every owner in sync): a shard whose primary has one backup
+// backing two or more of its shards more than another member does gets
+// that member as an extra owner. Once its primary caught it up, rule 5
+// drops the backup it relieves; until then that backup keeps the copy.
+// A cluster formed by joins needs it: a member that joins backs only the
+// shards it takes over, so the others keep the backups they had.
+bool settled(std::span<const ShardOwners> shards, std::size_t width) {
+  return std::all_of(shards.begin(), shards.end(), [&](const ShardOwners& s) {
+    return s.taker.empty() && s.owners.size() == width && s.in_sync == s.owners;
+  });
+}
+
+void spread_backups(std::span<ShardOwners> shards, Loads& loads) {
+  Pairs pairs(loads, shards);
+  for (ShardOwners& s : shards) {
+    if (s.owners.size() < 2) continue;
+    const std::string primary = s.owners.front();  // a copy: owners grows below
+    std::size_t most = 1;
+    for (std::size_t k = 2; k < s.owners.size(); ++k) {
+      if (pairs.of(primary, s.owners[k]) > pairs.of(primary, s.owners[most])) most = k;
+    }
+    const auto add = pairs.best_backup(s);
+    if (!add || pairs.of(primary, s.owners[most]) < pairs.of(primary, loads.id(*add)) + 2) continue;
+    pairs.add(primary, s.owners[most], -1);  // as if relieved already: the next shard sees the spread
+    s.owners.push_back(loads.id(*add));
+    loads.owner(s.owners.back(), +1);
+    pairs.add(primary, s.owners.back(), +1);
+  }
+}
+
+// A shard spread_backups() gave an extra owner that is not in sync yet.
+bool spreading(const ShardOwners& s, std::size_t width) {
+  if (!s.taker.empty() || s.owners.size() != width + 1 || holds(s.in_sync, s.owners.back())) return false;
+  return std::all_of(s.owners.begin(), s.owners.end() - 1, [&](const std::string& o) { return holds(s.in_sync, o); });
+}
+
 // Primaries round-robin in id order, backups by rule 3.
 ShardMap first_map(std::span<const std::string> ids, MapShape shape) {
   ShardMap map{1, std::min(shape.replicas, kMaxReplicas), {}, {}};
@@ -494,9 +531,17 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
     if (!pick) break;  // (cannot happen: `from` is to have primaries it has not given away in this plan)
     move_to(*pick, taker);
   }
-  // 5. No more owners than the width (one more with a taker).
+  // Then, with no primary to move and every owner in sync, the backups.
+  if (next.replicas > 0 && std::none_of(moved.begin(), moved.end(), [](bool m) { return m; }) &&
+      settled(next.shards, width)) {
+    spread_backups(next.shards, loads);
+  }
+  // 5. No more owners than the width (one more with a taker, or spreading).
   Pairs pairs(loads, next.shards);
-  for (ShardOwners& s : next.shards) trim(s, width + (s.taker.empty() ? 0u : 1u), s.taker, loads, pairs);
+  for (ShardOwners& s : next.shards) {
+    const bool extra = !s.taker.empty() || spreading(s, width);
+    trim(s, width + (extra ? 1u : 0u), s.taker, loads, pairs);
+  }
   set_leases(next, ids, leases);
   if (next.shards == last->shards && next.leases == last->leases) return std::nullopt;
   next.epoch = last->epoch + 1;

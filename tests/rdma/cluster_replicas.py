@@ -25,8 +25,11 @@ with RKV_CLUSTER and RKV_SERVERS set and the rkv package on PYTHONPATH:
                               waits (120 s at most) until the shard map is
                               settled over the MEMBERs: every shard has one
                               backup, every owner is in sync (its primary
-                              caught it up) and no member waits to take a
-                              shard over
+                              caught it up), no member waits to take a
+                              shard over, and each primary's shards are
+                              backed by the other members about evenly
+                              (counts at most 1 apart: docs/cluster.md,
+                              rule 4's backups)
 
 With `--ack replicas` (kvd's default) a write is acknowledged once the
 shard's backup applied it, so nothing acknowledged may be missing after its
@@ -74,14 +77,27 @@ def settled_map(cluster: str, members: set) -> bool:
     shards = m["shards"]
     width = min(2, len(members))  # a primary and its one backup, while there are two members
     return (all(len(s["owners"]) == width and s["in_sync"] == s["owners"] and "taker" not in s for s in shards)
-            and set().union(*(set(s["owners"]) for s in shards)) == members)
+            and set().union(*(set(s["owners"]) for s in shards)) == members
+            and all(max(c.values()) - min(c.values()) <= 1 for c in backed(shards, members).values()))
+
+
+def backed(shards: list, members: set) -> dict:
+    """Per primary: how many of its shards each other member backs."""
+    out = {p: {m: 0 for m in members if m != p} for p in members}
+    for s in shards:
+        for b in s["owners"][1:]:
+            if s["owners"][0] in out and b in out[s["owners"][0]]:
+                out[s["owners"][0]][b] += 1
+    return {p: c for p, c in out.items() if c}
 
 
 def settled(cluster: str, members: set) -> None:
     t0 = time.monotonic()
     while not settled_map(cluster, members):
         if time.monotonic() - t0 > DEADLINE:
-            fail(f"no settled shard map over {sorted(members)} after {DEADLINE} s: {read_map(cluster)}")
+            m = read_map(cluster)
+            spread = backed(m["shards"], members) if m else None
+            fail(f"no settled shard map over {sorted(members)} after {DEADLINE} s: {m}; backups per primary: {spread}")
         time.sleep(0.5)
     print(f"cluster_replicas: the map settled over {len(members)} member(s) in {time.monotonic() - t0:.1f} s")
 

@@ -5,7 +5,8 @@
 #   tests/rdma/cluster_replicas.sh REPO BUILD   (meson test `cluster_replicas`, via scripts/softroce exec)
 #
 # Checks, each with a generous deadline and none on speed:
-#  - once the map settled (one backup per shard, every owner in sync),
+#  - once the map settled (one backup per shard, every owner in sync, each
+#    primary's backups spread over the others),
 #    writes through a client of the cluster (SETs eager and by rendezvous,
 #    DELs, TTLs, INCRs) reach the backups: the members' repl_applied add up
 #    to one record per write;
