@@ -5,11 +5,14 @@
 // Prints "# cluster etcd://HOST:PORT/NAME: N members", the shard map's
 // "# map epoch E shards S replicas R catching_up C" (or "# no map"; C:
 // owners of a shard not yet in sync with it, being caught up), and one line per
-// member, "member ID capacity BYTES primaries P" (ordered by id; P: shards
-// it is the primary of), then "absent ID primaries P" for an owner in the
+// member, "member ID capacity BYTES primaries P backups B most_of_one M"
+// (ordered by id; P: shards it is the primary of; B: shards it backs; M: the
+// most shards of one primary it backs, the most it takes over when one
+// member dies), then "absent ID primaries P" for an owner in the
 // map that is no member (the map not yet planned again since it left). With
 // --json one object {"cluster": ..., "map": {"epoch", "shards", "replicas", "catching_up"}
-// or null, "members": [{"id", "host", "port", "capacity", "primaries"}],
+// or null, "members": [{"id", "host", "port", "capacity", "primaries", "backups",
+// "backs": {PRIMARY: shards of it backed}}],
 // "absent": [{"id", "primaries"}]}. A member is a kvd whose lease etcd
 // still holds (kvd --cluster): one that died stays listed until its
 // --lease-ttl passes.
@@ -87,6 +90,24 @@ int cluster_main(int argc, char** argv) {
     const auto node = absent.extract(m.id());
     primaries.push_back(node.empty() ? 0u : node.mapped());
   }
+  // Per member: how many shards of each primary it backs.
+  std::map<std::string, std::map<std::string, std::uint32_t>> backs;
+  if (view.map) {
+    for (const auto& s : view.map->shards) {
+      for (std::size_t k = 1; k < s.owners.size(); ++k) ++backs[s.owners[k]][s.owners.front()];
+    }
+  }
+  const auto backups = [&](const std::string& id) {
+    std::uint32_t n = 0;
+    std::uint32_t most = 0;
+    if (const auto it = backs.find(id); it != backs.end()) {
+      for (const auto& [primary, k] : it->second) {
+        n += k;
+        most = std::max(most, k);
+      }
+    }
+    return std::pair{n, most};
+  };
   if (json) {
     std::string out = "{\"cluster\":\"" + kv::load::json_escape(url.text()) + "\",\"map\":";
     out += view.map ? "{\"epoch\":" + std::to_string(view.map->epoch) + ",\"shards\":" +
@@ -99,7 +120,14 @@ int cluster_main(int argc, char** argv) {
       out += (i > 0 ? "," : "");
       out += "{\"id\":\"" + kv::load::json_escape(m.id()) + "\",\"host\":\"" + kv::load::json_escape(m.host) +
              "\",\"port\":" + std::to_string(m.port) + ",\"capacity\":" + std::to_string(m.capacity) +
-             ",\"primaries\":" + std::to_string(primaries[i]) + "}";
+             ",\"primaries\":" + std::to_string(primaries[i]) + ",\"backups\":" +
+             std::to_string(backups(m.id()).first) + ",\"backs\":{";
+      bool first_primary = true;
+      for (const auto& [primary, k] : backs[m.id()]) {
+        out += (first_primary ? "\"" : ",\"") + kv::load::json_escape(primary) + "\":" + std::to_string(k);
+        first_primary = false;
+      }
+      out += "}}";
     }
     out += "],\"absent\":[";
     bool first = true;
@@ -119,8 +147,9 @@ int cluster_main(int argc, char** argv) {
     std::printf("# no map\n");
   }
   for (std::size_t i = 0; i < members.size(); ++i) {
-    std::printf("member %s capacity %llu primaries %u\n", members[i].id().c_str(),
-                static_cast<unsigned long long>(members[i].capacity), primaries[i]);
+    const auto [n, most] = backups(members[i].id());
+    std::printf("member %s capacity %llu primaries %u backups %u most_of_one %u\n", members[i].id().c_str(),
+                static_cast<unsigned long long>(members[i].capacity), primaries[i], n, most);
   }
   for (const auto& [id, n] : absent) std::printf("absent %s primaries %u\n", id.c_str(), n);
   return 0;
