@@ -289,19 +289,19 @@ void fill_backups(std::span<ShardOwners> shards, std::size_t width, Loads& loads
   }
 }
 
-// Rule 4's last part, on a settled map (no primary to move, no taker; every
-// shard as wide as it can be, every owner in sync): a shard whose primary has one backup
-// backing two or more of its shards more than another member does gets
-// that member as an extra owner. Once its primary caught it up, rule 5
-// drops the backup it relieves; until then that backup keeps the copy.
-// A cluster formed by joins needs it: a member that joins backs only the
-// shards it takes over, so the others keep the backups they had.
+// No taker, every shard as wide as it can be and every owner in sync.
 bool settled(std::span<const ShardOwners> shards, std::size_t width) {
   return std::all_of(shards.begin(), shards.end(), [&](const ShardOwners& s) {
     return s.taker.empty() && s.owners.size() == width && s.in_sync == s.owners;
   });
 }
 
+// Rule 4's last part, on a settled map with no primary to move: a shard
+// whose primary has one backup backing two or more of its shards more than
+// another member does gets that member as an extra owner. Once its primary
+// caught it up, rule 5 drops the backup it relieves; until then that backup
+// keeps the copy. A cluster formed by joins needs it: a member that joins
+// backs only the shards it takes over, so the others keep the backups they had.
 void spread_backups(std::span<ShardOwners> shards, Loads& loads) {
   Pairs pairs(loads, shards);
   for (ShardOwners& s : shards) {
