@@ -83,9 +83,10 @@ py=$BUILD/tests/python/python_sanitized
     for n in $("$B/rkv" stats --server "$RKV_CLUSTER" | sed -n "s/^$1 //p"); do total=$((total + n)); done
     echo "$total"
   }
-  primaries() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$6 }"; }
-  backups() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$8 }"; }
-  most_of_one() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | awk -v id="$1" "\$2 == id { print \$10 }"; }
+  status() { "$B/rkv" cluster status --server "$RKV_CLUSTER"; }
+  # ID N: column N of the line of member ID in a status read from stdin (6 primaries, 8 backups, 10 most_of_one)
+  col_of() { awk -v id="$1" -v n="$2" "\$2 == id { print \$n }"; }
+  primaries() { status | col_of "$1" 6; }
   started=()
   # On a failure: the last lines of the members started here (scripts/kvds
   # shows those it started), e.g. a lease that expired.
@@ -195,16 +196,20 @@ py=$BUILD/tests/python/python_sanitized
   touch "$work/jn.stop"
   finished jn "$jn_pid" "the return of $a and the join of $d (its last run)"
   echo "cluster_replicas: $d joined; kvload jn ran $(cat "$work/jn.runs") time(s) until the map settled"
+  st=$(status)
   backed=0
+  most=""
   for m in "$a" "$b" "$c" "$d"; do
-    [ "$(primaries "$m")" = 16 ] || fail "$m is the primary of $(primaries "$m") shards, not 16 of 64: $("$B/rkv" cluster status --server "$RKV_CLUSTER")"
+    p=$(echo "$st" | col_of "$m" 6)
+    o=$(echo "$st" | col_of "$m" 10)
+    [ "$p" = 16 ] || fail "$m is the primary of $p shards, not 16 of 64: $st"
     # Each primary has 16 shards, backed by the 3 others, at most 6 by one (the map is spread)
-    [ "$(most_of_one "$m")" -le 6 ] || fail "$m backs $(most_of_one "$m") shards of one primary, more than 6 of 16: $("$B/rkv" cluster status --server "$RKV_CLUSTER")"
-    backed=$((backed + $(backups "$m")))
+    [ "$o" -le 6 ] || fail "$m backs $o shards of one primary, more than 6 of 16: $st"
+    backed=$((backed + $(echo "$st" | col_of "$m" 8)))
+    most="$most$o "
   done
-  [ "$backed" = 64 ] || fail "the members back $backed shards, not 64 (one backup each): $("$B/rkv" cluster status --server "$RKV_CLUSTER")"
-  echo "cluster_replicas: each of the 4 is the primary of 16 shards; the most shards of one primary each backs: $(for m in "$a" "$b" "$c" "$d"; do echo -n "$(most_of_one "$m") "; done)"
-
+  [ "$backed" = 64 ] || fail "the members back $backed shards, not 64 (one backup each): $st"
+  echo "cluster_replicas: each of the 4 is the primary of 16 shards; the most shards of one primary each backs: $most"
 
   # 3. The second kvd is paused past its lease (SIGSTOP, then SIGCONT),
   # with writes sent to it meanwhile: it acknowledges none of them, every
