@@ -35,6 +35,19 @@ class ClientE2E : public test::KvdTest {
     KvdTest::SetUp();
     start();
   }
+  // The fixture's kvd and `second`, as a ShardSet's list.
+  [[nodiscard]] std::vector<proto::ServerAddr> two_servers(const test::KvdProcess& second) const {
+    std::vector<proto::ServerAddr> servers;
+    for (const std::uint16_t port : {kvd_->port(), second.port()}) {
+      servers.push_back({addr_, port, proto::server_id(addr_, port)});
+    }
+    return servers;
+  }
+  // Runs the reactor until `fired` (a timer's callback sets it), 30 s at most.
+  void run_until_fired(const bool& fired) {
+    const auto deadline = reactor::Reactor::now() + 30s;
+    while (!fired && reactor::Reactor::now() < deadline) reactor_.run_once(1000ms);
+  }
 };
 
 TEST_F(ClientE2E, TwoClientsSetThenGet) {
@@ -229,10 +242,7 @@ TEST_F(ClientE2E, AStoppedServerFailsAsyncRequestsAfterTheOpTimeout) {
 // under load (ASan: heap-use-after-free in Client::teardown).
 TEST_F(ClientE2E, AShardSetClosedAgainFromACallbackDuringItsClose) {
   test::KvdProcess second(RKV_KVD_PATH, addr_);
-  std::vector<proto::ServerAddr> servers;
-  for (const std::uint16_t port : {kvd_->port(), second.port()}) {
-    servers.push_back({addr_, port, proto::server_id(addr_, port)});
-  }
+  const std::vector<proto::ServerAddr> servers = two_servers(second);
   auto set = ShardSet::connect(reactor_, servers, {});
   ASSERT_EQ(set->size(), 2u);
   int inner = 0;
@@ -260,8 +270,7 @@ TEST_F(ClientE2E, ClosedInACallbackThenOutsideWaitsForTheDisconnect) {
     c->close();
     EXPECT_EQ(c->state(), ConnState::closing);
   });
-  const auto deadline = reactor::Reactor::now() + 30s;
-  while (!fired && reactor::Reactor::now() < deadline) reactor_.run_once(1000ms);
+  run_until_fired(fired);
   ASSERT_TRUE(fired);
   c->close();
   EXPECT_EQ(c->state(), ConnState::closed);
@@ -274,10 +283,7 @@ TEST_F(ClientE2E, ClosedInACallbackThenOutsideWaitsForTheDisconnect) {
 // callbacks waits for each one's DISCONNECTED.
 TEST_F(ClientE2E, AShardSetClosedInACallbackWaitsForEachDisconnectOutsideIt) {
   test::KvdProcess second(RKV_KVD_PATH, addr_);
-  std::vector<proto::ServerAddr> servers;
-  for (const std::uint16_t port : {kvd_->port(), second.port()}) {
-    servers.push_back({addr_, port, proto::server_id(addr_, port)});
-  }
+  const std::vector<proto::ServerAddr> servers = two_servers(second);
   ClientOptions o;
   o.close_timeout = 30s;
   auto set = ShardSet::connect(reactor_, servers, o);
@@ -287,8 +293,7 @@ TEST_F(ClientE2E, AShardSetClosedInACallbackWaitsForEachDisconnectOutsideIt) {
     fired = true;
     set->close();
   });
-  const auto deadline = reactor::Reactor::now() + 30s;
-  while (!fired && reactor::Reactor::now() < deadline) reactor_.run_once(1000ms);
+  run_until_fired(fired);
   ASSERT_TRUE(fired);
   set->close();
   const ClientCounters c = set->counters();
