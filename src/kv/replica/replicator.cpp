@@ -130,7 +130,7 @@ void Replicator::catch_up_step() {
   const ExpireAt now = store::wall_ms();
   bool done = false;
   try {
-    done = store_->visit(catch_up_cursor_, kCatchUpBuckets, [&](std::string_view key, const store::Store::Lookup& e) {
+    done = store_->visit(catch_up_cursor_, kCatchUpSlots, [&](std::string_view key, const store::Store::Lookup& e) {
       if (e.expire_at != store::kNoExpiry && e.expire_at <= now) return;
       const std::uint32_t s = proto::shard_of(key, shards);
       const auto it = catch_up_.find(s);

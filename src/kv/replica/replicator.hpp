@@ -21,7 +21,7 @@
 //
 // Catch-up: a backup the map newly names for a shard (a new member, a
 // failover's replacement) is sent the shard's current keys by a walk of the
-// Store (Store::visit, a few buckets per reactor turn, at most kCatchUpWindow
+// Store (Store::visit, a few of its map's slots per reactor turn, at most kCatchUpWindow
 // records of it unanswered), interleaved with the live records in one
 // order per link; the live writes wait for it as for any backup. Once a
 // walk ended and every record made before its end is over, each of its
@@ -88,8 +88,9 @@ using OnMemberGone = std::function<void(const std::string& member, std::int64_t 
 
 class Replicator final : public store::Durability {
  public:
-  // Catch-up: buckets of the Store walked per turn, and records of it unanswered at most.
-  static constexpr std::size_t kCatchUpBuckets = 64;
+  // Catch-up: slots of the Store's map walked per turn (a quarter to three
+  // quarters of them hold a key), and records of it unanswered at most.
+  static constexpr std::size_t kCatchUpSlots = 128;
   static constexpr std::size_t kCatchUpWindow = 512;
 
   // `store`: what catch-up reads. `inner`: kvd's log, or null (then a write

@@ -212,7 +212,7 @@ class Server {
   // every shard counts as one it held (recovered values). They could only
   // go stale there: other members hold the shard now, or will, and write it
   // (docs/cluster.md "Fencing"). The drop is a sweep of the store,
-  // kDropBuckets buckets per reactor turn; a shard held again before its
+  // kDropSlots slots of its map per reactor turn; a shard held again before its
   // sweep ended is swept to the end first, so its old values are never
   // served. A shard it starts to back having had no part in it (or before
   // the first map) is emptied at once, before it takes a record: the
@@ -254,7 +254,7 @@ class Server {
   // this long), and how many one reactor turn removes.
   static constexpr std::chrono::milliseconds kExpiryPeriod{50};
   static constexpr std::size_t kExpireBatch = 256;
-  static constexpr std::size_t kDropBuckets = 4096;  // buckets serve_shards' sweep visits per reactor turn
+  static constexpr std::size_t kDropSlots = 8192;  // map slots serve_shards' sweep visits per reactor turn
   static_assert(kExpiryPeriod.count() * 2 <= static_cast<std::int64_t>(proto::kOneSidedExpiryLagMs),
                 "the expiry timer must run well within the lag one-sided readers are promised");
 
@@ -304,7 +304,7 @@ class Server {
   [[nodiscard]] std::uint16_t initial_credits() const noexcept {
     return std::max<std::uint16_t>(1, std::min(options_.initial_credits, options_.credits));
   }
-  // serve_shards' sweep: up to kDropBuckets buckets, then again at the next
+  // serve_shards' sweep: up to kDropSlots slots, then again at the next
   // turn until it is done (or `to_end`: all at once).
   void drop_keys(bool to_end) noexcept;
   void on_device_readable(std::uint32_t ready) noexcept;

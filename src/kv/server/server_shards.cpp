@@ -82,7 +82,7 @@ void Server::drop_keys(bool to_end) noexcept {
   const std::uint64_t before = store_->dropped_keys();
   bool done = false;
   do {
-    done = store_->sweep(drop_cursor_, kDropBuckets, doomed);  // each with its tombstone (EvictionLog)
+    done = store_->sweep(drop_cursor_, kDropSlots, doomed);  // each with its tombstone (EvictionLog)
   } while (to_end && !done);
   if (durability_ != nullptr && store_->dropped_keys() != before) durability_->flush();
   if (done) {
@@ -90,7 +90,7 @@ void Server::drop_keys(bool to_end) noexcept {
     spdlog::info("server: keys of shards no longer held dropped ({} so far)", store_->dropped_keys());
     return;
   }
-  try {  // more buckets at the next turn, after what is waiting (never a stall)
+  try {  // more slots at the next turn, after what is waiting (never a stall)
     drop_more_ = reactor_->after(std::chrono::nanoseconds(0), [this] { drop_keys(false); });
   } catch (const std::exception& e) {
     spdlog::error("server: dropping keys of lost shards not continued ({}): finishing it now", e.what());

@@ -124,7 +124,7 @@ bool Store::make_room(std::size_t capacity, std::string_view key) noexcept {
   }
   if (victim == nullptr) return false;  // only the key itself was drawn (a pool of one)
   if (on_evict_) on_evict_(victim->first);
-  erase(map_.find(std::string_view(victim->first)));
+  erase(victim);
   ++evicted_;
   return true;
 }

@@ -28,21 +28,21 @@ ExpireAt wall_ms() noexcept {
   return static_cast<ExpireAt>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
 }
 
-void Store::expire_entry(Map::iterator it) noexcept {
+void Store::expire_entry(Node* it) noexcept {
   erase(it);
   ++expired_;
 }
 
 bool Store::expire(std::string_view key, ExpireAt expire_at) {
-  const auto it = find_live(key);
-  if (it == map_.end()) return false;
+  Node* const it = find_live(key);
+  if (it == nullptr) return false;
   set_expiry(*it, expire_at);
   return true;
 }
 
 std::optional<std::int64_t> Store::ttl(std::string_view key) {
-  const auto it = find_live(key);
-  if (it == map_.end()) return std::nullopt;
+  Node* const it = find_live(key);
+  if (it == nullptr) return std::nullopt;
   const ExpireAt at = it->second.expire_at;
   if (at == kNoExpiry) return -1;
   const ExpireAt left = at - now();
@@ -54,7 +54,7 @@ std::size_t Store::expire_due(std::size_t max) noexcept {
   const ExpireAt t = now();
   while (n < max && !expiry_heap_.empty() && expiry_heap_.front()->second.expire_at <= t) {
     Node* top = expiry_heap_.front();
-    expire_entry(map_.find(std::string_view(top->first)));
+    expire_entry(top);
     ++n;
   }
   return n;

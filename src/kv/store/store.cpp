@@ -17,12 +17,12 @@ void Store::attach_index(ReadableIndex& index, BlockSource small_blocks, BlockSi
   small_size_ = std::move(block_size);
   // Keys stored before: indexed as ask-by-message (their values are not in
   // blocks laid out for readers) until their next SET.
-  for (auto it = map_.begin(); it != map_.end(); ++it) {
-    it->second.bucket = ReadableIndex::kNoBucket;
-    const std::uint32_t b = index_->claim(it->first);
-    it->second.bucket = b;
-    if (b != ReadableIndex::kNoBucket) index_->withdraw(b, it->first);
-  }
+  map_.for_each([&](Node& n) {
+    n.second.bucket = ReadableIndex::kNoBucket;
+    const std::uint32_t b = index_->claim(n.first);
+    n.second.bucket = b;
+    if (b != ReadableIndex::kNoBucket) index_->withdraw(b, n.first);
+  });
 }
 
 void Store::detach() noexcept {
@@ -31,7 +31,7 @@ void Store::detach() noexcept {
   large_blocks_ = nullptr;
   small_size_ = nullptr;
   large_size_ = nullptr;
-  for (auto& kv : map_) kv.second.bucket = ReadableIndex::kNoBucket;
+  map_.for_each([](Node& n) { n.second.bucket = ReadableIndex::kNoBucket; });
 }
 
 LargeRef Store::small_block(std::string_view key, std::string_view value) const noexcept {
@@ -48,7 +48,7 @@ LargeRef Store::small_block(std::string_view key, std::string_view value) const 
   return b;
 }
 
-void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc) noexcept {
+void Store::reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_crc) noexcept {
   const std::string_view key = it->first;
   Value& v = it->second;
   if (is_new) v.bucket = index_->claim(key);
@@ -67,7 +67,7 @@ void Store::reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> 
                   std::span<const std::byte>(b->bytes.data(), n + key.size()));
 }
 
-inline void Store::landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc,
+inline void Store::landed(Node* it, bool is_new, std::optional<std::uint32_t> value_crc,
                           ExpireAt expire_at) noexcept {
   if (index_ != nullptr) reindex(it, is_new, value_crc);
   if (pooled()) pool_in(*it);
@@ -100,7 +100,8 @@ bool Store::set_evicting(std::string_view key, std::string_view value, ExpireAt 
 bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expire_at) {
   LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
-  if (auto it = map_.find(key); it != map_.end()) {
+  const std::uint64_t h = Map::hash(key);
+  if (Node* it = map_.find(key, h)) {
     const std::size_t old = it->second.size();
     const std::size_t old_charge = entry_charge(it->first, it->second);
     if (!recharge(old_charge, charge)) return false;  // the block (if any) goes back to its arena
@@ -123,10 +124,9 @@ bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expi
   }
   if (!budget_->try_charge(charge)) return false;
   try {
-    auto [it, inserted] = block ? map_.emplace(std::string(key), Value(std::move(block), false))
-                                : map_.emplace(std::string(key), Value(value));
+    Node* it = block ? map_.insert_new(key, h, std::move(block), false) : map_.insert_new(key, h, value);
     bytes_ += key.size() + value.size();
-    landed(it, inserted, std::nullopt, expire_at);
+    landed(it, true, std::nullopt, expire_at);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -145,7 +145,8 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
                            ExpireAt expire_at) {
   const std::size_t n = value->bytes.size();
   const std::size_t charge = entry_charge(key.size(), 0);
-  if (auto it = map_.find(key); it != map_.end()) {
+  const std::uint64_t h = Map::hash(key);
+  if (Node* it = map_.find(key, h)) {
     const std::size_t old = it->second.size();
     if (!recharge(entry_charge(it->first, it->second), charge)) return false;
     if (pooled()) pool_out(*it);
@@ -156,9 +157,9 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
   }
   if (!budget_->try_charge(charge)) return false;
   try {
-    auto [it, inserted] = map_.emplace(std::string(key), Value(std::move(value), true));
+    Node* it = map_.insert_new(key, h, std::move(value), true);
     bytes_ += key.size() + n;
-    landed(it, inserted, value_crc, expire_at);
+    landed(it, true, value_crc, expire_at);
   } catch (...) {
     budget_->release(charge);
     throw;
@@ -168,7 +169,7 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
 
 bool Store::large_fits(std::string_view key) const noexcept {
   const std::size_t charge = entry_charge(key.size(), 0);
-  if (const auto it = map_.find(key); it != map_.end() && entry_charge(it->first, it->second) >= charge) return true;
+  if (const Node* it = map_.find(key); it != nullptr && entry_charge(it->first, it->second) >= charge) return true;
   return budget_->available() >= charge;
 }
 
@@ -202,41 +203,41 @@ Store::Kept Store::put_large(std::string_view key, std::string_view value, Expir
 }
 
 Store::Lookup Store::get(std::string_view key) {
-  const auto it = find_live(key);
-  if (it == map_.end()) return {};
+  const Node* it = find_live(key);
+  if (it == nullptr) return {};
   touch(it->second);
   return {true, it->second.view(), it->second.large(), it->second.expire_at};
 }
 
 Store::Lookup Store::peek(std::string_view key) const {
-  auto it = map_.find(key);
-  if (it == map_.end()) return {};
+  const Node* it = map_.find(key);
+  if (it == nullptr) return {};
   return {true, it->second.view(), it->second.large(), it->second.expire_at};
 }
 
 bool Store::touch_key(std::string_view key) {
-  const auto it = find_live(key);
-  if (it == map_.end()) return false;
+  const Node* it = find_live(key);
+  if (it == nullptr) return false;
   touch(it->second);
   ++touched_keys_;
   return true;
 }
 
 void Store::prefetch(std::string_view key) const noexcept {
-  const auto it = map_.find(key);
-  if (it == map_.end()) return;
+  const Node* it = map_.find(key);
+  if (it == nullptr) return;
   if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) index_->prefetch(it->second.bucket);
   __builtin_prefetch(it->second.view().data());
 }
 
 bool Store::erase(std::string_view key) {
-  const auto it = find_live(key);
-  if (it == map_.end()) return false;
+  Node* it = find_live(key);
+  if (it == nullptr) return false;
   erase(it);
   return true;
 }
 
-void Store::erase(Map::iterator it) noexcept {
+void Store::erase(Node* it) noexcept {
   if (index_ != nullptr) {
     if (it->second.bucket == ReadableIndex::kNoBucket) {
       index_->forget_overflow_key();
@@ -251,45 +252,38 @@ void Store::erase(Map::iterator it) noexcept {
   map_.erase(it);
 }
 
-std::size_t Store::step_end(SweepCursor& cursor, std::size_t buckets) const noexcept {
-  if (cursor.bucket_count != map_.bucket_count()) {
-    // A rehash since the last step moved keys between buckets: from the
+std::size_t Store::step_end(SweepCursor& cursor, std::size_t slots) const noexcept {
+  if (!cursor.started || cursor.layout != map_.layout()) {
+    // A rebuild since the last step moved keys between slots: from the
     // start, and to the end in this call (starting over in steps could go
     // on for ever while sets keep growing the table).
-    if (cursor.bucket_count != 0) buckets = std::numeric_limits<std::size_t>::max();
-    cursor = {0, map_.bucket_count()};
+    if (cursor.started) slots = std::numeric_limits<std::size_t>::max();
+    cursor = {0, true, map_.layout()};
   }
-  return cursor.bucket + std::min(buckets, cursor.bucket_count - cursor.bucket);
+  const std::size_t count = map_.slot_count();
+  return cursor.slot + std::min(slots, count - std::min(cursor.slot, count));
 }
 
-bool Store::visit(SweepCursor& cursor, std::size_t buckets, const Visitor& fn) const {
-  const std::size_t end = step_end(cursor, buckets);
-  for (; cursor.bucket < end; ++cursor.bucket) {
-    for (auto l = map_.cbegin(cursor.bucket); l != map_.cend(cursor.bucket); ++l) {
-      fn(std::string_view(l->first), Lookup{true, l->second.view(), l->second.large(), l->second.expire_at});
+bool Store::visit(SweepCursor& cursor, std::size_t slots, const Visitor& fn) const {
+  const std::size_t end = step_end(cursor, slots);
+  for (; cursor.slot < end; ++cursor.slot) {
+    if (const Node* n = map_.at(cursor.slot)) {
+      fn(std::string_view(n->first), Lookup{true, n->second.view(), n->second.large(), n->second.expire_at});
     }
   }
-  return cursor.bucket >= cursor.bucket_count;
+  return cursor.slot >= map_.slot_count();
 }
 
-bool Store::sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed) {
-  const std::size_t end = step_end(cursor, buckets);
-  for (; cursor.bucket < end; ++cursor.bucket) {
-    // Erasing invalidates the bucket's local iterators: look again after each.
-    for (bool again = true; again;) {
-      again = false;
-      for (auto l = map_.cbegin(cursor.bucket); l != map_.cend(cursor.bucket); ++l) {
-        if (!doomed(l->first)) continue;
-        const auto it = map_.find(std::string_view(l->first));
-        if (on_evict_) on_evict_(it->first);
-        erase(it);
-        ++dropped_;
-        again = true;
-        break;
-      }
-    }
+bool Store::sweep(SweepCursor& cursor, std::size_t slots, const KeyFilter& doomed) {
+  const std::size_t end = step_end(cursor, slots);
+  for (; cursor.slot < end; ++cursor.slot) {
+    Node* n = map_.at(cursor.slot);
+    if (n == nullptr || !doomed(n->first)) continue;
+    if (on_evict_) on_evict_(n->first);
+    erase(n);  // moves no other key: the walk goes on from the next slot
+    ++dropped_;
   }
-  return cursor.bucket >= cursor.bucket_count;
+  return cursor.slot >= map_.slot_count();
 }
 
 }  // namespace rkv::kv::store

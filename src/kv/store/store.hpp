@@ -50,6 +50,7 @@
 #include <variant>
 #include <vector>
 
+#include "kv/store/key_table.hpp"
 #include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
 #include "proto/copy.hpp"
@@ -117,7 +118,7 @@ class Store {
     bool found = false;
     // Valid until the next set() or erase() of the same key (or the Store's
     // destruction). Mutations of *other* keys do not invalidate it (entries
-    // are node-based and never move), except that with an eviction policy
+    // are nodes that never move: key_table.hpp), except that with an eviction policy
     // any set may evict this key: then it is valid until the next set.
     std::string_view value;
     // Set iff the value is large; holding it pins the bytes behind `value`
@@ -128,8 +129,8 @@ class Store {
 
   // LFU: where a new key's access counter starts (so it is not the first to go).
   static constexpr std::uint8_t kLfuInit = 5;
-  // Estimated bytes of one map entry besides its key and value (node, hash
-  // bucket, allocator overhead): what a key costs against the budget.
+  // Estimated bytes of one map entry besides its key and value (node, its
+  // slot, allocator overhead): what a key costs against the budget.
   static constexpr std::size_t kEntryOverhead = 128;
 
   // max_memory: the budget's limit (MemoryBudget::kUnlimited: none).
@@ -227,29 +228,30 @@ class Store {
   void on_evict(EvictHook hook) { on_evict_ = std::move(hook); }
   // Drops, incrementally, every key `doomed` names (a cluster member's keys
   // of shards it no longer serves: Server::serve_shards). Each call visits
-  // up to `buckets` buckets of the map from `cursor` on and erases the
+  // up to `slots` slots of the map from `cursor` on and erases the
   // doomed keys there as erase() does, each through the on_evict hook as an
   // evicted key (the server's tombstone); they count as dropped_keys. Returns true when
-  // every bucket has been visited since `cursor` was reset ({}: a new
-  // sweep). A set that grows the table between calls rehashes it, which
-  // moves keys between buckets: the next call then sweeps the whole table
+  // every slot has been visited since `cursor` was reset ({}: a new
+  // sweep). A set that grows the table between calls rebuilds it, which
+  // moves keys between slots: the next call then sweeps the whole table
   // at once, so none is missed (the caller sees to it that no doomed key is
-  // written meanwhile).
+  // written meanwhile). An erase moves no other key.
   struct SweepCursor {
-    std::size_t bucket = 0;
-    std::size_t bucket_count = 0;  // the table's when the sweep was at `bucket`
+    std::size_t slot = 0;
+    bool started = false;
+    std::uint64_t layout = 0;  // the table's (KeyTable::layout) when the walk was at `slot`
   };
   using KeyFilter = std::function<bool(std::string_view key)>;
-  bool sweep(SweepCursor& cursor, std::size_t buckets, const KeyFilter& doomed);
+  bool sweep(SweepCursor& cursor, std::size_t slots, const KeyFilter& doomed);
   [[nodiscard]] std::uint64_t dropped_keys() const noexcept { return dropped_; }
-  // Calls fn(key, lookup) for every entry of up to `buckets` buckets from
-  // `cursor` on, walking as sweep() does (a rehash between calls restarts
+  // Calls fn(key, lookup) for every entry of up to `slots` slots from
+  // `cursor` on, walking as sweep() does (a rebuild between calls restarts
   // the walk and finishes it in that call, so a key may be visited twice,
   // none is missed). Expired keys not yet removed are visited too (their
   // expire_at says so). fn must not insert into or erase from the Store.
-  // True when every bucket has been visited since `cursor` was reset.
+  // True when every slot has been visited since `cursor` was reset.
   using Visitor = std::function<void(std::string_view key, const Lookup& entry)>;
-  bool visit(SweepCursor& cursor, std::size_t buckets, const Visitor& fn) const;
+  bool visit(SweepCursor& cursor, std::size_t slots, const Visitor& fn) const;
   // Large values' blocks come from `large_blocks` (the rendezvous arena)
   // from now on, until detach(). Without it put() keeps every value as set().
   // `block_size` (optional) tells the capacity large_blocks(n) hands out:
@@ -272,7 +274,9 @@ class Store {
   // not insert into or erase from the Store.
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    for (const auto& [k, v] : map_) fn(std::string_view(k), Lookup{true, v.view(), v.large(), v.expire_at});
+    map_.for_each([&](const Node& n) {
+      fn(std::string_view(n.first), Lookup{true, n.second.view(), n.second.large(), n.second.expire_at});
+    });
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
@@ -300,44 +304,6 @@ class Store {
   }
 
  private:
-  // Transparent so find() accepts a string_view without building a string.
-  // The key read 8 bytes at a time (the last word overlapping the one before;
-  // a key under 8 bytes as two overlapping 4-byte halves or its bytes), each
-  // word multiplied in, then mixed down: a key costs a few multiplies where
-  // std::hash (murmur over bytes, out of line) cost ~80 instructions for a
-  // 10-byte key, paid twice per request of a batch (Store::prefetch, then
-  // the lookup; docs/performance.md, "Server CPU per operation").
-  // Internal to this process: the index's hash64 is the wire's, not this.
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return key_hash(s); }
-  };
-  static std::uint64_t key_hash(std::string_view s) noexcept {
-    constexpr std::uint64_t kMul = 0x9FB21C651E98DF25ull;
-    const char* p = s.data();
-    const std::size_t n = s.size();
-    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    auto mix = [&](std::uint64_t w) { h = (h ^ w) * kMul; h ^= h >> 32; };
-    if (n >= 8) {
-      std::size_t i = 0;
-      for (; i + 8 < n; i += 8) mix(load_word<std::uint64_t>(p + i));
-      mix(load_word<std::uint64_t>(p + n - 8));
-    } else if (n >= 4) {
-      mix(std::uint64_t{load_word<std::uint32_t>(p)} << 32 | load_word<std::uint32_t>(p + n - 4));
-    } else if (n > 0) {
-      const auto b = [&](std::size_t i) { return std::uint64_t{static_cast<unsigned char>(p[i])}; };
-      mix(b(0) << 16 | b(n / 2) << 8 | b(n - 1));
-    }
-    h ^= h >> 29;  // the low bits pick the bucket: every key byte reaches them
-    h *= 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 32);
-  }
-  template <class T>
-  static T load_word(const char* p) noexcept {
-    T w;
-    std::memcpy(&w, p, sizeof w);
-    return w;
-  }
   class Value {
    public:
     explicit Value(std::string_view v) : data_(std::string()) { proto::copy_to_string(std::get<std::string>(data_), v); }
@@ -388,7 +354,8 @@ class Store {
     std::variant<std::string, LargeRef> data_;
     bool large_ = false;
   };
-  using Map = std::unordered_map<std::string, Value, Hash, std::equal_to<>>;
+  // Open addressing with each key's hash in its slot; nodes never move (key_table.hpp).
+  using Map = KeyTable<Value>;
 
   // What one entry charges the budget (value_len: 0 for a value in a block).
   [[nodiscard]] static std::size_t entry_charge(std::size_t key_len, std::size_t value_len) noexcept {
@@ -403,7 +370,7 @@ class Store {
 
   // put() of a value too large to travel eagerly: into a value_block().
   [[nodiscard]] Kept put_large(std::string_view key, std::string_view value, ExpireAt expire_at);
-  using Node = Map::value_type;
+  using Node = Map::Node;
   // --- eviction (eviction.cpp) ---
   static constexpr std::uint32_t kNotPooled = 0xFFFFFFFFu;
   // Writes that did not fit retry after dropping a key, at most this often.
@@ -419,7 +386,7 @@ class Store {
   template <class Attempt>
   auto retry_with_room(std::size_t capacity, std::string_view key, Attempt&& attempt) -> decltype(attempt());
   // Removes the entry `it` (erase(), make_room()).
-  void erase(Map::iterator it) noexcept;
+  void erase(Node* it) noexcept;
   // An access of v (get, set): what lru and lfu read; nothing with noeviction.
   void touch(const Value& v) const noexcept {
     if (pooled()) touched(v);
@@ -443,15 +410,15 @@ class Store {
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // A value was just put in entry `it`: indexed (with one), pooled (with a
   // policy), its expiry set and counted as an access. Every set path ends here.
-  void landed(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc, ExpireAt expire_at) noexcept;
+  void landed(Node* it, bool is_new, std::optional<std::uint32_t> value_crc, ExpireAt expire_at) noexcept;
   // --- expiry (expiry.cpp) ---
-  // The live entry of `key`, or end() when there is none or it expired (then
+  // The live entry of `key`, or null when there is none or it expired (then
   // it is removed). Inline: every lookup by key starts here.
-  [[nodiscard]] Map::iterator find_live(std::string_view key) {
-    auto it = map_.find(key);
-    if (it != map_.end() && it->second.expire_at != kNoExpiry && it->second.expire_at <= now()) {
+  [[nodiscard]] Node* find_live(std::string_view key) {
+    Node* it = map_.find(key);
+    if (it != nullptr && it->second.expire_at != kNoExpiry && it->second.expire_at <= now()) {
       expire_entry(it);
-      return map_.end();
+      return nullptr;
     }
     return it;
   }
@@ -462,9 +429,9 @@ class Store {
   void heap_down(std::size_t i) noexcept;
   void heap_place(std::size_t i) noexcept;  // entry i moved or changed: up or down to where it belongs
   // Removes the expired entry `it`, counted.
-  void expire_entry(Map::iterator it) noexcept;
+  void expire_entry(Node* it) noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
-  void reindex(Map::iterator it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
+  void reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
 
   std::shared_ptr<MemoryBudget> budget_;  // before map_: still there while the map's blocks go
   Map map_;
@@ -485,9 +452,9 @@ class Store {
   std::vector<Node*> expiry_heap_;
   Clock now_ = &wall_ms;
   std::uint64_t expired_ = 0;
-  // sweep() and visit(): where the next step starts and ends (buckets past
-  // the cursor), restarting the walk after a rehash.
-  [[nodiscard]] std::size_t step_end(SweepCursor& cursor, std::size_t buckets) const noexcept;
+  // sweep() and visit(): where the next step ends (slots past the cursor),
+  // restarting the walk after a rebuild.
+  [[nodiscard]] std::size_t step_end(SweepCursor& cursor, std::size_t slots) const noexcept;
   std::uint64_t dropped_ = 0;  // by sweep()
   std::uint64_t touched_keys_ = 0;
 };
