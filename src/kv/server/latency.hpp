@@ -35,12 +35,46 @@ inline constexpr std::array<std::string_view, kOpClasses> kOpClassNames{"get", "
   return kOpClassNames[static_cast<std::size_t>(c)];
 }
 
+// The clock a request's server time is read from (ServerConn: once per
+// received buffer, once per post). On x86-64 whose time-stamp counter is
+// invariant (cpuid: one rate in every power state) and which the kernel
+// keeps time by itself (clocksource `tsc`: in step on every CPU), the
+// counter, read by rdtsc; elsewhere steady_clock. In this VM a
+// steady_clock::now() (a vDSO call) cost 49 ns and an rdtsc 19 ns
+// (2026-12-01, docs/performance.md "A cheaper clock for the request
+// timings"): at one request per SEND that was two reads per request. Ticks
+// become nanoseconds by a ratio measured once per process against
+// steady_clock (over 5 ms, when the first LatencyHistograms is made).
+struct RequestClock {
+  using time_point = std::uint64_t;  // ticks
+  [[nodiscard]] static time_point now() noexcept {
+#if defined(__x86_64__)
+    if (counter()) return __builtin_ia32_rdtsc();
+#endif
+    return static_cast<time_point>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  // The time from `from` to `to` (two now()s; 0 if `to` is earlier).
+  [[nodiscard]] static std::chrono::nanoseconds between(time_point from, time_point to) noexcept;
+  // Whether now() reads the time-stamp counter (decided once per process).
+  [[nodiscard]] static bool counter() noexcept {
+    static const bool use = counter_usable();
+    return use;
+  }
+
+ private:
+  [[nodiscard]] static bool counter_usable() noexcept;
+};
+
 class LatencyHistograms {
  public:
   using Duration = std::chrono::nanoseconds;
 
   LatencyHistograms();
   void record(OpClass c, Duration d) noexcept { of_[static_cast<std::size_t>(c)].record(d); }
+  // The request whose SEND was received at `received` was answered at `now` (RequestClock's).
+  void record(OpClass c, RequestClock::time_point received, RequestClock::time_point now) noexcept {
+    record(c, RequestClock::between(received, now));
+  }
 
   [[nodiscard]] const store::Histogram& of(OpClass c) const noexcept { return of_[static_cast<std::size_t>(c)]; }
   [[nodiscard]] std::uint64_t count(OpClass c) const noexcept { return of(c).count(); }

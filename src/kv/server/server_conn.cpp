@@ -432,7 +432,7 @@ OpClass class_of(proto::Opcode request, const proto::MessageSpec& reply, bool la
 void ServerConn::record_posted() noexcept {
   if (unposted_.empty()) return;
   const Clock::time_point now = Clock::now();
-  for (const Unposted& u : unposted_) config_.latency->record(u.cls, now - u.received);
+  for (const Unposted& u : unposted_) config_.latency->record(u.cls, u.received, now);
   unposted_.clear();
 }
 
@@ -470,7 +470,7 @@ void ServerConn::replied(OpClass cls, Clock::time_point received) noexcept {
   if (unposted_.size() < unposted_.capacity()) {
     unposted_.push_back(u);
   } else {
-    config_.latency->record(u.cls, Clock::now() - u.received);
+    config_.latency->record(u.cls, u.received, Clock::now());
   }
   if (outstanding_ > 0) --outstanding_;
   granted_pending_ += owed_;

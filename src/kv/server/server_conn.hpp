@@ -279,7 +279,7 @@ class ServerConn {
 
  private:
   // A received buffer not fully handled yet.
-  using Clock = std::chrono::steady_clock;
+  using Clock = RequestClock;  // latency.hpp
   static constexpr std::uint32_t kRecycled = ~std::uint32_t{0};
   struct Held {
     std::uint32_t slot;      // kRecycled once its last request ran (the buffer is re-posted or back in the pool)
