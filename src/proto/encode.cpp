@@ -292,9 +292,18 @@ std::optional<Reason> check_message(const MessageSpec& m, const Limits& limits) 
 }
 
 EncodeResult encode(std::span<std::byte> buf, std::size_t offset, const MessageSpec& m, const Limits& limits,
-                    std::uint64_t* value_account) noexcept {
+                    std::uint64_t* value_account, Origin origin) noexcept {
+#ifdef NDEBUG
+  constexpr bool kCheckBuilt = false;
+#else
+  constexpr bool kCheckBuilt = true;
+#endif
   std::optional<RawHeader> header;
-  if (check_with_header(m, header, limits)) return {EncodeStatus::invalid, offset};
+  if (origin == Origin::outside || kCheckBuilt) {
+    if (check_with_header(m, header, limits)) return {EncodeStatus::invalid, offset};
+  } else {
+    header = raw_header_of(m);
+  }
   const std::size_t size = encoded_size(m);
   if (offset > buf.size() || size > buf.size() - offset) return {EncodeStatus::no_space, offset};
   write_message(buf.subspan(offset, size), *header, m, value_account);

@@ -113,11 +113,22 @@ struct EncodeResult {
 [[nodiscard]] std::optional<Reason> check_message(const MessageSpec& m,
                                                   const Limits& limits = {}) noexcept;
 
+// Where a message to encode comes from. outside: a caller's request, built
+// from what a user gave; encode() checks every rule of check_message and
+// refuses (invalid) one that breaks any. built: made by this process from
+// what it checked already (the server's replies: proto::msg's constructors
+// from a request the decoder checked and from what the Store holds; the
+// server sizes each against the peer's buffer first); written as it is,
+// checked only where assertions are on (the test builds, -Db_ndebug off),
+// where it is refused the same way. The reply's check was ~90 instructions
+// of the server's ~1,250-2,700 per request (docs/performance.md).
+enum class Origin : std::uint8_t { outside, built };
+
 // Appends m at buf[offset..]. Writes nothing unless it returns ok. The bytes
 // of an eager value it copies are added to *value_account (if not null).
 [[nodiscard]] EncodeResult encode(std::span<std::byte> buf, std::size_t offset,
                                   const MessageSpec& m, const Limits& limits = {},
-                                  std::uint64_t* value_account = nullptr) noexcept;
+                                  std::uint64_t* value_account = nullptr, Origin origin = Origin::outside) noexcept;
 
 // Packs messages back to back into one buffer (one SEND).
 class Encoder {

@@ -513,6 +513,48 @@ TEST(ProtoEncoder, RefusesInvalidMessages) {
   EXPECT_EQ(enc.size(), 0u);
 }
 
+// A message this process built (Origin::built: the server's replies) is
+// written byte for byte as the checked path writes it; one that breaks a
+// rule is still refused where assertions are on (the test builds), and only
+// a build without them (release) writes it unchecked.
+TEST(ProtoEncoder, BuiltMessagesAreTheSameBytesAndCheckedWhereAssertionsAreOn) {
+  const Bytes v = to_bytes("value");
+  const std::string stats = "keys=3\n";
+  const std::vector<MessageSpec> replies = {
+      msg::set_reply(7, 3),
+      msg::get_reply_found(8, 1, v),
+      msg::get_reply_pull(9, 0, kDesc, 5000),
+      msg::get_reply_missing(10, 2),
+      msg::stats_reply(11, 0, stats),
+      msg::del_reply(12, 4, true),
+      msg::call_reply(13, 0, v),
+      msg::expire_reply(14, 0, false),
+      msg::ttl_reply(15, 0, std::uint64_t{250}),
+      msg::touch_reply(16, 1),
+      msg::error_reply(Opcode::get, 17, 0, Status::too_large),
+  };
+  for (const MessageSpec& m : replies) {
+    Bytes checked(256), built(256);
+    const EncodeResult a = encode(checked, 3, m);
+    const EncodeResult b = encode(built, 3, m, {}, nullptr, Origin::built);
+    ASSERT_TRUE(a.ok()) << to_string(m.opcode);
+    ASSERT_EQ(b.status, EncodeStatus::ok) << to_string(m.opcode);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(checked, built) << to_string(m.opcode);
+  }
+  MessageSpec bad = msg::set_reply(1, 0);
+  bad.value = v;  // a SET_REPLY carries no value
+  ASSERT_EQ(check_message(bad), Reason::value_not_allowed);
+  Bytes buf(256);
+#ifdef NDEBUG
+  constexpr EncodeStatus kBuiltBad = EncodeStatus::ok;  // release: built messages are not checked
+#else
+  constexpr EncodeStatus kBuiltBad = EncodeStatus::invalid;
+#endif
+  EXPECT_EQ(encode(buf, 0, bad, {}, nullptr, Origin::built).status, kBuiltBad);
+  EXPECT_EQ(encode(buf, 0, bad).status, EncodeStatus::invalid) << "a message from outside is always checked";
+}
+
 // ---------------------------------------------------------------- boundaries
 
 TEST(ProtoBoundary, EagerLimit) {

@@ -66,13 +66,13 @@ bool MessageChannel::can_append(std::size_t bytes) const noexcept {
   return send_buffers_ < send_limit_ && send_->may_take();
 }
 
-AppendStatus MessageChannel::append(const proto::MessageSpec& m) noexcept {
+AppendStatus MessageChannel::append(const proto::MessageSpec& m, proto::Origin origin) noexcept {
   const std::size_t need = proto::encoded_size(m);
   if (need > max_message()) return AppendStatus::too_big;
   if (open_ && open_size_ + need > max_message()) seal_open();
   if (!open_ && !open_buffer()) return AppendStatus::no_buffer;
   auto buf = send_->buffer(*open_).first(max_message());
-  const auto r = proto::encode(buf, open_size_, m, {}, value_account_);
+  const auto r = proto::encode(buf, open_size_, m, {}, value_account_, origin);
   switch (r.status) {
     case proto::EncodeStatus::ok:
       open_size_ = r.offset;

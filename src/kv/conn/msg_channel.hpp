@@ -75,7 +75,8 @@ class MessageChannel {
   [[nodiscard]] int repost(std::uint32_t slot) noexcept;
 
   // --- send side -------------------------------------------------------------
-  [[nodiscard]] AppendStatus append(const proto::MessageSpec& m) noexcept;
+  // origin: proto::Origin (encode.hpp); the server's replies are built.
+  [[nodiscard]] AppendStatus append(const proto::MessageSpec& m, proto::Origin origin = proto::Origin::outside) noexcept;
   // From now on the eager value bytes append() copies are added to *account
   // by the copy itself (proto::copy_bytes; a client's bytes_copied).
   void count_value_copies(std::uint64_t* account) noexcept { value_account_ = account; }

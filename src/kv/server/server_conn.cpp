@@ -440,7 +440,7 @@ bool ServerConn::append_reply(proto::MessageSpec& reply, proto::Opcode request, 
                               bool large_request) noexcept {
   reply.credits = static_cast<std::uint16_t>(owed_);
   if (reply.status != Status::ok) ++counters_->error_replies;
-  if (const auto st = channel_.append(reply); st != AppendStatus::ok) {
+  if (const auto st = channel_.append(reply, proto::Origin::built); st != AppendStatus::ok) {
     fail(CloseCause::internal,
          fmt::format("reply to {} req {} not appended: {}", to_string(request), reply.req_id, to_string(st)));
     return false;
