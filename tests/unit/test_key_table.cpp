@@ -125,6 +125,17 @@ TEST(KeyTable, EveryByteOfAKeyCounts) {
   }
 }
 
+// Keys of different lengths do not cancel each other out: "k0" .. "k199999"
+// (2-7 bytes, each length's words alike) get 200,000 different hashes.
+TEST(KeyTable, KeysOfDifferentLengthsGetDifferentHashes) {
+  std::unordered_map<std::uint64_t, std::string> seen;
+  for (int i = 0; i < 200000; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    const auto [it, added] = seen.emplace(KeyTableOfStrings::hash(k), k);
+    ASSERT_TRUE(added) << k << " has the hash of " << it->second;
+  }
+}
+
 // A move takes the nodes (the pointers stay valid) and leaves an empty table.
 TEST(KeyTable, AMoveTakesTheNodes) {
   KeyTableOfStrings a;

@@ -51,13 +51,15 @@ class KeyTable {
   // The key read 8 bytes at a time (the last word overlapping the one
   // before; a key under 8 bytes as two overlapping 4-byte halves or its
   // bytes), each word multiplied in, then mixed down so every key byte
-  // reaches the low bits that pick the slot. Internal to this process: the
-  // one-sided index's hash64 is the wire's, not this.
+  // reaches the low bits that pick the slot. The length is multiplied into
+  // the start, not XORed next to the first word's bytes (where "k1" and
+  // "k10" cancelled out). Internal to this process: the one-sided index's
+  // hash64 is the wire's, not this.
   [[nodiscard]] static std::uint64_t hash(std::string_view s) noexcept {
     constexpr std::uint64_t kMul = 0x9FB21C651E98DF25ull;
     const char* p = s.data();
     const std::size_t n = s.size();
-    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    std::uint64_t h = (0x9E3779B97F4A7C15ull ^ n) * kMul;
     auto mix = [&](std::uint64_t w) { h = (h ^ w) * kMul; h ^= h >> 32; };
     if (n >= 8) {
       std::size_t i = 0;
