@@ -19,7 +19,8 @@ KeyTableOfStrings::Node* add_key(KeyTableOfStrings& t, const std::string& k, con
 }
 
 // Random inserts, overwrites and erases, checked after every step against
-// std::unordered_map: every key found with its value, none found that is not there.
+// std::unordered_map: every key found with its value, none found that is not
+// there, and candidate() (for prefetching) names what find() finds.
 TEST(KeyTable, AgreesWithUnorderedMapUnderRandomChurn) {
   KeyTableOfStrings t;
   std::unordered_map<std::string, std::string> ref;
@@ -27,8 +28,12 @@ TEST(KeyTable, AgreesWithUnorderedMapUnderRandomChurn) {
   for (int step = 0; step < 60000; ++step) {
     const std::string k = "k" + std::to_string(rng() % 3000);
     const auto r = rng() % 10;
+    t.prefetch_slot(KeyTableOfStrings::hash(k));
     KeyTableOfStrings::Node* n = t.find(k);
     ASSERT_EQ(n != nullptr, ref.contains(k)) << k << " at step " << step;
+    // The prefetching guess, which compares hashes only, names the same node
+    // (these 3,000 keys' 64-bit hashes do not collide).
+    ASSERT_EQ(t.candidate(KeyTableOfStrings::hash(k)), n) << k << " at step " << step;
     if (r < 6) {
       const std::string v = "v" + std::to_string(step);
       if (n != nullptr) {

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -293,12 +294,12 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   const auto slot = c.wr_id.slot();
   const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
 
-  // Validate the whole buffer before executing any of it. A buffer of several
-  // requests also gets their keys' memory prefetched (Store::prefetch): the
-  // first one's when the second is seen (a lone request runs at once anyway).
+  // Validate the whole buffer before executing any of it. Then the memory
+  // its requests' keys will touch starts loading (Store::probe, in three
+  // passes over the first kProbes keys of a buffer of several).
   proto::Decoder check(bytes, config_.limits);
-  std::string_view first_key;
-  std::size_t requests = 0;
+  std::array<store::Store::Probe, kProbes> probes;
+  std::size_t probed = 0;
   for (;;) {
     const auto r = check.next();
     if (const auto* err = std::get_if<proto::DecodeError>(&r)) {
@@ -314,14 +315,16 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
                                                           to_string(m.opcode()), m.offset));
     }
     if (m.opcode() != Opcode::release) ++outstanding_;  // RELEASE gets no reply
-    if (!m.key.empty()) {
-      if (++requests == 1) {
-        first_key = m.key;
-      } else {
-        if (requests == 2) store_->prefetch(first_key);
-        store_->prefetch(m.key);
-      }
+    if (!m.key.empty() && probed < probes.size()) {
+      probes[probed++] = {m.key.data(), m.key.size(), 0, m.opcode() == Opcode::set || m.opcode() == Opcode::del};
     }
+  }
+  if (probed == 1) {
+    store_->probe_alone(probes[0].key(), probes[0].write);
+  } else if (probed > 1) {
+    for (std::size_t i = 0; i < probed; ++i) probes[i] = store_->probe(probes[i].key(), probes[i].write);
+    for (std::size_t i = 0; i < probed; ++i) store_->probe_node(probes[i]);
+    for (std::size_t i = 0; i < probed; ++i) store_->probe_value(probes[i]);
   }
   counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
   held_.push_back({slot, bytes.size(), 0, Clock::now()});

@@ -326,6 +326,9 @@ class ServerConn {
   static constexpr std::uint32_t kMaxPending = 0xFFFF;
   // Replies appended between two posts, at most (more are timed at once).
   static constexpr std::size_t kMaxUnposted = 1024;
+  // Keys of one received SEND whose memory is loaded ahead in passes
+  // (Store::probe), at most: clients batch up to their depth, 32 by default.
+  static constexpr std::size_t kProbes = 64;
   class CallScope;  // one handler run: its ReplyWriter and StoreAccess (server_call.cpp)
 
   // Internal steps report a decision to close only through fail() (state ->

@@ -103,6 +103,25 @@ class KeyTable {
   }
   [[nodiscard]] Node* find(std::string_view key) const noexcept { return find(key, hash(key)); }
 
+  // For prefetching: start loading the slot where a lookup of hash h begins.
+  void prefetch_slot(std::uint64_t h) const noexcept {
+    if (slots_ != nullptr) __builtin_prefetch(&slots_[h & mask_]);
+  }
+  // For prefetching: the first node in h's run whose slot holds hash h, or
+  // null. Its key is not compared (that would load the node), so it is
+  // only a likely match.
+  [[nodiscard]] const Node* candidate(std::uint64_t h) const noexcept {
+    if (slots_ == nullptr) return nullptr;
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.node != nullptr) {
+        if (s.hash == h) return s.node;
+      } else if (s.hash == kEmpty) {
+        return nullptr;
+      }
+    }
+  }
+
   // Adds `key` (not in the table: the caller looked, h is hash(key)) with
   // the value V(args...). Throws std::bad_alloc (or what V's constructor
   // throws) with nothing changed.

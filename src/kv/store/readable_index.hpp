@@ -69,9 +69,17 @@ class ReadableIndex {
   // The key in `bucket` went away (Store::erase): the bucket is empty again
   // (its overflow flag stays), so readers get NOT FOUND.
   void release(std::uint32_t bucket) noexcept;
-  // The entry of `bucket` is about to be published or withdrawn (Store::prefetch).
+  // The entry of `bucket` is about to be published or withdrawn (Store's
+  // probes): both of its cache lines (an inline value runs into the second).
   void prefetch(std::uint32_t bucket) const noexcept {
-    __builtin_prefetch(region_.data() + std::size_t{bucket} * proto::kBucketSize, 1);
+    const std::byte* b = region_.data() + std::size_t{bucket} * proto::kBucketSize;
+    __builtin_prefetch(b, 1);
+    __builtin_prefetch(b + proto::kBucketSize / 2, 1);
+  }
+  // `key` is about to be written: its home bucket, where a key mostly lives
+  // (found from the key alone, so this needs no load of the Store's node).
+  void prefetch_home(std::string_view key) const noexcept {
+    prefetch(static_cast<std::uint32_t>(proto::home_bucket(proto::hash64(key), buckets_)));
   }
   // A key that got kNoBucket from claim() went away (Store::erase).
   void forget_overflow_key() noexcept {

@@ -223,11 +223,31 @@ bool Store::touch_key(std::string_view key) {
   return true;
 }
 
-void Store::prefetch(std::string_view key) const noexcept {
-  const Node* it = map_.find(key);
+Store::Probe Store::probe(std::string_view key, bool write) const noexcept {
+  const Probe p{key.data(), key.size(), Map::hash(key), write};
+  map_.prefetch_slot(p.hash);
+  return p;
+}
+
+void Store::probe_alone(std::string_view key, bool write) const noexcept {
+  if (write && index_ != nullptr) index_->prefetch_home(key);
+}
+
+void Store::probe_node(const Probe& p) const noexcept {
+  if (const Node* n = map_.candidate(p.hash)) __builtin_prefetch(n);
+}
+
+void Store::probe_value(const Probe& p) const noexcept {
+  const Node* it = map_.find(p.key(), p.hash);
   if (it == nullptr) return;
-  if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) index_->prefetch(it->second.bucket);
-  __builtin_prefetch(it->second.view().data());
+  if (p.write && index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) {
+    index_->prefetch(it->second.bucket);
+  }
+  if (p.write) {
+    __builtin_prefetch(it->second.block());  // the old value's block goes back when it is replaced
+  } else {
+    __builtin_prefetch(it->second.view().data());
+  }
 }
 
 bool Store::erase(std::string_view key) {

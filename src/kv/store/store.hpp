@@ -213,12 +213,31 @@ class Store {
   // value pinned by a transfer (an RDMA WRITE or a pulled GET) stays whole
   // until its last pin goes.
   bool erase(std::string_view key);
-  // A batch is about to run set()/get() of `key`: start loading the memory
-  // they will touch (the key's node is found now; its index entry, for
-  // writing, and its value), so the cache misses of a batch's requests
-  // overlap instead of being paid one request after another. No effect on
-  // the contents.
-  void prefetch(std::string_view key) const noexcept;
+  // Requests are about to run set()/get()/erase() of some keys: start
+  // loading the memory they will touch, so their cache misses overlap
+  // instead of being paid one after another. Each of a key's loads needs the
+  // one before (slot, then node, then value or index entry), so a batch
+  // takes three passes, each over all its keys:
+  //   probe(key, write)  hashes the key and starts loading its table slot;
+  //   probe_node(p)      reads the slot and starts loading the node;
+  //   probe_value(p)     reads the node and starts loading its value (a
+  //                      read) or its index entry (a write).
+  // A lone request has nothing to overlap its lookup with; a lone write
+  // with the index on starts loading the key's home index bucket
+  // (probe_alone), found from the key alone, whose miss then overlaps the
+  // lookup's. No effect on the contents.
+  // Trivial (no initializers), so an array of them costs nothing to declare.
+  struct Probe {
+    const char* key_data;
+    std::size_t key_size;
+    std::uint64_t hash;
+    bool write;
+    [[nodiscard]] std::string_view key() const noexcept { return {key_data, key_size}; }
+  };
+  [[nodiscard]] Probe probe(std::string_view key, bool write) const noexcept;
+  void probe_node(const Probe& p) const noexcept;
+  void probe_value(const Probe& p) const noexcept;
+  void probe_alone(std::string_view key, bool write) const noexcept;
 
   // Called with each key eviction or sweep() drops, before it goes (the
   // server records a tombstone with its Durability:
