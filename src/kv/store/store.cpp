@@ -240,14 +240,12 @@ void Store::probe_node(const Probe& p) const noexcept {
 void Store::probe_value(const Probe& p) const noexcept {
   const Node* it = map_.find(p.key(), p.hash);
   if (it == nullptr) return;
-  if (p.write && index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) {
-    index_->prefetch(it->second.bucket);
-  }
-  if (p.write) {
-    __builtin_prefetch(it->second.block());  // the old value's block goes back when it is replaced
-  } else {
+  if (!p.write) {
     __builtin_prefetch(it->second.view().data());
+    return;
   }
+  if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) index_->prefetch(it->second.bucket);
+  __builtin_prefetch(it->second.block());  // the old value's block goes back when it is replaced
 }
 
 bool Store::erase(std::string_view key) {

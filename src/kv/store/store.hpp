@@ -226,7 +226,8 @@ class Store {
   // with the index on starts loading the key's home index bucket
   // (probe_alone), found from the key alone, whose miss then overlaps the
   // lookup's. No effect on the contents.
-  // Trivial (no initializers), so an array of them costs nothing to declare.
+  //
+  // A Probe is trivial (no initializers): an array of them costs nothing to declare.
   struct Probe {
     const char* key_data;
     std::size_t key_size;
