@@ -240,12 +240,12 @@ void Store::probe_node(const Probe& p) const noexcept {
 void Store::probe_value(const Probe& p) const noexcept {
   const Node* it = map_.find(p.key(), p.hash);
   if (it == nullptr) return;
-  if (!p.write) {
-    __builtin_prefetch(it->second.view().data());
-    return;
-  }
-  if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket) index_->prefetch(it->second.bucket);
-  __builtin_prefetch(it->second.block());  // the old value's block goes back when it is replaced
+  const Value& v = it->second;
+  if (p.write && index_ != nullptr && v.bucket != ReadableIndex::kNoBucket) index_->prefetch(v.bucket);
+  // A write replaces the value: a block's record (its release) or the
+  // string it copies into. A read copies the value's bytes out.
+  const LargeValue* b = v.block();
+  __builtin_prefetch(p.write && b != nullptr ? static_cast<const void*>(b) : v.view().data());
 }
 
 bool Store::erase(std::string_view key) {
