@@ -238,8 +238,10 @@ TEST_F(IndexTest, KeysWithTheSameHashAndLengthAreNotBothIndexed) {
 struct FakeBlocks {
   std::vector<std::unique_ptr<std::byte[]>> mem;
   bool fail = false;
+  std::size_t handed = 0;  // blocks given out
   std::shared_ptr<kv::store::LargeValue> operator()(std::size_t n) {
     if (fail) return nullptr;
+    ++handed;
     const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(n));
     mem.push_back(std::make_unique<std::byte[]>(cap));
     auto v = std::make_shared<kv::store::LargeValue>();
@@ -280,28 +282,40 @@ class StoreIndexTest : public IndexTest {
 };
 
 TEST_F(StoreIndexTest, SmallValuesLiveInBlocksValueThenKey) {
-  EXPECT_TRUE(store_.set("k1", "hello"));
-  expect_block("k1", "hello");
+  const std::string small(200, 's');  // beyond an entry's inline room
+  EXPECT_TRUE(store_.set("k1", small));
+  expect_block("k1", small);
+  EXPECT_EQ(blocks_.handed, 1u);
   const auto hit = store_.get("k1");
   EXPECT_TRUE(hit.found);
-  EXPECT_EQ(hit.value, "hello");
+  EXPECT_EQ(hit.value, small);
   EXPECT_FALSE(hit.large) << "a small value in a block is still answered eagerly";
   EXPECT_TRUE(store_.set("k1", std::string(3000, 'x')));  // overwrite: a fresh block, entry rewritten
   expect_block("k1", std::string(3000, 'x'));
+  EXPECT_EQ(blocks_.handed, 2u);
   EXPECT_EQ(index_.stats().used, 1u);
 }
 
+// A value that travels in its entry needs no block: it is kept as without
+// the index (a std::string), and its entry carries it even when no block
+// could be had.
 TEST_F(StoreIndexTest, ValuesThatFitTheEntryAreInlineAndCounted) {
   const std::string fits(proto::kInlineMax - 2, 'f');  // with key "k2": exactly kInlineMax
   EXPECT_TRUE(store_.set("k2", fits));
   expect_block("k2", fits);
+  EXPECT_EQ(blocks_.handed, 0u) << "an inline value takes no block";
+  EXPECT_EQ(store_.get("k2").value, fits);
   EXPECT_EQ(index_.stats().inline_entries, 1u);
   EXPECT_TRUE(store_.set("k2", fits + "!"));  // one byte over: the block only
   expect_block("k2", fits + "!");
+  EXPECT_EQ(blocks_.handed, 1u);
   EXPECT_EQ(index_.stats().inline_entries, 0u);
+  blocks_.fail = true;  // the arena exhausted: no matter for a value in the entry
   EXPECT_TRUE(store_.set("k2", "short again"));
   expect_block("k2", "short again");
+  EXPECT_EQ(store_.get("k2").value, "short again");
   EXPECT_EQ(index_.stats().inline_entries, 1u);
+  EXPECT_EQ(index_.stats().rpc_only, 0u);
   EXPECT_TRUE(store_.erase("k2"));
   EXPECT_EQ(index_.stats().inline_entries, 0u);
 }
@@ -364,16 +378,17 @@ TEST_F(StoreIndexTest, EveryMixOfTwoInlineWritesIsWholeOrReadAgain) {
 }
 
 TEST_F(StoreIndexTest, AValueNotInABlockIsWithdrawnNeverLeftStale) {
-  EXPECT_TRUE(store_.set("k", "v1"));
-  expect_block("k", "v1");
+  const std::string v1(100, '1'), v2(100, '2'), v3(100, '3');  // none fits an entry
+  EXPECT_TRUE(store_.set("k", v1));
+  expect_block("k", v1);
   blocks_.fail = true;  // arena exhausted: std::string fallback
-  EXPECT_TRUE(store_.set("k", "v2"));
-  EXPECT_EQ(store_.get("k").value, "v2");
+  EXPECT_TRUE(store_.set("k", v2));
+  EXPECT_EQ(store_.get("k").value, v2);
   IndexEntry e;
   EXPECT_EQ(probe("k", e), ProbeResult::ask_rpc) << "the entry must not name v1 any more";
   blocks_.fail = false;
-  EXPECT_TRUE(store_.set("k", "v3"));
-  expect_block("k", "v3");
+  EXPECT_TRUE(store_.set("k", v3));
+  expect_block("k", v3);
   store_.erase("k");
   EXPECT_EQ(probe("k", e), ProbeResult::not_found);
 }
@@ -425,7 +440,7 @@ TEST_F(StoreIndexTest, EraseEmptiesTheBucketAndFreesTheBlock) {
     block = b;
     return b;
   });
-  EXPECT_TRUE(s.set("gone", "value"));
+  EXPECT_TRUE(s.set("gone", std::string(100, 'v')));  // in a block (too long for the entry)
   IndexEntry e;
   ASSERT_EQ(probe("gone", e), ProbeResult::found);
   const std::uint64_t bucket = proto::home_bucket(proto::hash64("gone"), kBuckets);  // the first free one

@@ -1,6 +1,7 @@
 #include "kv/store/store.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <stdexcept>
 
@@ -54,8 +55,23 @@ void Store::reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_cr
   if (is_new) v.bucket = index_->claim(key);
   if (v.bucket == ReadableIndex::kNoBucket) return;  // overflow: clients ask by message
   const LargeValue* b = v.block();
-  const std::size_t n = b != nullptr ? b->bytes.size() : 0;
-  if (b == nullptr || b->capacity < n + key.size() || n > std::numeric_limits<std::uint32_t>::max()) {
+  if (b == nullptr) {
+    // In ordinary memory: readable only when it travels in the entry.
+    const std::string_view value = v.view();
+    if (!inlines(key, value.size())) {
+      index_->withdraw(v.bucket, key);  // never leave an entry naming an older value
+      return;
+    }
+    std::array<std::byte, proto::kInlineMax> data;
+    proto::copy_bytes(data.data(), value.data(), value.size());
+    proto::copy_bytes(data.data() + value.size(), key.data(), key.size());
+    const std::size_t len = value.size() + key.size();
+    index_->publish(v.bucket, key, 0, 0, static_cast<std::uint32_t>(value.size()), proto::crc32c(data.data(), len),
+                    std::span<const std::byte>(data.data(), len));
+    return;
+  }
+  const std::size_t n = b->bytes.size();
+  if (b->capacity < n + key.size() || n > std::numeric_limits<std::uint32_t>::max()) {
     index_->withdraw(v.bucket, key);  // never leave an entry naming an older value
     return;
   }
@@ -93,12 +109,12 @@ auto Store::retry_with_room(std::size_t capacity, std::string_view key, Attempt&
 
 bool Store::set_evicting(std::string_view key, std::string_view value, ExpireAt expire_at) {
   // With the index on a small value wants a block of its size class first.
-  const std::size_t cls = index_ != nullptr ? small_class(value.size() + key.size()) : 0;
+  const std::size_t cls = index_ != nullptr && !inlines(key, value.size()) ? small_class(value.size() + key.size()) : 0;
   return retry_with_room(cls, key, [&] { return set_once(key, value, expire_at); });
 }
 
 bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expire_at) {
-  LargeRef block = index_ != nullptr ? small_block(key, value) : LargeRef{};
+  LargeRef block = index_ != nullptr && !inlines(key, value.size()) ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
   const std::uint64_t h = Map::hash(key);
   if (Node* it = map_.find(key, h)) {

@@ -9,11 +9,14 @@
 // reading the old value keeps it whole.
 //
 // One-sided GET (attach_index): the Store stays the single owner of values
-// and becomes the only writer of a kv::store::ReadableIndex. Every value then lives
-// in a registered block laid out [value][key] (small ones too, from a block
-// source the server gives it; a std::string only when that fails), and every
-// set path publishes the key's entry (or withdraws it when the value is not
-// in a block), so the index never names a value the key no longer has.
+// and becomes the only writer of a kv::store::ReadableIndex. A value whose
+// value and key bytes fit an entry (inlines(): INLINE, at most
+// proto::kInlineMax) travels in it and stays a std::string; every other value
+// then lives in a registered block laid out [value][key] (small ones too,
+// from a block source the server gives it; a std::string only when that
+// fails). Every set path publishes the key's entry (or withdraws it when the
+// value is neither inline nor in a block), so the index never names a value
+// the key no longer has.
 //
 // Memory limit (MemoryBudget, kvd --max-memory): every key charges
 // kEntryOverhead + its length, plus the value's length while the value is a
@@ -53,6 +56,7 @@
 #include "kv/store/memory_budget.hpp"
 #include "kv/store/stats.hpp"
 #include "proto/copy.hpp"
+#include "proto/index_format.hpp"
 #include "proto/wire.hpp"
 
 namespace rkv::kv::store {
@@ -281,7 +285,8 @@ class Store {
     large_size_ = std::move(block_size);
   }
   // From now on every set publishes into `index`; small values go into
-  // blocks from `small_blocks` (of `block_size`, as above). Both are used
+  // blocks from `small_blocks` (of `block_size`, as above), except those
+  // that travel in their entry (inlines()). Both are used
   // until detach(). Keys already stored get ask-by-message entries until
   // their next SET.
   void attach_index(ReadableIndex& index, BlockSource small_blocks, BlockSize block_size = nullptr);
@@ -425,6 +430,13 @@ class Store {
   [[nodiscard]] std::size_t small_class(std::size_t n) const noexcept { return small_size_ ? small_size_(n) : 0; }
   [[nodiscard]] std::size_t large_class(std::size_t n) const noexcept { return large_size_ ? large_size_(n) : 0; }
 
+  // Whether a value of value_len bytes under `key` travels in its index
+  // entry (INLINE, proto::kInlineMax): with the index on such a value is
+  // kept in ordinary memory as without it, and no block is taken for it
+  // (readers read it in the entry; the message GET reads the string).
+  [[nodiscard]] static bool inlines(std::string_view key, std::size_t value_len) noexcept {
+    return key.size() + value_len <= proto::kInlineMax;
+  }
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // A value was just put in entry `it`: indexed (with one), pooled (with a
