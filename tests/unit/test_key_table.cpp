@@ -15,7 +15,7 @@ namespace {
 using KeyTableOfStrings = KeyTable<std::string>;
 
 KeyTableOfStrings::Node* add_key(KeyTableOfStrings& t, const std::string& k, const std::string& v) {
-  return t.insert_new(k, KeyTableOfStrings::hash(k), v);
+  return t.insert_new(k, t.hash(k), v);
 }
 
 // Random inserts, overwrites and erases, checked after every step against
@@ -28,12 +28,12 @@ TEST(KeyTable, AgreesWithUnorderedMapUnderRandomChurn) {
   for (int step = 0; step < 60000; ++step) {
     const std::string k = "k" + std::to_string(rng() % 3000);
     const auto r = rng() % 10;
-    t.prefetch_slot(KeyTableOfStrings::hash(k));
+    t.prefetch_slot(t.hash(k));
     KeyTableOfStrings::Node* n = t.find(k);
     ASSERT_EQ(n != nullptr, ref.contains(k)) << k << " at step " << step;
     // The prefetching guess, which compares hashes only, names the same node
     // (these 3,000 keys' 64-bit hashes do not collide).
-    ASSERT_EQ(t.candidate(KeyTableOfStrings::hash(k)), n) << k << " at step " << step;
+    ASSERT_EQ(t.candidate(t.hash(k)), n) << k << " at step " << step;
     if (r < 6) {
       const std::string v = "v" + std::to_string(step);
       if (n != nullptr) {
@@ -123,7 +123,7 @@ TEST(KeyTable, EveryByteOfAKeyCounts) {
       std::string other = k;
       other[i] = 'y';
       // The same slot run, so the comparison itself must tell them apart.
-      const KeyTableOfStrings::Node* n = t.find(other, KeyTableOfStrings::hash(k));
+      const KeyTableOfStrings::Node* n = t.find(other, t.hash(k));
       EXPECT_EQ(n, nullptr) << "length " << len << ", byte " << i;
     }
     EXPECT_NE(t.find(k), nullptr) << len;
@@ -133,12 +133,34 @@ TEST(KeyTable, EveryByteOfAKeyCounts) {
 // Keys of different lengths do not cancel each other out: "k0" .. "k199999"
 // (2-7 bytes, each length's words alike) get 200,000 different hashes.
 TEST(KeyTable, KeysOfDifferentLengthsGetDifferentHashes) {
+  const KeyTableOfStrings t;
   std::unordered_map<std::uint64_t, std::string> seen;
   for (int i = 0; i < 200000; ++i) {
     const std::string k = "k" + std::to_string(i);
-    const auto [it, added] = seen.emplace(KeyTableOfStrings::hash(k), k);
+    const auto [it, added] = seen.emplace(t.hash(k), k);
     ASSERT_TRUE(added) << k << " has the hash of " << it->second;
   }
+}
+
+// Hash flooding: keys a writer found to share one table's slots (here, the
+// low 12 bits of its hash, as a table of 4,096 slots uses) do not share
+// another table's, because each table hashes from its own random seed. With
+// one fixed hash all 64 would pile into one run of every table.
+TEST(KeyTable, KeysChosenToCollideInOneTableSpreadInAnother) {
+  const KeyTableOfStrings a;
+  const KeyTableOfStrings b;
+  constexpr std::uint64_t kLow = 0xFFF;
+  const std::uint64_t target = a.hash("k0") & kLow;
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 64; ++i) {
+    std::string k = "k" + std::to_string(i);
+    if ((a.hash(k) & kLow) == target) keys.push_back(std::move(k));
+  }
+  const std::uint64_t in_b = b.hash(keys[0]) & kLow;
+  std::size_t together = 0;
+  for (const auto& k : keys) together += (b.hash(k) & kLow) == in_b ? 1 : 0;
+  // keys[0] itself, and about 63/4096 others: 5 or more has odds below 1e-10.
+  EXPECT_LE(together, 4u) << "of the 64 keys that share a slot of a, " << together << " share one of b";
 }
 
 // A move takes the nodes (the pointers stay valid) and leaves an empty table.

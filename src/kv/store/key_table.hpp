@@ -26,6 +26,12 @@
 // layout() counts rebuilds, so a walk in steps over the slots
 // (Store::sweep, Store::visit) can tell that it must start again.
 //
+// Seeded: each table's hash starts from its own seed (key_table_seed():
+// random per process, different per table), so a writer cannot choose keys
+// that share slots (hash flooding: a run of thousands of colliding keys
+// would make every lookup in it a walk). Nothing outside a table sees its
+// hashes: the one-sided index hashes with the wire's hash64.
+//
 // Thread: one (the Store's owner, the reactor in kvd).
 
 #include <cstddef>
@@ -38,6 +44,10 @@
 #include <utility>
 
 namespace rkv::kv::store {
+
+// A seed for a new KeyTable: from a random value the process drew once
+// (getrandom), mixed with a count of the seeds handed out. Thread: any.
+[[nodiscard]] std::uint64_t key_table_seed() noexcept;
 
 template <class V>
 class KeyTable {
@@ -54,12 +64,12 @@ class KeyTable {
   // reaches the low bits that pick the slot. The length is multiplied into
   // the start, not XORed next to the first word's bytes (where "k1" and
   // "k10" cancelled out). Internal to this process: the one-sided index's
-  // hash64 is the wire's, not this.
-  [[nodiscard]] static std::uint64_t hash(std::string_view s) noexcept {
+  // hash64 is the wire's, not this. Starts from the table's seed.
+  [[nodiscard]] std::uint64_t hash(std::string_view s) const noexcept {
     constexpr std::uint64_t kMul = 0x9FB21C651E98DF25ull;
     const char* p = s.data();
     const std::size_t n = s.size();
-    std::uint64_t h = (0x9E3779B97F4A7C15ull ^ n) * kMul;
+    std::uint64_t h = (seed_ ^ n) * kMul;
     auto mix = [&](std::uint64_t w) { h = (h ^ w) * kMul; h ^= h >> 32; };
     if (n >= 8) {
       std::size_t i = 0;
@@ -76,10 +86,10 @@ class KeyTable {
     return h ^ (h >> 32);
   }
 
-  KeyTable() = default;
+  KeyTable() noexcept : seed_(key_table_seed()) {}
   KeyTable(const KeyTable&) = delete;
   KeyTable& operator=(const KeyTable&) = delete;
-  KeyTable(KeyTable&& o) noexcept { take(o); }
+  KeyTable(KeyTable&& o) noexcept : seed_(o.seed_) { take(o); }
   KeyTable& operator=(KeyTable&& o) noexcept {
     if (this != &o) {
       destroy();
@@ -240,6 +250,7 @@ class KeyTable {
     size_ = tombs_ = 0;
   }
   void take(KeyTable& o) noexcept {
+    seed_ = o.seed_;  // the slots were placed by its hash
     slots_ = std::move(o.slots_);
     mask_ = std::exchange(o.mask_, 0);
     size_ = std::exchange(o.size_, 0);
@@ -248,6 +259,7 @@ class KeyTable {
     ++o.layout_;
   }
 
+  std::uint64_t seed_;
   std::unique_ptr<Slot[]> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;

@@ -116,7 +116,7 @@ bool Store::set_evicting(std::string_view key, std::string_view value, ExpireAt 
 bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expire_at) {
   LargeRef block = index_ != nullptr && !inlines(key, value.size()) ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
-  const std::uint64_t h = Map::hash(key);
+  const std::uint64_t h = map_.hash(key);
   if (Node* it = map_.find(key, h)) {
     const std::size_t old = it->second.size();
     const std::size_t old_charge = entry_charge(it->first, it->second);
@@ -161,7 +161,7 @@ bool Store::set_large_once(std::string_view key, LargeRef& value, std::optional<
                            ExpireAt expire_at) {
   const std::size_t n = value->bytes.size();
   const std::size_t charge = entry_charge(key.size(), 0);
-  const std::uint64_t h = Map::hash(key);
+  const std::uint64_t h = map_.hash(key);
   if (Node* it = map_.find(key, h)) {
     const std::size_t old = it->second.size();
     if (!recharge(entry_charge(it->first, it->second), charge)) return false;
@@ -240,7 +240,7 @@ bool Store::touch_key(std::string_view key) {
 }
 
 Store::Probe Store::probe(std::string_view key, bool write) const noexcept {
-  const Probe p{key.data(), key.size(), Map::hash(key), write};
+  const Probe p{key.data(), key.size(), map_.hash(key), write};
   map_.prefetch_slot(p.hash);
   return p;
 }
