@@ -159,7 +159,7 @@ TEST(KeyTable, KeysChosenToCollideInOneTableSpreadInAnother) {
   const std::uint64_t in_b = b.hash(keys[0]) & kLow;
   std::size_t together = 0;
   for (const auto& k : keys) together += (b.hash(k) & kLow) == in_b ? 1 : 0;
-  // keys[0] itself, and about 63/4096 others: 5 or more has odds below 1e-10.
+  // keys[0] itself, and about 63/4096 others: 4 others or more has odds of about 2e-9.
   EXPECT_LE(together, 4u) << "of the 64 keys that share a slot of a, " << together << " share one of b";
 }
 
