@@ -6,17 +6,10 @@
 #include <atomic>
 #include <chrono>
 
+#include "proto/index_format.hpp"
+
 namespace rkv::kv::store {
 namespace {
-
-// MurmurHash3's finalizer: every output bit depends on every input bit.
-std::uint64_t fmix(std::uint64_t h) noexcept {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
 
 std::uint64_t process_seed() noexcept {
   std::uint64_t r = 0;
@@ -33,7 +26,7 @@ std::uint64_t process_seed() noexcept {
 std::uint64_t key_table_seed() noexcept {
   static const std::uint64_t base = process_seed();
   static std::atomic<std::uint64_t> handed{0};
-  return fmix(base + 0x9E3779B97F4A7C15ull * handed.fetch_add(1, std::memory_order_relaxed));
+  return proto::fmix64(base + 0x9E3779B97F4A7C15ull * handed.fetch_add(1, std::memory_order_relaxed));
 }
 
 }  // namespace rkv::kv::store
