@@ -109,12 +109,12 @@ auto Store::retry_with_room(std::size_t capacity, std::string_view key, Attempt&
 
 bool Store::set_evicting(std::string_view key, std::string_view value, ExpireAt expire_at) {
   // With the index on a small value wants a block of its size class first.
-  const std::size_t cls = index_ != nullptr && !inlines(key, value.size()) ? small_class(value.size() + key.size()) : 0;
+  const std::size_t cls = wants_block(key, value.size()) ? small_class(value.size() + key.size()) : 0;
   return retry_with_room(cls, key, [&] { return set_once(key, value, expire_at); });
 }
 
 bool Store::set_once(std::string_view key, std::string_view value, ExpireAt expire_at) {
-  LargeRef block = index_ != nullptr && !inlines(key, value.size()) ? small_block(key, value) : LargeRef{};
+  LargeRef block = wants_block(key, value.size()) ? small_block(key, value) : LargeRef{};
   const std::size_t charge = entry_charge(key.size(), block ? 0 : value.size());
   const std::uint64_t h = map_.hash(key);
   if (Node* it = map_.find(key, h)) {

@@ -437,6 +437,11 @@ class Store {
   [[nodiscard]] static bool inlines(std::string_view key, std::size_t value_len) noexcept {
     return key.size() + value_len <= proto::kInlineMax;
   }
+  // Whether a small value of value_len bytes under `key` goes into a block:
+  // with the index on, unless it travels in its entry.
+  [[nodiscard]] bool wants_block(std::string_view key, std::size_t value_len) const noexcept {
+    return index_ != nullptr && !inlines(key, value_len);
+  }
   // Index attached: the small value in a block [value][key], or null.
   LargeRef small_block(std::string_view key, std::string_view value) const noexcept;
   // A value was just put in entry `it`: indexed (with one), pooled (with a
