@@ -17,6 +17,7 @@
 
 #include "proto/auth.hpp"
 #include "proto/connect_params.hpp"
+#include "proto/copy.hpp"
 #include "proto/call_ops.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
@@ -1311,6 +1312,34 @@ TEST(ProtoBackupRead, OnGetRequestsOnly) {
   expect_refused(reply, Reason::backup_read_not_allowed);
   expect_reason(patched(msg::del_request(1, "k"), [](RawHeader& h) { h.flags |= kFlagBackupRead; }),
                 Reason::backup_read_not_allowed);
+}
+
+// copy_to_string writes a value no longer than the old one over it in place
+// and grows by assign otherwise; either way `out` ends up holding exactly
+// `src` and the meter counts src.size(), even when src lies inside out.
+TEST(ProtoCopy, CopyToStringReplacesInPlaceOrGrows) {
+  std::string out = "0123456789abcdef0123456789abcdef";
+  const auto before = copied_bytes();
+  copy_to_string(out, std::string_view("ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"));  // same size
+  EXPECT_EQ(out, "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345");
+  copy_to_string(out, std::string_view("short"));  // shorter: in place
+  EXPECT_EQ(out, "short");
+  EXPECT_EQ(out.size(), 5u);
+  copy_to_string(out, std::string_view("a longer value than the one before it"));  // grows
+  EXPECT_EQ(out, "a longer value than the one before it");
+  copy_to_string(out, std::string_view());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(copied_bytes() - before, 32u + 5u + 37u);
+  // src inside out, at an offset: read before it is overwritten or cut.
+  out = "xxxxhello worldyyyy";
+  copy_to_string(out, std::string_view(out).substr(4, 11));
+  EXPECT_EQ(out, "hello world");
+  out = "abcdef";
+  copy_to_string(out, std::string_view(out).substr(1, 3));
+  EXPECT_EQ(out, "bcd");
+  out = "abcdef";
+  copy_to_string(out, std::string_view(out));
+  EXPECT_EQ(out, "abcdef");
 }
 
 }  // namespace rkv::proto
