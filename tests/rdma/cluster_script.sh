@@ -14,6 +14,9 @@
 #  - kvload --verify, rkv stats and rkv.Client (Python) over etcd://...:
 #    every key on some member; kvload --verify again through an address
 #    whose first etcd endpoint refuses;
+#  - beside a CPU hog (a busy loop per CPU for 15 s, three lease TTLs)
+#    every lease holds: the same members, the map at the same epoch, and a
+#    kvload --verify meanwhile passes;
 #  - kill -9 of a member: etcd drops it when its lease expires, and a client
 #    opened on the cluster then works over the other two;
 #  - a member paused (SIGSTOP) past its lease is dropped, refuses the writes
@@ -105,6 +108,28 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
     assert c.get(\"py-key\") == b\"py-value\"
 " || fail "rkv.Client on the cluster"
   fi
+
+  # Beside a CPU hog (a busy loop per CPU at normal priority, for three
+  # lease TTLs of 5 s), no member loses its lease: the map keeps its epoch
+  # (an expired lease drops the member, and it joins again: two new
+  # epochs), the members stay, and a kvload --verify meanwhile passes.
+  # (A kvd that let its reactor starve, as a spin at idle priority once
+  # did, fails here.)
+  epoch=$("$B/rkv" cluster status --server "$RKV_CLUSTER" | awk "\$2 == \"map\" { print \$4 }")
+  hogs=()
+  for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & hogs+=($!); done
+  hog_t0=$SECONDS
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/load.txt" --depth 8 --verify -q >"$work/hog.out" 2>&1
+  hog_rc=$?
+  while [ $((SECONDS - hog_t0)) -lt 15 ]; do sleep 1; done
+  kill "${hogs[@]}"
+  wait "${hogs[@]}" 2>/dev/null
+  [ "$hog_rc" = 0 ] || fail "kvload --verify beside a CPU hog: $(cat "$work/hog.out")"
+  out=$("$B/rkv" cluster status --server "$RKV_CLUSTER")
+  hog_epoch=$(echo "$out" | awk "\$2 == \"map\" { print \$4 }")
+  [ "$(members)" = "$expected" ] && [ "$hog_epoch" = "$epoch" ] ||
+    fail "beside a CPU hog for $((SECONDS - hog_t0)) s the map went from epoch $epoch to ${hog_epoch:-?} (a lease expired?): $out"
+  echo "cluster_script: $(nproc) busy loop(s) for $((SECONDS - hog_t0)) s: every lease held (map epoch $epoch kept)"
 
   set -- $RKV_KVD_PIDS
   victim=$1 paused=$2
