@@ -47,6 +47,7 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
   work=$1 build=$2 repo=$3 B=$2/apps
   fail() { echo "cluster_script: FAILED: $*" >&2; exit 1; }
   members() { "$B/rkv" cluster status --server "$RKV_CLUSTER" | grep "^member " | cut -d" " -f2 | sort | tr "\n" " "; }
+  epoch_of() { awk "\$2 == \"map\" { print \$4 }"; }  # the map epoch in a status read from stdin
   # Waits (at most 120 s) until the members are exactly $1.
   await_members() {
     local t0=$SECONDS got
@@ -64,7 +65,7 @@ for i in $(seq 1 60); do echo "GET key$i"; done >>"$work/load.txt"
     local t0=$SECONDS out
     while :; do
       out=$("$B/rkv" cluster status --server "$RKV_CLUSTER")
-      epoch=$(echo "$out" | awk "\$2 == \"map\" { print \$4 }")
+      epoch=$(echo "$out" | epoch_of)
       if [ "${epoch:-0}" -gt "$2" ] && echo "$out" | awk "
           \$2 == \"map\" { shards = \$6 }
           \$1 == \"member\" { p[++n] = \$6 }
@@ -115,7 +116,7 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   # epochs), the members stay, and a kvload --verify meanwhile passes.
   # (A kvd that let its reactor starve, as a spin at idle priority once
   # did, fails here.)
-  epoch=$("$B/rkv" cluster status --server "$RKV_CLUSTER" | awk "\$2 == \"map\" { print \$4 }")
+  epoch=$("$B/rkv" cluster status --server "$RKV_CLUSTER" | epoch_of)
   hogs=()
   for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & hogs+=($!); done
   hog_t0=$SECONDS
@@ -126,7 +127,7 @@ with rkv.Client(os.environ[\"RKV_CLUSTER\"]) as c:
   wait "${hogs[@]}" 2>/dev/null
   [ "$hog_rc" = 0 ] || fail "kvload --verify beside a CPU hog: $(cat "$work/hog.out")"
   out=$("$B/rkv" cluster status --server "$RKV_CLUSTER")
-  hog_epoch=$(echo "$out" | awk "\$2 == \"map\" { print \$4 }")
+  hog_epoch=$(echo "$out" | epoch_of)
   [ "$(members)" = "$expected" ] && [ "$hog_epoch" = "$epoch" ] ||
     fail "beside a CPU hog for $((SECONDS - hog_t0)) s the map went from epoch $epoch to ${hog_epoch:-?} (a lease expired?): $out"
   echo "cluster_script: $(nproc) busy loop(s) for $((SECONDS - hog_t0)) s: every lease held (map epoch $epoch kept)"
