@@ -2,11 +2,13 @@
 
 import csv
 import os
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 
 
@@ -53,6 +55,24 @@ PLOTS = ["throughput.png", "latency.png", "scaling.png", "tcp.png"]
 
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def kvd_listening(stdout, seconds=120):
+    """Reads a starting kvd's stdout (text) up to its "listening on ADDR:PORT"
+    line, for at most `seconds` between lines: (port, "") once it is seen,
+    (None, the last line it printed) if the output ended or the time ran out
+    first. Every bench script that starts kvd with --port 0 learns its port here."""
+    deadline = time.monotonic() + seconds
+    last = ""
+    while time.monotonic() < deadline:
+        line = stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening on (\S+):(\d+)", line)
+        if m:
+            return int(m.group(2)), ""
+        last = line.strip() or last
+    return None, last
 
 
 def die(msg, code=1):

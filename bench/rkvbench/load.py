@@ -3,11 +3,10 @@ idle kvd's CPU, and clients scaling."""
 
 import json
 import os
-import re
 import subprocess
 import time
 
-from .common import Proc, _last_line, fmt, log, proc_cpu_seconds, ratio
+from .common import Proc, _last_line, fmt, kvd_listening, log, proc_cpu_seconds, ratio
 
 # Experiment 3's modes: label -> extra kvd/kvload flags. "default" is the sweep's own run.
 POLL_MODES = {"default": [], "events (--poll-us 0)": ["--poll-us", "0"], "busy-poll": ["--busy-poll"]}
@@ -84,12 +83,11 @@ class LoadExperiments:
         self.stop_kvd()
         args = [self.kvd, "--bind", self.addr, "--port", "0", "--log-level", "warn", *flags]
         pr = Proc(args, stdout=subprocess.PIPE, stderr=open(os.path.join(self.tmp, "kvd.err"), "a"))
-        line = pr.p.stdout.readline()
-        m = re.search(r"listening on (\S+):(\d+)", line)
-        if not m:
+        port, line = kvd_listening(pr.p.stdout)
+        if port is None:
             pr.kill()
-            return f"failed: kvd {' '.join(flags)} did not start: {line.strip()}"
-        self.kvd_proc, self.kvd_port = pr, int(m.group(2))
+            return f"failed: kvd {' '.join(flags)} did not start: {line}"
+        self.kvd_proc, self.kvd_port = pr, port
         return None
 
     def _bp_measure(self, op, size, depth, flags):

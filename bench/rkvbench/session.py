@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from .common import BENCH, HEADERS, MIB, Proc, default_build, die, log, proc_cpu_seconds, run_timed
+from .common import BENCH, HEADERS, MIB, Proc, default_build, die, kvd_listening, log, proc_cpu_seconds, run_timed
 from .environment import active_mtu, build_info, cpu_model, gid_index, git_state, rdma_device
 from .fabric import FabricExperiments
 from .idle import IdleExperiments
@@ -172,18 +172,12 @@ class Bench(FabricExperiments, LoadExperiments, ShardExperiments, LabExperiments
         if "--max-value" in self.kvd_help:
             args += ["--max-value", str(64 * MIB)]
         pr = Proc(args, stdout=subprocess.PIPE, stderr=open(os.path.join(self.tmp, "kvd.err"), "a"))
-        deadline = time.monotonic() + 120
-        line = ""
-        while time.monotonic() < deadline:
-            line = pr.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on (\S+):(\d+)", line)
-            if m:
-                self.kvd_proc, self.kvd_port = pr, int(m.group(2))
-                return
+        port, line = kvd_listening(pr.p.stdout)
+        if port is not None:
+            self.kvd_proc, self.kvd_port = pr, port
+            return
         pr.kill()
-        die(f"kvd did not start: {line.strip()} {self.kvd_err_tail()}")
+        die(f"kvd did not start: {line} {self.kvd_err_tail()}")
 
     def kvd_err_tail(self):
         try:
