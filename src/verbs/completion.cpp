@@ -36,6 +36,8 @@ CompletionOpcode map_opcode(ibv_wc_opcode o) noexcept {
     case IBV_WC_RECV_RDMA_WITH_IMM: return CompletionOpcode::recv_rdma_with_imm;
     case IBV_WC_COMP_SWAP:
     case IBV_WC_FETCH_ADD: return CompletionOpcode::atomic;
+    case IBV_WC_BIND_MW: return CompletionOpcode::bind_window;
+    case IBV_WC_LOCAL_INV: return CompletionOpcode::invalidate;
     default: return CompletionOpcode::unknown;
   }
 }

@@ -39,6 +39,8 @@ enum class CompletionOpcode : std::uint8_t {
   rdma_write,
   recv_rdma_with_imm,
   atomic,   // compare-and-swap / fetch-and-add
+  bind_window,  // a memory window bound (SendOp::bind_window)
+  invalidate,   // a key invalidated (SendOp::invalidate)
   unknown,  // error completions (verbs leaves opcode undefined), or an opcode we don't use
 };
 
@@ -50,6 +52,8 @@ constexpr std::string_view to_string(CompletionOpcode o) noexcept {
     case CompletionOpcode::rdma_write: return "rdma_write";
     case CompletionOpcode::recv_rdma_with_imm: return "recv_rdma_with_imm";
     case CompletionOpcode::atomic: return "atomic";
+    case CompletionOpcode::bind_window: return "bind_window";
+    case CompletionOpcode::invalidate: return "invalidate";
     case CompletionOpcode::unknown: return "unknown";
   }
   return "invalid";

@@ -8,17 +8,14 @@
 
 namespace rkv::verbs {
 
-namespace {
-
-int to_ibv(Access a) noexcept {
+int detail::to_ibv_access(Access a) noexcept {
   int flags = 0;
   if (has(a, Access::local_write)) flags |= IBV_ACCESS_LOCAL_WRITE;
   if (has(a, Access::remote_read)) flags |= IBV_ACCESS_REMOTE_READ;
   if (has(a, Access::remote_write)) flags |= IBV_ACCESS_REMOTE_WRITE;
+  if (has(a, Access::mw_bind)) flags |= IBV_ACCESS_MW_BIND;
   return flags;
 }
-
-}  // namespace
 
 std::string to_string(Access a) {
   std::string s;
@@ -30,6 +27,7 @@ std::string to_string(Access a) {
   add(Access::local_write, "local_write");
   add(Access::remote_read, "remote_read");
   add(Access::remote_write, "remote_write");
+  add(Access::mw_bind, "mw_bind");
   return s.empty() ? "none" : s;
 }
 
@@ -38,7 +36,7 @@ MemoryRegion::MemoryRegion(const ProtectionDomain& pd, std::span<std::byte> buff
   if (has(access, Access::remote_write) && !has(access, Access::local_write)) {
     detail::throw_error("ibv_reg_mr (remote_write requires local_write)", EINVAL);
   }
-  mr_ = ibv_reg_mr(pd_->pd, buffer.data(), buffer.size(), to_ibv(access));
+  mr_ = ibv_reg_mr(pd_->pd, buffer.data(), buffer.size(), detail::to_ibv_access(access));
   if (mr_ == nullptr) detail::throw_error("ibv_reg_mr", errno);
 }
 

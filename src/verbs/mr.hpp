@@ -28,6 +28,7 @@ enum class Access : std::uint8_t {
   local_write = 1u << 0,
   remote_read = 1u << 1,
   remote_write = 1u << 2,  // verbs requires local_write alongside it
+  mw_bind = 1u << 3,       // memory windows (mw.hpp) may be bound on it; grants nothing by itself
 };
 
 constexpr Access operator|(Access a, Access b) noexcept {
@@ -60,6 +61,7 @@ class MemoryRegion {
   [[nodiscard]] bool valid() const noexcept { return mr_ != nullptr; }
 
  private:
+  friend class QueuePair;  // a window bind names the MR
   void reset() noexcept;
 
   std::shared_ptr<detail::PdHandle> pd_;  // declared first: released after mr_ is deregistered

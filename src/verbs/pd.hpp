@@ -28,6 +28,7 @@ class ProtectionDomain {
 
  private:
   friend class MemoryRegion;
+  friend class MemoryWindow;
   friend class QueuePair;
   friend class DeviceEvents;
   std::shared_ptr<detail::PdHandle> handle_;

@@ -11,6 +11,7 @@
 #include "verbs/cm_id.hpp"
 #include "verbs/cq.hpp"
 #include "verbs/detail/handles.hpp"
+#include "verbs/mw.hpp"
 #include "verbs/pd.hpp"
 
 namespace rkv::verbs {
@@ -127,8 +128,9 @@ struct Remote {
 // THE one place that fills an ibv_send_wr (SEND, RDMA READ, RDMA WRITE, with
 // or without immediate): opcode, wr_id, the gather/scatter list (empty
 // elements skipped, written to `list`, which must outlive the post), remote
-// address/rkey, signaled flag, the immediate (host order), no successor. EINVAL for more elements than `list` holds or one longer
-// than u32, else 0.
+// address/rkey, signaled flag, the immediate (host order), no successor
+// (fill_window_fields adds a window bind's or invalidation's own fields).
+// EINVAL for more elements than `list` holds or one longer than u32, else 0.
 template <std::size_t N>
 int fill_send_wr(ibv_send_wr& wr, std::array<ibv_sge, N>& list, ibv_wr_opcode opcode, WrId wr_id,
                  std::span<const Sge> sges, Remote remote, bool signaled, std::uint32_t imm = 0) noexcept {
@@ -153,9 +155,12 @@ ibv_wr_opcode to_ibv(SendOp op) noexcept {
     case SendOp::rdma_read: return IBV_WR_RDMA_READ;
     case SendOp::rdma_write: return IBV_WR_RDMA_WRITE;
     case SendOp::rdma_write_imm: return IBV_WR_RDMA_WRITE_WITH_IMM;
+    case SendOp::bind_window: return IBV_WR_BIND_MW;
+    case SendOp::invalidate: return IBV_WR_LOCAL_INV;
   }
   return IBV_WR_SEND;
 }
+
 
 // One WR, one post. ibv_post_send's errno value (ENOMEM = send queue full).
 int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const Sge> sges, Remote remote,
@@ -202,17 +207,68 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
         rc != 0) {
       return rc;
     }
+    if (const int rc = fill_window_fields(chain[i], w); rc != 0) return rc;
     if (i > 0) chain[i - 1].next = &chain[i];
   }
   SPDLOG_TRACE("verbs: post a chain of {} WRs qp={} first slot={}", wrs.size(), handle_->qp->qp_num,
                wrs.front().wr_id.slot());
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(handle_->qp, chain.data(), &bad);
-  if (posted != nullptr) {
-    // On failure the WRs before `bad` were posted (a provider that leaves it unset posted none).
-    *posted = rc == 0 ? wrs.size() : (bad != nullptr ? static_cast<std::size_t>(bad - chain.data()) : 0);
+  // On failure the WRs before `bad` were posted (a provider that leaves it unset posted none).
+  const std::size_t done = rc == 0 ? wrs.size() : (bad != nullptr ? static_cast<std::size_t>(bad - chain.data()) : 0);
+  // A bind names the window by the key it has now (ibv_mw::rkey, which the
+  // provider sends along and the device checks), and nothing updates that
+  // key for a type-2 window but its owner: a posted bind makes it the new one.
+  for (std::size_t i = 0; i < done; ++i) {
+    if (wrs[i].op == SendOp::bind_window) wrs[i].window->mw_->rkey = wrs[i].rkey;
   }
+  if (posted != nullptr) *posted = done;
   return rc;
+}
+
+// The window fields of a bind_window or invalidate WR, after fill_send_wr
+// filled the rest (they move no bytes: no gather list). EINVAL for a bind
+// without its window or MR, or with an access other than remote read/write.
+int QueuePair::fill_window_fields(ibv_send_wr& wr, const SendWr& w) noexcept {
+  switch (w.op) {
+    case SendOp::send:
+    case SendOp::rdma_read:
+    case SendOp::rdma_write:
+    case SendOp::rdma_write_imm: return 0;
+    case SendOp::invalidate:
+      if (w.num_local != 0) return EINVAL;
+      wr.invalidate_rkey = w.rkey;
+      return 0;
+    case SendOp::bind_window: {
+      constexpr Access kRemote = Access::remote_read | Access::remote_write;
+      if (w.window == nullptr || !w.window->valid() || w.window_mr == nullptr || !w.window_mr->valid() ||
+          w.num_local != 0 || w.window_access == Access::none || (w.window_access | kRemote) != kRemote) {
+        return EINVAL;
+      }
+      wr.bind_mw.mw = w.window->mw_;
+      wr.bind_mw.rkey = w.rkey;
+      wr.bind_mw.bind_info.mr = w.window_mr->mr_;
+      wr.bind_mw.bind_info.addr = w.remote_addr;
+      wr.bind_mw.bind_info.length = w.window_length;
+      wr.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(detail::to_ibv_access(w.window_access));
+      return 0;
+    }
+  }
+  return EINVAL;
+}
+
+SendWr SendWr::bind_window(WrId id, MemoryWindow& window, const MemoryRegion& mr, std::span<const std::byte> range,
+                           Access access) noexcept {
+  SendWr w;
+  w.op = SendOp::bind_window;
+  w.wr_id = id;
+  w.remote_addr = reinterpret_cast<std::uintptr_t>(range.data());
+  w.rkey = window.valid() ? window.take_next_rkey() : 0;
+  w.window = &window;
+  w.window_mr = &mr;
+  w.window_length = range.size();
+  w.window_access = access;
+  return w;
 }
 
 int QueuePair::post_rdma_write(WrId wr_id, std::span<const std::byte> local, std::uint32_t lkey,

@@ -16,7 +16,8 @@
 //     normal after a peer leaves, not a crash. Only then may the buffers
 //     they reference be reused or freed. Use WrId generations to drop flushes
 //     for slots that were already recycled.
-//  6. Destroy QueuePair, then CmId, CompletionQueue, MemoryRegions,
+//  6. Drop the MemoryWindows bound to the QP (mw.hpp: a bound window holds
+//     its QP). Destroy QueuePair, then CmId, CompletionQueue, MemoryRegions,
 //     ProtectionDomain, channels. The handles enforce QP -> CQ -> MR -> PD ->
 //     channel on their own (each keeps its parents alive), so dropping them
 //     in another order is safe, just later.
@@ -34,7 +35,10 @@
 #include <memory>
 #include <span>
 
+#include "verbs/mr.hpp"
 #include "verbs/wr_id.hpp"
+
+struct ibv_send_wr;  // from <infiniband/verbs.h>; only src/verbs touches it
 
 namespace rkv::verbs {
 
@@ -44,6 +48,7 @@ struct QpHandle;
 class CmId;
 class ProtectionDomain;
 class CompletionQueue;
+class MemoryWindow;
 
 struct QpCaps {
   std::uint32_t max_send_wr = 64;
@@ -60,8 +65,10 @@ struct Sge {
 };
 
 // rdma_write_imm: an RDMA WRITE that also completes one of the peer's
-// receives, handing it SendWr::imm and the length written.
-enum class SendOp : std::uint8_t { send, rdma_read, rdma_write, rdma_write_imm };
+// receives, handing it SendWr::imm and the length written. bind_window and
+// invalidate move no bytes: they open and close a MemoryWindow (mw.hpp) for
+// the peer of this QP.
+enum class SendOp : std::uint8_t { send, rdma_read, rdma_write, rdma_write_imm, bind_window, invalidate };
 
 // One work request of a post_chain: a SEND of local[0 .. num_local) gathered
 // in order, an RDMA WRITE of them to [remote_addr, + total length), or an
@@ -77,10 +84,17 @@ struct SendWr {
   WrId wr_id;
   std::array<Sge, kMaxLocal> local{};
   std::uint32_t num_local = 0;
-  std::uint64_t remote_addr = 0;  // READ and WRITE only
-  std::uint32_t rkey = 0;
+  std::uint64_t remote_addr = 0;  // READ and WRITE: the peer's address; bind_window: where the window starts
+  std::uint32_t rkey = 0;         // READ and WRITE: the peer's key; bind_window: the window's new key;
+                                  // invalidate: the key to invalidate
   bool signaled = true;
   std::uint32_t imm = 0;  // rdma_write_imm only (host order; the wire's byte order is verbs')
+  // bind_window only: the window, the MR it opens [remote_addr, + window_length)
+  // of, and what the peer may do there (remote_read and/or remote_write).
+  const MemoryWindow* window = nullptr;
+  const MemoryRegion* window_mr = nullptr;
+  std::uint64_t window_length = 0;
+  Access window_access = Access::none;
 
   // The bytes it moves: local[0 .. num_local) together.
   [[nodiscard]] std::uint64_t length() const noexcept {
@@ -103,6 +117,21 @@ struct SendWr {
   [[nodiscard]] static SendWr write_imm(WrId id, std::span<const std::byte> local, std::uint32_t lkey,
                                         std::uint64_t remote_addr, std::uint32_t rkey, std::uint32_t imm) noexcept {
     return {SendOp::rdma_write_imm, id, {Sge{local, lkey}, Sge{}}, 1, remote_addr, rkey, true, imm};
+  }
+  // Binds `window` to this QP over `range` of `mr` (which needs
+  // Access::mw_bind; remote_write needs its local_write too) with `access`
+  // (remote_read, remote_write or both), under the window's next rkey:
+  // window.rkey() from now on, valid for the peer once this WR completes.
+  [[nodiscard]] static SendWr bind_window(WrId id, MemoryWindow& window, const MemoryRegion& mr,
+                                          std::span<const std::byte> range, Access access) noexcept;
+  // LOCAL_INV of `rkey` (a window's): once it completes the peer's accesses
+  // with that key are refused and the window may be bound again.
+  [[nodiscard]] static SendWr invalidate(WrId id, std::uint32_t rkey) noexcept {
+    SendWr w;
+    w.op = SendOp::invalidate;
+    w.wr_id = id;
+    w.rkey = rkey;
+    return w;
   }
 };
 
@@ -159,6 +188,9 @@ class QueuePair {
   int to_error() noexcept;
 
  private:
+  // The window fields of a bind_window or invalidate WR (qp.cpp).
+  static int fill_window_fields(::ibv_send_wr& wr, const SendWr& w) noexcept;
+
   std::shared_ptr<detail::QpHandle> handle_;
   QpCaps caps_;  // as granted by rdma_create_qp
 };

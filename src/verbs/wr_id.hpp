@@ -24,6 +24,7 @@ enum class WrKind : std::uint8_t {
   send = 2,
   rdma_read = 3,
   rdma_write = 4,
+  window = 5,  // a memory window's bind or invalidation
 };
 
 constexpr std::string_view to_string(WrKind kind) noexcept {
@@ -33,6 +34,7 @@ constexpr std::string_view to_string(WrKind kind) noexcept {
     case WrKind::send: return "send";
     case WrKind::rdma_read: return "rdma_read";
     case WrKind::rdma_write: return "rdma_write";
+    case WrKind::window: return "window";
   }
   return "invalid";  // a decoded byte that is not an enumerator
 }

@@ -151,7 +151,8 @@ void RawClient::on_completion(const verbs::Completion& c) {
       if (!c.ok()) read_errors_.push_back(c);
       return;
     case WrKind::none:
-    case WrKind::rdma_write: return;
+    case WrKind::rdma_write:
+    case WrKind::window: return;
   }
 }
 

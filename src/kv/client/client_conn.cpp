@@ -326,6 +326,7 @@ void ClientConn::on_completion(const verbs::Completion& c) noexcept {
       return;
     case verbs::WrKind::none:
     case verbs::WrKind::rdma_write:
+    case verbs::WrKind::window:
       SPDLOG_DEBUG("client: unexpected {} completion", verbs::to_string(c.wr_id.kind()));
       break;
   }

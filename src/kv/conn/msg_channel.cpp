@@ -148,6 +148,9 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
           add(posted_.writes, 1);
           add(posted_.bytes_out, w.length());
           break;
+        case verbs::SendOp::bind_window:
+        case verbs::SendOp::invalidate:
+          break;  // moves no bytes
         case verbs::SendOp::send: {
           const Sealed s = sealed_.pop_front();  // SENDs are posted in sealed_'s order
           add(posted_.bytes_out, w.length());

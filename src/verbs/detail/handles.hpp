@@ -19,9 +19,17 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <cstdint>
 #include <memory>
 
+namespace rkv::verbs {
+enum class Access : std::uint8_t;  // mr.hpp
+}
+
 namespace rkv::verbs::detail {
+
+// Access flags as IBV_ACCESS_* bits (mr.cpp).
+int to_ibv_access(Access a) noexcept;
 
 // Log a failed destroy/dealloc call once; never throws (used in destructors).
 void log_destroy_failure(const char* call, int err) noexcept;
