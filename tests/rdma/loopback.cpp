@@ -27,11 +27,11 @@ std::string softroce_addr() {
   return addr;
 }
 
-void Endpoint::create_resources(const QpCaps& caps, int cq_entries) {
-  pd.emplace(*id);
+void Endpoint::create_resources(const QpCaps& caps, int cq_entries, const ProtectionDomain* shared_pd) {
+  if (shared_pd == nullptr) pd.emplace(*id);
   channel.emplace(*id);
   cq.emplace(*channel, cq_entries);
-  qp.emplace(*id, *pd, *cq, *cq, caps);
+  qp.emplace(*id, shared_pd != nullptr ? *shared_pd : *pd, *cq, *cq, caps);
 }
 
 Loopback::Loopback(const std::string& addr, LoopbackOptions options) : options_(std::move(options)) {
@@ -69,7 +69,7 @@ Loopback::Loopback(const std::string& addr, LoopbackOptions options) : options_(
             server_saw_initiator_depth = ev.peer_initiator_depth;
             server.id = std::move(ev.new_id);
             server.id->set_token(kServerToken);
-            server.create_resources(options_.caps, options_.cq_entries);
+            server.create_resources(options_.caps, options_.cq_entries, options_.server_pd);
             if (options_.before_accept) accept_private = options_.before_accept(server);
             ConnParams p = options_.server_params;
             p.private_data = accept_private;

@@ -37,7 +37,9 @@ struct Endpoint {
   std::optional<CompletionQueue> cq;  // used for both send and recv
   std::optional<QueuePair> qp;
 
-  void create_resources(const QpCaps& caps, int cq_entries);
+  // The QP goes on `shared_pd` if given (then `pd` stays empty), else on a
+  // PD of its own.
+  void create_resources(const QpCaps& caps, int cq_entries, const ProtectionDomain* shared_pd = nullptr);
   // Waits (poll on the completion channel fd, never busy-polls) and drains
   // until `done()` or the timeout; returns done().
   template <class F>
@@ -53,6 +55,10 @@ struct LoopbackOptions {
   // receives here. The return value is that side's private data.
   std::function<std::vector<std::byte>(Endpoint&)> before_connect;
   std::function<std::vector<std::byte>(Endpoint&)> before_accept;
+  // The server side's QP on this PD (another Loopback's server.pd), as
+  // kvd's connections share one: for checks that one connection cannot use
+  // what was opened to another.
+  const ProtectionDomain* server_pd = nullptr;
   std::chrono::milliseconds timeout = 120s;  // per CM step; TCG guests are slow
 };
 

@@ -2,8 +2,9 @@
 // connection, as the planned grant path (docs/protocol.md) relies on them: a
 // window bound by the server opens one block of an MR that has no remote
 // access of its own, to a WRITE with immediate of its peer; an invalidated
-// key, the MR's own key, an access the window does not grant and a write
-// past the MR's end are refused. A refused access moves the client's QP to
+// key, the MR's own key, an access the window does not grant, a write
+// past the MR's end and the peer of another connection on the same PD are
+// refused. A refused access moves the client's QP to
 // ERROR, so each refusal has a connection of its own.
 #include <gtest/gtest.h>
 
@@ -173,6 +174,42 @@ TEST(VerbsWindow, AWritePastTheMrsEndIsRefused) {
   const Completion w = f.write_imm(f.addr_of(kBlock - 512), key, 1024, 1);
   EXPECT_EQ(w.status, CompletionStatus::remote_access_error) << to_string(w.status) << " " << w.status_detail();
   EXPECT_EQ(f.buffer, std::vector<std::byte>(2 * kBlock, std::byte{0}));
+  f.lb->disconnect();
+}
+
+// A window is bound to one QP: the peer of another connection on the same
+// PD (as every connection of kvd is) writes nothing with its key, and the
+// connection it was opened to still can afterwards.
+TEST(VerbsWindow, AnotherConnectionOnTheSamePdCannotUseTheWindow) {
+  WindowFixture f(kBlock, kBlock);
+  const std::uint32_t key = f.bind(0, kBlock, Access::remote_write);
+  std::vector<std::byte> other_source = pattern(kBlock, 9);
+  std::optional<MemoryRegion> other_mr;
+  LoopbackOptions opt;
+  opt.server_pd = &*f.lb->server.pd;
+  opt.before_connect = [&](Endpoint& c) {
+    other_mr.emplace(*c.pd, std::span<std::byte>(other_source), Access::none);
+    return std::vector<std::byte>{};
+  };
+  opt.before_accept = [](Endpoint& s) {
+    if (s.qp->post_recv(WrId(0, 1, WrKind::recv), {}, 0) != 0) throw std::runtime_error("post_recv failed");
+    return std::vector<std::byte>{};
+  };
+  Loopback other(softroce_addr(), opt);
+  const SendWr w = SendWr::write_imm(WrId(30, 1, WrKind::rdma_write), std::span<const std::byte>(other_source).first(512),
+                                     other_mr->lkey(), f.addr_of(0), key, 1);
+  ASSERT_EQ(other.client.qp->post_chain(std::span<const SendWr>(&w, 1)), 0);
+  const Completion refused = one_completion(other.client);
+  EXPECT_EQ(refused.status, CompletionStatus::remote_access_error)
+      << to_string(refused.status) << " " << refused.status_detail();
+  EXPECT_EQ(f.buffer, std::vector<std::byte>(kBlock, std::byte{0}));
+  other.disconnect();
+
+  const Completion ok = f.write_imm(f.addr_of(0), key, 512, 2);
+  ASSERT_EQ(ok.status, CompletionStatus::success) << ok.status_detail();
+  const Completion r = one_completion(f.lb->server);
+  EXPECT_EQ(r.imm, 2u);
+  EXPECT_EQ(0, std::memcmp(f.buffer.data(), f.source.data(), 512));
   f.lb->disconnect();
 }
 
