@@ -11,18 +11,16 @@ namespace rkv::verbs {
 MemoryWindow::MemoryWindow(const ProtectionDomain& pd) : pd_(pd.handle_) {
   mw_ = ibv_alloc_mw(pd_->pd, IBV_MW_TYPE_2);
   if (mw_ == nullptr) detail::throw_error("ibv_alloc_mw (type 2)", errno != 0 ? errno : EOPNOTSUPP);
-  rkey_ = mw_->rkey;
 }
 
 MemoryWindow::MemoryWindow(MemoryWindow&& o) noexcept
-    : pd_(std::move(o.pd_)), mw_(std::exchange(o.mw_, nullptr)), rkey_(std::exchange(o.rkey_, 0)) {}
+    : pd_(std::move(o.pd_)), mw_(std::exchange(o.mw_, nullptr)) {}
 
 MemoryWindow& MemoryWindow::operator=(MemoryWindow&& o) noexcept {
   if (this != &o) {
     reset();
     pd_ = std::move(o.pd_);
     mw_ = std::exchange(o.mw_, nullptr);
-    rkey_ = std::exchange(o.rkey_, 0);
   }
   return *this;
 }
@@ -37,9 +35,8 @@ void MemoryWindow::reset() noexcept {
   pd_.reset();  // after deallocation
 }
 
-std::uint32_t MemoryWindow::take_next_rkey() noexcept {
-  rkey_ = ibv_inc_rkey(rkey_);
-  return rkey_;
-}
+std::uint32_t MemoryWindow::rkey() const noexcept { return mw_->rkey; }
+
+std::uint32_t MemoryWindow::next_rkey() const noexcept { return ibv_inc_rkey(mw_->rkey); }
 
 }  // namespace rkv::verbs

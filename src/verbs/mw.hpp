@@ -15,9 +15,9 @@
 //    gives it the key byte after the current one (ibv_inc_rkey), so an rkey
 //    a peer kept from an earlier bind is refused. The bind WR names the
 //    window by its current key, which QueuePair::post_chain advances when it
-//    posts a bind: a window whose bind then FAILED has a key the device does
-//    not know and cannot be bound again (deallocate it; its QP is in ERROR
-//    anyway).
+//    posts a bind: a window whose posted bind then FAILED has a key the
+//    device does not know and cannot be bound again (deallocate it; its QP
+//    is in ERROR anyway).
 //  - Soft-RoCE (kernel 6.1, measured in the guest 2026-12-02) checks an
 //    access through a window against its MR's bounds, not the window's: a
 //    WRITE outside the window and inside its MR lands. So a window confines
@@ -53,23 +53,22 @@ class MemoryWindow {
   MemoryWindow& operator=(const MemoryWindow&) = delete;
   ~MemoryWindow();  // ibv_dealloc_mw, then releases the PD
 
-  // The rkey of the last bind WR built (SendWr::bind_window), or the
+  // The key of the last bind posted (QueuePair::post_chain), or the
   // allocation's while none was: valid for the peer once that bind has
   // completed, until the window is invalidated.
-  [[nodiscard]] std::uint32_t rkey() const noexcept { return rkey_; }
+  [[nodiscard]] std::uint32_t rkey() const noexcept;
   [[nodiscard]] bool valid() const noexcept { return mw_ != nullptr; }
 
  private:
   friend struct SendWr;
   friend class QueuePair;
   void reset() noexcept;
-  // The key the next bind takes; becomes rkey(). A bind WR that is never
-  // posted, or fails, only skips a key.
-  std::uint32_t take_next_rkey() noexcept;
+  // The key a bind built now takes (rkey() with its key byte incremented);
+  // it becomes rkey() when the bind is posted.
+  [[nodiscard]] std::uint32_t next_rkey() const noexcept;
 
   std::shared_ptr<detail::PdHandle> pd_;  // declared first: released after mw_ is deallocated
-  ::ibv_mw* mw_ = nullptr;
-  std::uint32_t rkey_ = 0;
+  ::ibv_mw* mw_ = nullptr;                // mw_->rkey: the one record of the window's key
 };
 
 }  // namespace rkv::verbs

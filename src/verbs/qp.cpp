@@ -161,7 +161,6 @@ ibv_wr_opcode to_ibv(SendOp op) noexcept {
   return IBV_WR_SEND;
 }
 
-
 // One WR, one post. ibv_post_send's errno value (ENOMEM = send queue full).
 int post_send_wr(ibv_qp* qp, ibv_wr_opcode opcode, WrId wr_id, std::span<const Sge> sges, Remote remote,
                  bool signaled) noexcept {
@@ -198,6 +197,7 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
   if (wrs.empty()) return 0;
   std::array<std::array<ibv_sge, SendWr::kMaxLocal>, kMaxChain> lists;
   std::array<ibv_send_wr, kMaxChain> chain;
+  bool binds = false;  // a bind in the chain: its window's key advances once posted
   for (std::size_t i = 0; i < wrs.size(); ++i) {
     const SendWr& w = wrs[i];
     if (w.num_local > w.local.size() || w.num_local > caps_.max_send_sge) return EINVAL;
@@ -208,6 +208,7 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
       return rc;
     }
     if (const int rc = fill_window_fields(chain[i], w); rc != 0) return rc;
+    binds = binds || w.op == SendOp::bind_window;
     if (i > 0) chain[i - 1].next = &chain[i];
   }
   SPDLOG_TRACE("verbs: post a chain of {} WRs qp={} first slot={}", wrs.size(), handle_->qp->qp_num,
@@ -219,7 +220,7 @@ int QueuePair::post_chain(std::span<const SendWr> wrs, std::size_t* posted) noex
   // A bind names the window by the key it has now (ibv_mw::rkey, which the
   // provider sends along and the device checks), and nothing updates that
   // key for a type-2 window but its owner: a posted bind makes it the new one.
-  for (std::size_t i = 0; i < done; ++i) {
+  for (std::size_t i = 0; binds && i < done; ++i) {
     if (wrs[i].op == SendOp::bind_window) wrs[i].window->mw_->rkey = wrs[i].rkey;
   }
   if (posted != nullptr) *posted = done;
@@ -257,13 +258,13 @@ int QueuePair::fill_window_fields(ibv_send_wr& wr, const SendWr& w) noexcept {
   return EINVAL;
 }
 
-SendWr SendWr::bind_window(WrId id, MemoryWindow& window, const MemoryRegion& mr, std::span<const std::byte> range,
+SendWr SendWr::bind_window(WrId id, const MemoryWindow& window, const MemoryRegion& mr, std::span<const std::byte> range,
                            Access access) noexcept {
   SendWr w;
   w.op = SendOp::bind_window;
   w.wr_id = id;
   w.remote_addr = reinterpret_cast<std::uintptr_t>(range.data());
-  w.rkey = window.valid() ? window.take_next_rkey() : 0;
+  w.rkey = window.valid() ? window.next_rkey() : 0;
   w.window = &window;
   w.window_mr = &mr;
   w.window_length = range.size();

@@ -121,8 +121,8 @@ struct SendWr {
   // Binds `window` to this QP over `range` of `mr` (which needs
   // Access::mw_bind; remote_write needs its local_write too) with `access`
   // (remote_read, remote_write or both), under the window's next rkey:
-  // window.rkey() from now on, valid for the peer once this WR completes.
-  [[nodiscard]] static SendWr bind_window(WrId id, MemoryWindow& window, const MemoryRegion& mr,
+  // window.rkey() once posted, valid for the peer once this WR completes.
+  [[nodiscard]] static SendWr bind_window(WrId id, const MemoryWindow& window, const MemoryRegion& mr,
                                           std::span<const std::byte> range, Access access) noexcept;
   // LOCAL_INV of `rkey` (a window's): once it completes the peer's accesses
   // with that key are refused and the window may be bound again.

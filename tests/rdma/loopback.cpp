@@ -34,6 +34,20 @@ void Endpoint::create_resources(const QpCaps& caps, int cq_entries, const Protec
   qp.emplace(*id, shared_pd != nullptr ? *shared_pd : *pd, *cq, *cq, caps);
 }
 
+Completion one_completion(Endpoint& ep) {
+  std::vector<Completion> got;
+  auto cb = [&](const Completion& c) noexcept { got.push_back(c); };
+  if (!ep.drain_until(60s, cb, [&] { return !got.empty(); })) throw std::runtime_error("no completion");
+  if (got.size() != 1) throw std::runtime_error(std::to_string(got.size()) + " completions where one was expected");
+  return got.front();
+}
+
+std::vector<std::byte> byte_pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+  return v;
+}
+
 Loopback::Loopback(const std::string& addr, LoopbackOptions options) : options_(std::move(options)) {
   listener.emplace(server_events, kListenerToken);
   listener->bind(addr, 0);  // port 0: no clashes between tests

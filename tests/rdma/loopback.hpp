@@ -97,6 +97,13 @@ class Loopback {
   bool connected_ = false;
 };
 
+// The next completion on `ep`, waited for up to 60 s (throws if none comes,
+// or if more than one came at once: a caller expecting one would lose one).
+Completion one_completion(Endpoint& ep);
+
+// n test bytes from `seed` (byte i: (i * 131 + seed) mod 256).
+std::vector<std::byte> byte_pattern(std::size_t n, unsigned seed);
+
 // What one service() pass did.
 struct ServiceStats {
   unsigned events = 0;         // channel events taken

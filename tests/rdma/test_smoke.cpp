@@ -25,12 +25,6 @@ struct RemoteRegion {
   std::uint32_t length;
 };
 
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
-  return v;
-}
-
 std::vector<std::byte> encode(const MemoryRegion& mr) {
   RemoteRegion r{mr.addr(), mr.rkey(), static_cast<std::uint32_t>(mr.length())};
   std::vector<std::byte> out(sizeof r);
@@ -45,14 +39,6 @@ RemoteRegion decode(const std::vector<std::byte>& data) {
   return r;
 }
 
-// Waits for exactly one completion on `ep`.
-Completion one_completion(Endpoint& ep) {
-  std::optional<Completion> got;
-  auto cb = [&](const Completion& c) noexcept { got = c; };
-  if (!ep.drain_until(60s, cb, [&] { return got.has_value(); })) throw std::runtime_error("no completion");
-  return *got;
-}
-
 TEST(VerbsSmoke, DeviceIsPresent) {
   softroce_addr();
   EXPECT_FALSE(list_devices().empty());
@@ -60,7 +46,7 @@ TEST(VerbsSmoke, DeviceIsPresent) {
 
 TEST(VerbsSmoke, RdmaReadFromRemoteReadOnlyRegion) {
   const std::string addr = softroce_addr();
-  std::vector<std::byte> remote = pattern(kRegion, 7);
+  std::vector<std::byte> remote = byte_pattern(kRegion, 7);
   std::vector<std::byte> local(kRegion, std::byte{0});
   std::optional<MemoryRegion> remote_mr;
   std::optional<MemoryRegion> local_mr;
@@ -110,7 +96,7 @@ TEST(VerbsSmoke, RdmaReadFromRemoteReadOnlyRegion) {
 // last signaled: one completion, and by then every READ of the chain landed.
 TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
   const std::string addr = softroce_addr();
-  std::vector<std::byte> remote = pattern(kRegion, 3);
+  std::vector<std::byte> remote = byte_pattern(kRegion, 3);
   std::vector<std::byte> local(kRegion, std::byte{0});
   std::optional<MemoryRegion> remote_mr;
   std::optional<MemoryRegion> local_mr;
@@ -175,7 +161,7 @@ TEST(VerbsSmoke, ChainedReadsCompleteWithTheirLastSignaledOne) {
 // (RC order), and the sender's one completion is the SEND's.
 TEST(VerbsSmoke, AWriteAndASendInOneChainLandTheWriteFirst) {
   const std::string addr = softroce_addr();
-  std::vector<std::byte> local = pattern(kRegion, 9);
+  std::vector<std::byte> local = byte_pattern(kRegion, 9);
   std::vector<std::byte> remote(kRegion, std::byte{0});
   std::vector<std::byte> inbox(64, std::byte{0});
   std::optional<MemoryRegion> local_mr, remote_mr, inbox_mr;
@@ -216,7 +202,7 @@ TEST(VerbsSmoke, AWriteAndASendInOneChainLandTheWriteFirst) {
 // wr_id); the READs after it flush, each with a completion.
 TEST(VerbsSmoke, AFailingUnsignaledReadInAChainReportsItselfAndTheRestFlush) {
   const std::string addr = softroce_addr();
-  std::vector<std::byte> remote = pattern(kRegion, 4);
+  std::vector<std::byte> remote = byte_pattern(kRegion, 4);
   std::vector<std::byte> local(kRegion, std::byte{0});
   std::optional<MemoryRegion> remote_mr;
   std::optional<MemoryRegion> local_mr;
@@ -262,9 +248,9 @@ TEST(VerbsSmoke, AFailingUnsignaledReadInAChainReportsItselfAndTheRestFlush) {
 
 TEST(VerbsSmoke, RdmaWriteWithoutRemoteWriteIsRejected) {
   const std::string addr = softroce_addr();
-  const std::vector<std::byte> original = pattern(kRegion, 1);
+  const std::vector<std::byte> original = byte_pattern(kRegion, 1);
   std::vector<std::byte> remote = original;
-  std::vector<std::byte> local = pattern(kRegion, 99);
+  std::vector<std::byte> local = byte_pattern(kRegion, 99);
   std::optional<MemoryRegion> remote_mr;
   std::optional<MemoryRegion> local_mr;
 

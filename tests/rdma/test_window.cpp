@@ -22,22 +22,6 @@ namespace {
 
 constexpr std::size_t kBlock = 4096;
 
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
-  return v;
-}
-
-// The first completion on `ep` (throws if none comes within the deadline).
-Completion one_completion(Endpoint& ep) {
-  std::optional<Completion> got;
-  auto cb = [&](const Completion& c) noexcept {
-    if (!got) got = c;
-  };
-  if (!ep.drain_until(60s, cb, [&] { return got.has_value(); })) throw std::runtime_error("no completion");
-  return *got;
-}
-
 // A server holding `buffer` registered as ONE MR without remote access (its
 // [0, mr_length)), a window, and receives for WRITEs with immediate; a
 // client with a registered source buffer.
@@ -51,7 +35,7 @@ struct WindowFixture {
   std::optional<MemoryWindow> window;
 
   explicit WindowFixture(std::size_t buffer_bytes, std::size_t mr_length)
-      : buffer(buffer_bytes, std::byte{0}), source(pattern(kBlock, 5)) {
+      : buffer(buffer_bytes, std::byte{0}), source(byte_pattern(kBlock, 5)) {
     LoopbackOptions opt;
     opt.before_connect = [&](Endpoint& c) {
       source_mr.emplace(*c.pd, std::span<std::byte>(source), Access::none);  // a gather source only
@@ -183,7 +167,7 @@ TEST(VerbsWindow, AWritePastTheMrsEndIsRefused) {
 TEST(VerbsWindow, AnotherConnectionOnTheSamePdCannotUseTheWindow) {
   WindowFixture f(kBlock, kBlock);
   const std::uint32_t key = f.bind(0, kBlock, Access::remote_write);
-  std::vector<std::byte> other_source = pattern(kBlock, 9);
+  std::vector<std::byte> other_source = byte_pattern(kBlock, 9);
   std::optional<MemoryRegion> other_mr;
   LoopbackOptions opt;
   opt.server_pd = &*f.lb->server.pd;
