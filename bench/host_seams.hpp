@@ -119,6 +119,7 @@ class HostRegistrar final : public kv::conn::Registrar {
     std::uint32_t lkey() const noexcept override { return 1000 + id; }
     std::uint32_t rkey() const noexcept override { return 2000 + id; }
     std::uint64_t addr() const noexcept override { return address; }
+    const verbs::MemoryRegion* region() const noexcept override { return nullptr; }
     std::uint32_t id;
     std::uint64_t address;
   };

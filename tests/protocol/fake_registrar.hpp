@@ -14,6 +14,7 @@ class FakeRegistrar final : public kv::conn::Registrar {
   int live = 0;
   bool fail_next = false;
   verbs::Access last_access = verbs::Access::none;
+  std::size_t last_length = 0;
 
  protected:
   std::unique_ptr<kv::conn::Registration> do_register(std::span<std::byte> bytes, verbs::Access access) override {
@@ -22,6 +23,7 @@ class FakeRegistrar final : public kv::conn::Registrar {
       throw std::bad_alloc();
     }
     last_access = access;
+    last_length = bytes.size();
     ++n_;
     return std::make_unique<Reg>(this, n_, reinterpret_cast<std::uint64_t>(bytes.data()));
   }
@@ -33,6 +35,7 @@ class FakeRegistrar final : public kv::conn::Registrar {
     std::uint32_t lkey() const noexcept override { return 1000 + id; }
     std::uint32_t rkey() const noexcept override { return 2000 + id; }
     std::uint64_t addr() const noexcept override { return address; }
+    const verbs::MemoryRegion* region() const noexcept override { return nullptr; }
     FakeRegistrar* owner;
     std::uint32_t id;
     std::uint64_t address;

@@ -1,7 +1,8 @@
 // Arena and RegCache logic with a FakeRegistrar (no device): size classes,
 // growth in chunks, top-up off the critical path, reuse after the last
 // reference, limits; cache hits by containment, LRU eviction over budget,
-// leases that block eviction, forget().
+// leases that block eviction, forget(); grantable blocks (one registration
+// each, reused across grants, registered ahead by top_up, bounded).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -144,6 +145,102 @@ TEST(Arena, RecordsAreRecycledAndTheStateGoesWithTheLastBlock) {
   kept->bytes[0] = std::byte{1};
   kept.reset();
   EXPECT_EQ(reg.live, 0) << "the state (and its spare records) went with the last block";
+}
+
+constexpr verbs::Access kGrantAccess =
+    verbs::Access::local_write | verbs::Access::remote_read | verbs::Access::mw_bind;
+
+TEST(Arena, GrantableBlocksAreRegistrationsOfTheirOwnReusedAcrossGrants) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 1u << 20, 64u << 20, 64u << 10, 8});
+  server::GrantBlock g = arena.allocate_grantable(5000);
+  ASSERT_TRUE(g.block);
+  ASSERT_NE(g.registration, nullptr);
+  EXPECT_EQ(reg.registrations(), 1u) << "one block registered, not its 64 KiB chunk";
+  EXPECT_EQ(reg.last_access, kGrantAccess);
+  EXPECT_EQ(reg.last_length, 8192u);
+  EXPECT_EQ(g.block->bytes.size(), 5000u);
+  EXPECT_EQ(g.block->capacity, 8192u);
+  EXPECT_EQ(g.block->rkey, g.registration->rkey());
+  EXPECT_EQ(g.block->lkey, g.registration->lkey());
+  EXPECT_EQ(g.block->addr, g.registration->addr());
+  EXPECT_EQ(g.block->addr, reinterpret_cast<std::uint64_t>(g.block->bytes.data()));
+
+  server::GrantBlock g2 = arena.allocate_grantable(8192);
+  ASSERT_TRUE(g2.block);
+  EXPECT_EQ(reg.registrations(), 2u);
+  EXPECT_NE(g2.block->rkey, g.block->rkey);
+  EXPECT_EQ(g2.block->addr, g.block->addr + 8192) << "from the same chunk";
+
+  auto plain = arena.allocate(8192);  // an ordinary block: a chunk of its own, no mw_bind
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(reg.registrations(), 3u);
+  EXPECT_EQ(reg.last_access, verbs::Access::local_write | verbs::Access::remote_read);
+  EXPECT_EQ(arena.stats().grant_blocks, 2u);
+  EXPECT_EQ(arena.stats().blocks_in_use, 3u);
+  EXPECT_EQ(arena.stats().reserved_bytes, (64u << 10) + (1u << 20));
+
+  const std::uint64_t addr = g.block->addr;
+  const std::uint32_t rkey = g.block->rkey;
+  const conn::Registration* r = g.registration;
+  g = {};
+  plain.reset();
+  server::GrantBlock again = arena.allocate_grantable(6000);
+  ASSERT_TRUE(again.block);
+  EXPECT_EQ(again.block->addr, addr) << "the block given back is granted again";
+  EXPECT_EQ(again.block->rkey, rkey);
+  EXPECT_EQ(again.registration, r);
+  EXPECT_EQ(reg.registrations(), 3u) << "with the registration it kept";
+  EXPECT_NE(arena.allocate(8192)->rkey, rkey) << "an ordinary allocation never takes a grantable block";
+}
+
+TEST(Arena, TopUpRegistersTheNextGrantableBlockWithinTheLimit) {
+  FakeRegistrar reg;
+  Arena arena(reg, {4096, 1u << 20, 64u << 20, 8192, 3});  // two 4 KiB grantable blocks per chunk, 3 at most
+  server::GrantBlock a = arena.allocate_grantable(4096);
+  ASSERT_TRUE(a.block);
+  EXPECT_EQ(reg.registrations(), 1u);
+  arena.top_up();  // after the replies are posted
+  EXPECT_EQ(reg.registrations(), 2u);
+  server::GrantBlock b = arena.allocate_grantable(4096);
+  ASSERT_TRUE(b.block);
+  EXPECT_EQ(reg.registrations(), 2u) << "registered ahead by top_up";
+  arena.top_up();  // grows a second chunk for the third
+  server::GrantBlock c = arena.allocate_grantable(100);
+  ASSERT_TRUE(c.block);
+  EXPECT_EQ(reg.registrations(), 3u);
+  EXPECT_EQ(arena.stats().chunks, 2u);
+  arena.top_up();
+  EXPECT_EQ(reg.registrations(), 3u) << "max_grant_blocks reached";
+  EXPECT_FALSE(arena.allocate_grantable(4096).block);
+  EXPECT_EQ(arena.allocate_grantable(4096).registration, nullptr);
+  const std::uint32_t key = b.block->rkey;
+  b = {};
+  server::GrantBlock d = arena.allocate_grantable(4096);
+  ASSERT_TRUE(d.block) << "a block given back is granted within the limit";
+  EXPECT_EQ(d.block->rkey, key);
+  EXPECT_TRUE(arena.allocate(4096)) << "the limit binds grantable blocks only";
+}
+
+TEST(Arena, GrantableBlocksFailCleanlyAndOutliveTheArena) {
+  FakeRegistrar reg;
+  auto budget = std::make_shared<store::MemoryBudget>(std::size_t{64} << 10);
+  server::GrantBlock kept;
+  {
+    Arena arena(reg, {4096, 1u << 20, 64u << 20, 64u << 10, 100}, budget);
+    reg.fail_next = true;
+    EXPECT_FALSE(arena.allocate_grantable(4096).block) << "registration failed";
+    EXPECT_EQ(budget->used(), 64u << 10) << "the chunk is mapped and charged; its blocks wait to be registered";
+    kept = arena.allocate_grantable(4096);
+    ASSERT_TRUE(kept.block);
+    EXPECT_FALSE(arena.allocate_grantable(128u << 10).block) << "over the memory limit";
+    EXPECT_EQ(reg.live, 1);
+  }
+  EXPECT_EQ(reg.live, 1) << "the kept block keeps its registration";
+  kept.block->bytes[0] = std::byte{1};  // still mapped
+  kept = {};
+  EXPECT_EQ(reg.live, 0);
+  EXPECT_EQ(budget->used(), 0u);
 }
 
 TEST(RegCache, HitByContainmentAndLru) {

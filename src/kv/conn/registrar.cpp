@@ -12,6 +12,7 @@ class MrRegistration final : public Registration {
   [[nodiscard]] std::uint32_t lkey() const noexcept override { return mr_.lkey(); }
   [[nodiscard]] std::uint32_t rkey() const noexcept override { return mr_.rkey(); }
   [[nodiscard]] std::uint64_t addr() const noexcept override { return mr_.addr(); }
+  [[nodiscard]] const verbs::MemoryRegion* region() const noexcept override { return &mr_; }
 
  private:
   verbs::MemoryRegion mr_;

@@ -25,6 +25,9 @@ class Registration {
   [[nodiscard]] virtual std::uint32_t rkey() const noexcept = 0;
   // The address a peer uses for bytes[0] (the virtual address with verbs).
   [[nodiscard]] virtual std::uint64_t addr() const noexcept = 0;
+  // The verbs MR behind it (what a memory window over it names); null where
+  // there is no device (a fake registrar's).
+  [[nodiscard]] virtual const verbs::MemoryRegion* region() const noexcept = 0;
 };
 
 class Registrar {

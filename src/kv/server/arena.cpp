@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <exception>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct Block {
   std::uint64_t addr;
   std::uint32_t lkey;
   std::uint32_t rkey;
+  const Registration* own;  // a grantable block's registration of its own; null in a chunk's
 };
 
 struct Mapping {
@@ -41,7 +43,8 @@ struct Mapping {
 
 struct Chunk {
   Mapping mem;                        // declared first: unmapped after deregistration
-  std::unique_ptr<Registration> reg;  // deregistered first
+  std::unique_ptr<Registration> reg;  // deregistered first; null in a chunk of grantable blocks
+  std::vector<std::unique_ptr<Registration>> block_regs;  // a grantable chunk's, one per block registered
 };
 }  // namespace arena_detail
 using arena_detail::Block;
@@ -55,6 +58,16 @@ struct Arena::State {
     std::size_t total = 0;  // blocks in all its chunks: the free list's capacity
     std::vector<Block> free;
     bool dry = false;  // allocate() emptied it: top_up() grows it
+    // Grantable blocks: registered and free; mapped, not yet registered
+    // (with the index of their chunk); all mapped (grant_free's capacity).
+    std::vector<Block> grant_free;
+    struct Fresh {
+      std::byte* data;
+      std::size_t chunk;
+    };
+    std::vector<Fresh> grant_fresh;
+    std::size_t grant_total = 0;
+    bool grant_dry = false;  // allocate_grantable() emptied grant_free: top_up() registers one
   };
   std::vector<Class> classes;
   std::vector<Chunk> chunks;
@@ -62,6 +75,7 @@ struct Arena::State {
 
   std::shared_ptr<store::MemoryBudget> budget;  // null: none
   bool limit_logged = false;  // the last growth failed for the limit (logged once until one succeeds)
+  bool grant_limit_logged = false;  // max_grant_blocks reached (logged once until a block registers)
 
   // Memory of the records allocate() hands out (one per block: the block's
   // LargeValue and shared_ptr control block), recycled here instead of a
@@ -117,10 +131,11 @@ struct Arena::State {
                  block, which, limit);
   }
 
-  // Adds one chunk of class c; false (logged) on failure or over the limit.
-  bool grow(std::size_t c, Registrar& registrar) noexcept {
+  // Adds one chunk of class c (of grantable blocks: mapped, registered one
+  // by one later); false (logged) on failure or over the limit.
+  bool grow(std::size_t c, Registrar& registrar, bool grantable) noexcept {
     Class& k = classes[c];
-    std::size_t size = std::max(k.block, config.chunk_bytes);
+    std::size_t size = std::max(k.block, grantable ? config.grant_chunk_bytes : config.chunk_bytes);
     if (stats.reserved_bytes + size > config.max_bytes) {
       limit_reached(k.block, "arena limit", config.max_bytes);
       return false;
@@ -148,14 +163,25 @@ struct Arena::State {
       if (ch.mem.base == MAP_FAILED) throw std::bad_alloc();
       ch.mem.size = size;
       auto* base = static_cast<std::byte*>(ch.mem.base);
-      ch.reg = registrar.register_memory({base, size}, verbs::Access::local_write | verbs::Access::remote_read);
-      k.free.reserve(k.total + size / k.block);  // every block fits back: the deleter never allocates
+      const std::size_t blocks = size / k.block;
       chunks.reserve(chunks.size() + 1);
-      for (std::size_t off = 0; off + k.block <= size; off += k.block) {
-        k.free.push_back({base + off, ch.reg->addr() + off, ch.reg->lkey(), ch.reg->rkey()});
+      if (grantable) {
+        ch.block_regs.reserve(blocks);  // register_grant_block never allocates
+        k.grant_free.reserve(k.grant_total + blocks);  // every block fits back: the deleter never allocates
+        k.grant_fresh.reserve(k.grant_fresh.size() + blocks);
+        for (std::size_t i = blocks; i-- > 0;) {  // the lowest address registered first
+          k.grant_fresh.push_back({base + i * k.block, chunks.size()});
+        }
+        k.grant_total += blocks;
+      } else {
+        ch.reg = registrar.register_memory({base, size}, verbs::Access::local_write | verbs::Access::remote_read);
+        k.free.reserve(k.total + blocks);  // every block fits back: the deleter never allocates
+        for (std::size_t off = 0; off + k.block <= size; off += k.block) {
+          k.free.push_back({base + off, ch.reg->addr() + off, ch.reg->lkey(), ch.reg->rkey(), nullptr});
+        }
+        k.total += blocks;
       }
       chunks.push_back(std::move(ch));
-      k.total += size / k.block;
       stats.reserved_bytes += size;
       ++stats.chunks;
       uncharge.b = nullptr;  // kept: released when the state goes
@@ -163,6 +189,37 @@ struct Arena::State {
       return true;
     } catch (const std::exception& e) {
       spdlog::warn("arena: growing {}-byte blocks by {} bytes failed: {}", k.block, size, e.what());
+      return false;
+    }
+  }
+
+  // Registers one more grantable block of class c (growing it by a chunk
+  // when none is left unregistered); false (logged) on failure or over a limit.
+  bool register_grant_block(std::size_t c, Registrar& registrar) noexcept {
+    Class& k = classes[c];
+    if (stats.grant_blocks >= config.max_grant_blocks) {
+      if (!grant_limit_logged) {
+        grant_limit_logged = true;
+        spdlog::warn("arena: not registering more grantable blocks: {} reached (max_grant_blocks); large SETs "
+                     "go without a grant",
+                     config.max_grant_blocks);
+      }
+      return false;
+    }
+    if (k.grant_fresh.empty() && !grow(c, registrar, true)) return false;
+    const Class::Fresh f = k.grant_fresh.back();
+    try {
+      Chunk& ch = chunks[f.chunk];
+      ch.block_regs.push_back(registrar.register_memory(
+          {f.data, k.block}, verbs::Access::local_write | verbs::Access::remote_read | verbs::Access::mw_bind));
+      const Registration* r = ch.block_regs.back().get();
+      k.grant_free.push_back({f.data, r->addr(), r->lkey(), r->rkey(), r});  // capacity reserved in grow()
+      k.grant_fresh.pop_back();
+      ++stats.grant_blocks;
+      grant_limit_logged = false;
+      return true;
+    } catch (const std::exception& e) {
+      spdlog::warn("arena: registering a grantable {}-byte block failed: {}", k.block, e.what());
       return false;
     }
   }
@@ -205,40 +262,32 @@ std::size_t Arena::block_size(std::size_t n) const noexcept {
   return std::max(state_->config.min_block, std::bit_ceil(n));
 }
 
-std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
-  const std::size_t block = block_size(n);
-  if (block == 0) return nullptr;
-  State& s = *state_;
-  const auto c = static_cast<std::size_t>(std::countr_zero(block) - std::countr_zero(s.config.min_block));
-  try {
-    while (s.classes.size() <= c) {
-      s.classes.push_back({s.config.min_block << s.classes.size(), 0, {}, false});
-    }
-  } catch (const std::bad_alloc&) {
-    return nullptr;
+namespace {
+// One record per block handed out: the LargeValue and what gives the block
+// back when the last reference goes, in the memory of shared_ptr's control
+// block (allocate_shared), which the state recycles (NodeAllocator).
+struct Handed {
+  LargeValue value;
+  Arena::State* state;  // outlives the record: see State::give_node
+  std::size_t cls;
+  Block block;
+  Handed(const LargeValue& v, Arena::State* st, std::size_t c, const Block& b) noexcept
+      : value(v), state(st), cls(c), block(b) {}
+  Handed(const Handed&) = delete;
+  Handed& operator=(const Handed&) = delete;
+  ~Handed() {
+    auto& k = state->classes[cls];
+    (block.own != nullptr ? k.grant_free : k.free).push_back(block);  // capacity reserved in grow(): never allocates
+    state->stats.used_bytes -= k.block;
+    --state->stats.blocks_in_use;
   }
+};
+
+// The last block of `from` (class c's free or grant_free, not empty) as a
+// value of n bytes; null (nothing taken) when the record cannot be allocated.
+std::shared_ptr<LargeValue> hand_out(Arena::State& s, std::size_t c, std::vector<Block>& from, std::size_t n) noexcept {
   auto& k = s.classes[c];
-  if (k.free.empty() && !s.grow(c, *registrar_)) return nullptr;
-  // One record per block handed out: the LargeValue and what gives the block
-  // back when the last reference goes, in the memory of shared_ptr's control
-  // block (allocate_shared), which the state recycles (NodeAllocator).
-  struct Handed {
-    LargeValue value;
-    State* state;  // outlives the record: see State::give_node
-    std::size_t cls;
-    Block block;
-    Handed(const LargeValue& v, State* st, std::size_t c, const Block& b) noexcept
-        : value(v), state(st), cls(c), block(b) {}
-    Handed(const Handed&) = delete;
-    Handed& operator=(const Handed&) = delete;
-    ~Handed() {
-      auto& k = state->classes[cls];
-      k.free.push_back(block);  // capacity reserved in grow(): never allocates
-      state->stats.used_bytes -= k.block;
-      --state->stats.blocks_in_use;
-    }
-  };
-  const Block b = k.free.back();
+  const Block b = from.back();
   std::shared_ptr<Handed> h;
   try {
     h = std::allocate_shared<Handed>(NodeAllocator<Handed>(&s),
@@ -246,20 +295,64 @@ std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
   } catch (const std::bad_alloc&) {
     return nullptr;  // nothing taken yet
   }
-  k.free.pop_back();  // from here on ~Handed gives it back
+  from.pop_back();  // from here on ~Handed gives it back
   s.stats.used_bytes += k.block;
   ++s.stats.blocks_in_use;
-  if (k.free.empty()) k.dry = true;
   LargeValue* v = &h->value;
   return {std::move(h), v};  // aliasing: the block's LargeValue, owned by its Handed
+}
+}  // namespace
+
+std::optional<std::size_t> Arena::class_of(std::size_t n) noexcept {
+  const std::size_t block = block_size(n);
+  if (block == 0) return std::nullopt;
+  State& s = *state_;
+  const auto c = static_cast<std::size_t>(std::countr_zero(block) - std::countr_zero(s.config.min_block));
+  try {
+    while (s.classes.size() <= c) {
+      s.classes.push_back({s.config.min_block << s.classes.size(), 0, {}, false, {}, {}, 0, false});
+    }
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
+  return c;
+}
+
+std::shared_ptr<LargeValue> Arena::allocate(std::size_t n) noexcept {
+  const std::optional<std::size_t> c = class_of(n);
+  if (!c) return nullptr;
+  State& s = *state_;
+  auto& k = s.classes[*c];
+  if (k.free.empty() && !s.grow(*c, *registrar_, false)) return nullptr;
+  auto v = hand_out(s, *c, k.free, n);
+  if (k.free.empty()) k.dry = true;
+  return v;
+}
+
+GrantBlock Arena::allocate_grantable(std::size_t n) noexcept {
+  const std::optional<std::size_t> c = class_of(n);
+  if (!c) return {};
+  State& s = *state_;
+  auto& k = s.classes[*c];
+  if (k.grant_free.empty() && !s.register_grant_block(*c, *registrar_)) return {};
+  const conn::Registration* r = k.grant_free.back().own;
+  auto v = hand_out(s, *c, k.grant_free, n);
+  if (k.grant_free.empty()) k.grant_dry = true;
+  if (!v) return {};
+  return {std::move(v), r};
 }
 
 void Arena::top_up() noexcept {
   for (std::size_t c = 0; c < state_->classes.size(); ++c) {
     auto& k = state_->classes[c];
-    if (!k.dry) continue;
-    k.dry = false;
-    if (k.free.empty()) (void)state_->grow(c, *registrar_);
+    if (k.dry) {
+      k.dry = false;
+      if (k.free.empty()) (void)state_->grow(c, *registrar_, false);
+    }
+    if (k.grant_dry) {
+      k.grant_dry = false;
+      if (k.grant_free.empty()) (void)state_->register_grant_block(c, *registrar_);
+    }
   }
 }
 

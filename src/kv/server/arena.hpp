@@ -21,6 +21,20 @@
 // budget has left, in whole blocks; no block fits: allocate() fails, and the
 // SET answers no_memory), and given back when the arena's state goes.
 //
+// Grantable blocks (allocate_grantable, for the planned one-operation SET by
+// grant, docs/protocol.md): a block a client may be given remote write to
+// through a type-2 memory window. Rxe checks a window's range against its MR,
+// not the window (verbs/mw.hpp), so each such block is a registration of
+// its own, local_write|remote_read|mw_bind (its own rkey opens no remote
+// write), in chunks of their own (max(block, grant_chunk_bytes), mapped and
+// charged like any chunk). A block is registered the first time it is handed
+// out and keeps its registration: given back, it goes to its class's grant
+// free list and the next grant reuses it, so in steady state no grant
+// registers anything either (top_up registers the next one of a class that
+// allocate_grantable emptied). At most max_grant_blocks such registrations
+// exist (each is an MR of the device: rxe allows 524,287 in all); beyond
+// them allocate_grantable fails and a SET goes the way it does without one.
+//
 // The arena's state lives until the last block is gone (blocks may outlive
 // the Arena object, e.g. in a Store destroyed after the Server): counted
 // without atomics, and each block's record (LargeValue + control block) is
@@ -30,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "kv/conn/registrar.hpp"
 #include "kv/store/store.hpp"
@@ -43,6 +58,8 @@ struct ArenaConfig {
   std::size_t min_block = 4096;
   std::size_t chunk_bytes = std::size_t{16} << 20;  // growth step (a class with bigger blocks: one block)
   std::size_t max_bytes = std::size_t{2} << 30;     // total chunk memory; beyond it allocate() fails
+  std::size_t grant_chunk_bytes = std::size_t{1} << 20;  // growth step of grantable blocks
+  std::size_t max_grant_blocks = 65536;                  // blocks registered one by one (one MR each)
 };
 
 struct ArenaStats {
@@ -50,6 +67,15 @@ struct ArenaStats {
   std::size_t used_bytes = 0;      // in blocks handed out (block sizes)
   std::size_t blocks_in_use = 0;
   std::size_t chunks = 0;
+  std::size_t grant_blocks = 0;  // grantable blocks registered (each one MR), handed out or free
+};
+
+// A grantable block: what allocate_grantable hands out.
+struct GrantBlock {
+  std::shared_ptr<LargeValue> block;  // bytes: n bytes at the block's start; capacity: the block
+  // The block's own registration (what a window over it opens): lives while
+  // `block` does. Null with `block`.
+  const conn::Registration* registration = nullptr;
 };
 
 class Arena {
@@ -66,11 +92,15 @@ class Arena {
   // A block for a value of n bytes (LargeValue::bytes has size n), or null
   // when the limit is reached or memory/registration fails (logged). n >= 1.
   [[nodiscard]] std::shared_ptr<LargeValue> allocate(std::size_t n) noexcept;
-  // Grows the classes allocate() emptied (one chunk each). Never throws.
+  // A grantable block for a value of up to n bytes, or an empty GrantBlock
+  // when a limit is reached or memory/registration fails (logged). n >= 1.
+  [[nodiscard]] GrantBlock allocate_grantable(std::size_t n) noexcept;
+  // Grows the classes allocate() emptied (one chunk each) and registers the
+  // next grantable block of those allocate_grantable emptied. Never throws.
   void top_up() noexcept;
 
   [[nodiscard]] ArenaStats stats() const noexcept;
-  // ibv_reg_mr calls made for this arena (one per chunk).
+  // ibv_reg_mr calls made for this arena (one per chunk, one per grantable block).
   [[nodiscard]] std::uint64_t registrations() const noexcept { return registrar_->registrations(); }
   // Block size used for a value of n bytes (0 if n is 0).
   [[nodiscard]] std::size_t block_size(std::size_t n) const noexcept;
@@ -79,6 +109,9 @@ class Arena {
   struct State;  // defined in arena.cpp (public for its allocator)
 
  private:
+  // Class index of a value of n bytes, its class created if new; none for
+  // n == 0, too large, or no memory.
+  [[nodiscard]] std::optional<std::size_t> class_of(std::size_t n) noexcept;
   // Deletes the state, or leaves that to the last block's record (blocks may
   // outlive the Arena).
   struct Orphan {
