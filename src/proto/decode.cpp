@@ -44,7 +44,14 @@ DecodeResult Decoder::decode_body(const RawHeader& raw) noexcept {
   }
 
   const std::size_t avail = buf_.size() - p;
-  if (m.header.rdv()) {
+  if (m.header.grant()) {
+    if (avail < kGrantDescSize) return fail(Reason::truncated_payload);
+    const auto desc = buf_.subspan(p, kGrantDescSize);
+    m.grant = GrantDesc{load_le<std::uint64_t>(desc, grant_off::addr), load_le<std::uint32_t>(desc, grant_off::rkey),
+                        load_le<std::uint32_t>(desc, grant_off::id)};
+    if (m.grant->id == 0) return fail(Reason::bad_grant);
+    p += kGrantDescSize;
+  } else if (m.header.rdv()) {
     if (avail < kRdvDescSize) return fail(Reason::truncated_payload);
     const auto desc = buf_.subspan(p, kRdvDescSize);
     const auto crc = load_le<std::uint32_t>(desc, rdv_off::value_crc);
@@ -80,7 +87,12 @@ MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) n
     m.epoch = load_le<std::uint64_t>(buf.subspan(p, kEpochSize), 0);
     p += kEpochSize;
   }
-  if (m.header.rdv()) {
+  if (m.header.grant()) {
+    const auto desc = buf.subspan(p, kGrantDescSize);
+    m.grant = GrantDesc{load_le<std::uint64_t>(desc, grant_off::addr), load_le<std::uint32_t>(desc, grant_off::rkey),
+                        load_le<std::uint32_t>(desc, grant_off::id)};
+    p += kGrantDescSize;
+  } else if (m.header.rdv()) {
     const auto desc = buf.subspan(p, kRdvDescSize);
     m.rdv = RdvDesc{load_le<std::uint64_t>(desc, rdv_off::addr), load_le<std::uint32_t>(desc, rdv_off::rkey),
                     load_le<std::uint32_t>(desc, rdv_off::value_crc)};

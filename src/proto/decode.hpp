@@ -21,6 +21,7 @@ struct MessageView {
   std::string_view key;              // empty unless SET/GET/DEL
   std::span<const std::byte> value;  // eager value bytes; empty with RDV
   std::optional<RdvDesc> rdv;        // set iff RDV; its length is header.value_len
+  std::optional<GrantDesc> grant;    // set iff GRANT; its capacity is header.value_len
   std::uint64_t ttl = 0;             // the TTL field, iff header.has_ttl() (ms; TTL_REPLY: kNoTtl = none)
   std::uint64_t epoch = 0;           // the shard epoch, iff header.has_epoch() (a replication record; never 0)
   std::size_t offset = 0;            // where the message starts in the buffer

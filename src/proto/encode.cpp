@@ -123,6 +123,14 @@ MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits, Status status
   return m;
 }
 
+MessageSpec set_reply_grant(std::uint32_t req_id, std::uint16_t credits, GrantDesc grant,
+                            std::uint64_t capacity) noexcept {
+  MessageSpec m = reply(Opcode::set_reply, req_id, credits);
+  m.grant = grant;
+  m.rdv_len = capacity;
+  return m;
+}
+
 MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
                             std::span<const std::byte> value) noexcept {
   MessageSpec m = reply(Opcode::get_reply, req_id, credits);
@@ -217,6 +225,7 @@ std::uint16_t message_flags(const MessageSpec& m) noexcept {
   if (m.ttl) flags |= kFlagTtl;
   if (m.epoch) flags |= kFlagEpoch;
   if (m.backup_read) flags |= kFlagBackupRead;
+  if (m.grant) flags |= kFlagGrant;
   return flags;
 }
 
@@ -229,7 +238,7 @@ RawHeader raw_header_of(const MessageSpec& m) noexcept {
   h.credits = m.credits;
   h.key_len = static_cast<std::uint16_t>(m.key.size());
   h.req_id = m.req_id;
-  h.value_len = m.rdv ? m.rdv_len : m.value.size();
+  h.value_len = m.rdv || m.grant ? m.rdv_len : m.value.size();
   return h;
 }
 
@@ -248,7 +257,9 @@ void write_message(std::span<std::byte> out, const RawHeader& h, const MessageSp
     at += kEpochSize;
   }
   const auto payload = out.subspan(at);
-  if (m.rdv) {
+  if (m.grant) {
+    write_grant_desc(payload.first<kGrantDescSize>(), *m.grant);
+  } else if (m.rdv) {
     write_rdv_desc(payload.first<kRdvDescSize>(), *m.rdv);
   } else {
     copy_bytes(payload, m.value, value_account);
@@ -259,7 +270,7 @@ void write_message(std::span<std::byte> out, const RawHeader& h, const MessageSp
 
 std::size_t encoded_size(const MessageSpec& m) noexcept {
   return kHeaderSize + m.key.size() + (m.ttl ? kTtlSize : 0) + (m.epoch ? kEpochSize : 0) +
-         (m.rdv ? kRdvDescSize : m.value.size());
+         (m.grant ? kGrantDescSize : m.rdv ? kRdvDescSize : m.value.size());
 }
 
 namespace {
@@ -275,9 +286,10 @@ std::optional<Reason> check_with_header(const MessageSpec& m, std::optional<RawH
     return keyed ? Reason::bad_key_len : Reason::key_not_allowed;
   }
   // Both an eager value and a descriptor would be ambiguous.
-  if (m.rdv && !m.value.empty()) return Reason::value_not_allowed;
+  if ((m.rdv || m.grant) && !m.value.empty()) return Reason::value_not_allowed;
   header = raw_header_of(m);
   if (auto r = check_header(*header, limits)) return r;
+  if (m.grant && m.grant->id == 0) return Reason::bad_grant;
   if (m.epoch) {
     if (auto r = check_epoch(*m.epoch)) return r;
   }

@@ -25,7 +25,8 @@ struct MessageSpec {
   std::string_view key;               // SET/GET/DEL; CALL: its user opcode (call_op_key)
   std::span<const std::byte> value;   // eager value bytes (empty with rdv)
   std::optional<RdvDesc> rdv;         // set: RDV flag, payload is the descriptor
-  std::uint64_t rdv_len = 0;          // value_len sent with rdv
+  std::optional<GrantDesc> grant;     // set: GRANT flag (ok SET_REPLY), payload is the grant
+  std::uint64_t rdv_len = 0;          // value_len sent with rdv (its length) or grant (its capacity)
   std::optional<std::uint64_t> ttl;   // set: TTL flag, the 8-byte field after the key
   std::optional<std::uint64_t> epoch; // set: EPOCH flag, the 8-byte shard epoch after the TTL field
   bool backup_read = false;           // GET: BACKUP_READ flag (an in-sync backup may answer)
@@ -64,6 +65,9 @@ MessageSpec release(std::uint32_t req_id) noexcept;
 // Server -> client.
 MessageSpec set_reply(std::uint32_t req_id, std::uint16_t credits,
                       Status status = Status::ok) noexcept;
+// An ok SET_REPLY carrying a grant of `capacity` bytes of landing space.
+MessageSpec set_reply_grant(std::uint32_t req_id, std::uint16_t credits, GrantDesc grant,
+                            std::uint64_t capacity) noexcept;
 MessageSpec get_reply_found(std::uint32_t req_id, std::uint16_t credits,
                             std::span<const std::byte> value) noexcept;
 // (A value written into the client's offered buffer has no reply message:

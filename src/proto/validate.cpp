@@ -33,6 +33,9 @@ std::string_view to_string(Reason r) noexcept {
     case Reason::epoch_not_allowed: return "EPOCH flag on a message other than a SET, DEL or EXPIRE request";
     case Reason::bad_epoch: return "epoch field 0";
     case Reason::backup_read_not_allowed: return "BACKUP_READ flag on a message other than a GET request";
+    case Reason::grant_not_allowed: return "GRANT flag on a message other than an ok SET_REPLY, or with RDV";
+    case Reason::bad_grant: return "grant with capacity or id 0";
+    case Reason::bad_grant_trailer: return "granted SET trailer with reserved bits set or an unused field not 0";
   }
   return "unknown reason";
 }
@@ -52,6 +55,7 @@ struct OpRules {
   TtlRule ttl = TtlRule::refused;
   bool epoch = false;  // the EPOCH flag (a replication record) allowed
   bool backup_read = false;  // the BACKUP_READ flag allowed
+  bool grant = false;  // the GRANT flag (a grant descriptor as payload) allowed
 };
 
 constexpr OpRules rules_for(Opcode op, bool found) noexcept {
@@ -64,8 +68,9 @@ constexpr OpRules rules_for(Opcode op, bool found) noexcept {
     case Opcode::ttl: return {true, false, false, false, false};  // the key only
     case Opcode::touch: return {false, true, false, false, false};  // the keys, packed in the eager payload
     case Opcode::stats:    // header only
-    case Opcode::release:  // header only; req_id names the pinned GET or CALL
-    case Opcode::set_reply: return {false, false, false, false, false};
+    case Opcode::release: return {false, false, false, false, false};  // header only; req_id names the pinned GET or CALL
+    // Header only, or a grant of landing space for the next SET.
+    case Opcode::set_reply: return {false, false, false, false, false, TtlRule::refused, false, false, true};
     // A miss carries nothing; a hit carries the value eagerly or by descriptor.
     case Opcode::get_reply: return {false, found, found, true, true};
     case Opcode::stats_reply: return {false, true, false, false, false};
@@ -97,6 +102,7 @@ constexpr std::optional<Reason> flags_reason(Opcode op, std::uint16_t flags, con
   }
   if ((flags & kFlagEpoch) != 0 && !rules.epoch) return Reason::epoch_not_allowed;
   if ((flags & kFlagBackupRead) != 0 && !rules.backup_read) return Reason::backup_read_not_allowed;
+  if ((flags & kFlagGrant) != 0 && (!rules.grant || (flags & kFlagRdv) != 0)) return Reason::grant_not_allowed;
   return std::nullopt;
 }
 
@@ -159,7 +165,9 @@ std::optional<Reason> check_call_key(Opcode op, const RawHeader& h) noexcept {
 std::optional<Reason> check_value(Opcode op, const RawHeader& h, const OpRules& rules,
                                   const Limits& limits) noexcept {
   const bool rdv = (h.flags & kFlagRdv) != 0;
-  if (!rdv && !rules.value && h.value_len != 0) return Reason::value_not_allowed;
+  const bool grant = (h.flags & kFlagGrant) != 0;
+  if (grant && h.value_len == 0) return Reason::bad_grant;
+  if (!rdv && !grant && !rules.value && h.value_len != 0) return Reason::value_not_allowed;
   if ((op == Opcode::set || op == Opcode::call || op == Opcode::touch) && !rdv && !eager_fits(h.key_len, h.value_len))
     return Reason::eager_too_large;
   if (h.value_len > limits.max_value) return Reason::value_too_large;

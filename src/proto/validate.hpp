@@ -45,6 +45,9 @@ enum class Reason : std::uint8_t {
   epoch_not_allowed,     // EPOCH flag on anything but a SET, DEL or EXPIRE request
   bad_epoch,             // epoch field 0
   backup_read_not_allowed,  // BACKUP_READ flag on anything but a GET request
+  grant_not_allowed,     // GRANT flag on anything but an ok SET_REPLY
+  bad_grant,             // grant capacity (value_len) or id 0
+  bad_grant_trailer,     // a granted SET's trailer: reserved bits or fields not 0, or flags other than TTL|EPOCH
 };
 
 [[nodiscard]] std::string_view to_string(Reason r) noexcept;

@@ -90,4 +90,10 @@ void write_rdv_desc(std::span<std::byte, kRdvDescSize> out, const RdvDesc& d) no
   store_le(out, rdv_off::value_crc, d.value_crc);
 }
 
+void write_grant_desc(std::span<std::byte, kGrantDescSize> out, const GrantDesc& d) noexcept {
+  store_le(out, grant_off::addr, d.addr);
+  store_le(out, grant_off::rkey, d.rkey);
+  store_le(out, grant_off::id, d.id);
+}
+
 }  // namespace rkv::proto

@@ -9,7 +9,10 @@
 //             docs/cluster.md "Replication records")
 //   payload = value bytes (value_len B, "eager")
 //          or, with kFlagRdv, a 16-byte rendezvous descriptor {addr, rkey, 0}
-//             naming value_len bytes in registered memory.
+//             naming value_len bytes in registered memory
+//          or, with kFlagGrant (an ok SET_REPLY only), a 16-byte grant
+//             descriptor {addr, rkey, id}: value_len bytes of landing space
+//             the client may WRITE one SET into (grant.hpp).
 // Several messages may be packed back to back in one SEND, no padding.
 // All integers are little-endian.
 
@@ -27,6 +30,7 @@ inline constexpr std::uint8_t kVersion = 1;
 inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::size_t kMaxKey = 1024;
 inline constexpr std::size_t kRdvDescSize = 16;
+inline constexpr std::size_t kGrantDescSize = 16;
 inline constexpr std::size_t kTtlSize = 8;
 inline constexpr std::size_t kEpochSize = 8;
 // How long a one-sided GET may still find a key after its time to live ran
@@ -55,6 +59,13 @@ inline constexpr std::size_t key_len = 10;
 inline constexpr std::size_t req_id = 12;
 inline constexpr std::size_t value_len = 16;
 }  // namespace hdr_off
+
+// Byte offsets inside the grant descriptor.
+namespace grant_off {
+inline constexpr std::size_t addr = 0;
+inline constexpr std::size_t rkey = 8;
+inline constexpr std::size_t id = 12;
+}  // namespace grant_off
 
 // Byte offsets inside the rendezvous descriptor.
 namespace rdv_off {
@@ -127,8 +138,13 @@ inline constexpr std::uint16_t kFlagEpoch = 1u << 4;
 // from backups"); without it a backup answers `not_owner`. Optional on GET
 // requests, refused elsewhere.
 inline constexpr std::uint16_t kFlagBackupRead = 1u << 5;
+// The payload of an ok SET_REPLY is a grant descriptor (GrantDesc): landing
+// space of value_len bytes (never 0) in the server's memory, which the
+// client may RDMA WRITE WITH IMMEDIATE one SET into (docs/protocol.md "SET
+// by grant", grant.hpp). Refused elsewhere.
+inline constexpr std::uint16_t kFlagGrant = 1u << 6;
 inline constexpr std::uint16_t kKnownFlags =
-    kFlagFound | kFlagRdv | kFlagPull | kFlagTtl | kFlagEpoch | kFlagBackupRead;
+    kFlagFound | kFlagRdv | kFlagPull | kFlagTtl | kFlagEpoch | kFlagBackupRead | kFlagGrant;
 // A TTL_REPLY's field for "the key has no expiry".
 inline constexpr std::uint64_t kNoTtl = ~std::uint64_t{0};
 
@@ -254,6 +270,7 @@ struct Header {
   [[nodiscard]] bool has_ttl() const noexcept { return (flags & kFlagTtl) != 0; }
   [[nodiscard]] bool has_epoch() const noexcept { return (flags & kFlagEpoch) != 0; }
   [[nodiscard]] bool backup_read() const noexcept { return (flags & kFlagBackupRead) != 0; }
+  [[nodiscard]] bool grant() const noexcept { return (flags & kFlagGrant) != 0; }
   friend bool operator==(const Header&, const Header&) = default;
 };
 
@@ -280,6 +297,17 @@ struct RdvDesc {
   friend bool operator==(const RdvDesc&, const RdvDesc&) = default;
 };
 
+// Landing space the server grants a connection (kFlagGrant): value_len
+// bytes at addr, writable by this connection's peer under rkey (a memory
+// window's key) until one WRITE WITH IMMEDIATE whose immediate is id has
+// used it. id names the grant among the connection's (never 0).
+struct GrantDesc {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t id = 0;
+  friend bool operator==(const GrantDesc&, const GrantDesc&) = default;
+};
+
 // Header fields exactly as on the wire, unvalidated. Used by the codec and
 // handy for tests that need to forge malformed headers.
 struct RawHeader {
@@ -301,6 +329,8 @@ void write_raw_header(std::span<std::byte, kHeaderSize> out, const RawHeader& h)
 
 // Writes {addr, rkey, reserved = 0}.
 void write_rdv_desc(std::span<std::byte, kRdvDescSize> out, const RdvDesc& d) noexcept;
+// Writes {addr, rkey, id}.
+void write_grant_desc(std::span<std::byte, kGrantDescSize> out, const GrantDesc& d) noexcept;
 
 // Byte views of text, for STATS_REPLY blobs and keys.
 [[nodiscard]] inline std::span<const std::byte> as_bytes(std::string_view s) noexcept {

@@ -8,12 +8,19 @@
 //   walk ends at EndOfBuffer exactly at the end or at one DecodeError that repeats;
 // - view_validated() (the server's second walk) gives the same view;
 // - every accepted message is one the encoder accepts too and re-encodes to
-//   exactly the bytes received (the format has one spelling per message).
+//   exactly the bytes received (the format has one spelling per message);
+// - the same bytes as what a client WROTE into a grant (proto/grant.hpp):
+//   read_granted_set never reads outside them, and a SET it accepts lies
+//   inside them (value at the start, key right after it) and is written back
+//   to exactly the same bytes by write_grant_trailer.
+#include <array>
+#include <cstring>
 #include <vector>
 
 #include "fuzz_target.hpp"
 #include "proto/decode.hpp"
 #include "proto/encode.hpp"
+#include "proto/grant.hpp"
 
 namespace {
 
@@ -21,7 +28,7 @@ using namespace rkv::proto;
 
 bool same_view(const MessageView& a, const MessageView& b) {
   return a.header == b.header && a.key.data() == b.key.data() && a.key.size() == b.key.size() &&
-         a.value.data() == b.value.data() && a.value.size() == b.value.size() && a.rdv == b.rdv &&
+         a.value.data() == b.value.data() && a.value.size() == b.value.size() && a.rdv == b.rdv && a.grant == b.grant &&
          a.offset == b.offset && a.size == b.size && a.ttl == b.ttl && a.epoch == b.epoch;
 }
 
@@ -36,7 +43,8 @@ MessageSpec spec_of(const MessageView& m) {
   s.key = m.key;
   s.value = m.value;
   s.rdv = m.rdv;
-  if (m.rdv) s.rdv_len = m.header.value_len;
+  s.grant = m.grant;
+  if (m.rdv || m.grant) s.rdv_len = m.header.value_len;
   if (m.header.has_ttl()) s.ttl = m.ttl;
   if (m.header.has_epoch()) s.epoch = m.epoch;
   s.backup_read = m.header.backup_read();
@@ -83,6 +91,22 @@ void walk(std::span<const std::byte> buf, const Limits& limits) {
   }
 }
 
+void granted(std::span<const std::byte> written, const Limits& limits) {
+  const auto r = read_granted_set(written, limits);
+  if (const auto* reason = std::get_if<Reason>(&r)) {
+    FUZZ_CHECK(!to_string(*reason).empty());
+    return;
+  }
+  const GrantedSet& s = std::get<GrantedSet>(r);
+  FUZZ_CHECK(s.value.data() == written.data());
+  FUZZ_CHECK(reinterpret_cast<const std::byte*>(s.key.data()) == written.data() + s.value.size());
+  FUZZ_CHECK(granted_set_size(s.key.size(), s.value.size()) == written.size());
+  FUZZ_CHECK(!check_granted_set(s, written.size(), limits).has_value());
+  std::array<std::byte, kGrantTrailerSize> t{};
+  write_grant_trailer(t, s);
+  FUZZ_CHECK(std::memcmp(t.data(), written.data() + written.size() - kGrantTrailerSize, kGrantTrailerSize) == 0);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -91,5 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The server's limits (any RDV length), and tight ones that move every bound.
   walk(buf, Limits{kMaxKey, UINT64_MAX});
   walk(buf, Limits{1 + size % 64, size / 2});
+  granted(buf, Limits{});
+  granted(buf, Limits{1 + size % 64, size / 2});
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "proto/connect_params.hpp"
 #include "proto/crc32c.hpp"
 #include "proto/encode.hpp"
+#include "proto/grant.hpp"
 #include "proto/index_format.hpp"
 
 namespace {
@@ -91,6 +92,22 @@ void wire() {
   Bytes cut = messages({set_request(1, "key", sb(v))});
   cut.resize(cut.size() - 7);
   put("wire", "truncated", cut);
+  // Grants (docs/protocol.md "SET by grant"): ok SET_REPLYs carrying one, and
+  // a SET as written into one (value | key | trailer: read_granted_set).
+  put("wire", "grants", messages({set_reply_grant(1, 2, {0x7f0012346000, 0x5501, 1}, 8192),
+                                  set_reply_grant(2, 0, {0x7f0012348000, 0x5602, 2}, 1 << 20)}));
+  proto::GrantedSet g;
+  g.req_id = 3;
+  g.key = "big";
+  g.value = sb(v);
+  g.value_crc = proto::crc32c(g.value);
+  g.ttl = 500;
+  Bytes written;
+  append(written, g.value);
+  append(written, sb(g.key));
+  written.resize(written.size() + proto::kGrantTrailerSize);
+  proto::write_grant_trailer(std::span<std::byte>(written).last<proto::kGrantTrailerSize>(), g);
+  put("wire", "granted-set", written);
 }
 
 void connect_params() {

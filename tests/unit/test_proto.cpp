@@ -156,11 +156,14 @@ void check_view(std::span<const std::byte> buf, const MessageView& m) {
   ASSERT_TRUE(within(buf, m.value.data(), m.value.size()));
   ASSERT_EQ(m.key.size(), m.header.key_len);
   ASSERT_EQ(m.rdv.has_value(), m.header.rdv());
-  if (!m.rdv) {
+  ASSERT_EQ(m.grant.has_value(), m.header.grant());
+  ASSERT_FALSE(m.rdv && m.grant);
+  if (!m.rdv && !m.grant) {
     ASSERT_EQ(m.value.size(), m.header.value_len);
   }
   ASSERT_EQ(m.size, kHeaderSize + m.key.size() + (m.header.has_ttl() ? kTtlSize : 0) +
-                        (m.header.has_epoch() ? kEpochSize : 0) + (m.rdv ? kRdvDescSize : m.value.size()));
+                        (m.header.has_epoch() ? kEpochSize : 0) +
+                        (m.grant ? kGrantDescSize : m.rdv ? kRdvDescSize : m.value.size()));
 }
 
 constexpr RdvDesc kDesc{0x1122334455667788ull, 0xA1B2C3D4u};
@@ -194,7 +197,7 @@ TEST(ProtoWire, ToStringCoversEveryValue) {
   }
   EXPECT_EQ(seen.size(), 12u);  // ok .. io_error, no_handler, handler_failed, refused, not_owner, moved
   seen.clear();
-  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::backup_read_not_allowed); ++v) {
+  for (unsigned v = 0; v <= static_cast<unsigned>(Reason::bad_grant_trailer); ++v) {
     EXPECT_TRUE(seen.insert(to_string(static_cast<Reason>(v))).second);
   }
   EXPECT_EQ(to_string(Status::ok), "ok");
@@ -700,7 +703,7 @@ TEST(ProtoStrict, UnknownOpcode) {
 }
 
 TEST(ProtoStrict, ReservedFlags) {
-  for (unsigned bit = 6; bit < 16; ++bit) {
+  for (unsigned bit = 7; bit < 16; ++bit) {
     const auto flag = static_cast<std::uint16_t>(1u << bit);
     expect_reason(patched(msg::get_request(1, "k"), [flag](RawHeader& h) { h.flags |= flag; }),
                   Reason::reserved_flags);
