@@ -9,7 +9,7 @@ namespace rkv::proto {
 
 namespace {
 
-namespace off {
+namespace params_off {
 constexpr std::size_t magic = 0;
 constexpr std::size_t version = 2;
 constexpr std::size_t role = 3;
@@ -23,7 +23,7 @@ constexpr std::size_t index_buckets = 28;
 constexpr std::size_t index_bucket_size = 32;
 constexpr std::size_t reserved1 = 36;
 constexpr std::size_t auth = 40;
-}  // namespace off
+}  // namespace params_off
 
 std::optional<Role> role_from_wire(std::uint8_t v) noexcept {
   const auto r = static_cast<Role>(v);
@@ -48,12 +48,12 @@ bool index_consistent(const ConnectParams& p) noexcept {
 // Framing checks that the ConnectParams struct cannot express.
 std::optional<ConnectError> check_framing(std::span<const std::byte> d, Role expected) noexcept {
   if (d.size() < kConnectParamsMinSize) return ConnectError::too_short;
-  if (load_le<std::uint16_t>(d, off::magic) != kMagic) return ConnectError::bad_magic;
-  if (load_le<std::uint8_t>(d, off::version) != kVersion) return ConnectError::bad_version;
-  const auto role = role_from_wire(load_le<std::uint8_t>(d, off::role));
+  if (load_le<std::uint16_t>(d, params_off::magic) != kMagic) return ConnectError::bad_magic;
+  if (load_le<std::uint8_t>(d, params_off::version) != kVersion) return ConnectError::bad_version;
+  const auto role = role_from_wire(load_le<std::uint8_t>(d, params_off::role));
   if (!role || *role != expected) return ConnectError::bad_role;
-  if (load_le<std::uint16_t>(d, off::reserved0) != 0 ||
-      load_le<std::uint32_t>(d, off::reserved1) != 0)
+  if (load_le<std::uint16_t>(d, params_off::reserved0) != 0 ||
+      load_le<std::uint32_t>(d, params_off::reserved1) != 0)
     return ConnectError::reserved_nonzero;
   return std::nullopt;
 }
@@ -98,17 +98,17 @@ std::optional<ConnectError> check_connect_params(const ConnectParams& p) noexcep
 std::array<std::byte, kConnectParamsSize> encode_connect_params(const ConnectParams& p) noexcept {
   std::array<std::byte, kConnectParamsSize> out{};  // reserved fields stay zero
   const std::span<std::byte> o{out};
-  store_le(o, off::magic, kMagic);
-  store_le(o, off::version, kVersion);
-  store_le(o, off::role, static_cast<std::uint8_t>(p.role));
-  store_le(o, off::credits, p.credits);
-  store_le(o, off::recv_buf_size, p.recv_buf_size);
-  store_le(o, off::max_value, p.max_value);
-  store_le(o, off::index_addr, p.index_addr);
-  store_le(o, off::index_rkey, p.index_rkey);
-  store_le(o, off::index_buckets, p.index_buckets);
-  store_le(o, off::index_bucket_size, p.index_bucket_size);
-  for (std::size_t i = 0; i < p.auth.size(); ++i) out[off::auth + i] = p.auth[i];
+  store_le(o, params_off::magic, kMagic);
+  store_le(o, params_off::version, kVersion);
+  store_le(o, params_off::role, static_cast<std::uint8_t>(p.role));
+  store_le(o, params_off::credits, p.credits);
+  store_le(o, params_off::recv_buf_size, p.recv_buf_size);
+  store_le(o, params_off::max_value, p.max_value);
+  store_le(o, params_off::index_addr, p.index_addr);
+  store_le(o, params_off::index_rkey, p.index_rkey);
+  store_le(o, params_off::index_buckets, p.index_buckets);
+  store_le(o, params_off::index_bucket_size, p.index_bucket_size);
+  for (std::size_t i = 0; i < p.auth.size(); ++i) out[params_off::auth + i] = p.auth[i];
   return out;
 }
 
@@ -116,15 +116,15 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
   if (auto e = check_framing(data, expected)) return *e;
   ConnectParams p;
   p.role = expected;
-  p.credits = load_le<std::uint16_t>(data, off::credits);
-  p.recv_buf_size = load_le<std::uint32_t>(data, off::recv_buf_size);
-  p.max_value = load_le<std::uint32_t>(data, off::max_value);
-  p.index_addr = load_le<std::uint64_t>(data, off::index_addr);
-  p.index_rkey = load_le<std::uint32_t>(data, off::index_rkey);
-  p.index_buckets = load_le<std::uint32_t>(data, off::index_buckets);
-  p.index_bucket_size = load_le<std::uint32_t>(data, off::index_bucket_size);
-  if (data.size() >= off::auth + p.auth.size()) {  // else: an older 40-byte sender, no token
-    for (std::size_t i = 0; i < p.auth.size(); ++i) p.auth[i] = data[off::auth + i];
+  p.credits = load_le<std::uint16_t>(data, params_off::credits);
+  p.recv_buf_size = load_le<std::uint32_t>(data, params_off::recv_buf_size);
+  p.max_value = load_le<std::uint32_t>(data, params_off::max_value);
+  p.index_addr = load_le<std::uint64_t>(data, params_off::index_addr);
+  p.index_rkey = load_le<std::uint32_t>(data, params_off::index_rkey);
+  p.index_buckets = load_le<std::uint32_t>(data, params_off::index_buckets);
+  p.index_bucket_size = load_le<std::uint32_t>(data, params_off::index_bucket_size);
+  if (data.size() >= params_off::auth + p.auth.size()) {  // else: an older 40-byte sender, no token
+    for (std::size_t i = 0; i < p.auth.size(); ++i) p.auth[i] = data[params_off::auth + i];
   }
   if (auto e = check_connect_params(p)) return *e;
   return p;

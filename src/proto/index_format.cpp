@@ -10,7 +10,7 @@
 
 namespace rkv::proto {
 
-namespace off {
+namespace entry_off {
 constexpr std::size_t version = 0;
 constexpr std::size_t key_hash = 8;
 constexpr std::size_t addr = 16;
@@ -19,7 +19,7 @@ constexpr std::size_t key_len = 28;
 constexpr std::size_t value_len = 32;
 constexpr std::size_t data_crc = 36;
 constexpr std::size_t flags = 40;
-}  // namespace off
+}  // namespace entry_off
 
 std::uint64_t fmix64(std::uint64_t h) noexcept {
   h ^= h >> 33;
@@ -45,28 +45,28 @@ std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e, std::span<c
   if (e.inlined() && inline_data.size() == e.data_len() && inline_data.size() <= kInlineMax) {
     std::copy(inline_data.begin(), inline_data.end(), out.begin() + kInlineOffset);
   }
-  store_le(o, off::version, e.version);
-  store_le(o, off::key_hash, e.key_hash);
-  store_le(o, off::addr, e.addr);
-  store_le(o, off::rkey, e.rkey);
-  store_le(o, off::key_len, e.key_len);
-  store_le(o, off::value_len, e.value_len);
-  store_le(o, off::data_crc, e.data_crc);
-  store_le(o, off::flags, e.flags);
+  store_le(o, entry_off::version, e.version);
+  store_le(o, entry_off::key_hash, e.key_hash);
+  store_le(o, entry_off::addr, e.addr);
+  store_le(o, entry_off::rkey, e.rkey);
+  store_le(o, entry_off::key_len, e.key_len);
+  store_le(o, entry_off::value_len, e.value_len);
+  store_le(o, entry_off::data_crc, e.data_crc);
+  store_le(o, entry_off::flags, e.flags);
   store_le(o, kEntryCrcOffset, crc32c(out.data(), kEntryCrcOffset));
   return out;
 }
 
 IndexEntry decode_own_entry(std::span<const std::byte> b) noexcept {
   IndexEntry e;
-  e.version = load_le<std::uint64_t>(b, off::version);
-  e.key_hash = load_le<std::uint64_t>(b, off::key_hash);
-  e.addr = load_le<std::uint64_t>(b, off::addr);
-  e.rkey = load_le<std::uint32_t>(b, off::rkey);
-  e.key_len = load_le<std::uint32_t>(b, off::key_len);
-  e.value_len = load_le<std::uint32_t>(b, off::value_len);
-  e.data_crc = load_le<std::uint32_t>(b, off::data_crc);
-  e.flags = load_le<std::uint32_t>(b, off::flags);
+  e.version = load_le<std::uint64_t>(b, entry_off::version);
+  e.key_hash = load_le<std::uint64_t>(b, entry_off::key_hash);
+  e.addr = load_le<std::uint64_t>(b, entry_off::addr);
+  e.rkey = load_le<std::uint32_t>(b, entry_off::rkey);
+  e.key_len = load_le<std::uint32_t>(b, entry_off::key_len);
+  e.value_len = load_le<std::uint32_t>(b, entry_off::value_len);
+  e.data_crc = load_le<std::uint32_t>(b, entry_off::data_crc);
+  e.flags = load_le<std::uint32_t>(b, entry_off::flags);
   return e;
 }
 
