@@ -47,6 +47,16 @@ class BenchLink final : public kv::conn::Link {
     ++posted_;
     return 0;
   }
+  // No windows on the eager path: counted, refused.
+  int post_bind(verbs::WrId, std::uint32_t, const kv::conn::Registration&, std::span<const std::byte>, bool,
+                std::uint32_t*) noexcept override {
+    ++unexpected_;
+    return EINVAL;
+  }
+  int post_invalidate(verbs::WrId, std::uint32_t) noexcept override {
+    ++unexpected_;
+    return EINVAL;
+  }
   // SENDs are kept for the bench to read; the eager path never posts RDMA: counted, refused.
   int post_chain(std::span<const verbs::SendWr> chain, std::size_t* posted) noexcept override {
     std::size_t n = 0;

@@ -14,7 +14,7 @@ constexpr std::size_t magic = 0;
 constexpr std::size_t version = 2;
 constexpr std::size_t role = 3;
 constexpr std::size_t credits = 4;
-constexpr std::size_t reserved0 = 6;
+constexpr std::size_t features = 6;
 constexpr std::size_t recv_buf_size = 8;
 constexpr std::size_t max_value = 12;
 constexpr std::size_t index_addr = 16;
@@ -52,9 +52,7 @@ std::optional<ConnectError> check_framing(std::span<const std::byte> d, Role exp
   if (load_le<std::uint8_t>(d, params_off::version) != kVersion) return ConnectError::bad_version;
   const auto role = role_from_wire(load_le<std::uint8_t>(d, params_off::role));
   if (!role || *role != expected) return ConnectError::bad_role;
-  if (load_le<std::uint16_t>(d, params_off::reserved0) != 0 ||
-      load_le<std::uint32_t>(d, params_off::reserved1) != 0)
-    return ConnectError::reserved_nonzero;
+  if (load_le<std::uint32_t>(d, params_off::reserved1) != 0) return ConnectError::reserved_nonzero;
   return std::nullopt;
 }
 
@@ -80,12 +78,14 @@ std::string_view to_string(ConnectError e) noexcept {
     case ConnectError::server_only_field: return "client set a server-only field";
     case ConnectError::bad_index: return "inconsistent index fields";
     case ConnectError::client_only_field: return "server set a client-only field (auth)";
+    case ConnectError::unknown_feature: return "unknown feature bit";
   }
   return "unknown connect error";
 }
 
 std::optional<ConnectError> check_connect_params(const ConnectParams& p) noexcept {
   if (!role_from_wire(static_cast<std::uint8_t>(p.role))) return ConnectError::bad_role;
+  if ((p.features & ~kKnownFeatures) != 0) return ConnectError::unknown_feature;
   if (p.credits == 0) return ConnectError::zero_credits;
   if (p.recv_buf_size < kMinRecvBufSize) return ConnectError::recv_buf_too_small;
   if (p.role == Role::client && (p.max_value != 0 || has_index(p)))
@@ -102,6 +102,7 @@ std::array<std::byte, kConnectParamsSize> encode_connect_params(const ConnectPar
   store_le(o, params_off::version, kVersion);
   store_le(o, params_off::role, static_cast<std::uint8_t>(p.role));
   store_le(o, params_off::credits, p.credits);
+  store_le(o, params_off::features, p.features);
   store_le(o, params_off::recv_buf_size, p.recv_buf_size);
   store_le(o, params_off::max_value, p.max_value);
   store_le(o, params_off::index_addr, p.index_addr);
@@ -117,6 +118,7 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
   ConnectParams p;
   p.role = expected;
   p.credits = load_le<std::uint16_t>(data, params_off::credits);
+  p.features = load_le<std::uint16_t>(data, params_off::features);
   p.recv_buf_size = load_le<std::uint32_t>(data, params_off::recv_buf_size);
   p.max_value = load_le<std::uint32_t>(data, params_off::max_value);
   p.index_addr = load_le<std::uint64_t>(data, params_off::index_addr);

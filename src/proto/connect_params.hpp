@@ -3,7 +3,7 @@
 //
 // Wire layout (56 bytes, little-endian):
 //   0 magic u16 (kMagic)          2 version u8        3 role u8
-//   4 credits u16                 6 reserved u16 = 0
+//   4 credits u16                 6 features u16 (kFeature*; other bits 0)
 //   8 recv_buf_size u32          12 max_value u32
 //  16 index_addr u64             24 index_rkey u32   28 index_buckets u32
 //  32 index_bucket_size u32      36 reserved u32 = 0
@@ -38,6 +38,15 @@ static_assert(kConnectParamsSize <= kMaxConnectPrivateData);
 // SET with a TTL and an epoch (a replication record).
 inline constexpr std::uint32_t kMinRecvBufSize = kHeaderSize + kMaxKey + kTtlSize + kEpochSize + kRdvDescSize;
 
+// Features a peer takes part in (ConnectParams::features). A client sets a
+// bit to ask for it, the server to say it does it on this connection; an
+// unknown bit is refused.
+// grants: a client WRITEs a SET into landing space the server granted it
+// (docs/protocol.md "SET by grant"); the server grants. Planned: no
+// program sets it yet.
+inline constexpr std::uint16_t kFeatureGrants = 1u << 0;
+inline constexpr std::uint16_t kKnownFeatures = kFeatureGrants;
+
 enum class Role : std::uint8_t {
   client = 1,  // rdma_connect private data
   server = 2,  // rdma_accept private data
@@ -49,6 +58,8 @@ struct ConnectParams {
   // server: receive buffers posted for this client = the client's initial
   //         send credits (one per SEND, however many messages it packs).
   std::uint16_t credits = 0;
+  // kFeature* bits: what the client asks for / the server does.
+  std::uint16_t features = 0;
   // Size of each receive buffer the sender posted: the peer must never send a
   // SEND (all packed messages together) larger than this.
   std::uint32_t recv_buf_size = 0;
@@ -77,6 +88,7 @@ enum class ConnectError : std::uint8_t {
   server_only_field,   // a client set max_value or index fields
   bad_index,           // index fields inconsistent (buckets without size or vice versa)
   client_only_field,   // a server set the auth digest
+  unknown_feature,     // a features bit this version does not know
 };
 
 [[nodiscard]] std::string_view to_string(Role r) noexcept;

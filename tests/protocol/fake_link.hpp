@@ -41,6 +41,19 @@ class FakeLink final : public kv::conn::Link {
   // the first fail_reads_after READs of its chain (as ibv_post_send's bad_wr says).
   int fail_reads_errno = 0;
   std::size_t fail_reads_after = 0;
+  // Window binds and invalidations (post_bind / post_invalidate), in order;
+  // each bind takes the window's next key (window * 256 + its binds so far).
+  struct WindowPost {
+    verbs::WrId id;
+    std::uint32_t window;
+    bool bind;                   // else an invalidation
+    std::span<const std::byte> range;
+    std::uint32_t rkey;          // bind: the key handed out; invalidation: the key closed
+    bool signaled;
+  };
+  std::vector<WindowPost> window_posts;
+  std::vector<std::uint32_t> window_keys = std::vector<std::uint32_t>(kMaxWindows, 0);
+  int fail_next_window = 0;  // errno from the next post_bind / post_invalidate (0: succeed)
 
   int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t) noexcept override {
     recvs.push_back({id, {}, {}, buf});
@@ -101,6 +114,22 @@ class FakeLink final : public kv::conn::Link {
     }
     if (posted != nullptr) *posted = n;
     return rc;
+  }
+  int post_bind(verbs::WrId id, std::uint32_t window, const kv::conn::Registration&, std::span<const std::byte> range,
+                bool signaled, std::uint32_t* rkey) noexcept override {
+    if (window >= kMaxWindows) return EINVAL;
+    if (fail_next_window != 0) return std::exchange(fail_next_window, 0);
+    const std::uint32_t key = window * 256 + (window_keys[window] & 0xFFu) + 1;
+    window_keys[window] = key;
+    window_posts.push_back({id, window, true, range, key, signaled});
+    if (rkey != nullptr) *rkey = key;
+    return 0;
+  }
+  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept override {
+    if (window >= kMaxWindows || window_keys[window] == 0) return EINVAL;
+    if (fail_next_window != 0) return std::exchange(fail_next_window, 0);
+    window_posts.push_back({id, window, false, {}, window_keys[window], true});
+    return 0;
   }
   // The reads of post call `i`.
   [[nodiscard]] std::vector<const Post*> chain(std::size_t i) const {

@@ -1,5 +1,6 @@
 // arena_grant: the server arena's grantable blocks (kv/server/arena.hpp) on a
-// real PD, as the planned grant path (docs/protocol.md) uses them: a window
+// real PD, and windows through the Link seam (kv/conn/link.hpp: QpLink owns
+// them), as the planned grant path (docs/protocol.md) uses them: a window
 // bound over a block's own registration lets the peer WRITE with immediate
 // into that block; the block's own key serves READs (as an index entry's
 // rkey does for one-sided GETs) and refuses WRITEs; a block given back is
@@ -10,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "kv/conn/link.hpp"
 #include "kv/conn/registrar.hpp"
 #include "kv/server/arena.hpp"
 #include "loopback.hpp"
@@ -21,6 +23,7 @@ namespace rkv::verbs::test::arena_grant_test {
 namespace {
 
 using kv::conn::PdRegistrar;
+using kv::conn::QpLink;
 using kv::server::Arena;
 using kv::server::GrantBlock;
 
@@ -35,8 +38,8 @@ struct GrantFixture {
   std::optional<Arena> arena;
   GrantBlock grant;
   std::optional<Loopback> lb;
-  // After lb: a window still bound is deallocated before the QP goes (see verbs/mw.hpp).
-  std::optional<MemoryWindow> window;
+  // After lb: its windows (still bound or not) go before the QP (see verbs/mw.hpp), as in an Endpoint.
+  std::optional<QpLink> link;
 
   GrantFixture() {
     LoopbackOptions opt;
@@ -47,11 +50,12 @@ struct GrantFixture {
     };
     opt.before_accept = [&](Endpoint& s) {
       // kvd's registrar holds its PD; here the endpoint owns it and outlives the arena.
-      registrar.emplace(std::shared_ptr<const ProtectionDomain>(std::shared_ptr<void>(), &*s.pd));
+      const std::shared_ptr<const ProtectionDomain> pd(std::shared_ptr<void>(), &*s.pd);
+      registrar.emplace(pd);
+      link.emplace(*s.qp, pd);
       arena.emplace(*registrar, kv::server::ArenaConfig{4096, 1u << 20, 64u << 20, 64u << 10, 16});
       grant = arena->allocate_grantable(kBlock);
       if (!grant.block) throw std::runtime_error("no grantable block");
-      window.emplace(*s.pd);
       for (std::uint32_t i = 0; i < 4; ++i) {
         if (s.qp->post_recv(WrId(i, 1, WrKind::recv), {}, 0) != 0) throw std::runtime_error("post_recv failed");
       }
@@ -60,22 +64,21 @@ struct GrantFixture {
     lb.emplace(softroce_addr(), opt);
   }
 
-  // Binds the window over the whole granted block, remote_write only.
+  // Binds window 3 of the link over the whole granted block (remote_write only).
   std::uint32_t bind() {
-    const MemoryRegion* mr = grant.registration->region();
-    if (mr == nullptr) throw std::runtime_error("a PdRegistrar's registration has no MR");
-    const SendWr w = SendWr::bind_window(WrId(10, 1, WrKind::window), *window, *mr,
-                                         grant.block->block(), Access::remote_write);
-    if (lb->server.qp->post_chain(std::span<const SendWr>(&w, 1)) != 0) throw std::runtime_error("bind post failed");
+    std::uint32_t key = 0;
+    const int rc =
+        link->post_bind(WrId(10, 1, WrKind::window), 3, *grant.registration, grant.block->block(), true, &key);
+    if (rc != 0) throw std::runtime_error("bind post failed");
     const Completion c = one_completion(lb->server);
     EXPECT_EQ(c.status, CompletionStatus::success) << c.status_detail();
     EXPECT_EQ(c.opcode, CompletionOpcode::bind_window);
-    return window->rkey();
+    EXPECT_EQ(c.wr_id, WrId(10, 1, WrKind::window));
+    return key;
   }
 
-  void invalidate(std::uint32_t rkey) {
-    const SendWr w = SendWr::invalidate(WrId(11, 1, WrKind::window), rkey);
-    if (lb->server.qp->post_chain(std::span<const SendWr>(&w, 1)) != 0) throw std::runtime_error("inv post failed");
+  void invalidate() {
+    if (link->post_invalidate(WrId(11, 1, WrKind::window), 3) != 0) throw std::runtime_error("inv post failed");
     const Completion c = one_completion(lb->server);
     EXPECT_EQ(c.status, CompletionStatus::success) << c.status_detail();
     EXPECT_EQ(c.opcode, CompletionOpcode::invalidate);
@@ -95,6 +98,10 @@ struct GrantFixture {
 TEST(ArenaGrant, AWindowOverAGrantableBlockTakesAWriteAndTheBlocksOwnKeyOnlyReads) {
   GrantFixture f;
   ASSERT_EQ(f.grant.block->capacity, kBlock);
+  EXPECT_EQ(f.link->post_invalidate(WrId(12, 1, WrKind::window), 3), EINVAL) << "never bound";
+  EXPECT_EQ(f.link->post_bind(WrId(12, 1, WrKind::window), QpLink::kMaxWindows, *f.grant.registration,
+                              f.grant.block->block(), true, nullptr),
+            EINVAL);
   const std::uint32_t key = f.bind();
   EXPECT_NE(key, f.grant.block->rkey);
 
@@ -106,7 +113,7 @@ TEST(ArenaGrant, AWindowOverAGrantableBlockTakesAWriteAndTheBlocksOwnKeyOnlyRead
   EXPECT_EQ(r.imm, 41u);
   EXPECT_EQ(r.byte_len, 3000u);
   EXPECT_EQ(0, std::memcmp(f.grant.block->bytes.data(), f.source.data(), 3000));
-  f.invalidate(key);
+  f.invalidate();
 
   // What a one-sided GET does with the index entry's rkey: the block's own.
   const Completion rd = f.client_op(SendWr::read(WrId(21, 1, WrKind::rdma_read), std::span<std::byte>(f.into).first(3000),
@@ -130,7 +137,7 @@ TEST(ArenaGrant, AWindowOverAGrantableBlockTakesAWriteAndTheBlocksOwnKeyOnlyRead
   ASSERT_EQ(r.status, CompletionStatus::success) << r.status_detail();
   EXPECT_EQ(r.imm, 42u);
   EXPECT_EQ(0, std::memcmp(f.grant.block->bytes.data(), f.source.data(), kBlock));
-  f.invalidate(again);
+  f.invalidate();
 
   // The block's own key writes nothing (last: a refusal moves the client's QP to ERROR).
   std::memset(f.grant.block->bytes.data(), 0, kBlock);

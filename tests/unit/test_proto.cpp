@@ -1118,8 +1118,23 @@ TEST(ProtoConnect, Rejections) {
   EXPECT_EQ(connect_error(with(3, 0), Role::client), ConnectError::bad_role);
   EXPECT_EQ(connect_error(with(3, 9), Role::client), ConnectError::bad_role);
   EXPECT_EQ(connect_error(good, Role::server), ConnectError::bad_role);
-  EXPECT_EQ(connect_error(with(6, 1), Role::client), ConnectError::reserved_nonzero);
+  EXPECT_EQ(connect_error(with(6, 2), Role::client), ConnectError::unknown_feature);
+  EXPECT_EQ(connect_error(with(7, 0x80), Role::client), ConnectError::unknown_feature);
   EXPECT_EQ(connect_error(with(39, 1), Role::client), ConnectError::reserved_nonzero);
+  // The grants feature, asked for by a client and done by a server, round-trips.
+  for (const Role r : {Role::client, Role::server}) {
+    ConnectParams p = r == Role::client ? client_params() : ConnectParams{};
+    if (r == Role::server) {
+      p.role = Role::server;
+      p.credits = 8;
+      p.recv_buf_size = kMinRecvBufSize;
+    }
+    p.features = kFeatureGrants;
+    const auto d = decode_connect_params(encode_connect_params(p), r);
+    ASSERT_TRUE(std::holds_alternative<ConnectParams>(d)) << to_string(r);
+    EXPECT_EQ(std::get<ConnectParams>(d), p);
+  }
+  EXPECT_EQ(connect_error(with(6, 1), Role::client), std::nullopt) << "grants";
 
   ConnectParams p = client_params();
   p.credits = 0;

@@ -23,7 +23,7 @@ Endpoint::Endpoint(verbs::CmId id, std::shared_ptr<const verbs::ProtectionDomain
       // Every WR on this QP can complete at once: size the CQ for all of them.
       cq_(channel_, static_cast<int>(cfg.recv_count + cfg.send_count + cfg.rdma_depth)),
       qp_(id_, *pd_, cq_, cq_, caps_for(cfg)),
-      link_(qp_) {
+      link_(qp_, pd_) {
   if (!cfg.own_buffers) return;
   recv_pool_.emplace(cfg.recv_count, cfg.recv_size);
   send_pool_.emplace(cfg.send_count, cfg.send_size);

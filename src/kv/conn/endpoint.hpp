@@ -6,8 +6,10 @@
 // local access only (SEND source, RECV target): nothing here is remotely
 // accessible.
 //
-// Members are declared so destruction runs QP -> CQ -> MR -> buffers ->
-// channel -> cm_id -> PD (each verbs handle also keeps its parents alive).
+// Members are declared so destruction runs the link's memory windows -> QP
+// -> CQ -> MR -> buffers -> channel -> cm_id -> PD (each verbs handle also
+// keeps its parents alive; a window bound when its QP goes stalls the
+// destroy, verbs/mw.hpp).
 // Teardown of a live connection follows verbs/qp.hpp: disconnect, wait for
 // DISCONNECTED (or to_error), drain the flushed completions, then destroy.
 

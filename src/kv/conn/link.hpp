@@ -9,7 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
+#include <vector>
+
+#include "kv/conn/registrar.hpp"
+#include "verbs/mw.hpp"
 
 #include "verbs/qp.hpp"
 #include "verbs/wr_id.hpp"
@@ -27,21 +33,46 @@ class Link {
   virtual int post_chain(std::span<const verbs::SendWr> wrs, std::size_t* posted) noexcept = 0;
   // One WR: a chain of one.
   int post(const verbs::SendWr& wr) noexcept { return post_chain(std::span<const verbs::SendWr>(&wr, 1), nullptr); }
+
+  // The connection's type-2 memory windows (the grant path, docs/protocol.md
+  // "SET by grant"), by index (< kMaxWindows): the link owns them, creates
+  // each when it is first bound, and drops them with itself (an Endpoint
+  // declares its link after its QP: the windows go first, as verbs/mw.hpp
+  // requires). post_bind opens `range` of `reg`'s MR (which needs mw_bind)
+  // to this QP's peer for remote_write under a fresh key, *rkey, set only
+  // when the WR is posted (valid for the peer once it has completed);
+  // post_invalidate closes window `window` again (LOCAL_INV of its key,
+  // signaled). Both post behind what is on the send queue already, so a
+  // SEND posted after a bind reaches the peer after the bind took effect;
+  // an unsignaled bind completes only if it fails.
+  static constexpr std::uint32_t kMaxWindows = 64;
+  virtual int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg,
+                        std::span<const std::byte> range, bool signaled, std::uint32_t* rkey) noexcept = 0;
+  virtual int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept = 0;
 };
 
-// The production Link: a verbs::QueuePair.
+// The production Link: a verbs::QueuePair (and the windows on its PD).
 class QpLink final : public Link {
  public:
-  explicit QpLink(verbs::QueuePair& qp) noexcept : qp_(&qp) {}
+  QpLink(verbs::QueuePair& qp, std::shared_ptr<const verbs::ProtectionDomain> pd) noexcept
+      : qp_(&qp), pd_(std::move(pd)) {}
   int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t lkey) noexcept override {
     return qp_->post_recv(id, buf, lkey);
   }
   int post_chain(std::span<const verbs::SendWr> wrs, std::size_t* posted) noexcept override {
     return qp_->post_chain(wrs, posted);
   }
+  // link.cpp. EINVAL: index out of range, a registration without an MR, or
+  // (invalidate) a window never bound; ENOMEM / the device's errno: the
+  // window could not be created.
+  int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
+                bool signaled, std::uint32_t* rkey) noexcept override;
+  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept override;
 
  private:
   verbs::QueuePair* qp_;
+  std::shared_ptr<const verbs::ProtectionDomain> pd_;
+  std::vector<std::optional<verbs::MemoryWindow>> windows_;  // by index; created as first bound
 };
 
 }  // namespace rkv::kv::conn
