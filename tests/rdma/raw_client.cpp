@@ -55,6 +55,7 @@ void RawClient::on_cm(verbs::CmEvent& ev) {
         return;
       }
       credits_ = std::get<proto::ConnectParams>(p).credits;
+      server_features_ = std::get<proto::ConnectParams>(p).features;
       established_ = true;
       return;
     }
@@ -98,6 +99,7 @@ void RawClient::setup_and_connect() {
   mine.role = proto::Role::client;
   mine.credits = recv_credits_;
   mine.recv_buf_size = kBufSize;
+  mine.features = features_;
   const auto priv = proto::encode_connect_params(mine);
   verbs::ConnParams cp;
   cp.private_data = priv;
@@ -123,7 +125,7 @@ void RawClient::on_completion(const verbs::Completion& c) {
         h.req_id = w.req_low;
         h.value_len = c.byte_len;
         credits_ += w.credits;
-        inbox_.push_back({h, {}, std::nullopt});
+        inbox_.push_back({h, {}, std::nullopt, std::nullopt});
         (void)qp_->post_recv(c.wr_id, buf, recv_mr_->lkey());
         return;
       }
@@ -137,7 +139,7 @@ void RawClient::on_completion(const verbs::Completion& c) {
         }
         const auto& m = std::get<proto::MessageView>(r);
         credits_ += m.header.credits;
-        inbox_.push_back({m.header, std::string(m.value_text()), m.rdv});
+        inbox_.push_back({m.header, std::string(m.value_text()), m.rdv, m.grant});
       }
       (void)qp_->post_recv(c.wr_id, buf, recv_mr_->lkey());
       return;
@@ -150,8 +152,11 @@ void RawClient::on_completion(const verbs::Completion& c) {
       ++reads_completed_;
       if (!c.ok()) read_errors_.push_back(c);
       return;
-    case WrKind::none:
     case WrKind::rdma_write:
+      ++writes_completed_;
+      if (!c.ok()) write_errors_.push_back(c);
+      return;
+    case WrKind::none:
     case WrKind::window: return;
   }
 }
@@ -193,6 +198,16 @@ int RawClient::post_read(std::span<std::byte> local, std::uint32_t lkey, std::ui
                          std::uint32_t rkey) {
   if (!qp_) return EINVAL;
   return qp_->post_rdma_read(WrId(0, 1, WrKind::rdma_read), local, lkey, remote_addr, rkey);
+}
+
+int RawClient::post_write_imm(std::span<const std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
+                              std::uint32_t rkey, std::uint32_t imm) {
+  if (!qp_) return EINVAL;
+  EXPECT_GT(credits_, 0u) << "a WRITE with immediate takes a receive: a credit";
+  --credits_;
+  const verbs::SendWr w =
+      verbs::SendWr::write_imm(WrId(0, 1, WrKind::rdma_write), local, lkey, remote_addr, rkey, imm);
+  return qp_->post_chain(std::span<const verbs::SendWr>(&w, 1));
 }
 
 int RawClient::stop_answering() { return qp_ ? qp_->to_error() : EINVAL; }

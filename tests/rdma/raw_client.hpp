@@ -39,6 +39,7 @@ struct RawReply {
   proto::Header header;
   std::string value;
   std::optional<proto::RdvDesc> rdv;  // a reply with RDV: its descriptor
+  std::optional<proto::GrantDesc> grant;  // a SET_REPLY with GRANT: the grant (capacity: header.value_len)
 };
 
 // How far the client takes the connection handshake.
@@ -58,6 +59,11 @@ class RawClient {
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
+  // Connect parameter features to ask for (proto::kFeature*): call right
+  // after constructing, before poll() connects.
+  void ask_features(std::uint16_t features) noexcept { features_ = features; }
+  // What the server's accept said it does (valid once established).
+  [[nodiscard]] std::uint16_t server_features() const noexcept { return server_features_; }
   // Handles every pending CM event and completion. Never blocks.
   void poll();
   // The CM event channel's fd (readable when poll() has a CM event to handle),
@@ -76,6 +82,8 @@ class RawClient {
   [[nodiscard]] std::string local_address() const { return id_ ? id_->local_address() : std::string(); }
   [[nodiscard]] std::size_t reads_completed() const noexcept { return reads_completed_; }
   [[nodiscard]] const std::vector<verbs::Completion>& read_errors() const noexcept { return read_errors_; }
+  [[nodiscard]] std::size_t writes_completed() const noexcept { return writes_completed_; }
+  [[nodiscard]] const std::vector<verbs::Completion>& write_errors() const noexcept { return write_errors_; }
 
   // Posts one SEND of exactly `bytes` (may be empty), ignoring credits. 0 or errno.
   int send_raw(std::span<const std::byte> bytes);
@@ -91,6 +99,12 @@ class RawClient {
   // Posts one RDMA READ of [remote_addr, +local.size()) into `local` (within a
   // register_memory region). 0 or errno; its completion counts in reads_completed().
   int post_read(std::span<std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey);
+  // Posts one RDMA WRITE WITH IMMEDIATE of `local` (within a register_memory
+  // region) to [remote_addr, +local.size()): it takes one of the server's
+  // receives, so it spends a credit (as send_request does). 0 or errno; its
+  // completion counts in writes_completed().
+  int post_write_imm(std::span<const std::byte> local, std::uint32_t lkey, std::uint64_t remote_addr,
+                     std::uint32_t rkey, std::uint32_t imm);
   // Moves the QP to the error state: it answers nothing more (a peer's READ or
   // WRITE of its memory retries until it gives up), the cm_id stays connected.
   int stop_answering();
@@ -132,6 +146,10 @@ class RawClient {
   std::vector<verbs::Completion> send_errors_;
   std::size_t reads_completed_ = 0;
   std::vector<verbs::Completion> read_errors_;
+  std::size_t writes_completed_ = 0;
+  std::vector<verbs::Completion> write_errors_;
+  std::uint16_t features_ = 0;
+  std::uint16_t server_features_ = 0;
   std::deque<RawReply> inbox_;
 };
 

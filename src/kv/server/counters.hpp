@@ -58,6 +58,8 @@ struct ServerCounters {
   std::uint64_t large_sets = 0;
   std::uint64_t large_gets_written = 0;
   std::uint64_t large_gets_pulled = 0;
+  std::uint64_t grants = 0;
+  std::uint64_t granted_sets = 0;
   std::uint64_t releases = 0;
   std::uint64_t rdma_reads = 0;
   std::uint64_t rdma_writes = 0;
@@ -127,6 +129,8 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"large_sets", &ServerCounters::large_sets, store::StatKind::counter, "rendezvous SETs installed"},
     CounterInfo{"large_gets_written", &ServerCounters::large_gets_written, store::StatKind::counter, "large GETs served by RDMA WRITE into the offered buffer"},
     CounterInfo{"large_gets_pulled", &ServerCounters::large_gets_pulled, store::StatKind::counter, "large GETs answered with a descriptor the client READs"},
+    CounterInfo{"grants", &ServerCounters::grants, store::StatKind::counter, "grants handed out with SET replies: landing space bound to one connection for its next large SET"},
+    CounterInfo{"granted_sets", &ServerCounters::granted_sets, store::StatKind::counter, "SETs a client WROTE into a grant (one RDMA WRITE with immediate each, no READ by the server)"},
     CounterInfo{"releases", &ServerCounters::releases, store::StatKind::counter, "RELEASE messages received"},
     CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, store::StatKind::counter, "RDMA READs posted (large SET values)"},
     CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, store::StatKind::counter, "RDMA WRITEs posted (large GET values)"},

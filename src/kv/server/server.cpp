@@ -385,7 +385,14 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     cfg.send_count = std::max<std::uint32_t>(1, std::min<std::uint32_t>(params.credits, options_.max_send_buffers));
     cfg.send_size = options_.buf_size;
     const std::uint32_t transfers = std::max<std::uint32_t>(1, std::min<std::uint32_t>(params.credits, options_.max_transfers));
-    cfg.rdma_depth = transfers;
+    // Grants, for a client that asked (docs/protocol.md "SET by grant"): one
+    // per credit it may hold, at most max_grants; each a bind and an
+    // invalidation on the send queue at most.
+    const std::uint32_t grants =
+        (params.features & proto::kFeatureGrants) != 0
+            ? std::min({options_.max_grants, std::uint32_t{params.credits}, conn::Link::kMaxWindows})
+            : 0;
+    cfg.rdma_depth = transfers + 2 * grants;
     // Into the slot at once: a failure below destroys the Conn, QP before ServerConn.
     c.ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
     Endpoint* ep = c.ep.get();
@@ -408,6 +415,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.token = tok;
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;
+    scfg.max_grants = grants;
     c.sc = std::make_unique<ServerConn>(ep->link(), *recv_buffers_, *send_buffers_, *store_, *arena_, counters_,
                                         std::move(scfg), durability_);
     ServerConn* sc = c.sc.get();
@@ -422,6 +430,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     mine.credits = initial_credits();
     mine.recv_buf_size = options_.buf_size;
     mine.max_value = options_.max_value;
+    if (grants != 0) mine.features = proto::kFeatureGrants;
     if (index_) {
       mine.index_addr = index_->addr();
       mine.index_rkey = index_->rkey();

@@ -106,6 +106,9 @@ struct ServerOptions {
   std::uint32_t max_value = static_cast<std::uint32_t>(proto::kDefaultMaxValue);
   std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
   std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
+  // Grants a client that asks for them (ConnectParams kFeatureGrants) may hold at
+  // once, capped by its credits (docs/protocol.md "SET by grant"); 0: kvd grants none.
+  std::uint32_t max_grants = 16;
   ArenaConfig arena{};                    // registered memory for large values
   // One-sided GET index (docs/protocol.md): home buckets, a power of two; 0
   // disables it (clients in read mode then GET by message).

@@ -33,6 +33,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
       recv_(&recv),
       channel_(link, recv, send, config_.generation, config_.peer_recv_size),
       granted_(config_.credits),
+      link_(&link),
       arena_(&arena),
       durability_(durability) {
   if (!config_.stats) throw std::invalid_argument("ServerConn: no STATS source (ServerConnConfig::stats)");
@@ -45,6 +46,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
                          .writes = &counters_->rdma_writes});
   channel_.set_send_limit(config_.max_send_buffers);
   pulls_.reserve(config_.max_pins);
+  grants_.resize(std::min<std::uint32_t>(config_.max_grants, Link::kMaxWindows));
 }
 
 ServerConn::~ServerConn() {
@@ -109,7 +111,7 @@ bool ServerConn::cm_done() noexcept {
 
 bool ServerConn::drained() const noexcept {
   return state_ == ConnState::flushing && posted_.empty() && channel_.sends_in_flight() == 0 &&
-         transfers_in_flight_ == 0;
+         transfers_in_flight_ == 0 && window_ops_ == 0;
 }
 
 void ServerConn::fail(CloseCause cause, std::string reason) noexcept {
@@ -147,7 +149,8 @@ void ServerConn::close_decided(CloseCause cause, std::string reason) noexcept {
     if (!k) continue;
     switch (pending_.find(*k)->wait) {
       case Wait::read:
-      case Wait::write: break;  // until the (flushed) completion: the QP may still touch the memory
+      case Wait::write:
+      case Wait::invalidate: break;  // until the (flushed) completion: the QP may still touch the memory
       case Wait::log:
       case Wait::send: close_entry(*k); break;  // the reply is dropped with the connection
     }
@@ -166,12 +169,16 @@ void ServerConn::close_entry(Key k) noexcept {
       durable_waits_ -= p->records;
       break;
     case Wait::send: break;
+    case Wait::invalidate:  // its grant is used up: the block goes with the entry
+      grants_[p->grant].reset();
+      break;
   }
   pending_.erase(k);
 }
 
 void ServerConn::finish(Key k) noexcept {
   Pending& p = *pending_.find(k);
+  if (p.grant_for != 0) offer_grant(p);  // before its size is known: the grant rides in it
   if (queued_.empty() && channel_.can_append(proto::encoded_size(p.reply))) {
     if (append_reply(p.reply, p.op, p.received, p.large_request)) close_entry(k);
     return;
@@ -259,8 +266,8 @@ Verdict ServerConn::on_completion(const verbs::Completion& c) noexcept {
     case WrKind::send: on_send(c); break;
     case WrKind::rdma_read:
     case WrKind::rdma_write: on_transfer(c); break;
+    case WrKind::window: on_window(c); break;
     case WrKind::none:
-    case WrKind::window:  // kvd binds no windows yet
       ++counters_->stale_completions;
       fail(CloseCause::internal, fmt::format("completion of a WR kind never posted: {}", to_string(c.wr_id.kind())));
       break;
@@ -293,6 +300,7 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
   }
   size_credits();
   const auto slot = c.wr_id.slot();
+  if (c.opcode == verbs::CompletionOpcode::recv_rdma_with_imm) return on_granted_write(c, slot);
   const auto bytes = recv_->buffer(slot).first(std::min<std::size_t>(c.byte_len, recv_->buffer_size()));
 
   // Validate the whole buffer before executing any of it. Then the memory
@@ -377,6 +385,7 @@ void ServerConn::process_held() noexcept {
 }
 
 ServerConn::Progress ServerConn::process(Held& h) noexcept {
+  if (h.grant != kNoGrant) return start_granted(h.grant, h.written, h.received) ? Progress::finished : Progress::failed;
   if (h.offset == h.len) {  // an empty SEND: nothing to answer, the buffer is free
     if (!recycle(std::exchange(h.slot, kRecycled))) return Progress::failed;
     return Progress::finished;

@@ -54,6 +54,21 @@
 // the erase found it) ok, or the failure's status (io_error, moved). A connection that goes away before that is
 // simply gone: the owner routes on_durable by slot + generation and drops it.
 //
+// Grants (server_grant.cpp; docs/protocol.md "SET by grant"), for a client
+// that asked for them (config.max_grants > 0): every ok reply to a large SET
+// carries a grant while the connection holds fewer than max_grants: a
+// grantable arena block (Arena::allocate_grantable) of the class that SET
+// needed, opened to this QP's peer by a window (Link::post_bind, posted
+// before the reply that names it). The client's WRITE WITH IMMEDIATE into
+// it arrives as a receive completion that names the grant by its id
+// (window index + 1) and counts as a SEND for credits; its entry
+// (Wait::invalidate) holds the block while the window is invalidated; once
+// that completes no write can reach the block, and the SET in it
+// (proto::read_granted_set) is checked and installed as a READ's value
+// is. A grant lives until it is used or the connection goes; its block
+// goes back to the arena with the ServerConn, after the owner destroyed
+// the QP and its windows.
+//
 // Thread: the reactor thread that owns the connection; not thread-safe.
 
 #include <chrono>
@@ -194,6 +209,9 @@ struct ServerConnConfig {
   // Which keys this server answers for (shard_gate.hpp; owned by the Server,
   // outlives this): a key it refuses is answered not_owner. Required.
   const ShardGate* gate = nullptr;
+  // Grants the client may hold at once (0: none: it did not ask, or kvd
+  // grants none). At most conn::Link::kMaxWindows.
+  std::uint32_t max_grants = 0;
 };
 
 class ServerConn {
@@ -276,6 +294,8 @@ class ServerConn {
   [[nodiscard]] std::size_t pins() const noexcept { return transfers_in_flight_ + pulls_.size(); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return config_.generation; }
   [[nodiscard]] std::size_t durable_waits() const noexcept { return durable_waits_; }
+  // Grants the client holds now (bound, not used yet).
+  [[nodiscard]] std::size_t grants_held() const noexcept { return grants_held_; }
 
  private:
   // A received buffer not fully handled yet.
@@ -286,7 +306,12 @@ class ServerConn {
     std::size_t len;
     std::size_t offset;      // start of the next request to execute
     Clock::time_point received;  // its receive completion was handled (latency.hpp)
+    // A SET the client WROTE into grant `grant` (written bytes), waiting
+    // behind the buffers received before it (slot kRecycled, len 0).
+    std::uint32_t grant = kNoGrant;
+    std::uint32_t written = 0;
   };
+  static constexpr std::uint32_t kNoGrant = ~std::uint32_t{0};
   enum class Progress : std::uint8_t { finished, paused, failed };
   // What running a request produced (paused: nothing was done, no room yet;
   // pushed: a large GET answered by the WRITE with immediate of entry
@@ -302,6 +327,7 @@ class ServerConn {
     write,  // an RDMA WRITE of a GET's value from `pin` into `offer` is in flight (carrying its reply)
     log,    // `records` of its writes are not durable yet; then `reply` goes out
     send,   // `reply` waits for a send buffer (queued_ keeps the order)
+    invalidate,  // a SET written into grant `grant`: its window's LOCAL_INV is in flight; `pin` is the block
   };
   struct Pending {
     Wait wait = Wait::read;
@@ -320,6 +346,9 @@ class ServerConn {
     std::vector<std::byte> reply_bytes;
     Clock::time_point received;   // of the request's SEND (open_entry): its latency starts there
     bool large_request = false;   // a rendezvous SET (its class, latency.hpp)
+    std::uint64_t grant_for = 0;  // an ok reply to it carries a grant of this many bytes (0: none)
+    std::uint32_t grant = 0;      // invalidate: the grant's window index
+    std::uint32_t written = 0;    // invalidate: the bytes the client's WRITE wrote
   };
   using Key = reactor::SlotKey;
   // pending_ keys fit 32 bits (pack32): 16 of index, 16 of generation.
@@ -420,6 +449,19 @@ class ServerConn {
   // Closes the entries of the READ/WRITEs queued and never posted (closing).
   void drop_unposted() noexcept;
   void on_transfer(const verbs::Completion& c) noexcept;
+  // --- grants (server_grant.cpp) ---
+  // The client WROTE into a grant (a receive with immediate `c.imm`; its
+  // buffer `slot` is recycled here).
+  void on_granted_write(const verbs::Completion& c, std::uint32_t slot) noexcept;
+  // Its turn (after the buffers received before it): the SET written into
+  // grant `grant` opens its entry and the window's invalidation is posted.
+  bool start_granted(std::uint32_t grant, std::uint32_t written, Clock::time_point received) noexcept;
+  // A window WR completed (an invalidation; a bind only when it failed).
+  void on_window(const verbs::Completion& c) noexcept;
+  // The invalidation of entry `k` completed: its SET is checked and installed.
+  void install_granted(Key k) noexcept;
+  // An ok reply to p's large SET gets a grant (p.grant_for bytes), if one can be made.
+  void offer_grant(Pending& p) noexcept;
   // Appends a reply to the SEND being filled; `received`/`large_request`:
   // of its request (latency.hpp: timed when the SEND is posted).
   bool append_reply(proto::MessageSpec& reply, proto::Opcode request, Clock::time_point received,
@@ -493,6 +535,20 @@ class ServerConn {
     Clock::time_point received;
   };
   std::vector<Unposted> unposted_;
+
+  // Grants by window index (server_grant.cpp): held (bound, not written
+  // yet), then written (`used`), then consumed by entry `entry` while its
+  // window is invalidated.
+  struct Grant {
+    GrantBlock block;
+    std::uint32_t rkey = 0;
+    bool used = false;
+    std::optional<Key> entry;
+  };
+  std::vector<std::optional<Grant>> grants_;  // max_grants slots
+  std::size_t grants_held_ = 0;
+  std::size_t window_ops_ = 0;  // invalidations posted, not completed
+  Link* link_;
 
   Arena* arena_;  // never null
   reactor::SlotTable<Pending> pending_{kMaxPending};

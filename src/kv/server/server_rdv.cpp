@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kv/server/server_conn.hpp"
+#include "proto/grant.hpp"
 
 namespace rkv::kv::server {
 
@@ -58,6 +59,7 @@ ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, pro
   p.large_request = true;
   p.expire_at = expiry_of(m);
   p.epoch = m.epoch;
+  if (!grants_.empty()) p.grant_for = proto::granted_set_size(m.key.size(), len);  // the next one like it
   try {
     if (block) p.key.assign(m.key);
   } catch (const std::bad_alloc&) {

@@ -1,0 +1,180 @@
+// ServerConn, grant part (docs/protocol.md "SET by grant"): landing space
+// granted with the replies to large SETs, the client's WRITE WITH IMMEDIATE
+// into it, the window's invalidation, then the SET installed as a READ's
+// value is. Reactor thread only.
+#include <spdlog/spdlog.h>
+
+#include <new>
+#include <utility>
+#include <variant>
+
+#include "kv/server/server_conn.hpp"
+#include "proto/grant.hpp"
+
+namespace rkv::kv::server {
+
+using proto::Opcode;
+using proto::Status;
+using verbs::WrId;
+using verbs::WrKind;
+
+namespace {
+// A bind's WR slot: its window index + kBindSlot (an invalidation's is the
+// index alone). Binds are unsignaled: one completes only when it failed.
+constexpr std::uint32_t kBindSlot = 0x100;
+static_assert(Link::kMaxWindows <= kBindSlot);
+}  // namespace
+
+void ServerConn::offer_grant(Pending& p) noexcept {
+  const std::uint64_t want = std::exchange(p.grant_for, 0);
+  if (p.reply.opcode != Opcode::set_reply || p.reply.status != Status::ok || grants_held_ >= grants_.size()) return;
+  std::uint32_t i = 0;
+  while (i < grants_.size() && grants_[i]) ++i;
+  if (i == grants_.size()) return;  // every slot holds a grant or one being consumed
+  GrantBlock g = arena_->allocate_grantable(want);
+  if (!g.block) return;  // no memory for one now: the next large SET goes by READ
+  std::uint32_t rkey = 0;
+  const int rc = link_->post_bind(WrId(kBindSlot + i, config_.generation, WrKind::window), i, *g.registration,
+                                  g.block->block(), false, &rkey);
+  if (rc != 0) {  // e.g. no room on the send queue: no grant this time, the block goes back
+    SPDLOG_DEBUG("conn {}: binding a grant window failed: errno {}", config_.label, rc);
+    return;
+  }
+  const proto::GrantDesc desc{g.block->addr, rkey, i + 1};
+  const std::uint64_t capacity = g.block->capacity;
+  grants_[i] = Grant{std::move(g), rkey, false, std::nullopt};
+  ++grants_held_;
+  ++counters_->grants;
+  p.reply = proto::msg::set_reply_grant(p.reply.req_id, 0, desc, capacity);
+}
+
+void ServerConn::on_granted_write(const verbs::Completion& c, std::uint32_t slot) noexcept {
+  // Nothing is in the receive buffer: it goes back at once, its credit owed
+  // to the reply as an executed SEND's is.
+  if (!recycle(slot)) return;
+  const std::uint32_t i = c.imm - 1;
+  if (c.imm == 0 || i >= grants_.size() || !grants_[i] || grants_[i]->used) {
+    return fail(CloseCause::protocol_error, fmt::format("a WRITE with immediate {} names no grant this client holds",
+                                                        c.imm));
+  }
+  if (c.byte_len > grants_[i]->block.block->capacity) {  // the MR ends there: the device refuses it first
+    return fail(CloseCause::protocol_error, fmt::format("a WRITE of {} bytes into a grant of {}", c.byte_len,
+                                                        grants_[i]->block.block->capacity));
+  }
+  grants_[i]->used = true;
+  --grants_held_;
+  ++outstanding_;
+  counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
+  if (held_.empty()) {
+    (void)start_granted(i, c.byte_len, Clock::now());  // a failure decided to close
+    return;
+  }
+  try {  // its turn comes after the requests received before it (per-key order)
+    held_.push_back({kRecycled, 0, 0, Clock::now(), i, c.byte_len});
+  } catch (const std::bad_alloc&) {
+    fail(CloseCause::internal, "out of memory queueing a granted SET");
+  }
+}
+
+bool ServerConn::start_granted(std::uint32_t grant, std::uint32_t written, Clock::time_point received) noexcept {
+  Grant& g = *grants_[grant];
+  Pending p;
+  p.wait = Wait::invalidate;
+  p.op = Opcode::set;
+  p.grant = grant;
+  p.written = written;
+  p.large_request = true;
+  executing_received_ = received;
+  const auto k = open_entry(std::move(p));
+  if (!k) {
+    grants_[grant].reset();
+    fail(CloseCause::internal, "no entry free for a granted SET");
+    return false;
+  }
+  g.entry = *k;
+  if (const int rc = link_->post_invalidate(WrId(grant, config_.generation, WrKind::window), grant); rc != 0) {
+    close_entry(*k);
+    fail(CloseCause::post_error, fmt::format("post of a grant window's invalidation failed: errno {}", rc));
+    return false;
+  }
+  ++window_ops_;
+  return true;
+}
+
+void ServerConn::on_window(const verbs::Completion& c) noexcept {
+  const std::uint32_t slot = c.wr_id.slot();
+  if (slot >= kBindSlot) {  // an unsignaled bind: it failed (or was flushed)
+    if (!serving()) return;
+    return fail(CloseCause::completion_error,
+                fmt::format("binding a grant window failed: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  if (window_ops_ > 0) --window_ops_;
+  const bool ours = slot < grants_.size() && grants_[slot] && grants_[slot]->entry;
+  if (!ours) {
+    ++counters_->stale_completions;
+    return;
+  }
+  const Key k = *grants_[slot]->entry;
+  if (!serving() || !c.ok()) {
+    close_entry(k);  // the QP is in error: nothing of it reaches the Store
+    if (!serving()) return;
+    return fail(CloseCause::completion_error,
+                fmt::format("invalidating a grant window failed: {} ({})", to_string(c.status), c.status_detail()));
+  }
+  install_granted(k);
+}
+
+void ServerConn::install_granted(Key k) noexcept {
+  // The window is closed: no write reaches the block any more, so what the
+  // checks below see is what gets stored.
+  Pending& p = *pending_.find(k);
+  std::shared_ptr<store::LargeValue> block = std::move(grants_[p.grant]->block.block);
+  grants_[p.grant].reset();
+  p.wait = Wait::log;
+  const auto read = proto::read_granted_set(block->block().first(p.written), config_.limits);
+  if (const auto* why = std::get_if<proto::Reason>(&read)) {
+    close_entry(k);
+    return fail(CloseCause::protocol_error, fmt::format("a SET written into a grant is malformed: {}",
+                                                        to_string(*why)));
+  }
+  const proto::GrantedSet& s = std::get<proto::GrantedSet>(read);
+  p.req_id = s.req_id;
+  ++counters_->sets;
+  ++counters_->granted_sets;
+  ++counters_->messages_received;
+  counters_->bytes_received += p.written;
+  if (s.value.size() > config_.max_value) {
+    ++counters_->too_large;
+    p.reply = proto::msg::error_reply(Opcode::set, s.req_id, 0, Status::too_large);
+    finish(k);
+    return process_held();
+  }
+  const ShardGate::Admission admission = config_.gate->admit(s.key, ShardGate::Access::write, s.epoch.value_or(0));
+  if (!admission.admitted) {  // nothing done: the client places it again
+    ++counters_->not_owner;
+    p.reply = proto::msg::error_reply(Opcode::set, s.req_id, 0, Status::not_owner);
+    finish(k);
+    return process_held();
+  }
+  if (s.epoch) {
+    ++counters_->records_applied;  // a backup applies it as the primary did
+    record_shard_ = admission.shard;
+  }
+  try {
+    p.key.assign(s.key);
+  } catch (const std::bad_alloc&) {
+    ++counters_->no_memory;
+    p.reply = proto::msg::error_reply(Opcode::set, s.req_id, 0, Status::no_memory);
+    finish(k);
+    return process_held();
+  }
+  block->bytes = {block->block().data(), s.value.size()};
+  const store::ExpireAt expire_at = s.ttl ? store_->now() + static_cast<store::ExpireAt>(*s.ttl) : store::kNoExpiry;
+  p.grant_for = proto::granted_set_size(s.key.size(), s.value.size());  // the next one like it
+  p.reply = proto::msg::set_reply(s.req_id, 0);
+  const LargeRef value = std::move(block);
+  if (!deferred(store_block(p.key, value, s.value_crc, expire_at, k.pack32()), k, Opcode::set, p.reply)) finish(k);
+  process_held();
+}
+
+}  // namespace rkv::kv::server
