@@ -105,6 +105,37 @@ class GrantE2E : public ::testing::Test {
     return c.post_write_imm(w.bytes, w.lkey, g.addr, g.rkey, imm);
   }
 
+  // A SET of `value` under `key` written into grant `g` by `c`: answered
+  // ok, and read back byte for byte. Its reply.
+  std::optional<RawReply> set_by_grant(RawClient& c, const std::string& key, const std::vector<std::byte>& value,
+                                       const proto::GrantDesc& g) {
+    const Written& w = build(c, key, value);
+    EXPECT_EQ(write_into(c, w, g, g.id), 0);
+    auto r = reply_to(c, w.req_id);
+    EXPECT_TRUE(r) << "no reply to the granted SET of " << key;
+    if (r) {
+      EXPECT_EQ(r->header.status, proto::Status::ok);
+    }
+    const auto got = get(c, key);
+    EXPECT_TRUE(got) << key << " not found";
+    if (got) {
+      EXPECT_EQ(*got, value) << key << " not byte for byte";
+    }
+    return r;
+  }
+  // A SET of `value` under `key` written into grant `g` by `c`, which the
+  // device must refuse (remote access error).
+  void expect_refused(RawClient& c, const std::string& key, const std::vector<std::byte>& value,
+                      const proto::GrantDesc& g, RawClient& other) {
+    const Written& w = build(c, key, value);
+    const std::size_t done = c.writes_completed();
+    ASSERT_EQ(write_into(c, w, g, g.id), 0);
+    ASSERT_TRUE(wait_until([&] { return c.writes_completed() > done; }, kStep, nap, {&c, &other}));
+    ASSERT_FALSE(c.write_errors().empty()) << "the WRITE into " << key << "'s grant was not refused";
+    EXPECT_EQ(c.write_errors().back().status, verbs::CompletionStatus::remote_access_error)
+        << to_string(c.write_errors().back().status);
+  }
+
   // The value under `key`, by message (pulled: READ from kvd, then RELEASE).
   std::optional<std::vector<std::byte>> get(RawClient& c, const std::string& key) {
     const std::uint32_t id = ++req_;
@@ -152,34 +183,21 @@ TEST_F(GrantE2E, ASetWrittenIntoAGrantIsStoredWithoutAReadAndReadBack) {
 
   const auto reads_before = stats().at("rdma_reads");
   auto& second = values_.emplace_back(pattern(kBig - 100, 2));
-  const Written& w = build(*c, "g:second", second);
-  ASSERT_EQ(write_into(*c, w, *r->grant, r->grant->id), 0);
-  const auto r2 = reply_to(*c, w.req_id);
-  ASSERT_TRUE(r2) << "no reply to the granted SET";
-  EXPECT_EQ(r2->header.status, proto::Status::ok);
-  EXPECT_TRUE(r2->grant) << "and the next grant with it";
+  const auto r2 = set_by_grant(*c, "g:second", second, *r->grant);
+  ASSERT_TRUE(r2);
+  EXPECT_TRUE(r2->grant) << "the next grant comes with its reply";
   EXPECT_TRUE(c->write_errors().empty());
   EXPECT_EQ(stats().at("rdma_reads"), reads_before) << "kvd READ nothing for it";
   EXPECT_EQ(moved("granted_sets"), 1);
   EXPECT_GE(moved("grants"), 2);
-
-  const auto got = get(*c, "g:second");
-  ASSERT_TRUE(got);
-  EXPECT_EQ(*got, second) << "byte for byte";
   const auto got_first = get(*c, "g:first");
   ASSERT_TRUE(got_first);
   EXPECT_EQ(*got_first, first);
 
   // The next grant takes the next SET the same way.
   auto& third = values_.emplace_back(pattern(1000, 3));
-  const Written& w3 = build(*c, "g:third", third);
-  ASSERT_EQ(write_into(*c, w3, *r2->grant, r2->grant->id), 0);
-  const auto r3 = reply_to(*c, w3.req_id);
-  ASSERT_TRUE(r3);
-  EXPECT_EQ(r3->header.status, proto::Status::ok);
-  const auto got3 = get(*c, "g:third");
-  ASSERT_TRUE(got3);
-  EXPECT_EQ(*got3, third);
+  ASSERT_TRUE(r2->grant);
+  EXPECT_TRUE(set_by_grant(*c, "g:third", third, *r2->grant));
   EXPECT_EQ(moved("granted_sets"), 2);
   EXPECT_FALSE(c->disconnected());
 }
@@ -205,20 +223,9 @@ TEST_F(GrantE2E, AConsumedGrantsKeyWritesNothing) {
   const auto r = set_by_read(*bad, "g:once", v);
   ASSERT_TRUE(r && r->grant);
   auto& kept = values_.emplace_back(pattern(5000, 6));
-  const Written& w = build(*bad, "g:kept", kept);
-  ASSERT_EQ(write_into(*bad, w, *r->grant, r->grant->id), 0);
-  const auto ok = reply_to(*bad, w.req_id);
-  ASSERT_TRUE(ok);
-  ASSERT_EQ(ok->header.status, proto::Status::ok);
-
+  ASSERT_TRUE(set_by_grant(*bad, "g:kept", kept, *r->grant));
   auto& later = values_.emplace_back(pattern(5000, 7));
-  const Written& again = build(*bad, "g:kept", later);
-  const std::size_t done = bad->writes_completed();
-  ASSERT_EQ(write_into(*bad, again, *r->grant, r->grant->id), 0);
-  ASSERT_TRUE(wait_until([&] { return bad->writes_completed() > done; }, kStep, nap, {bad.get()}));
-  ASSERT_FALSE(bad->write_errors().empty()) << "a consumed grant's key must be refused";
-  EXPECT_EQ(bad->write_errors().back().status, verbs::CompletionStatus::remote_access_error)
-      << to_string(bad->write_errors().back().status);
+  expect_refused(*bad, "g:kept", later, *r->grant, *good);  // a consumed grant's key
   const auto got = get(*good, "g:kept");
   ASSERT_TRUE(got);
   EXPECT_EQ(*got, kept) << "the acknowledged value, untouched";
@@ -254,22 +261,9 @@ TEST_F(GrantE2E, AnotherConnectionsGrantIsRefused) {
   const auto r = set_by_read(*owner, "g:own", v);
   ASSERT_TRUE(r && r->grant);
   auto& stolen = values_.emplace_back(pattern(4000, 12));
-  const Written& ws = build(*thief, "g:stolen", stolen);
-  const std::size_t done = thief->writes_completed();
-  ASSERT_EQ(write_into(*thief, ws, *r->grant, r->grant->id), 0);
-  ASSERT_TRUE(wait_until([&] { return thief->writes_completed() > done; }, kStep, nap, {thief.get(), owner.get()}));
-  ASSERT_FALSE(thief->write_errors().empty()) << "another connection wrote through the grant";
-  EXPECT_EQ(thief->write_errors().back().status, verbs::CompletionStatus::remote_access_error);
-
+  expect_refused(*thief, "g:stolen", stolen, *r->grant, *owner);
   auto& mine = values_.emplace_back(pattern(4000, 13));
-  const Written& wm = build(*owner, "g:mine", mine);
-  ASSERT_EQ(write_into(*owner, wm, *r->grant, r->grant->id), 0);
-  const auto ok = reply_to(*owner, wm.req_id);
-  ASSERT_TRUE(ok);
-  EXPECT_EQ(ok->header.status, proto::Status::ok);
-  const auto got = get(*owner, "g:mine");
-  ASSERT_TRUE(got);
-  EXPECT_EQ(*got, mine);
+  EXPECT_TRUE(set_by_grant(*owner, "g:mine", mine, *r->grant));
   EXPECT_FALSE(get(*owner, "g:stolen"));
 }
 
