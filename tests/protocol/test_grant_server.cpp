@@ -129,6 +129,7 @@ TEST_F(ServerGrant, AGrantRidesOnTheReplyAndAWriteIntoItIsStoredWithoutARead) {
 
   const auto sends = link_.sends.size();
   const auto reads = link_.reads.size();
+  const auto bytes_in = counters_.bytes_received;
   ASSERT_EQ(write_into(*r.grant, 9, "k2", 70000, 'w', r.grant->id), Verdict::keep);
   ASSERT_EQ(link_.window_posts.size(), 2u);
   EXPECT_FALSE(link_.window_posts[1].bind) << "the window is invalidated first";
@@ -151,6 +152,7 @@ TEST_F(ServerGrant, AGrantRidesOnTheReplyAndAWriteIntoItIsStoredWithoutARead) {
   EXPECT_EQ(hit.value, std::string(70000, 'w'));
   EXPECT_EQ(counters_.granted_sets, 1u);
   EXPECT_EQ(counters_.grants, 2u);
+  EXPECT_EQ(counters_.bytes_received - bytes_in, proto::granted_set_size(2, 70000)) << "what the WRITE wrote, once";
 }
 
 TEST_F(ServerGrant, AClientThatDidNotAskGetsNone) {
