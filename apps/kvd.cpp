@@ -217,6 +217,13 @@ int kvd_main(int argc, char** argv) {
         return "must be 0 or a power of two up to 1073741824";
       })
       ->capture_default_str();
+  app.add_option("--max-grants", opt.max_grants,
+                 "landing space a client that asks may hold for its next large SETs, in grants (each one value's "
+                 "arena block, capped by the client's credits; every connection's unwritten grants together hold "
+                 "at most an eighth of --max-memory); a large SET into one is a single RDMA WRITE WITH IMMEDIATE "
+                 "instead of a request and a READ (docs/protocol.md \"SET by grant\"); 0: none")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
   std::string max_memory_text;
   app.add_option("--max-memory", max_memory_text,
                  "bound on the store's memory: values, keys, the one-sided index and the registered arenas (not "

@@ -43,6 +43,7 @@ class ServerGrant : public ::testing::Test {
     cfg.max_transfers = 4;
     cfg.max_pins = 4;
     cfg.max_grants = max_grants;
+    cfg.grant_budget = &budget_;
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
     cfg.gate = &gate_;
@@ -105,6 +106,7 @@ class ServerGrant : public ::testing::Test {
   LatencyHistograms latency_;
   ShardGate gate_;  // open: a static list's server
   Arena arena_{reg_, {4096, 1u << 20, 64u << 20}};
+  GrantBudget budget_;  // every connection's unwritten grants (the Server's)
   std::unique_ptr<ServerConn> sc_;
   std::size_t next_recv_ = 0;
 };
@@ -172,6 +174,33 @@ TEST_F(ServerGrant, NoMoreThanMaxGrantsAreHeld) {
   EXPECT_EQ(third.header.status, Status::ok);
   EXPECT_FALSE(third.grant) << "the client holds two already";
   EXPECT_EQ(sc_->grants_held(), 2u);
+}
+
+TEST_F(ServerGrant, UnwrittenGrantsStayWithinTheServersBudget) {
+  start(4);
+  const proto::MessageView first = set_by_read(1, "a", 10000);
+  ASSERT_TRUE(first.grant);
+  const std::uint64_t capacity = first.header.value_len;
+  EXPECT_EQ(budget_.held, capacity);
+  budget_.limit = capacity + capacity / 2;  // room for one grant, not two
+  const proto::MessageView second = set_by_read(2, "b", 10000);
+  EXPECT_EQ(second.header.status, Status::ok);
+  EXPECT_FALSE(second.grant) << "a second grant would take every connection's past the budget";
+  EXPECT_EQ(counters_.grants_withheld, 1u);
+  EXPECT_EQ(budget_.held, capacity);
+  // Written, the grant leaves the budget, and the reply can carry the next.
+  ASSERT_EQ(write_into(*first.grant, 3, "c", 9000, 'w', first.grant->id), Verdict::keep);
+  EXPECT_EQ(budget_.held, 0u);
+  ASSERT_EQ(complete_invalidation(), Verdict::keep);
+  const auto sends = link_.sends.size();
+  ASSERT_EQ(sc_->flush(), Verdict::keep);
+  const auto replies = test::replies_since(link_, sends);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_TRUE(replies[0].grant);
+  EXPECT_EQ(budget_.held, capacity);
+  // The connection's unwritten grants leave with it.
+  sc_.reset();
+  EXPECT_EQ(budget_.held, 0u);
 }
 
 TEST_F(ServerGrant, AWriteNamingNoGrantDropsTheClient) {

@@ -60,6 +60,7 @@ struct ServerCounters {
   std::uint64_t large_gets_pulled = 0;
   std::uint64_t grants = 0;
   std::uint64_t granted_sets = 0;
+  std::uint64_t grants_withheld = 0;
   std::uint64_t releases = 0;
   std::uint64_t rdma_reads = 0;
   std::uint64_t rdma_writes = 0;
@@ -124,13 +125,14 @@ inline constexpr std::array kServerCounterTable{
     CounterInfo{"calls_failed", &ServerCounters::calls_failed, store::StatKind::counter, "CALLs whose handler threw (answered handler_failed)"},
     CounterInfo{"error_replies", &ServerCounters::error_replies, store::StatKind::counter, "replies with a non-ok status"},
     CounterInfo{"pauses", &ServerCounters::pauses, store::StatKind::counter, "times a received buffer waited for a free send buffer or transfer"},
-    CounterInfo{"messages_received", &ServerCounters::messages_received, store::StatKind::counter, "requests decoded and executed (RELEASE included)"},
+    CounterInfo{"messages_received", &ServerCounters::messages_received, store::StatKind::counter, "requests decoded and executed (RELEASE included; a granted SET from its trailer)"},
     CounterInfo{"replies_sent", &ServerCounters::replies_sent, store::StatKind::counter, "replies appended to SENDs"},
-    CounterInfo{"large_sets", &ServerCounters::large_sets, store::StatKind::counter, "rendezvous SETs installed"},
+    CounterInfo{"large_sets", &ServerCounters::large_sets, store::StatKind::counter, "rendezvous SETs installed (by READ, or written into a grant: granted_sets)"},
     CounterInfo{"large_gets_written", &ServerCounters::large_gets_written, store::StatKind::counter, "large GETs served by RDMA WRITE into the offered buffer"},
     CounterInfo{"large_gets_pulled", &ServerCounters::large_gets_pulled, store::StatKind::counter, "large GETs answered with a descriptor the client READs"},
     CounterInfo{"grants", &ServerCounters::grants, store::StatKind::counter, "grants handed out with SET replies: landing space bound to one connection for its next large SET"},
     CounterInfo{"granted_sets", &ServerCounters::granted_sets, store::StatKind::counter, "SETs a client WROTE into a grant (one RDMA WRITE with immediate each, no READ by the server)"},
+    CounterInfo{"grants_withheld", &ServerCounters::grants_withheld, store::StatKind::counter, "grants not made because every connection's unwritten grants held their share of the memory limit"},
     CounterInfo{"releases", &ServerCounters::releases, store::StatKind::counter, "RELEASE messages received"},
     CounterInfo{"rdma_reads", &ServerCounters::rdma_reads, store::StatKind::counter, "RDMA READs posted (large SET values)"},
     CounterInfo{"rdma_writes", &ServerCounters::rdma_writes, store::StatKind::counter, "RDMA WRITEs posted (large GET values)"},

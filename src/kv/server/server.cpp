@@ -60,6 +60,12 @@ Server::Server(reactor::Reactor& reactor, Store& store, ServerOptions options, D
           options_.index_buckets, index_bytes, budget->limit(), budget->used()));
     }
   }
+  if (const auto& budget = store_->budget(); !budget->unlimited()) {
+    grant_budget_.limit = budget->limit() / ServerOptions::kGrantShare;
+  }
+  if (options_.max_grants > conn::Link::kMaxWindows) {
+    throw std::invalid_argument(fmt::format("max grants must be at most {}", conn::Link::kMaxWindows));
+  }
   if (!options_.auth_token.empty()) auth_ = proto::auth_digest(options_.auth_token);
   listener_.emplace(events_, kListenerToken);
   listener_->bind(options_.bind_address, options_.port);
@@ -294,6 +300,8 @@ store::StatRows Server::stats_rows() const {
       {"registrations", arena_ ? arena_->registrations() : 0, store::StatKind::counter, "memory registrations of the arena"},
       {"arena_reserved", ar.reserved_bytes, store::StatKind::gauge, "arena bytes registered (large values)"},
       {"arena_used", ar.used_bytes, store::StatKind::gauge, "arena bytes in blocks that hold values"},
+      {"grant_bytes_held", grant_budget_.held, store::StatKind::gauge,
+       "arena bytes in grants no client has written yet (bounded by an eighth of the memory limit)"},
       {"index_buckets", ix.buckets, store::StatKind::gauge, "one-sided index home buckets (0: index off)"},
       {"index_used", ix.used, store::StatKind::gauge, "index entries in use"},
       {"index_overflow_keys", ix.overflow_keys, store::StatKind::gauge, "keys whose neighborhood was full: GET by message"},
@@ -416,6 +424,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
     scfg.reply_batch = options_.reply_batch;
     scfg.handlers = &handlers_;
     scfg.max_grants = grants;
+    scfg.grant_budget = &grant_budget_;
     c.sc = std::make_unique<ServerConn>(ep->link(), *recv_buffers_, *send_buffers_, *store_, *arena_, counters_,
                                         std::move(scfg), durability_);
     ServerConn* sc = c.sc.get();

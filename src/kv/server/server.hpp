@@ -107,8 +107,11 @@ struct ServerOptions {
   std::uint32_t max_send_buffers = 64;    // per connection, capped by the client's credits
   std::uint32_t max_transfers = 64;       // RDMA READ/WRITEs in flight per connection, capped by its credits
   // Grants a client that asks for them (ConnectParams kFeatureGrants) may hold at
-  // once, capped by its credits (docs/protocol.md "SET by grant"); 0: kvd grants none.
+  // once, capped by its credits (docs/protocol.md "SET by grant"); 0: kvd
+  // grants none (kvd --max-grants). Every connection's unwritten grants
+  // together hold at most 1/kGrantShare of the memory limit (Server::grant_budget_).
   std::uint32_t max_grants = 16;
+  static constexpr std::uint64_t kGrantShare = 8;
   ArenaConfig arena{};                    // registered memory for large values
   // One-sided GET index (docs/protocol.md): home buckets, a power of two; 0
   // disables it (clients in read mode then GET by message).
@@ -317,6 +320,7 @@ class Server {
   Store* store_;
   ServerOptions options_;
   ServerCounters counters_;
+  GrantBudget grant_budget_;  // every connection's unwritten grants (limit: ServerOptions::kGrantShare)
   LatencyHistograms latency_;  // every connection's request times (latency.hpp)
   ShardGate gate_;             // which keys every connection answers for (shard_gate.hpp)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();  // uptime_seconds

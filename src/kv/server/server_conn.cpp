@@ -53,6 +53,9 @@ ServerConn::~ServerConn() {
   // The owner destroyed the QP (or every WR came back): the memory of the
   // transfers may be reused. Pins go with the entries.
   counters_->transfers_aborted += transfers_in_flight_;
+  for (const auto& g : grants_) {
+    if (g) unhold(*g);  // unwritten grants go with the connection
+  }
   // No completion will return what the QP held: every buffer goes back now.
   posted_.for_each([&](std::uint32_t slot) { recv_->give_back(slot); });
   for (const Held& h : held_) {

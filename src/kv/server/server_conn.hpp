@@ -181,6 +181,14 @@ enum class Verdict : std::uint8_t {
   return "invalid";
 }
 
+// Bytes of landing space held by grants not yet written, over every
+// connection (docs/protocol.md "SET by grant": idle grants must not starve
+// other clients' SETs under the memory limit).
+struct GrantBudget {
+  std::uint64_t held = 0;
+  std::uint64_t limit = std::numeric_limits<std::uint64_t>::max();
+};
+
 struct ServerConnConfig {
   std::uint16_t credits = 16;       // receive buffers posted = the client's initial credits
   std::uint16_t max_credits = 0;    // the most it may grow to (0: credits; no growth)
@@ -212,6 +220,10 @@ struct ServerConnConfig {
   // Grants the client may hold at once (0: none: it did not ask, or kvd
   // grants none). At most conn::Link::kMaxWindows.
   std::uint32_t max_grants = 0;
+  // The landing space every connection's unwritten grants hold (owned by the
+  // Server, outlives this): a grant that would take it past its limit is not
+  // made. Null: no bound beyond max_grants.
+  GrantBudget* grant_budget = nullptr;
 };
 
 class ServerConn {
@@ -545,6 +557,8 @@ class ServerConn {
     bool used = false;
     std::optional<Key> entry;
   };
+  // A grant not written yet leaves the budget (written, or with the connection).
+  void unhold(const Grant& g) noexcept;
   std::vector<std::optional<Grant>> grants_;  // max_grants slots
   std::size_t grants_held_ = 0;
   std::size_t window_ops_ = 0;  // invalidations posted, not completed

@@ -33,6 +33,11 @@ void ServerConn::offer_grant(Pending& p) noexcept {
   if (i == grants_.size()) return;  // every slot holds a grant or one being consumed
   GrantBlock g = arena_->allocate_grantable(want);
   if (!g.block) return;  // no memory for one now: the next large SET goes by READ
+  GrantBudget* const budget = config_.grant_budget;
+  if (budget != nullptr && g.block->capacity > budget->limit - budget->held) {
+    ++counters_->grants_withheld;  // the block goes back; this client's next large SET goes by READ
+    return;
+  }
   std::uint32_t rkey = 0;
   const int rc = link_->post_bind(WrId(kBindSlot + i, config_.generation, WrKind::window), i, *g.registration,
                                   g.block->block(), false, &rkey);
@@ -44,6 +49,7 @@ void ServerConn::offer_grant(Pending& p) noexcept {
   const std::uint64_t capacity = g.block->capacity;
   grants_[i] = Grant{std::move(g), rkey, false, std::nullopt};
   ++grants_held_;
+  if (budget != nullptr) budget->held += capacity;
   ++counters_->grants;
   p.reply = proto::msg::set_reply_grant(p.reply.req_id, 0, desc, capacity);
 }
@@ -61,6 +67,7 @@ void ServerConn::on_granted_write(const verbs::Completion& c, std::uint32_t slot
     return fail(CloseCause::protocol_error, fmt::format("a WRITE of {} bytes into a grant of {}", c.byte_len,
                                                         grants_[i]->block.block->capacity));
   }
+  unhold(*grants_[i]);
   grants_[i]->used = true;
   --grants_held_;
   ++outstanding_;
@@ -74,6 +81,10 @@ void ServerConn::on_granted_write(const verbs::Completion& c, std::uint32_t slot
   } catch (const std::bad_alloc&) {
     fail(CloseCause::internal, "out of memory queueing a granted SET");
   }
+}
+
+void ServerConn::unhold(const Grant& g) noexcept {
+  if (config_.grant_budget != nullptr && !g.used) config_.grant_budget->held -= g.block.block->capacity;
 }
 
 bool ServerConn::start_granted(std::uint32_t grant, std::uint32_t written, Clock::time_point received) noexcept {
