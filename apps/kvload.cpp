@@ -52,6 +52,7 @@ std::unique_ptr<kv::client::Client> connect(reactor::Reactor& reactor, const Fla
     kv::client::ClientOptions copt;
     copt.poll = f.poll.budget();
     copt.get_mode = f.get_mode;
+    copt.grants = f.grants;
     copt.request_batch = f.request_batch;
     copt.auth_token = f.auth_token;
     return kv::client::Client::connect(reactor, f.servers.at(0).host, f.servers.at(0).port, copt);
@@ -246,6 +247,13 @@ int kvload_main(int argc, char** argv) {
                  "to a message GET when the index cannot answer; docs/protocol.md)")
       ->check(CLI::IsMember({"rpc", "read"}))
       ->capture_default_str();
+  std::string grants = "off";
+  app.add_option("--grants", grants,
+                 "on: ask kvd for landing space, so a large SET goes as one RDMA WRITE WITH IMMEDIATE into it "
+                 "(docs/protocol.md \"SET by grant\"; half the control messages, slower on Soft-RoCE so far: "
+                 "docs/performance.md); off: every large SET is a request kvd answers with a READ")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   std::string read_from = "primary";
   app.add_option("--read-from", read_from,
                  "--file over a cluster (etcd://): primary: every GET goes to its shard's primary; backups: to one "
@@ -278,6 +286,7 @@ int kvload_main(int argc, char** argv) {
   }
   (void)kv::client::parse_get_mode(get_mode, f.get_mode);  // checked by IsMember
   f.read_from_backups = read_from == "backups";
+  f.grants = grants == "on";
   // Logs go to stderr: stdout carries results (the JSON summary, GET values).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvload"));
   spdlog::set_level(f.quiet ? spdlog::level::err : spdlog::level::warn);

@@ -28,6 +28,7 @@ struct KvloadFlags {
   unsigned stall_timeout_ms = 30'000;
   PollFlags poll;  // --poll-us, --busy-poll
   kv::client::GetMode get_mode = kv::client::GetMode::rpc;
+  bool grants = false;  // --grants: ask kvd for grants (docs/protocol.md "SET by grant")
   bool read_from_backups = false;  // --read-from backups (a cluster's in-sync backups answer GETs)
   std::uint32_t request_batch = kv::client::ClientOptions{}.request_batch;
   std::string ack_log;

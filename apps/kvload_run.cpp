@@ -91,6 +91,7 @@ int kvload_run_file(const KvloadFlags& f) {
   copt.max_in_flight = f.depth;  // receive buffers = requests in flight
   copt.poll = f.poll.budget();
   copt.get_mode = f.get_mode;
+  copt.grants = f.grants;
   copt.request_batch = f.request_batch;
   copt.auth_token = f.auth_token;
   copt.op_timeout = std::chrono::milliseconds(f.stall_timeout_ms);  // the client's watchdog agrees with --stall-timeout

@@ -313,5 +313,38 @@ TEST(KvloadE2E, InteractiveMode) {
   EXPECT_EQ(r.out, "OK\n\"hello there\"\n(not found)\n(deleted)\n(not found)\n(not found)\n") << r.err;
 }
 
+// kvload --grants on (docs/protocol.md "SET by grant"): SETs of 4 KiB to
+// 1 MiB written into grants, their sizes changing under each key, every GET
+// checked (--verify) and read by message and one-sided both.
+TEST(KvloadE2E, GrantedSetsOfEverySizeVerify) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const std::size_t sizes[] = {4096, 5000, 16384, 65536, 262144, 1048576};
+  std::string text;
+  for (int i = 0; i < 72; ++i) {
+    const std::string key = "g" + std::to_string(i % 6);
+    text += "SET " + key + " @" + std::to_string(sizes[(i / 6 + i) % 6]) + ":" + std::to_string(i) + "\n";
+    text += "GET " + key + "\n";
+  }
+  const std::string file = write_file("granted.txt", text);
+  const auto port = std::to_string(kvd.port());
+  for (const char* mode : {"rpc", "read"}) {
+    SCOPED_TRACE(mode);
+    auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--json", "--verify",
+                          "--depth", "8", "--grants", "on", "--get-mode", mode},
+                         {}, 600s);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(json_number(r.out, "errors"), 0) << r.out;
+    EXPECT_EQ(json_number(r.out, "mismatches"), 0) << r.out;
+    EXPECT_GT(json_number(r.out, "sets_granted"), 0) << "no SET went into a grant: " << r.out;
+  }
+  const auto st = kvd.stats();
+  ASSERT_TRUE(st);
+  EXPECT_GT(st->at("granted_sets"), 0u);
+  EXPECT_EQ(st->at("protocol_errors"), 0u);
+  std::remove(file.c_str());
+}
+
 }  // namespace
 }  // namespace rkv::test

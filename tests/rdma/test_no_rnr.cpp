@@ -169,7 +169,10 @@ TEST(NoRnr, FullDepthMixedWorkloadsFromManyClientsMoveNoRnrCounter) {
   for (const auto& f : files) std::remove(f.c_str());
 }
 
-TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
+// `grants`: the clients ask for them (docs/protocol.md "SET by grant"), so
+// their large SETs are WRITEs WITH IMMEDIATE that spend credits without a
+// SEND (the run that found a RELEASE spending the last credit beside one).
+void sixty_four_at_full_depth(bool grants) {
   constexpr int kClients = 64;
   constexpr int kDepth = 32;
   const std::string addr = verbs::test::softroce_addr();
@@ -194,6 +197,7 @@ TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
   reactor::Reactor reactor;
   kv::client::ClientOptions copt;
   copt.max_in_flight = kDepth;
+  copt.grants = grants;
   auto clients = connect_clients(reactor, addr, kvd.port(), kClients, copt);
   const auto busy = kvd.stats();
   ASSERT_TRUE(busy);
@@ -210,13 +214,20 @@ TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) {
   for (const char* name : {"protocol_errors", "credit_overruns", "completion_errors"}) {
     EXPECT_EQ(stats->at(name), 0u) << name;
   }
-  std::printf("64 connections at depth %d: credit_grows %llu, credit_shrinks %llu, conn_pool_bytes %llu\n", kDepth,
-              static_cast<unsigned long long>(stats->at("credit_grows")),
+  std::printf("64 connections at depth %d%s: credit_grows %llu, credit_shrinks %llu, conn_pool_bytes %llu\n", kDepth,
+              grants ? ", into grants" : "", static_cast<unsigned long long>(stats->at("credit_grows")),
               static_cast<unsigned long long>(stats->at("credit_shrinks")),
               static_cast<unsigned long long>(stats->at("conn_pool_bytes")));
+  if (grants) {
+    EXPECT_GT(stats->at("granted_sets"), 0u) << "no SET went into a grant";
+  }
   clients.clear();
   expect_no_rnr(before, read_hw_counters(), static_cast<double>(ops));
 }
+
+TEST(NoRnr, SixtyFourConnectionsAtFullDepthGrowTheirCreditsWithoutRnr) { sixty_four_at_full_depth(false); }
+
+TEST(NoRnr, SixtyFourConnectionsWritingIntoGrantsWithoutRnr) { sixty_four_at_full_depth(true); }
 
 }  // namespace
 }  // namespace rkv::test

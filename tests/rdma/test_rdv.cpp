@@ -121,7 +121,9 @@ TEST_F(RdvE2E, SizesRoundTripByteExactly) {
 // include that first STATS itself: one message received, one reply sent.
 TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
   start();
-  auto c = open();
+  ClientOptions by_read;
+  by_read.grants = false;  // the default: every large SET a request kvd answers with a READ (SetByGrant* below: the other way)
+  auto c = open(by_read);
   const std::string v1m = pattern(1u << 20, 1);  // fits the 1 MiB landing buffer: WRITE path
   const std::string v2m = pattern(2u << 20, 2);  // does not: pulled in the warm-up, then kept as a spare
   const std::string v3m = pattern(3u << 20, 3);  // larger than every spare: pull path
@@ -245,6 +247,60 @@ TEST_F(RdvE2E, CountersMatchTheDocumentedMessageCounts) {
             EXPECT_EQ(d("large_gets_pulled"), 1u);
             EXPECT_EQ(d("releases"), 1u);
           });
+}
+
+// docs/protocol.md "SET by grant": a client that asks (ClientOptions::grants) holds
+// the grants its large SETs' replies bring, and each large SET that fits one
+// is ONE RDMA WRITE WITH IMMEDIATE and its reply: no request message, no READ
+// by kvd, no value byte copied by either CPU. Every size from just past the
+// eager limit to 1 MiB, read back byte for byte by another client.
+TEST_F(RdvE2E, SetByGrantIsOneWriteAndItsReply) {
+  start();
+  ClientOptions granted;
+  granted.grants = true;
+  auto c = open(granted);
+  auto reader = open();
+  const std::size_t sizes[] = {4096, 4097, 16u << 10, 64u << 10, 256u << 10, 1u << 20};
+  for (std::size_t n : sizes) {
+    SCOPED_TRACE("value of " + std::to_string(n) + " bytes");
+    const std::string key = "granted-" + std::to_string(n);
+    // The first SET of a size class goes by READ and brings a grant of it;
+    // the one after that goes into it, and its reply brings the next.
+    ASSERT_EQ(c->set_sync(key, pattern(n, n + 1)), Status::ok);
+    const std::string v = pattern(n, n);
+    const Stats s0 = stats(*c);
+    const ClientCounters k0 = c->counters();
+    const std::uint64_t m0 = proto::copied_bytes();
+    ASSERT_EQ(c->set_sync(key, v), Status::ok);
+    const std::uint64_t m1 = proto::copied_bytes();
+    const ClientCounters k1 = c->counters();
+    const Stats s1 = stats(*c);
+    auto d = [&](const char* name) { return s1.at(name) - s0.at(name); };
+    EXPECT_EQ(k1.sets_granted - k0.sets_granted, 1u);
+    EXPECT_EQ(k1.sets_large - k0.sets_large, 0u);
+    EXPECT_EQ(k1.sends_posted - k0.sends_posted, 0u) << "no request message";
+    EXPECT_EQ(k1.messages_sent - k0.messages_sent, 0u);
+    EXPECT_EQ(k1.replies - k0.replies, 1u);
+    EXPECT_EQ(k1.rdma_reads - k0.rdma_reads, 0u);
+    EXPECT_EQ(k1.grants_received - k0.grants_received, 1u) << "the reply brings the next grant";
+    EXPECT_EQ(k1.bytes_copied - k0.bytes_copied, 0u);
+    // kvd counts the SET as a request received (it came in the WRITE) and a large SET installed.
+    EXPECT_EQ(d("messages_received"), 1u + 1u);
+    EXPECT_EQ(d("replies_sent"), 1u + 1u);
+    EXPECT_EQ(d("granted_sets"), 1u);
+    EXPECT_EQ(d("rdma_reads"), 0u) << "kvd READ nothing";
+    EXPECT_EQ(d("large_sets"), 1u);
+    EXPECT_LT(d("bytes_copied_total"), 64u << 10) << "kvd's CPU copied more than the messages";
+    EXPECT_LT(m1 - m0, 64u << 10) << "the client's CPU copied more than the messages";
+    std::string got;
+    bool found = false;
+    ASSERT_EQ(reader->get_sync(key, got, found), Status::ok);
+    ASSERT_TRUE(found);
+    ASSERT_EQ(got.size(), n);
+    EXPECT_EQ(checksum(got), checksum(v));
+  }
+  const Stats st = stats(*c);
+  EXPECT_GE(st.at("grant_bytes_held"), 1u) << "the client holds the grants the last replies brought";
 }
 
 // The copy meters see copies: eager values are copied (into the send buffer,

@@ -155,7 +155,10 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.recv_size = options_.recv_size;
   cfg.send_count = options_.send_count;
   cfg.send_size = options_.send_size;
-  cfg.rdma_depth = options_.max_in_flight;  // RDMA READs (pull, one-sided GET): at most one per request at a time
+  // RDMA READs (pull, one-sided GET) and granted SETs' WRITEs: at most one per
+  // request at a time, and a WRITE whose reply came first may still hold its
+  // send-queue entry while its slot serves the next request.
+  cfg.rdma_depth = 2 * options_.max_in_flight;
   registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
   // One connection per Client, over pools of its own: the first generation will do.
@@ -176,6 +179,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   mine.role = proto::Role::client;
   mine.credits = static_cast<std::uint16_t>(options_.max_in_flight);
   mine.recv_buf_size = options_.recv_size;
+  if (options_.grants && conn_->enable_grants()) mine.features |= proto::kFeatureGrants;
   if (!options_.auth_token.empty()) mine.auth = proto::auth_digest(options_.auth_token);
   const auto mine_bytes = proto::encode_connect_params(mine);
   verbs::ConnParams cp;
@@ -205,7 +209,7 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   server_credits_ = theirs.credits;
   server_recv_size_ = theirs.recv_buf_size;
   server_max_value_ = theirs.max_value;
-  conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value);
+  conn_->on_established(theirs.credits, theirs.recv_buf_size, theirs.max_value, theirs.features);
   if (options_.get_mode == GetMode::read) {
     if (const auto ix = proto::usable_index(theirs)) {
       (void)conn_->enable_onesided({ix->addr, ix->rkey, ix->buckets});
@@ -373,7 +377,10 @@ void Client::on_watchdog() noexcept {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch_since_).count();
   watchdog_.reset();
   try {
-    conn_->fail(fmt::format("no reply for {} ms with {} requests in flight", ms, conn_->pending()));
+    conn_->fail(fmt::format("no reply for {} ms with {} requests in flight ({} sent, {} queued; {} credits, {} grants "
+                            "held, {} work requests outstanding)",
+                            ms, conn_->pending(), conn_->in_flight(), conn_->queued(), conn_->credits(),
+                            conn_->grants_held(), conn_->outstanding_work()));
   } catch (...) {
     conn_->fail("no reply within the op timeout");
   }

@@ -77,6 +77,13 @@ struct ClientOptions {
   // answer it (wire.hpp kFlagBackupRead; a cluster's --read-from backups,
   // which ShardSet sets: docs/cluster.md "Reads from backups").
   bool backup_reads = false;
+  // Ask the server for grants (docs/protocol.md "SET by grant"): a large SET
+  // then goes as one RDMA WRITE WITH IMMEDIATE into landing space the reply
+  // to an earlier large SET granted, instead of a request the server answers
+  // with a READ of the value (kvload --grants on). Off by default: half the
+  // control messages, but slower on Soft-RoCE as measured so far
+  // (docs/performance.md "SET by grant").
+  bool grants = false;
   // The server's auth token (kvd --auth-token-file; conn::read_auth_token_file
   // reads one): its digest goes in the connect request. Empty: none. A server
   // that refuses it fails connect() with EACCES.

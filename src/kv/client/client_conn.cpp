@@ -12,6 +12,7 @@
 #include <utility>
 #include <variant>
 
+#include "proto/connect_params.hpp"
 #include "proto/decode.hpp"
 #include "proto/copy.hpp"
 #include "proto/encode.hpp"
@@ -76,11 +77,15 @@ void ClientConn::on_accepted() noexcept {
   if (state_ == ConnState::connecting) state_ = ConnState::accepted;
 }
 
-void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size,
-                                std::uint64_t max_value) noexcept {
+void ClientConn::on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value,
+                                std::uint16_t features) noexcept {
   if (state_ != ConnState::accepted) return;
   credits_ = credits;
   max_value_ = max_value;
+  if ((features & proto::kFeatureGrants) == 0) {  // it will not grant: a grant from it is a protocol error
+    tail_reg_.reset();
+    tail_mem_ = {};
+  }
   channel_.set_peer_recv_size(server_recv_size);
   state_ = ConnState::established;
   replenish();
@@ -219,6 +224,18 @@ std::size_t ClientConn::flush() noexcept {
   std::size_t open_used = 0;
   std::uint64_t in_current = 0;
   bool credit_limited = false;
+  std::size_t spent = 0;  // SENDs posted and granted SETs queued: the credits this flush spent
+  // Posts the queued transfers and the new SENDs (which come after every
+  // transfer queued so far: a granted SET calls it first when SENDs precede it).
+  auto post_sends = [&]() noexcept {
+    const std::size_t posted = post(new_sends);  // the READs first in the chain: they need no server wake-up
+    credits_ -= static_cast<std::uint32_t>(posted);
+    counters_.sends_posted += posted;
+    spent += posted;
+    new_sends = 0;
+    open_used = 0;
+    in_current = 0;
+  };
   // One message appended: it opened a new SEND or joined the open one.
   auto appended = [&](bool new_buffer, std::size_t need) noexcept {
     if (new_buffer) {
@@ -230,13 +247,16 @@ std::size_t ClientConn::flush() noexcept {
     ++in_current;
   };
   // RELEASEs first (they free server memory). One alone may not take the last
-  // credit: nothing would return it. With a request behind it, it shares its SEND.
+  // credit: nothing would return it. With a request behind it that goes in a
+  // SEND (not a one-sided GET's READs, not a SET into a grant), it shares its SEND.
+  const bool request_follows = !queue_.empty() && queue_.front().path != Path::onesided &&
+                               granted_fit(queue_.front()) == kNoGrant;
   while (!releases_.empty()) {
     const proto::MessageSpec spec = proto::msg::release(releases_.front());
     const std::size_t need = proto::encoded_size(spec);
     const bool new_buffer = new_sends == 0 || open_used + need > max_msg;
     const std::uint32_t left = credits_ - static_cast<std::uint32_t>(new_sends);
-    if (new_buffer && (left == 0 || (left == 1 && queue_.empty()))) break;
+    if (new_buffer && (left == 0 || (left == 1 && !request_follows))) break;
     if (channel_.append(spec) != AppendStatus::ok) break;  // no send buffer: after a send completion
     appended(new_buffer, need);
     ++counters_.messages_sent;
@@ -254,6 +274,23 @@ std::size_t ClientConn::flush() noexcept {
       Request taken = std::move(r);
       queue_.pop_front();
       start_onesided(key, taken);
+      continue;
+    }
+    if (const std::size_t g = granted_fit(r); g != kNoGrant) {
+      if (new_sends >= credits_) {
+        credit_limited = true;
+        free_slot(key);
+        break;
+      }
+      // The SENDs appended before it go first: the server takes requests in
+      // the order their SENDs and WRITEs with immediate arrive.
+      if (new_sends > 0) post_sends();
+      if (ended()) return spent;  // the post failed the connection
+      Request taken = std::move(r);
+      queue_.pop_front();
+      queue_granted_set(key, taken, g);
+      if (ended()) return spent;
+      ++spent;
       continue;
     }
     Slot& s = live_slot(key);
@@ -300,17 +337,14 @@ std::size_t ClientConn::flush() noexcept {
     queue_.pop_front();
   }
   if (credit_limited) ++counters_.credit_stalls;
-  const std::size_t posted = post(new_sends);  // the READs first in the chain: they need no server wake-up
-  if (new_sends == 0) return 0;
-  credits_ -= static_cast<std::uint32_t>(posted);
-  counters_.sends_posted += posted;
-  if (ended()) return posted;  // the post failed the connection
+  post_sends();
+  if (spent == 0 || ended()) return spent;  // nothing for the server (READs only), or the post failed the connection
   // The SENDs are on the wire: registration work happens while they fly.
   retired_.clear();
   replenish();
-  SPDLOG_TRACE("client: posted {} sends, {} credits left, {} in flight, {} queued", posted, credits_,
-               slots_.live(), queue_.size());
-  return posted;
+  SPDLOG_TRACE("client: posted {} sends and granted SETs, {} credits left, {} in flight, {} queued", spent,
+               credits_, slots_.live(), queue_.size());
+  return spent;
 }
 
 void ClientConn::on_completion(const verbs::Completion& c) noexcept {
@@ -322,10 +356,10 @@ void ClientConn::on_completion(const verbs::Completion& c) noexcept {
       channel_.on_send_completion(c);
       break;
     case verbs::WrKind::rdma_read:
-      on_read(c);
+    case verbs::WrKind::rdma_write:  // a granted SET's
+      on_transfer(c);
       return;
     case verbs::WrKind::none:
-    case verbs::WrKind::rdma_write:
     case verbs::WrKind::window:
       SPDLOG_DEBUG("client: unexpected {} completion", verbs::to_string(c.wr_id.kind()));
       break;
@@ -413,6 +447,7 @@ bool ClientConn::handle_replies(std::span<const std::byte> bytes) noexcept {
     }
     credits_ += m.header.credits;
     ++counters_.replies;
+    if (m.grant && !keep_grant(*m.grant, m.header.value_len)) return false;
     if (m.header.rdv()) {
       if (!on_get_rdv(key, m.header, *m.rdv)) return false;
       if (ended()) return true;

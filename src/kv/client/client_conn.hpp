@@ -24,6 +24,15 @@
 // (which always comes, signaled or not) fails the connection and no READ
 // before it is trusted.
 //
+// Grants (client_grant.cpp; docs/protocol.md "SET by grant"): with
+// enable_grants() and a server that grants, ok replies to large SETs bring
+// landing space (grants_); a rendezvous SET that fits one goes as a WRITE
+// WITH IMMEDIATE into it instead of a request message (one credit, as a
+// SEND), queued with the READs but posted after the SENDs appended before it
+// in the same flush (the server takes SENDs and WRITEs with immediate in
+// their receive order); its reply matches by req_id as any reply. Its WRITE's
+// wr_id joins reads_posted_ like a READ's.
+//
 // Flow: submit_set()/submit_get()/submit_del()/submit_expire()/submit_ttl()/submit_call() check the limits and
 // queue the request;
 // flush() encodes queued requests into send buffers (coalescing as many as fit
@@ -58,6 +67,7 @@
 #include "kv/client/reg_cache.hpp"
 #include "kv/conn/registrar.hpp"
 #include "kv/conn/msg_channel.hpp"
+#include "proto/grant.hpp"
 #include "proto/index_format.hpp"
 #include "proto/wire.hpp"
 #include "reactor/slot_table.hpp"
@@ -122,13 +132,15 @@ struct ClientCounters {
   std::uint64_t credit_stalls = 0;    // flushes that left requests queued for lack of credits
   // Rendezvous (docs/protocol.md). messages_sent includes RELEASEs.
   std::uint64_t sets_large = 0;       // SETs sent with a descriptor (server READs the value)
+  std::uint64_t sets_granted = 0;     // SETs WRITTEN WITH IMMEDIATE into a grant: no request message
+  std::uint64_t grants_received = 0;  // grants the server's SET replies brought
   std::uint64_t gets_written = 0;     // large GETs the server WROTE into an offered buffer, the reply in its immediate
   std::uint64_t gets_pulled = 0;      // large GETs this client READ from the server
   std::uint64_t calls = 0;            // CALLs sent
   std::uint64_t calls_large = 0;      // of them: request sent by descriptor (the server READ it)
   std::uint64_t calls_pulled = 0;     // CALL replies this client READ from the server
   std::uint64_t releases_sent = 0;    // RELEASE messages (coalesced or alone)
-  std::uint64_t rdma_reads = 0;       // RDMA READs posted
+  std::uint64_t rdma_reads = 0;       // RDMA READs posted (sets_granted's WRITEs are not among them)
   std::uint64_t read_posts = 0;       // posts that carried them (one-sided GETs chain theirs: several per post)
   std::uint64_t reads_unsignaled = 0; // of rdma_reads: posted without a completion of their own
   std::uint64_t stale_reads = 0;      // RDMA READ completions for a request slot freed since (dropped)
@@ -172,6 +184,8 @@ inline constexpr std::array kClientCounterTable{
     ClientCounterInfo{"recv_completions", &ClientCounters::recv_completions},
     ClientCounterInfo{"credit_stalls", &ClientCounters::credit_stalls},
     ClientCounterInfo{"sets_large", &ClientCounters::sets_large},
+    ClientCounterInfo{"sets_granted", &ClientCounters::sets_granted},
+    ClientCounterInfo{"grants_received", &ClientCounters::grants_received},
     ClientCounterInfo{"gets_written", &ClientCounters::gets_written},
     ClientCounterInfo{"gets_pulled", &ClientCounters::gets_pulled},
     ClientCounterInfo{"releases_sent", &ClientCounters::releases_sent},
@@ -259,7 +273,18 @@ class ClientConn {
   // credits, its receive buffer size. max_value: the server's limit (0:
   // unknown). Registers the spare landing buffers (connection setup, not the
   // data path).
-  void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0) noexcept;
+  // features: the server's ConnectParams::features (kFeatureGrants: it
+  // grants; without it the grant buffer enable_grants() made goes).
+  void on_established(std::uint16_t credits, std::uint32_t server_recv_size, std::uint64_t max_value = 0,
+                      std::uint16_t features = 0) noexcept;
+  // SET by grant (client_grant.cpp, docs/protocol.md "SET by grant"):
+  // registers the buffer a granted SET's key and trailer are gathered from
+  // (one area per request slot, no remote access). True: the owner may ask
+  // the server for grants (ConnectParams::features kFeatureGrants). Before
+  // connecting; false (logged) without a registrar or if that fails.
+  bool enable_grants() noexcept;
+  [[nodiscard]] bool grants_enabled() const noexcept { return tail_reg_ != nullptr; }
+  [[nodiscard]] std::size_t grants_held() const noexcept { return grants_.size(); }
   // Every GET from now on carries kFlagBackupRead (ClientOptions::backup_reads).
   void set_backup_reads(bool on) noexcept { backup_reads_ = on; }
 
@@ -333,7 +358,8 @@ class ClientConn {
   [[nodiscard]] std::uint64_t* copy_account() noexcept { return &counters_.bytes_copied; }
 
   // Encodes and posts what credits, slots and send buffers allow. Returns the
-  // number of SENDs posted. A post failure fails the connection.
+  // number of SENDs and WRITEs with immediate (granted SETs) posted: each
+  // spent a credit. A post failure fails the connection.
   std::size_t flush() noexcept;
 
   // One work completion of this connection (any kind, any status).
@@ -364,7 +390,7 @@ class ClientConn {
   [[nodiscard]] std::size_t in_flight() const noexcept { return slots_.live(); }
   [[nodiscard]] std::size_t queued() const noexcept { return queue_.size(); }
   [[nodiscard]] std::size_t pending() const noexcept { return slots_.live() + queue_.size(); }
-  // WRs posted and not yet completed (receives, sends, RDMA READs): teardown drains to 0.
+  // WRs posted and not yet completed (receives, sends, RDMA READs and WRITEs): teardown drains to 0.
   [[nodiscard]] std::size_t outstanding_work() const noexcept {
     return recvs_posted_ + channel_.sends_in_flight() + reads_posted_.size();
   }
@@ -432,6 +458,10 @@ class ClientConn {
   [[nodiscard]] static verbs::WrId read_wr_id(SlotKey key) noexcept {
     return verbs::WrId(key.index, key.generation, verbs::WrKind::rdma_read);
   }
+  // A granted SET's WRITE carries its request's slot key too.
+  [[nodiscard]] static verbs::WrId write_wr_id(SlotKey key) noexcept {
+    return verbs::WrId(key.index, key.generation, verbs::WrKind::rdma_write);
+  }
   [[nodiscard]] static SlotKey read_key(verbs::WrId id) noexcept { return SlotKey{id.slot(), id.generation()}; }
   // The slot of a key known to be live.
   [[nodiscard]] Slot& live_slot(SlotKey key) noexcept;
@@ -448,10 +478,13 @@ class ClientConn {
   // A WRITE with immediate: a large GET's value landed in the buffer it
   // offered, `len` bytes, and its reply is `w` (docs/protocol.md "GET large").
   void on_written(proto::WrittenReply w, std::uint32_t len) noexcept;
-  // An RDMA READ completion: routed by its slot key to the stage that posted it.
-  void on_read(const verbs::Completion& c) noexcept;
-  // One READ known complete (its own completion, or a later one's): to its stage.
-  void read_done(const verbs::Completion& c) noexcept;
+  // An RDMA READ or WRITE completion: a READ routed by its slot key to the
+  // stage that posted it.
+  void on_transfer(const verbs::Completion& c) noexcept;
+  // One READ or WRITE known complete (its own completion, or a later one's):
+  // a READ to its stage; a granted SET's WRITE only says whether it failed
+  // (its reply, which may come first, completes the request).
+  void transfer_done(const verbs::Completion& c) noexcept;
   void on_pull_read(SlotKey key, const verbs::Completion& c) noexcept;
   // Frees the slot and runs its callback with the `len`-byte value that
   // landed: in the caller's memory (a GET into it) or in its landing buffer.
@@ -466,6 +499,23 @@ class ClientConn {
   void replenish() noexcept;  // registers spare landing buffers up to the target
   // Erases the slot (its key goes stale); a landing buffer still in it is recycled.
   void free_slot(SlotKey key) noexcept;
+  // --- SET by grant (client_grant.cpp) ---
+  struct HeldGrant {
+    proto::GrantDesc desc;
+    std::uint64_t capacity = 0;
+  };
+  // A grant an ok SET_REPLY brought; false: a protocol error (the connection failed).
+  bool keep_grant(const proto::GrantDesc& desc, std::uint64_t capacity) noexcept;
+  static constexpr std::size_t kNoGrant = static_cast<std::size_t>(-1);
+  // The smallest held grant that holds `need` bytes (its index in grants_), or kNoGrant.
+  [[nodiscard]] std::size_t fitting_grant(std::uint64_t need) const noexcept;
+  // The grant `r` would be written into if it were sent now (a rendezvous
+  // SET that fits a held grant), or kNoGrant: it goes in a SEND (or by READs).
+  [[nodiscard]] std::size_t granted_fit(const Request& r) const noexcept;
+  // r (a rendezvous SET) into slot `key` as a WRITE WITH IMMEDIATE into
+  // grants_[g] (which it consumes), queued with the channel's transfers;
+  // spends a credit. No memory fails the connection.
+  void queue_granted_set(SlotKey key, Request& r, std::size_t g) noexcept;
   // --- one-sided GET (client_onesided.cpp) ---
   // r into the new slot `key`; queues the neighborhood READ (flush posts it).
   void start_onesided(SlotKey key, Request& r) noexcept;
@@ -523,6 +573,9 @@ class ClientConn {
   IndexInfo index_;                            // read mode: the server's index (buckets 0: off)
   std::vector<std::byte> os_mem_;              // per slot index: neighborhood, key, small value
   std::unique_ptr<Registration> os_reg_;       // of os_mem_, local_write
+  std::vector<HeldGrant> grants_;              // smallest capacity first; room for Link::kMaxWindows
+  std::vector<std::byte> tail_mem_;            // per slot index: a granted SET's key + trailer
+  std::unique_ptr<Registration> tail_reg_;     // of tail_mem_, no remote access (grants enabled)
   ClientCounters counters_;  // counted here (not the mirrored ones: counters())
 };
 

@@ -17,7 +17,7 @@
 // index READs of a turn's GETs go out in one post with its requests, and the
 // value READs of every index READ a CQ pass completed in one post at the end
 // of that pass. The channel appends them to reads_posted_ in post order, so a
-// completion also completes the unsignaled READs before it (on_read, client_rdv.cpp).
+// completion also completes the unsignaled READs before it (on_transfer, client_rdv.cpp).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -114,7 +114,9 @@ std::size_t ClientConn::post(std::size_t sends) noexcept {
   int err = 0;
   const std::size_t posted = channel_.flush(sends, &err);
   for (std::size_t i = before; i < reads_posted_.size(); ++i) {
-    const Slot* s = slots_.find(read_key(reads_posted_.at(i)));  // queued by its live request
+    const verbs::WrId id = reads_posted_.at(i);
+    if (id.kind() != verbs::WrKind::rdma_read) continue;  // a granted SET's WRITE
+    const Slot* s = slots_.find(read_key(id));  // queued by its live request
     if (s != nullptr && s->stage != Stage::pull) ++counters_.onesided_reads;
   }
   if (err != 0) fail(std::string("post_send failed: ") + std::strerror(err));
@@ -139,7 +141,7 @@ void ClientConn::on_onesided_read(SlotKey key, const verbs::Completion& c) noexc
       return;
     case Stage::reply:
     case Stage::pull:
-      break;  // on_read() routes only the two one-sided stages here
+      break;  // on_transfer() routes only the two one-sided stages here
   }
   fail("one-sided READ completion for a request in another stage");
 }

@@ -191,9 +191,9 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
   return !ended();
 }
 
-void ClientConn::on_read(const verbs::Completion& c) noexcept {
+void ClientConn::on_transfer(const verbs::Completion& c) noexcept {
   const std::size_t at = reads_posted_.find(c.wr_id);
-  if (at == reads_posted_.size()) {  // not a READ in flight: a repeated completion, or one never posted
+  if (at == reads_posted_.size()) {  // not a transfer in flight: a repeated completion, or one never posted
     if (ended()) return;
     const SlotKey key = read_key(c.wr_id);
     if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
@@ -202,31 +202,43 @@ void ClientConn::on_read(const verbs::Completion& c) noexcept {
                    key.generation, verbs::to_string(c.status));
       return;
     }
-    fail("RDMA READ completion for a request that posted none");
+    fail(std::string(verbs::to_string(c.wr_id.kind())) + " completion for a request that posted none");
     return;
   }
   if (!c.ok()) {
     // The connection fails; the READs posted before this one are not looked at.
     for (std::size_t i = 0; i <= at; ++i) reads_posted_.pop_front();
-    read_done(c);
+    transfer_done(c);
     return;
   }
-  // The send queue completes in order: the unsignaled READs posted before
-  // this one have completed, successfully (an error would have come first).
+  // The send queue completes in order: the unsignaled READs and WRITEs
+  // posted before this one have completed, successfully (an error would have
+  // come first).
   verbs::Completion earlier;
   earlier.status = verbs::CompletionStatus::success;
-  earlier.opcode = verbs::CompletionOpcode::rdma_read;
   earlier.qp_num = c.qp_num;
   for (std::size_t i = 0; i < at; ++i) {
     earlier.wr_id = reads_posted_.pop_front();
-    read_done(earlier);
+    earlier.opcode = earlier.wr_id.kind() == verbs::WrKind::rdma_write ? verbs::CompletionOpcode::rdma_write
+                                                                        : verbs::CompletionOpcode::rdma_read;
+    transfer_done(earlier);
   }
   reads_posted_.pop_front();
-  read_done(c);
+  transfer_done(c);
 }
 
-void ClientConn::read_done(const verbs::Completion& c) noexcept {
+void ClientConn::transfer_done(const verbs::Completion& c) noexcept {
   if (ended()) return;  // teardown flushes
+  if (c.wr_id.kind() == verbs::WrKind::rdma_write) {  // a granted SET's: its reply completes the request
+    if (!c.ok()) {
+      try {
+        fail(fmt::format("RDMA WRITE of a granted SET: {} ({})", verbs::to_string(c.status), c.status_detail()));
+      } catch (...) {
+        fail("RDMA WRITE of a granted SET failed");
+      }
+    }
+    return;
+  }
   const SlotKey key = read_key(c.wr_id);
   const Slot* s = slots_.find(key);
   if (s == nullptr) {  // cannot happen while established: a posted READ's slot lives until it completes
