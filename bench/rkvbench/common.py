@@ -21,7 +21,7 @@ MIB = 1 << 20
 ONESIDED_FABRIC_OP = "ib_read_bw"
 HEADERS = {
     "sweep.csv": [
-        "op", "size", "depth", "depth_effective", "path", "warmup_ops", "ops", "errors", "seconds",
+        "op", "size", "depth", "depth_effective", "path", "control_msgs_per_op", "warmup_ops", "ops", "errors", "seconds",
         "ops_per_s", "mbps", "mean_us", "p50_us", "p99_us", "client_cpu_us_per_op", "server_cpu_us_per_op",
         "ref_tool", "ref_mbps", "ratio", "status"],
     "perftest.csv": ["tool", "size", "iters", "msg_rate_per_s", "mbps", "method", "wall_seconds",

@@ -50,7 +50,7 @@ class FabricExperiments:
         rep = r["report"]
         path = "eager" if size + 5 < 4096 else "rendezvous"  # keys are 5 bytes
         row = {"op": op, "size": size, "depth": depth, "depth_effective": self.effective_depth(depth, rep),
-               "path": path, "warmup_ops": warm, "ops": meas, "errors": "", "seconds": "", "ops_per_s": "",
+               "path": path, "control_msgs_per_op": "", "warmup_ops": warm, "ops": meas, "errors": "", "seconds": "", "ops_per_s": "",
                "mbps": "", "mean_us": "", "p50_us": "", "p99_us": "", "client_cpu_us_per_op": "", "server_cpu_us_per_op": "",
                "ref_tool": "", "ref_mbps": "", "ratio": "", "status": ""}
         if rep is None:
@@ -69,6 +69,13 @@ class FabricExperiments:
         secs = float(rep["seconds"])
         row["seconds"] = secs
         row["ops_per_s"] = ok_ops / secs if secs > 0 else None
+        # Control messages per operation, from the client's counters (its own
+        # process: this run's operations only): requests sent + replies
+        # received. A GET whose reply rode in the WRITE's immediate has none
+        # of the latter; a SET into a grant none of the former.
+        client = rep.get("client", {})
+        if "messages_sent" in client and "replies" in client and int(rep.get("ops", 0)) > 0:
+            row["control_msgs_per_op"] = (client["messages_sent"] + client["replies"]) / int(rep["ops"])
         row["mbps"] = ok_ops * size * 8 / secs / 1e6 if secs > 0 else None
         cls = [c for c in rep.get("classes", []) if c.get("count", 0) - c.get("errors", 0) > 0]
         if cls:

@@ -262,6 +262,15 @@ plot 'tcp.dat' using 2:xtic(1) title 'rdmakv (kvload)' lc rgb '#1f77b4', \\
                     k and f"{fmt(k['ops_per_s'])} ops/s" or "not measured",
                     k and k.get("ref_mbps") not in (None, "") and f"{fmt(k['ref_mbps'])} Mbit/s" or "not measured",
                     "≥ 0.8", None if q is None else q >= 0.8)
+                c = k and k.get("control_msgs_per_op")
+                c = float(c) if c not in (None, "") else None
+                row(f"control messages per {size // 1024} KiB {op.upper()}, depth 32 (client counters: requests "
+                    "sent + replies received, per operation)", None,
+                    "not measured" if c is None else f"{fmt(c)} per op",
+                    "SET: 2 by the server's READ (kvload's default), 1 into a grant (`--grants on`, slower so far: "
+                    "docs/performance.md); GET: 1, the reply in the WRITE's immediate",
+                    "≤ 1.0 (half of 2)" if op == "set" else "≤ 1.0",
+                    None if c is None else c <= 1.0)
         osd = self.rows["onesided.csv"]
         k = one(osd, op="GET (RDMA READ)", size=32, depth=32)
         r = one(osd, op="GET (message)", size=32, depth=32)
