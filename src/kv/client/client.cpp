@@ -156,9 +156,9 @@ void Client::do_connect(const std::string& host, std::uint16_t port) {
   cfg.send_count = options_.send_count;
   cfg.send_size = options_.send_size;
   // RDMA READs (pull, one-sided GET) and granted SETs' WRITEs: at most one per
-  // request at a time, and a WRITE whose reply came first may still hold its
-  // send-queue entry while its slot serves the next request.
-  cfg.rdma_depth = 2 * options_.max_in_flight;
+  // request at a time; with grants, a WRITE whose reply came first may still
+  // hold its send-queue entry while its slot serves the next request.
+  cfg.rdma_depth = (options_.grants ? 2 : 1) * options_.max_in_flight;
   registrar_ = std::make_unique<PdRegistrar>(pd);
   ep_ = std::make_unique<Endpoint>(std::move(id), std::move(pd), cfg);
   // One connection per Client, over pools of its own: the first generation will do.
