@@ -31,9 +31,14 @@ void ServerConn::offer_grant(Pending& p) noexcept {
   std::uint32_t i = 0;
   while (i < grants_.size() && grants_[i]) ++i;
   if (i == grants_.size()) return;  // every slot holds a grant or one being consumed
+  GrantBudget* const budget = config_.grant_budget;
+  // A block holds at least `want`: past the budget by that alone, no block is taken out and put back.
+  if (budget != nullptr && want > budget->limit - budget->held) {
+    ++counters_->grants_withheld;
+    return;
+  }
   GrantBlock g = arena_->allocate_grantable(want);
   if (!g.block) return;  // no memory for one now: the next large SET goes by READ
-  GrantBudget* const budget = config_.grant_budget;
   if (budget != nullptr && g.block->capacity > budget->limit - budget->held) {
     ++counters_->grants_withheld;  // the block goes back; this client's next large SET goes by READ
     return;
