@@ -48,12 +48,12 @@ class BenchLink final : public kv::conn::Link {
     return 0;
   }
   // No windows on the eager path: counted, refused.
-  int post_bind(verbs::WrId, std::uint32_t, const kv::conn::Registration&, std::span<const std::byte>, bool,
-                std::uint32_t*) noexcept override {
+  int bind_wr(verbs::WrId, std::uint32_t, const kv::conn::Registration&, std::span<const std::byte>, bool,
+              verbs::SendWr*) noexcept override {
     ++unexpected_;
     return EINVAL;
   }
-  int post_invalidate(verbs::WrId, std::uint32_t) noexcept override {
+  int invalidate_wr(verbs::WrId, std::uint32_t, verbs::SendWr*) noexcept override {
     ++unexpected_;
     return EINVAL;
   }

@@ -41,8 +41,9 @@ class FakeLink final : public kv::conn::Link {
   // the first fail_reads_after READs of its chain (as ibv_post_send's bad_wr says).
   int fail_reads_errno = 0;
   std::size_t fail_reads_after = 0;
-  // Window binds and invalidations (post_bind / post_invalidate), in order;
-  // each bind takes the window's next key (window * 256 + its binds so far).
+  // Window binds and invalidations as posted (in post_chain), in order;
+  // each bind takes the window's next key (window * 256 + its binds so far
+  // mod 256, + 1), the window's key once posted.
   struct WindowPost {
     verbs::WrId id;
     std::uint32_t window;
@@ -53,7 +54,7 @@ class FakeLink final : public kv::conn::Link {
   };
   std::vector<WindowPost> window_posts;
   std::vector<std::uint32_t> window_keys = std::vector<std::uint32_t>(kMaxWindows, 0);
-  int fail_next_window = 0;  // errno from the next post_bind / post_invalidate (0: succeed)
+  int fail_next_window = 0;  // errno from building the next bind / invalidation (0: succeed)
 
   int post_recv(verbs::WrId id, std::span<std::byte> buf, std::uint32_t) noexcept override {
     recvs.push_back({id, {}, {}, buf});
@@ -103,8 +104,14 @@ class FakeLink final : public kv::conn::Link {
           ++reads_in_chain;
           break;
         case verbs::SendOp::bind_window:
+          window_keys[window_of(w.rkey)] = w.rkey;
+          window_posts.push_back({w.wr_id, window_of(w.rkey), true,
+                                  {reinterpret_cast<const std::byte*>(w.remote_addr), w.window_length}, w.rkey,
+                                  w.signaled});
+          break;
         case verbs::SendOp::invalidate:
-          break;  // recorded in posts only
+          window_posts.push_back({w.wr_id, window_of(w.rkey), false, {}, w.rkey, w.signaled});
+          break;
       }
       posts.back().push_back(w.op);
       ++n;
@@ -115,22 +122,28 @@ class FakeLink final : public kv::conn::Link {
     if (posted != nullptr) *posted = n;
     return rc;
   }
-  int post_bind(verbs::WrId id, std::uint32_t window, const kv::conn::Registration&, std::span<const std::byte> range,
-                bool signaled, std::uint32_t* rkey) noexcept override {
+  int bind_wr(verbs::WrId id, std::uint32_t window, const kv::conn::Registration&, std::span<const std::byte> range,
+              bool signaled, verbs::SendWr* wr) noexcept override {
     if (window >= kMaxWindows) return EINVAL;
     if (fail_next_window != 0) return std::exchange(fail_next_window, 0);
-    const std::uint32_t key = window * 256 + (window_keys[window] & 0xFFu) + 1;
-    window_keys[window] = key;
-    window_posts.push_back({id, window, true, range, key, signaled});
-    if (rkey != nullptr) *rkey = key;
+    verbs::SendWr w;
+    w.op = verbs::SendOp::bind_window;
+    w.wr_id = id;
+    w.remote_addr = reinterpret_cast<std::uintptr_t>(range.data());
+    w.window_length = range.size();
+    w.rkey = window * 256 + (window_keys[window] & 0xFFu) % 256 + 1;
+    w.signaled = signaled;
+    *wr = w;
     return 0;
   }
-  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept override {
+  int invalidate_wr(verbs::WrId id, std::uint32_t window, verbs::SendWr* wr) noexcept override {
     if (window >= kMaxWindows || window_keys[window] == 0) return EINVAL;
     if (fail_next_window != 0) return std::exchange(fail_next_window, 0);
-    window_posts.push_back({id, window, false, {}, window_keys[window], true});
+    *wr = verbs::SendWr::invalidate(id, window_keys[window]);
     return 0;
   }
+  // The window a key of bind_wr's names.
+  [[nodiscard]] static std::uint32_t window_of(std::uint32_t key) noexcept { return (key - 1) / 256; }
   // The reads of post call `i`.
   [[nodiscard]] std::vector<const Post*> chain(std::size_t i) const {
     std::vector<const Post*> out;

@@ -126,6 +126,8 @@ TEST_F(ServerGrant, AGrantRidesOnTheReplyAndAWriteIntoItIsStoredWithoutARead) {
   EXPECT_EQ(reinterpret_cast<std::uint64_t>(bind.range.data()), r.grant->addr);
   EXPECT_EQ(bind.range.size(), r.header.value_len);
   EXPECT_EQ(reg_.last_access, verbs::Access::local_write | verbs::Access::remote_read | verbs::Access::mw_bind);
+  EXPECT_EQ(link_.posts.back(), (std::vector{verbs::SendOp::bind_window, verbs::SendOp::send}))
+      << "the bind and the reply naming its key in one post, the bind first";
   EXPECT_EQ(sc_->grants_held(), 1u);
   EXPECT_EQ(counters_.grants, 1u);
 
@@ -133,8 +135,14 @@ TEST_F(ServerGrant, AGrantRidesOnTheReplyAndAWriteIntoItIsStoredWithoutARead) {
   const auto reads = link_.reads.size();
   const auto bytes_in = counters_.bytes_received;
   ASSERT_EQ(write_into(*r.grant, 9, "k2", 70000, 'w', r.grant->id), Verdict::keep);
+  EXPECT_EQ(link_.window_posts.size(), 1u) << "the invalidation waits for the pass's post";
+  const auto posts = link_.posts.size();
+  ASSERT_EQ(sc_->flush(), Verdict::keep);
+  EXPECT_EQ(link_.posts.size(), posts + 1);
   ASSERT_EQ(link_.window_posts.size(), 2u);
   EXPECT_FALSE(link_.window_posts[1].bind) << "the window is invalidated first";
+  EXPECT_TRUE(link_.window_posts[1].signaled) << "its completion installs the SET";
+  EXPECT_EQ(link_.window_posts[1].rkey, bind.rkey) << "the key the client wrote with";
   EXPECT_EQ(link_.window_posts[1].window, bind.window);
   EXPECT_FALSE(store_.get("k2").found) << "nothing stored before the invalidation completed";
   EXPECT_EQ(sc_->grants_held(), 0u);
@@ -149,6 +157,8 @@ TEST_F(ServerGrant, AGrantRidesOnTheReplyAndAWriteIntoItIsStoredWithoutARead) {
   EXPECT_GE(replies[0].header.credits, 1u) << "the WRITE took a receive: its credit comes back";
   ASSERT_TRUE(replies[0].grant) << "and the next grant with it";
   EXPECT_EQ(link_.window_posts.back().rkey, replies[0].grant->rkey);
+  EXPECT_TRUE(link_.window_posts.back().bind);
+  EXPECT_EQ(link_.posts.back(), (std::vector{verbs::SendOp::bind_window, verbs::SendOp::send}));
   const auto hit = store_.get("k2");
   ASSERT_TRUE(hit.found && hit.large);
   EXPECT_EQ(hit.value, std::string(70000, 'w'));
@@ -191,6 +201,7 @@ TEST_F(ServerGrant, UnwrittenGrantsStayWithinTheServersBudget) {
   // Written, the grant leaves the budget, and the reply can carry the next.
   ASSERT_EQ(write_into(*first.grant, 3, "c", 9000, 'w', first.grant->id), Verdict::keep);
   EXPECT_EQ(budget_.held, 0u);
+  ASSERT_EQ(sc_->flush(), Verdict::keep);  // the invalidation
   ASSERT_EQ(complete_invalidation(), Verdict::keep);
   const auto sends = link_.sends.size();
   ASSERT_EQ(sc_->flush(), Verdict::keep);
@@ -217,6 +228,7 @@ TEST_F(ServerGrant, AGrantWrittenTwiceDropsTheClient) {
   const proto::MessageView r = set_by_read(5, "big", 100000);
   ASSERT_TRUE(r.grant);
   ASSERT_EQ(write_into(*r.grant, 9, "k2", 1000, 'w', r.grant->id), Verdict::keep);
+  ASSERT_EQ(sc_->flush(), Verdict::keep);  // the invalidation is posted
   EXPECT_EQ(write_into(*r.grant, 10, "k3", 1000, 'x', r.grant->id), Verdict::disconnect);
   EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
   // The invalidation still comes back (flushed): the entry and its block go with it.
@@ -231,6 +243,7 @@ TEST_F(ServerGrant, AMalformedTrailerDropsTheClientAndStoresNothing) {
   auto* at = reinterpret_cast<std::byte*>(r.grant->addr);
   std::memset(at, 0xFF, 200);  // key_len 0xFFFF, reserved bits: no SET
   ASSERT_EQ(sc_->on_completion(FakeLink::deliver_written(link_.recvs[next_recv_++], r.grant->id, 200)), Verdict::keep);
+  ASSERT_EQ(sc_->flush(), Verdict::keep);
   EXPECT_EQ(complete_invalidation(), Verdict::disconnect);
   EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
   EXPECT_EQ(store_.size(), 1u) << "only the SET by READ";
@@ -243,6 +256,7 @@ TEST_F(ServerGrant, AValueOverTheLimitIsRefusedAndTheConnectionKept) {
   ASSERT_GT(r.header.value_len, (1u << 20) + 100);  // a 2 MiB block: room past max_value
   const auto sends = link_.sends.size();
   ASSERT_EQ(write_into(*r.grant, 9, "k2", (1u << 20) + 1, 'w', r.grant->id), Verdict::keep);
+  ASSERT_EQ(sc_->flush(), Verdict::keep);
   ASSERT_EQ(complete_invalidation(), Verdict::keep);
   ASSERT_EQ(sc_->flush(), Verdict::keep);
   const auto replies = test::replies_since(link_, sends);
@@ -251,6 +265,32 @@ TEST_F(ServerGrant, AValueOverTheLimitIsRefusedAndTheConnectionKept) {
   EXPECT_FALSE(replies[0].grant) << "no grant on an error reply";
   EXPECT_FALSE(store_.get("k2").found);
   EXPECT_EQ(sc_->state(), ConnState::established);
+}
+
+// A granted SET whose connection is dropped in the same pass: its
+// invalidation was queued, never posted, so no completion will come; the
+// SET's entry and the grant's block go at once, nothing is stored, and the
+// connection drains.
+TEST_F(ServerGrant, AnInvalidationNeverPostedIsDroppedWithItsSet) {
+  start(2);
+  const proto::MessageView r = set_by_read(5, "big", 100000);
+  ASSERT_TRUE(r.grant);
+  const auto blocks = arena_.stats().blocks_in_use;
+  ASSERT_EQ(write_into(*r.grant, 9, "k2", 1000, 'w', r.grant->id), Verdict::keep);
+  EXPECT_EQ(sc_->on_completion(FakeLink::deliver_written(link_.recvs[next_recv_++], 7, 100)), Verdict::disconnect);
+  EXPECT_EQ(sc_->close_cause(), CloseCause::protocol_error);
+  EXPECT_EQ(sc_->flush(), Verdict::keep) << "closing: nothing new is posted";
+  EXPECT_EQ(link_.window_posts.size(), 1u) << "only the bind: the invalidation was never posted";
+  EXPECT_FALSE(store_.get("k2").found);
+  EXPECT_LT(arena_.stats().blocks_in_use, blocks) << "the written grant's block went with its SET";
+  EXPECT_TRUE(sc_->cm_done());
+  for (std::size_t i = next_recv_; i < link_.recvs.size(); ++i) {
+    EXPECT_EQ(sc_->on_completion(FakeLink::failed(link_.recvs[i], CompletionStatus::flushed)), Verdict::keep);
+  }
+  for (const auto& send : link_.sends) {  // the reply that carried the grant
+    EXPECT_EQ(sc_->on_completion(FakeLink::complete(send, CompletionOpcode::send)), Verdict::keep);
+  }
+  EXPECT_TRUE(sc_->drained()) << "nothing waits for an invalidation that cannot complete";
 }
 
 }  // namespace

@@ -38,17 +38,33 @@ class Link {
   // "SET by grant"), by index (< kMaxWindows): the link owns them, creates
   // each when it is first bound, and drops them with itself (an Endpoint
   // declares its link after its QP: the windows go first, as verbs/mw.hpp
-  // requires). post_bind opens `range` of `reg`'s MR (which needs mw_bind)
-  // to this QP's peer for remote_write under a fresh key, *rkey, set only
-  // when the WR is posted (valid for the peer once it has completed);
-  // post_invalidate closes window `window` again (LOCAL_INV of its key,
-  // signaled). Both post behind what is on the send queue already, so a
-  // SEND posted after a bind reaches the peer after the bind took effect;
-  // an unsignaled bind completes only if it fails.
+  // requires). bind_wr builds (does not post) the WR that opens `range` of
+  // `reg`'s MR (which needs mw_bind) to this QP's peer for remote_write under
+  // a fresh key, *wr's rkey: the window's key once the WR is posted, valid
+  // for the peer once it has completed; invalidate_wr builds the one that
+  // closes window `window` again (LOCAL_INV of its current key). Either goes
+  // in a post_chain like any other WR (the server queues them with its
+  // pass's transfers and replies: one post), so a SEND behind a bind reaches
+  // the peer after the bind took effect; an unsignaled bind completes only
+  // if it fails. Until a bind is posted, no other WR of its window is built.
   static constexpr std::uint32_t kMaxWindows = 64;
-  virtual int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg,
-                        std::span<const std::byte> range, bool signaled, std::uint32_t* rkey) noexcept = 0;
-  virtual int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept = 0;
+  virtual int bind_wr(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
+                      bool signaled, verbs::SendWr* wr) noexcept = 0;
+  virtual int invalidate_wr(verbs::WrId id, std::uint32_t window, verbs::SendWr* wr) noexcept = 0;
+  // Built and posted at once (a chain of one); *rkey set only if posted.
+  int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
+                bool signaled, std::uint32_t* rkey) noexcept {
+    verbs::SendWr wr;
+    if (const int rc = bind_wr(id, window, reg, range, signaled, &wr); rc != 0) return rc;
+    const int rc = post(wr);
+    if (rc == 0 && rkey != nullptr) *rkey = wr.rkey;
+    return rc;
+  }
+  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept {
+    verbs::SendWr wr;
+    if (const int rc = invalidate_wr(id, window, &wr); rc != 0) return rc;
+    return post(wr);
+  }
 };
 
 // The production Link: a verbs::QueuePair (and the windows on its PD).
@@ -65,14 +81,16 @@ class QpLink final : public Link {
   // link.cpp. EINVAL: index out of range, a registration without an MR, or
   // (invalidate) a window never bound; ENOMEM / the device's errno: the
   // window could not be created.
-  int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
-                bool signaled, std::uint32_t* rkey) noexcept override;
-  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept override;
+  int bind_wr(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
+              bool signaled, verbs::SendWr* wr) noexcept override;
+  int invalidate_wr(verbs::WrId id, std::uint32_t window, verbs::SendWr* wr) noexcept override;
 
  private:
   verbs::QueuePair* qp_;
   std::shared_ptr<const verbs::ProtectionDomain> pd_;
-  std::vector<std::optional<verbs::MemoryWindow>> windows_;  // by index; created as first bound
+  // kMaxWindows slots from the first bind on (a built WR points at its window:
+  // the vector never moves them), each window created as first bound.
+  std::vector<std::optional<verbs::MemoryWindow>> windows_;
 };
 
 }  // namespace rkv::kv::conn

@@ -11,6 +11,20 @@ void add(std::uint64_t* account, std::uint64_t n) noexcept {
   if (account != nullptr) *account += n;
 }
 
+// A READ or WRITE (a transfer whose completion the owner tracks), not a
+// SEND and not a window's bind or invalidation.
+constexpr bool moves_bytes(verbs::SendOp op) noexcept {
+  switch (op) {
+    case verbs::SendOp::rdma_read:
+    case verbs::SendOp::rdma_write:
+    case verbs::SendOp::rdma_write_imm: return true;
+    case verbs::SendOp::send:
+    case verbs::SendOp::bind_window:
+    case verbs::SendOp::invalidate: return false;
+  }
+  return false;
+}
+
 }  // namespace
 
 using verbs::WrId;
@@ -123,10 +137,17 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   int rc = 0;
   while (done < wrs_.size()) {
     const std::size_t n = std::min(verbs::QueuePair::kMaxChain, wrs_.size() - done);
-    // This call's transfers (wrs_[done .. last_transfer]): they come before the SENDs.
+    // This call's transfers (wrs_[done .. last_transfer]): they come before
+    // the SENDs. The READs and WRITEs among them are signaled by the
+    // interval, the last one always; a window's bind or invalidation keeps
+    // its own (it is the caller's, not in `posted_transfers_`).
     const std::size_t in_call = done < transfers ? std::min(n, transfers - done) : 0;
-    for (std::size_t k = 1; k <= in_call; ++k) {
-      wrs_[done + k - 1].signaled = k % signal_interval_ == 0 || k == in_call;
+    std::size_t moving = 0;
+    for (std::size_t i = done; i < done + in_call; ++i) moving += moves_bytes(wrs_[i].op) ? 1 : 0;
+    for (std::size_t i = done, k = 0; i < done + in_call; ++i) {
+      if (!moves_bytes(wrs_[i].op)) continue;
+      ++k;
+      wrs_[i].signaled = k % signal_interval_ == 0 || k == moving;
     }
     std::size_t posted = 0;
     rc = link_->post_chain(std::span<const verbs::SendWr>(wrs_).subspan(done, n), &posted);
@@ -134,7 +155,7 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     if (posted > 0 && in_call > 0) add(posted_.transfer_posts, 1);
     for (std::size_t i = done; i < done + posted; ++i) {
       const verbs::SendWr& w = wrs_[i];
-      if (w.op != verbs::SendOp::send) {
+      if (moves_bytes(w.op)) {
         if (posted_transfers_ != nullptr) posted_transfers_->push(w.wr_id);
         if (!w.signaled) add(posted_.transfers_unsignaled, 1);
       }

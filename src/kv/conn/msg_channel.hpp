@@ -111,8 +111,9 @@ class MessageChannel {
   // Would a message of `bytes` fit without a new buffer, or with one the
   // pool may give and the limit allows?
   [[nodiscard]] bool can_append(std::size_t bytes) const noexcept;
-  // An RDMA READ or WRITE for the next flush(). False if it could not be
-  // queued (no memory).
+  // An RDMA READ or WRITE, or a window's bind or invalidation
+  // (Link::bind_wr / invalidate_wr), for the next flush(). False if it could
+  // not be queued (no memory).
   [[nodiscard]] bool queue_rdma(const verbs::SendWr& wr) noexcept;
   [[nodiscard]] std::size_t queued_rdma() const noexcept { return wrs_.size(); }
   // The queued RDMA WRs are dropped, never posted (the connection is
@@ -124,8 +125,8 @@ class MessageChannel {
   }
   // Posts the queued RDMA WRs and up to max_sends queued SENDs (the open
   // buffer too, if non-empty), in that order, in chains of up to
-  // QueuePair::kMaxChain, the transfers signaled as set_transfer_signaling
-  // says. Returns the number of SENDs posted; *error gets the errno of a
+  // QueuePair::kMaxChain, the READs and WRITEs signaled as
+  // set_transfer_signaling says (a window's WR as it was queued). Returns the number of SENDs posted; *error gets the errno of a
   // failed post (what it did not post stays queued: ENOMEM
   // means the send queue is full, retry later).
   std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),

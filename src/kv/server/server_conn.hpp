@@ -58,11 +58,13 @@
 // that asked for them (config.max_grants > 0): every ok reply to a large SET
 // carries a grant while the connection holds fewer than max_grants: a
 // grantable arena block (Arena::allocate_grantable) of the class that SET
-// needed, opened to this QP's peer by a window (Link::post_bind, posted
-// before the reply that names it). The client's WRITE WITH IMMEDIATE into
+// needed, opened to this QP's peer by a window (Link::bind_wr, queued with
+// the pass's transfers: posted in the same chain as, and ahead of, the reply
+// that names it). The client's WRITE WITH IMMEDIATE into
 // it arrives as a receive completion that names the grant by its id
 // (window index + 1) and counts as a SEND for credits; its entry
-// (Wait::invalidate) holds the block while the window is invalidated; once
+// (Wait::invalidate) holds the block while the window is invalidated (a
+// LOCAL_INV queued the same way, so a pass's are posted in one call); once
 // that completes no write can reach the block, and the SET in it
 // (proto::read_granted_set) is checked and installed as a READ's value
 // is. A grant lives until it is used or the connection goes; its block
@@ -458,7 +460,8 @@ class ServerConn {
   // The entry's READ/WRITE is queued for the next flush (false if it could
   // not be: the entry is closed, fail() decided).
   bool queued_transfer(Key k, bool queued, std::string_view what) noexcept;
-  // Closes the entries of the READ/WRITEs queued and never posted (closing).
+  // Closes the entries of the READ/WRITEs (and grant invalidations) queued
+  // and never posted (closing).
   void drop_unposted() noexcept;
   void on_transfer(const verbs::Completion& c) noexcept;
   // --- grants (server_grant.cpp) ---
@@ -466,10 +469,15 @@ class ServerConn {
   // buffer `slot` is recycled here).
   void on_granted_write(const verbs::Completion& c, std::uint32_t slot) noexcept;
   // Its turn (after the buffers received before it): the SET written into
-  // grant `grant` opens its entry and the window's invalidation is posted.
+  // grant `grant` opens its entry and the window's invalidation is queued
+  // (posted with the pass's transfers and replies).
   bool start_granted(std::uint32_t grant, std::uint32_t written, Clock::time_point received) noexcept;
   // A window WR completed (an invalidation; a bind only when it failed).
   void on_window(const verbs::Completion& c) noexcept;
+  // A window's WR dropped unposted (drop_unposted): an invalidation's SET
+  // is closed with it (nothing was stored); a bind needs nothing (its grant
+  // goes with the connection).
+  void drop_window_op(std::uint32_t slot) noexcept;
   // The invalidation of entry `k` completed: its SET is checked and installed.
   void install_granted(Key k) noexcept;
   // An ok reply to p's large SET gets a grant (p.grant_for bytes), if one can be made.
@@ -561,7 +569,7 @@ class ServerConn {
   void unhold(const Grant& g) noexcept;
   std::vector<std::optional<Grant>> grants_;  // max_grants slots
   std::size_t grants_held_ = 0;
-  std::size_t window_ops_ = 0;  // invalidations posted, not completed
+  std::size_t window_ops_ = 0;  // invalidations queued or posted, not completed
   Link* link_;
 
   Arena* arena_;  // never null

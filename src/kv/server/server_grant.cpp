@@ -43,16 +43,19 @@ void ServerConn::offer_grant(Pending& p) noexcept {
     ++counters_->grants_withheld;  // the block goes back; this client's next large SET goes by READ
     return;
   }
-  std::uint32_t rkey = 0;
-  const int rc = link_->post_bind(WrId(kBindSlot + i, config_.generation, WrKind::window), i, *g.registration,
-                                  g.block->block(), false, &rkey);
-  if (rc != 0) {  // e.g. no room on the send queue: no grant this time, the block goes back
-    SPDLOG_DEBUG("conn {}: binding a grant window failed: errno {}", config_.label, rc);
+  // The bind goes out with this pass's replies, in the same post and ahead
+  // of them: the client learns the key after the window is open.
+  verbs::SendWr bind;
+  if (const int rc = link_->bind_wr(WrId(kBindSlot + i, config_.generation, WrKind::window), i, *g.registration,
+                                    g.block->block(), false, &bind);
+      rc != 0) {  // e.g. the window could not be created: no grant this time, the block goes back
+    SPDLOG_DEBUG("conn {}: building a grant window's bind failed: errno {}", config_.label, rc);
     return;
   }
-  const proto::GrantDesc desc{g.block->addr, rkey, i + 1};
+  if (!channel_.queue_rdma(bind)) return;  // no memory to queue it: no grant this time
+  const proto::GrantDesc desc{g.block->addr, bind.rkey, i + 1};
   const std::uint64_t capacity = g.block->capacity;
-  grants_[i] = Grant{std::move(g), rkey, false, std::nullopt};
+  grants_[i] = Grant{std::move(g), bind.rkey, false, std::nullopt};
   ++grants_held_;
   if (budget != nullptr) budget->held += capacity;
   ++counters_->grants;
@@ -108,9 +111,16 @@ bool ServerConn::start_granted(std::uint32_t grant, std::uint32_t written, Clock
     return false;
   }
   g.entry = *k;
-  if (const int rc = link_->post_invalidate(WrId(grant, config_.generation, WrKind::window), grant); rc != 0) {
+  // Posted with this pass's transfers and replies (flush).
+  verbs::SendWr inv;
+  if (const int rc = link_->invalidate_wr(WrId(grant, config_.generation, WrKind::window), grant, &inv); rc != 0) {
     close_entry(*k);
-    fail(CloseCause::post_error, fmt::format("post of a grant window's invalidation failed: errno {}", rc));
+    fail(CloseCause::internal, fmt::format("building a grant window's invalidation failed: errno {}", rc));
+    return false;
+  }
+  if (!channel_.queue_rdma(inv)) {
+    close_entry(*k);
+    fail(CloseCause::internal, "out of memory queueing a grant window's invalidation");
     return false;
   }
   ++window_ops_;
@@ -142,6 +152,12 @@ void ServerConn::on_window(const verbs::Completion& c) noexcept {
                 fmt::format("invalidating a grant window failed: {} ({})", to_string(c.status), c.status_detail()));
   }
   install_granted(k);
+}
+
+void ServerConn::drop_window_op(std::uint32_t slot) noexcept {
+  if (slot >= kBindSlot) return;
+  if (window_ops_ > 0) --window_ops_;
+  if (slot < grants_.size() && grants_[slot] && grants_[slot]->entry) close_entry(*grants_[slot]->entry);
 }
 
 void ServerConn::install_granted(Key k) noexcept {

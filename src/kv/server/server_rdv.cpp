@@ -35,8 +35,12 @@ bool ServerConn::queued_transfer(Key k, bool queued, std::string_view what) noex
 }
 
 void ServerConn::drop_unposted() noexcept {
-  // Queued, never posted: no completion will come for them.
-  channel_.drop_queued_rdma([&](verbs::WrId id) { close_entry(Key::unpack32(id.slot())); });
+  // Queued, never posted: no completion will come for them. A transfer's
+  // slot is its entry's key; a window's WR is a grant's (server_grant.cpp).
+  channel_.drop_queued_rdma([&](verbs::WrId id) {
+    if (id.kind() == verbs::WrKind::window) return drop_window_op(id.slot());
+    close_entry(Key::unpack32(id.slot()));
+  });
 }
 
 ServerConn::Outcome ServerConn::execute_set_rdv(const proto::MessageView& m, proto::MessageSpec& reply) noexcept {
