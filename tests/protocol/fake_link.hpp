@@ -131,7 +131,7 @@ class FakeLink final : public kv::conn::Link {
     w.wr_id = id;
     w.remote_addr = reinterpret_cast<std::uintptr_t>(range.data());
     w.window_length = range.size();
-    w.rkey = window * 256 + (window_keys[window] & 0xFFu) % 256 + 1;
+    w.rkey = window * 256 + (window_keys[window] & 0xFFu) + 1;
     w.signaled = signaled;
     *wr = w;
     return 0;

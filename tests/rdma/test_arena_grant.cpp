@@ -66,10 +66,12 @@ struct GrantFixture {
 
   // Binds window 3 of the link over the whole granted block (remote_write only).
   std::uint32_t bind() {
-    std::uint32_t key = 0;
-    const int rc =
-        link->post_bind(WrId(10, 1, WrKind::window), 3, *grant.registration, grant.block->block(), true, &key);
-    if (rc != 0) throw std::runtime_error("bind post failed");
+    SendWr wr;
+    if (link->bind_wr(WrId(10, 1, WrKind::window), 3, *grant.registration, grant.block->block(), true, &wr) != 0 ||
+        link->post(wr) != 0) {
+      throw std::runtime_error("bind post failed");
+    }
+    const std::uint32_t key = wr.rkey;
     const Completion c = one_completion(lb->server);
     EXPECT_EQ(c.status, CompletionStatus::success) << c.status_detail();
     EXPECT_EQ(c.opcode, CompletionOpcode::bind_window);
@@ -78,7 +80,10 @@ struct GrantFixture {
   }
 
   void invalidate() {
-    if (link->post_invalidate(WrId(11, 1, WrKind::window), 3) != 0) throw std::runtime_error("inv post failed");
+    SendWr wr;
+    if (link->invalidate_wr(WrId(11, 1, WrKind::window), 3, &wr) != 0 || link->post(wr) != 0) {
+      throw std::runtime_error("inv post failed");
+    }
     const Completion c = one_completion(lb->server);
     EXPECT_EQ(c.status, CompletionStatus::success) << c.status_detail();
     EXPECT_EQ(c.opcode, CompletionOpcode::invalidate);
@@ -98,9 +103,10 @@ struct GrantFixture {
 TEST(ArenaGrant, AWindowOverAGrantableBlockTakesAWriteAndTheBlocksOwnKeyOnlyReads) {
   GrantFixture f;
   ASSERT_EQ(f.grant.block->capacity, kBlock);
-  EXPECT_EQ(f.link->post_invalidate(WrId(12, 1, WrKind::window), 3), EINVAL) << "never bound";
-  EXPECT_EQ(f.link->post_bind(WrId(12, 1, WrKind::window), QpLink::kMaxWindows, *f.grant.registration,
-                              f.grant.block->block(), true, nullptr),
+  SendWr unused;
+  EXPECT_EQ(f.link->invalidate_wr(WrId(12, 1, WrKind::window), 3, &unused), EINVAL) << "never bound";
+  EXPECT_EQ(f.link->bind_wr(WrId(12, 1, WrKind::window), QpLink::kMaxWindows, *f.grant.registration,
+                            f.grant.block->block(), true, &unused),
             EINVAL);
   const std::uint32_t key = f.bind();
   EXPECT_NE(key, f.grant.block->rkey);

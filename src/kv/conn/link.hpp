@@ -51,20 +51,6 @@ class Link {
   virtual int bind_wr(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
                       bool signaled, verbs::SendWr* wr) noexcept = 0;
   virtual int invalidate_wr(verbs::WrId id, std::uint32_t window, verbs::SendWr* wr) noexcept = 0;
-  // Built and posted at once (a chain of one); *rkey set only if posted.
-  int post_bind(verbs::WrId id, std::uint32_t window, const Registration& reg, std::span<const std::byte> range,
-                bool signaled, std::uint32_t* rkey) noexcept {
-    verbs::SendWr wr;
-    if (const int rc = bind_wr(id, window, reg, range, signaled, &wr); rc != 0) return rc;
-    const int rc = post(wr);
-    if (rc == 0 && rkey != nullptr) *rkey = wr.rkey;
-    return rc;
-  }
-  int post_invalidate(verbs::WrId id, std::uint32_t window) noexcept {
-    verbs::SendWr wr;
-    if (const int rc = invalidate_wr(id, window, &wr); rc != 0) return rc;
-    return post(wr);
-  }
 };
 
 // The production Link: a verbs::QueuePair (and the windows on its PD).

@@ -126,9 +126,10 @@ class MessageChannel {
   // Posts the queued RDMA WRs and up to max_sends queued SENDs (the open
   // buffer too, if non-empty), in that order, in chains of up to
   // QueuePair::kMaxChain, the READs and WRITEs signaled as
-  // set_transfer_signaling says (a window's WR as it was queued). Returns the number of SENDs posted; *error gets the errno of a
-  // failed post (what it did not post stays queued: ENOMEM
-  // means the send queue is full, retry later).
+  // set_transfer_signaling says (a window's WR as it was queued). Returns
+  // the number of SENDs posted; *error gets the errno of a failed post
+  // (what it did not post stays queued: ENOMEM means the send queue is
+  // full, retry later).
   std::size_t flush(std::size_t max_sends = std::numeric_limits<std::size_t>::max(),
                     int* error = nullptr) noexcept;
   // A send completion (any status): returns its buffer. False if not ours/stale.
