@@ -142,13 +142,13 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
     // interval, the last one always; a window's bind or invalidation keeps
     // its own (it is the caller's, not in `posted_transfers_`).
     const std::size_t in_call = done < transfers ? std::min(n, transfers - done) : 0;
-    std::size_t moving = 0;
-    for (std::size_t i = done; i < done + in_call; ++i) moving += moves_bytes(wrs_[i].op) ? 1 : 0;
+    verbs::SendWr* last = nullptr;
     for (std::size_t i = done, k = 0; i < done + in_call; ++i) {
       if (!moves_bytes(wrs_[i].op)) continue;
-      ++k;
-      wrs_[i].signaled = k % signal_interval_ == 0 || k == moving;
+      wrs_[i].signaled = ++k % signal_interval_ == 0;
+      last = &wrs_[i];
     }
+    if (last != nullptr) last->signaled = true;
     std::size_t posted = 0;
     rc = link_->post_chain(std::span<const verbs::SendWr>(wrs_).subspan(done, n), &posted);
     add(posted_.post_calls, 1);

@@ -457,8 +457,8 @@ class ServerConn {
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
   // Opens the entry of a READ/WRITE about to be queued (nullopt: no memory).
   std::optional<Key> open_transfer(Pending p) noexcept;
-  // The entry's READ/WRITE is queued for the next flush (false if it could
-  // not be: the entry is closed, fail() decided).
+  // The entry's READ/WRITE (or grant invalidation) is queued for the next
+  // flush (false if it could not be: the entry is closed, fail() decided).
   bool queued_transfer(Key k, bool queued, std::string_view what) noexcept;
   // Closes the entries of the READ/WRITEs (and grant invalidations) queued
   // and never posted (closing).

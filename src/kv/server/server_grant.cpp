@@ -118,11 +118,7 @@ bool ServerConn::start_granted(std::uint32_t grant, std::uint32_t written, Clock
     fail(CloseCause::internal, fmt::format("building a grant window's invalidation failed: errno {}", rc));
     return false;
   }
-  if (!channel_.queue_rdma(inv)) {
-    close_entry(*k);
-    fail(CloseCause::internal, "out of memory queueing a grant window's invalidation");
-    return false;
-  }
+  if (!queued_transfer(*k, channel_.queue_rdma(inv), "invalidation of a grant window")) return false;
   ++window_ops_;
   return true;
 }
