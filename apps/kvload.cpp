@@ -236,6 +236,10 @@ int kvload_main(int argc, char** argv) {
                  "none completed for this many ms")
       ->check(CLI::Range(100u, 3'600'000u))
       ->capture_default_str();
+  app.add_option("--wait-start", f.wait_start,
+                 "--file: once connected, write this process's pid to FILE and start the run only on SIGUSR1 "
+                 "(at most --stall-timeout ms later, else exit 1): several processes' runs start together, "
+                 "after all of them have connected");
   app.add_option("--request-batch", f.request_batch,
                  "--file: post requests as soon as this many are queued, so kvd starts on them while the rest "
                  "are submitted (0: one SEND per loop turn)")

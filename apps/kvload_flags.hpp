@@ -35,6 +35,7 @@ struct KvloadFlags {
   std::string expect;  // --expect FILE: values the server holds before the run (checked like --verify)
   std::string auth_token_file;  // --auth-token-file FILE
   std::string auth_token;       // read from it after parsing (ClientOptions::auth_token)
+  std::string wait_start;       // --wait-start FILE: connected, write the pid there, run on SIGUSR1
 };
 
 // Runs the workload file with up to flags.depth operations in flight; returns the exit status.

@@ -2,6 +2,7 @@
 // (fibers, up to --depth in flight) on this thread's reactor, print the
 // summary. A progress line goes to stderr while stderr is a terminal.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,9 +58,49 @@ std::optional<kv::load::ParseResult> parse_file(const std::string& path) {
   return parsed;
 }
 
+// --wait-start: SIGUSR1 is blocked in every thread from the start (the
+// client library's threads inherit the mask), so it is taken only by
+// sigtimedwait here and never ends the process.
+bool block_start_signal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  if (const int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr); rc != 0) {
+    std::fprintf(stderr, "kvload: --wait-start: cannot block SIGUSR1: %s\n", std::strerror(rc));
+    return false;
+  }
+  return true;
+}
+
+// Writes this process's pid to `path` (the caller's sign that it is
+// connected), then waits up to `timeout` for SIGUSR1.
+bool wait_for_start(const std::string& path, std::chrono::milliseconds timeout) {
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  const reactor::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd || ::write(fd.get(), pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+    std::fprintf(stderr, "kvload: --wait-start %s: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec ts{static_cast<time_t>(s.count()),
+                    static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout - s).count())};
+  for (;;) {
+    if (::sigtimedwait(&set, nullptr, &ts) == SIGUSR1) return true;
+    if (errno == EINTR) continue;  // another signal: keep waiting (the deadline restarts; it is a bound, not a timer)
+    std::fprintf(stderr, "kvload: --wait-start: %s\n",
+                 errno == EAGAIN ? ("no SIGUSR1 within " + std::to_string(timeout.count()) + " ms").c_str()
+                                 : std::strerror(errno));
+    return false;
+  }
+}
+
 }  // namespace
 
 int kvload_run_file(const KvloadFlags& f) {
+  if (!f.wait_start.empty() && !block_start_signal()) return 1;
   // Parse everything first: a bad file sends nothing.
   const std::optional<kv::load::ParseResult> parsed = parse_file(f.file);
   if (!parsed) return 1;
@@ -113,6 +154,10 @@ int kvload_run_file(const KvloadFlags& f) {
       std::fprintf(stderr, "kvload: --ack-log %s: %s\n", f.ack_log.c_str(), std::strerror(errno));
       return 1;
     }
+  }
+  if (!f.wait_start.empty() && !wait_for_start(f.wait_start, std::chrono::milliseconds(f.stall_timeout_ms))) {
+    client->close();
+    return 1;
   }
   kv::load::LoadOptions lopt;
   if (ack_fd) {

@@ -2,10 +2,12 @@
 // workload reports FILE:LINE for every bad line and exits nonzero without
 // connecting; a good one runs and --json has the summary keys; --expect
 // checks GETs against another file's SETs (and DELs); DEL lines run in
-// order and --verify checks them; interactive mode answers SET/GET/DEL. (Bad flags and `kvload gen` need no device: test_cli.cpp.)
+// order and --verify checks them; interactive mode answers SET/GET/DEL;
+// --wait-start holds a connected run until SIGUSR1. (Bad flags and `kvload gen` need no device: test_cli.cpp.)
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -344,6 +346,70 @@ TEST(KvloadE2E, GrantedSetsOfEverySizeVerify) {
   EXPECT_GT(st->at("granted_sets"), 0u);
   EXPECT_EQ(st->at("protocol_errors"), 0u);
   std::remove(file.c_str());
+}
+
+// --wait-start FILE (bench/run and bench/profile start several processes'
+// runs together with it): the process connects, writes its pid to FILE and
+// sends nothing until SIGUSR1; without the signal it gives up after
+// --stall-timeout, exit 1, still having sent nothing.
+TEST(KvloadE2E, WaitStartRunsOnlyOnTheSignal) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  const auto port = std::to_string(kvd.port());
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "SET w" + std::to_string(i) + " v" + std::to_string(i) + "\nGET w" + std::to_string(i) + "\n";
+  const std::string file = write_file("wait.txt", text);
+  const std::string ready = "kvload_test_ready";
+  std::remove(ready.c_str());
+  CommandResult r;
+  std::thread run([&] {
+    r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--json", "--verify",
+                     "--wait-start", ready}, {}, 600s);
+  });
+  // Its pid in the file once it is connected.
+  pid_t pid = 0;
+  const auto deadline = deadline_after(300s);
+  while (pid == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(ready);
+    long v = 0;
+    if (in >> v) pid = static_cast<pid_t>(v);
+    if (pid == 0) std::this_thread::sleep_for(50ms);
+  }
+  if (pid > 0) {
+    std::this_thread::sleep_for(1s);  // room for a run that did not wait to show itself
+    const auto st = kvd.stats();
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->at("sets"), 0u) << "the run started before its signal";
+    EXPECT_EQ(st->at("gets"), 0u);
+    EXPECT_EQ(::kill(pid, SIGUSR1), 0);
+  }
+  run.join();
+  ASSERT_GT(pid, 0) << "no pid in " << ready << ": " << r.err;
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json_number(r.out, "ops"), 40) << r.out;
+  EXPECT_EQ(json_number(r.out, "mismatches"), 0) << r.out;
+  auto st = kvd.stats();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->at("sets"), 20u);
+
+  // No signal: it gives up at --stall-timeout, having sent nothing.
+  std::remove(ready.c_str());
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--wait-start", ready,
+                   "--stall-timeout", "500"}, {}, 300s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "kvload: --wait-start: no SIGUSR1 within 500 ms")) << r.err;
+  st = kvd.stats();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->at("sets"), 20u);
+  EXPECT_EQ(st->at("gets"), 20u);
+  // A file it cannot write: refused before anything is sent.
+  r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", port, "--file", file, "--wait-start",
+                   "no-such-dir/ready"}, {}, 300s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "kvload: --wait-start no-such-dir/ready: No such file or directory")) << r.err;
+  for (const auto& f : {file, ready}) std::remove(f.c_str());
 }
 
 }  // namespace
