@@ -72,7 +72,7 @@ class Decoder {
 // validates a whole SEND before executing any of it, then executes it).
 // Precondition: a Decoder over these same bytes returned a MessageView at
 // `offset` (any limits), and the bytes have not changed since. Equal to that
-// view, field by field (tests/unit/test_proto.cpp checks it on every message
+// view, field by field (tests/unit/test_proto_fuzz.cpp checks it on every message
 // the fuzz tests decode).
 [[nodiscard]] MessageView view_validated(std::span<const std::byte> buf, std::size_t offset) noexcept;
 
