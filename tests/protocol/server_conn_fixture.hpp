@@ -65,6 +65,23 @@ inline std::vector<Reply> decode_all(const std::vector<std::byte>& send) {
   return out;
 }
 
+// A ServerConn's configuration over these test objects: generation kGen,
+// the peer's receives 8 KiB, `credits` growing up to `max_credits` (0: no growth).
+inline ServerConnConfig fake_conn_config(std::uint16_t credits, std::uint16_t max_credits, const char* label,
+                                         ServerCounters& counters, Store& store, LatencyHistograms& latency,
+                                         ShardGate& gate) {
+  ServerConnConfig cfg;
+  cfg.credits = credits;
+  cfg.max_credits = max_credits;
+  cfg.generation = kGen;
+  cfg.peer_recv_size = 8192;
+  cfg.label = label;
+  cfg.stats = test::stats_of(counters, store);
+  cfg.latency = &latency;
+  cfg.gate = &gate;
+  return cfg;
+}
+
 class ServerConnTest : public ::testing::Test {
  protected:
   explicit ServerConnTest(std::uint32_t send_count = 8, std::size_t send_size = 8192)
@@ -73,15 +90,8 @@ class ServerConnTest : public ::testing::Test {
   void SetUp() override { make(); }
 
   void make(std::uint32_t reply_batch = 0) {
-    ServerConnConfig cfg;
+    ServerConnConfig cfg = fake_conn_config(kCredits, 0, "fake-peer", counters_, store_, latency_, gate_);
     cfg.reply_batch = reply_batch;
-    cfg.credits = kCredits;
-    cfg.generation = kGen;
-    cfg.peer_recv_size = 8192;
-    cfg.label = "fake-peer";
-    cfg.stats = test::stats_of(counters_, store_);
-    cfg.latency = &latency_;
-    cfg.gate = &gate_;
     store_.attach_large_blocks([a = &arena_](std::size_t n) { return a->allocate(n); });  // as Server::make_pd
     conn_.reset();  // its buffers go back to the pools first
     conn_ = std::make_unique<ServerConn>(link_, recv_, send_, store_, arena_, counters_, cfg);

@@ -19,15 +19,7 @@ TEST(ElasticCredits, GrowWhenSpentShrinkWhenUnspentAlwaysBacked) {
   ShardGate gate;
   test::FakeRegistrar reg;
   Arena arena(reg, {4096, 1u << 20, 64u << 20});
-  ServerConnConfig cfg;
-  cfg.credits = 2;
-  cfg.max_credits = 8;
-  cfg.generation = kGen;
-  cfg.peer_recv_size = 8192;
-  cfg.label = "elastic";
-  cfg.stats = test::stats_of(counters, store);
-  cfg.latency = &latency;
-  cfg.gate = &gate;
+  const ServerConnConfig cfg = fake_conn_config(2, 8, "elastic", counters, store, latency, gate);
   auto conn = std::make_unique<ServerConn>(link, recv, send, store, arena, counters, cfg);
   ASSERT_EQ(conn->start(), Verdict::keep);
   conn->on_established();

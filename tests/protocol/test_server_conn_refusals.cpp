@@ -25,35 +25,22 @@ std::vector<Malformed> malformed_cases() {
     for (char ch : payload) hdr.push_back(static_cast<std::byte>(ch));
     return hdr;
   };
-  {
+  // `h` with one field changed by `edit`, then "kv".
+  const auto forged = [&](const char* name, auto edit, proto::Reason reason) {
     auto x = h;
-    x.magic = 0x1234;
-    v.push_back({"bad_magic", with_payload(raw_header(x), "kv"), proto::Reason::bad_magic});
-  }
-  {
-    auto x = h;
-    x.opcode = 0x42;
-    v.push_back({"unknown_opcode", with_payload(raw_header(x), "kv"), proto::Reason::unknown_opcode});
-  }
-  {
-    auto x = h;
-    x.credits = 3;
-    v.push_back({"credits_in_request", with_payload(raw_header(x), "kv"), proto::Reason::credits_in_request});
-  }
-  {
-    auto x = h;
-    x.key_len = 0;
-    v.push_back({"bad_key_len", with_payload(raw_header(x), "kv"), proto::Reason::bad_key_len});
-  }
+    edit(x);
+    v.push_back({name, with_payload(raw_header(x), "kv"), reason});
+  };
+  forged("bad_magic", [](proto::RawHeader& x) { x.magic = 0x1234; }, proto::Reason::bad_magic);
+  forged("unknown_opcode", [](proto::RawHeader& x) { x.opcode = 0x42; }, proto::Reason::unknown_opcode);
+  forged("credits_in_request", [](proto::RawHeader& x) { x.credits = 3; }, proto::Reason::credits_in_request);
+  forged("bad_key_len", [](proto::RawHeader& x) { x.key_len = 0; }, proto::Reason::bad_key_len);
+  // value_len runs past the buffer
+  forged("truncated_payload", [](proto::RawHeader& x) { x.value_len = 100; }, proto::Reason::truncated_payload);
   {
     auto x = raw_header(h);
     x.resize(10);
     v.push_back({"truncated_header", x, proto::Reason::truncated_header});
-  }
-  {
-    auto x = h;
-    x.value_len = 100;  // runs past the buffer
-    v.push_back({"truncated_payload", with_payload(raw_header(x), "kv"), proto::Reason::truncated_payload});
   }
   {
     // A valid SET followed by garbage: nothing of the buffer is executed.
