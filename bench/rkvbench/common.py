@@ -75,6 +75,32 @@ def kvd_listening(stdout, seconds=120):
     return None, last
 
 
+def start_together(files, alive, timeout):
+    """kvload --wait-start: waits until each of `files` names the pid of a
+    connected kvload (or `alive()` turns false: one exited first; or
+    `timeout` seconds passed), then sends SIGUSR1 to every pid read, so
+    their runs start together, and removes the files. Returns how many
+    were started."""
+    deadline = time.monotonic() + timeout
+    pids = {}
+    while len(pids) < len(files) and alive() and time.monotonic() < deadline:
+        for f in files:
+            if f not in pids:
+                try:
+                    with open(f) as fh:
+                        pids[f] = int(fh.read().strip())
+                except (OSError, ValueError):
+                    pass  # not there yet, or being written
+        if len(pids) < len(files):
+            time.sleep(0.02)
+    for pid in pids.values():
+        os.kill(pid, signal.SIGUSR1)
+    for f in files:
+        if os.path.exists(f):
+            os.remove(f)
+    return len(pids)
+
+
 def die(msg, code=1):
     print(f"bench/run: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)

@@ -3,11 +3,10 @@ idle kvd's CPU, and clients scaling."""
 
 import json
 import os
-import signal
 import subprocess
 import time
 
-from .common import Proc, _last_line, fmt, kvd_listening, log, proc_cpu_seconds, ratio
+from .common import Proc, _last_line, fmt, kvd_listening, log, proc_cpu_seconds, ratio, start_together
 
 # Experiment 3's modes: label -> extra kvd/kvload flags. "default" is the sweep's own run.
 POLL_MODES = {"default": [], "events (--poll-us 0)": ["--poll-us", "0"], "busy-poll": ["--busy-poll"]}
@@ -220,35 +219,8 @@ class LoadExperiments:
                 argv += ["--wait-start", ready[-1]]
             procs.append(Proc(argv))
         if together:
-            pids = self._wait_ready(procs, ready, 120 + 30 * len(procs))
-            for pid in pids:
-                os.kill(pid, signal.SIGUSR1)
-            for f in ready:
-                if os.path.exists(f):
-                    os.remove(f)
+            start_together(ready, lambda: all(pr.p.poll() is None for pr in procs), 120 + 30 * len(procs))
         return self._wait_clients(procs, nops)
-
-    @staticmethod
-    def _wait_ready(procs, files, timeout):
-        """The pids the --wait-start files name, once all are written (or a
-        process exited, or the timeout passed: then those ready so far)."""
-        deadline = time.monotonic() + timeout
-        pids = {}
-        while len(pids) < len(files) and time.monotonic() < deadline:
-            for f in files:
-                if f not in pids:
-                    try:
-                        with open(f) as fh:
-                            text = fh.read().strip()
-                        if text:
-                            pids[f] = int(text)
-                    except (OSError, ValueError):
-                        pass
-            if len(pids) < len(files):
-                if any(pr.p.poll() is not None for pr in procs):
-                    break
-                time.sleep(0.02)
-        return list(pids.values())
 
     def _wait_clients(self, procs, nops):
         """Waits for concurrent kvload processes (each with --json) and
