@@ -61,10 +61,15 @@ std::optional<kv::load::ParseResult> parse_file(const std::string& path) {
 // --wait-start: SIGUSR1 is blocked in every thread from the start (the
 // client library's threads inherit the mask), so it is taken only by
 // sigtimedwait here and never ends the process.
-bool block_start_signal() {
+sigset_t start_signal() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
+  return set;
+}
+
+bool block_start_signal() {
+  const sigset_t set = start_signal();
   if (const int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr); rc != 0) {
     std::fprintf(stderr, "kvload: --wait-start: cannot block SIGUSR1: %s\n", std::strerror(rc));
     return false;
@@ -81,9 +86,7 @@ bool wait_for_start(const std::string& path, std::chrono::milliseconds timeout) 
     std::fprintf(stderr, "kvload: --wait-start %s: %s\n", path.c_str(), std::strerror(errno));
     return false;
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGUSR1);
+  const sigset_t set = start_signal();
   const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const timespec ts{static_cast<time_t>(s.count()),
                     static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout - s).count())};
