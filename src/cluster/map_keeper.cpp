@@ -22,6 +22,14 @@ std::string primaries_line(const ShardMap& map) {
   return out;
 }
 
+// "0, 5, 9": shard numbers, the first 16, then how many more.
+std::string shard_list(const std::vector<std::uint32_t>& shards) {
+  std::string out;
+  for (std::size_t i = 0; i < shards.size() && i < 16; ++i) out += (i ? ", " : "") + std::to_string(shards[i]);
+  if (shards.size() > 16) out += ", and " + std::to_string(shards.size() - 16) + " more";
+  return out;
+}
+
 }  // namespace
 
 std::string_view to_string(KeeperState s) noexcept {
@@ -106,15 +114,16 @@ void MapKeeper::plan() {
   state_ = KeeperState::writing;
   std::string body = put_if_body(view.url.map_key(), map_value(*next), view.map_revision);
   try {
-    etcd_.post(kPathTxn, std::move(body), [this, map = *next](EtcdReply& r) { on_written(r, map); });
+    etcd_.post(kPathTxn, std::move(body),
+               [this, map = *next, last = view.map](EtcdReply& r) { on_written(r, map, last); });
   } catch (const std::exception& e) {
     EtcdReply failed;
     failed.error = e.what();
-    on_written(failed, *next);
+    on_written(failed, *next, view.map);
   }
 }
 
-void MapKeeper::on_written(EtcdReply& reply, const ShardMap& map) {
+void MapKeeper::on_written(EtcdReply& reply, const ShardMap& map, const std::optional<ShardMap>& last) {
   std::string why;
   std::optional<TxnResult> txn;
   if (!reply.ok || !(txn = parse_txn(reply.body, why))) {
@@ -131,6 +140,16 @@ void MapKeeper::on_written(EtcdReply& reply, const ShardMap& map) {
   if (txn->succeeded) {
     spdlog::info("cluster {}: wrote the shard map of epoch {}: {} shards; primaries: {}", watch_.url().text(),
                  map.epoch, map.shards.size(), primaries_line(map));
+    if (last) {
+      // Logged here, by the one member whose write landed: data lost is decided by this map. A
+      // warning with replicas; without, a moved shard always starts empty (a cache's choice).
+      if (const std::vector<std::uint32_t> empty = shards_started_empty(*last, map); !empty.empty()) {
+        spdlog::log(map.replicas > 0 ? spdlog::level::warn : spdlog::level::info,
+                    "cluster {}: the shard map of epoch {} gives {} shard(s) ({}) to members that held none of "
+                    "their keys (no owner of the last map still owns them), so what those shards held is gone",
+                    watch_.url().text(), map.epoch, empty.size(), shard_list(empty));
+      }
+    }
   }  // else another member's write landed first: the watch brings it
   state_ = KeeperState::idle;
   if (stale_) plan();

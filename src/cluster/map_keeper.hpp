@@ -32,6 +32,7 @@
 // the caller's and must outlive it. Thread: the reactor's.
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -79,7 +80,8 @@ class MapKeeper {
  private:
   void on_change();             // the watch saw the members or the map change
   void plan();                  // from the watch's view: idle -> writing, or stays idle
-  void on_written(EtcdReply& reply, const ShardMap& map);
+  // `last`: the map `map` was planned from (its shards that start empty are logged).
+  void on_written(EtcdReply& reply, const ShardMap& map, const std::optional<ShardMap>& last);
 
   reactor::Reactor* reactor_;
   MapShape shape_;

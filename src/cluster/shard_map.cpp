@@ -557,4 +557,22 @@ std::optional<ShardMap> plan_map(const std::optional<ShardMap>& last, std::span<
   return next;
 }
 
+std::vector<std::uint32_t> shards_started_empty(const ShardMap& last, const ShardMap& next) {
+  std::vector<std::uint32_t> out;
+  if (last.shards.size() != next.shards.size()) return out;
+  const auto same_owner = [&](const std::string& id) {
+    const auto was = last.leases.find(id);
+    const auto now = next.leases.find(id);
+    return was != last.leases.end() && now != next.leases.end() && was->second == now->second;
+  };
+  for (std::size_t i = 0; i < next.shards.size(); ++i) {
+    const std::vector<std::string>& before = last.shards[i].owners;
+    const bool kept = std::ranges::any_of(next.shards[i].owners, [&](const std::string& id) {
+      return std::ranges::find(before, id) != before.end() && same_owner(id);
+    });
+    if (!kept) out.push_back(static_cast<std::uint32_t>(i));
+  }
+  return out;
+}
+
 }  // namespace rkv::cluster

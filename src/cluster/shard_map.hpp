@@ -145,4 +145,12 @@ bool mark_in_sync(ShardMap& map, std::uint32_t shard, std::string_view id, std::
                                                std::span<const std::int64_t> leases, MapShape shape,
                                                std::span<const std::string> draining = {});
 
+// The shards of `next` that no owner of `last` still owns (the same id
+// under the same lease): every copy of their keys left with those owners,
+// and their new primary starts empty. So it goes when every owner of a
+// shard left at once (plan_map rule 2), and with replicas 0 when a primary
+// moves (rule 4). MapKeeper logs them when its map is written. Empty if the
+// two maps have different numbers of shards (a map's never changes).
+[[nodiscard]] std::vector<std::uint32_t> shards_started_empty(const ShardMap& last, const ShardMap& next);
+
 }  // namespace rkv::cluster

@@ -2,7 +2,8 @@
 // variants, and plan_map's rule (docs/cluster.md "The shard map"): a first
 // map, failover to a live in-sync backup with the shard's epoch raised,
 // spread over the members, a join taking a fair share with the fewest moves once caught up, orphaned
-// shards, a cluster formed by joins losing any member, and over random
+// shards and those a map leaves with no owner that holds a copy, a cluster
+// formed by joins losing any member, and over random
 // member changes and catch-ups: a primary moves only to an owner in sync
 // with it, and every plan is a fixed point, owned only by live members, the
 // same whoever computes it and, once every owner caught up, balanced and as
@@ -407,6 +408,34 @@ TEST(ShardMap, ShardsThatLostEveryOwnerGoToTheLeastLoaded) {
     EXPECT_EQ(s.owners, ids({"c:1"}));
     EXPECT_EQ(s.epoch, 2u);
   }
+}
+
+// What MapKeeper warns of: shards whose keys no owner of the last map
+// still holds. A failover to a live backup keeps them; every owner gone at
+// once (their leases lapsed together) or a replicas-0 primary moved does not.
+TEST(ShardMap, ShardsStartedEmptyAreThoseNoOwnerOfTheLastMapKeeps) {
+  const auto three = ids({"a:1", "b:1", "c:1"});
+  const auto m = caught_up(*plan(std::nullopt, three, MapShape{6, 1}));
+  const auto failover = plan(m, ids({"a:1", "c:1"}), MapShape{});
+  ASSERT_TRUE(failover);
+  EXPECT_TRUE(shards_started_empty(m, *failover).empty()) << "every shard of b:1 had a live backup";
+  // Every lease lapsed and each member joined again (lease 2): new
+  // incarnations, so no shard keeps an owner, though the ids are the same.
+  const auto lapsed = plan_map(m, three, std::vector<std::int64_t>{2, 2, 2}, MapShape{});
+  ASSERT_TRUE(lapsed);
+  EXPECT_EQ(shards_started_empty(m, *lapsed), (std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5}));
+  // Without replicas a primary that moves takes no copy along.
+  const auto solo = *plan(std::nullopt, ids({"a:1"}), MapShape{4, 0});
+  const auto joined = plan(solo, ids({"a:1", "b:1"}), MapShape{});
+  ASSERT_TRUE(joined);
+  std::vector<std::uint32_t> moved;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    if (joined->shards[i].owners.front() == "b:1") moved.push_back(i);
+  }
+  EXPECT_EQ(moved.size(), 2u);
+  EXPECT_EQ(shards_started_empty(solo, *joined), moved);
+  EXPECT_TRUE(shards_started_empty(solo, solo).empty());
+  EXPECT_TRUE(shards_started_empty(solo, m).empty()) << "another number of shards: nothing to compare";
 }
 
 TEST(ShardMap, AMemberUnderANewLeaseIsANewIncarnation) {
