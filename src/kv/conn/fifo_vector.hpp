@@ -42,6 +42,8 @@ class FifoVector {
   void push(const T& v) noexcept { items_.push_back(v); }  // after make_room()
   // The i-th oldest (i < size()).
   [[nodiscard]] const T& at(std::size_t i) const noexcept { return items_[head_ + i]; }
+  // The oldest, to update in place (!empty()); valid until the next make_room.
+  [[nodiscard]] T& front() noexcept { return items_[head_]; }
   // Takes the oldest (!empty()).
   T pop_front() noexcept {
     const T v = items_[head_];

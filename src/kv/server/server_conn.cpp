@@ -58,9 +58,9 @@ ServerConn::~ServerConn() {
   }
   // No completion will return what the QP held: every buffer goes back now.
   posted_.for_each([&](std::uint32_t slot) { recv_->give_back(slot); });
-  for (const Held& h : held_) {
+  held_.for_each([&](const Held& h) {
     if (h.slot != kRecycled) recv_->give_back(h.slot);
-  }
+  });
   channel_.release_buffers();
 }
 
@@ -139,11 +139,11 @@ void ServerConn::close_decided(CloseCause cause, std::string reason) noexcept {
   state_ = ConnState::draining;
   cause_ = cause;
   reason_ = std::move(reason);
-  for (const Held& h : held_) {  // not re-posted: nothing more is executed
-    if (h.slot == kRecycled) continue;
+  held_.for_each([&](const Held& h) {  // not re-posted: nothing more is executed
+    if (h.slot == kRecycled) return;
     recv_->give_back(h.slot);
     --allowance_;
-  }
+  });
   held_.clear();
   queued_.clear();
   drop_unposted();
@@ -339,7 +339,11 @@ void ServerConn::on_recv(const verbs::Completion& c) noexcept {
     for (std::size_t i = 0; i < probed; ++i) store_->probe_value(probes[i]);
   }
   counters_->max_conn_outstanding = std::max(counters_->max_conn_outstanding, outstanding_);
-  held_.push_back({slot, bytes.size(), 0, Clock::now()});
+  if (!held_.make_room()) {
+    drop(slot);
+    return fail(CloseCause::internal, "out of memory holding a received buffer");
+  }
+  held_.push({slot, bytes.size(), 0, Clock::now()});
   return process_held();
 }
 
@@ -377,7 +381,7 @@ void ServerConn::process_held() noexcept {
   }
   while (!held_.empty()) {
     switch (process(held_.front())) {
-      case Progress::finished: held_.pop_front(); break;
+      case Progress::finished: (void)held_.pop_front(); break;
       case Progress::paused:
         ++counters_->pauses;
         SPDLOG_DEBUG("conn {}: no send buffer free; {} received buffer(s) wait", config_.label, held_.size());

@@ -95,6 +95,7 @@
 #include "kv/server/latency.hpp"
 #include "kv/server/shard_gate.hpp"
 #include "kv/conn/buffer_pool.hpp"
+#include "kv/conn/fifo_vector.hpp"
 #include "kv/store/durability.hpp"
 #include "kv/conn/link.hpp"
 #include "kv/conn/msg_channel.hpp"
@@ -535,7 +536,9 @@ class ServerConn {
   CloseCause cause_ = CloseCause::none;
   std::string reason_;
 
-  std::deque<Held> held_;
+  // Pushed only by a receive completion (on_recv, on_granted_write), never
+  // while process() holds a reference to the front one.
+  conn::FifoVector<Held> held_;
   conn::PostedIds posted_;             // receive buffers posted on the QP
   std::uint32_t allowance_ = 0;        // receive buffers held: posted_ + held_
   std::uint32_t window_ = 0;           // SENDs received since the allowance was last sized

@@ -84,11 +84,8 @@ void ServerConn::on_granted_write(const verbs::Completion& c, std::uint32_t slot
     (void)start_granted(i, c.byte_len, Clock::now());  // a failure decided to close
     return;
   }
-  try {  // its turn comes after the requests received before it (per-key order)
-    held_.push_back({kRecycled, 0, 0, Clock::now(), i, c.byte_len});
-  } catch (const std::bad_alloc&) {
-    fail(CloseCause::internal, "out of memory queueing a granted SET");
-  }
+  if (!held_.make_room()) return fail(CloseCause::internal, "out of memory queueing a granted SET");
+  held_.push({kRecycled, 0, 0, Clock::now(), i, c.byte_len});  // after the requests received before it (per-key order)
 }
 
 void ServerConn::unhold(const Grant& g) noexcept {
