@@ -521,12 +521,42 @@ int kvd_main(int argc, char** argv) {
     // surely holds (kv/server/shard_gate.hpp, docs/cluster.md "Fencing").
     std::optional<cluster::ShardMap> seen_map;  // the latest map the watch reported
     std::string self_id;
+    // A lease that lapsed is asked for again (MemberLease), so the map may
+    // still name this incarnation. Until its watch showed a view at or
+    // after the record's put, the kvd is `rejoining`: writes wait (a map
+    // planned while the record was gone, one that dropped this member, has
+    // landed by then or never will: MapKeeper's transactions), and a shard
+    // whose part changed otherwise than to none is emptied first (while
+    // the record was gone no map could give this member anything; a view
+    // that shows such a change skipped maps, e.g. a watch read again, and
+    // what it holds of that shard may be stale). docs/cluster.md
+    // "Membership", A lease that lapsed.
+    std::int64_t seen_revision = 0;  // the latest view's
+    std::optional<cluster::MemberLease::Clock::time_point> held_pending;  // `until`, waiting for that view
+    const auto rejoining = [&] {
+      return member && (member->state() == cluster::LeaseState::rejoining || seen_revision < member->record_revision());
+    };
     const auto serve_shards = [&] {
       std::vector<proto::ShardPart> mine;
       if (seen_map && member) mine = seen_map->parts_of(self_id, member->lease());
       if (replicator) replicator->set_backups(seen_map ? seen_map->epoch : 0, backups_of(seen_map, mine));
       const std::size_t before = server.gate().served();
       const std::size_t backed_before = server.gate().backed();
+      if (const auto& had = server.gate().shards(); rejoining() && had.size() == mine.size()) {
+        std::vector<proto::ShardPart> first = mine;
+        std::size_t reset = 0;
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+          if (mine[i].role != proto::ShardRole::none && mine[i] != had[i]) {
+            first[i] = {};
+            ++reset;
+          }
+        }
+        if (reset > 0) {
+          spdlog::warn("kvd: joining again, the map changed this member's part in {} shard(s) it holds: their keys "
+                       "are dropped first (what it holds of them may be stale)", reset);
+          server.serve_shards(std::move(first));
+        }
+      }
       server.serve_shards(std::move(mine));
       if (server.gate().served() != before || server.gate().backed() != backed_before) {
         spdlog::info("kvd: primary of {} shard(s), backup of {} (map epoch {})", server.gate().served(),
@@ -541,14 +571,25 @@ int kvd_main(int argc, char** argv) {
         member = std::make_unique<cluster::MemberLease>(
             reactor, *cluster_url, self, std::chrono::seconds(lease_ttl_s),
             [&](cluster::MemberLease::Clock::time_point until) {
+              if (keeper) keeper->lease_held_until(until);
+              if (rejoining()) {
+                held_pending = until;
+                return;
+              }
               server.gate().lease_held_until(until);
-              serve_shards();  // a new lease (joined again) serves no shard of the old one
+              serve_shards();  // a new lease (joined again as a new incarnation) serves no shard of the old one
             });
         keeper = std::make_unique<cluster::MapKeeper>(
             reactor, cluster::read_cluster(*cluster_url, std::chrono::seconds(15)), cluster::MapShape{.replicas = replicas},
+            self_id, std::chrono::seconds(lease_ttl_s),
             [&](const cluster::ClusterView& view) {
               seen_map = view.map;
-              serve_shards();
+              serve_shards();  // still `rejoining` for this view, if it ends it
+              seen_revision = std::max(seen_revision, view.revision);
+              if (held_pending && !rejoining()) {
+                if (!leaving) server.gate().lease_held_until(*held_pending);  // leaving: writes stay off
+                held_pending.reset();
+              }
               // `rkv cluster remove`: this incarnation's record marked draining.
               const bool removed = std::ranges::any_of(view.members, [&](const cluster::Member& m) {
                 return m.draining && m.id() == self_id && m.lease == member->lease();

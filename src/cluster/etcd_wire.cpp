@@ -147,7 +147,11 @@ std::string prefix_end(std::string_view prefix) {
   return std::string(1, '\0');  // all 0xff: to the end of the keyspace
 }
 
-std::string grant_body(std::int64_t ttl_seconds) { return json{{"TTL", std::to_string(ttl_seconds)}}.dump(); }
+std::string grant_body(std::int64_t ttl_seconds, std::int64_t id) {
+  json j{{"TTL", std::to_string(ttl_seconds)}};
+  if (id != 0) j["ID"] = std::to_string(id);
+  return j.dump();
+}
 std::string keepalive_body(std::int64_t lease) { return json{{"ID", std::to_string(lease)}}.dump(); }
 std::string revoke_body(std::int64_t lease) { return json{{"ID", std::to_string(lease)}}.dump(); }
 
@@ -171,11 +175,16 @@ std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revisi
       .dump();
 }
 
-std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision) {
+std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision,
+                        std::span<const std::string> absent) {
   const std::string k = base64_encode(key);
-  // etcd compares a key that does not exist as mod_revision 0.
-  return json{{"compare", json::array({{{"key", k}, {"result", "EQUAL"}, {"target", "MOD"},
-                                        {"mod_revision", std::to_string(mod_revision)}}})},
+  // etcd compares a key that does not exist as mod_revision 0, and version 0.
+  json compare = json::array({{{"key", k}, {"result", "EQUAL"}, {"target", "MOD"},
+                               {"mod_revision", std::to_string(mod_revision)}}});
+  for (const std::string& a : absent) {
+    compare.push_back({{"key", base64_encode(a)}, {"result", "EQUAL"}, {"target", "VERSION"}, {"version", "0"}});
+  }
+  return json{{"compare", std::move(compare)},
               {"success", json::array({{{"request_put", {{"key", k}, {"value", base64_encode(value)}}}}})}}
       .dump();
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,7 +40,9 @@ inline constexpr std::string_view kPathDelete = "/v3/kv/deleterange";
 inline constexpr std::string_view kPathWatch = "/v3/watch";
 inline constexpr std::string_view kPathTxn = "/v3/kv/txn";
 
-[[nodiscard]] std::string grant_body(std::int64_t ttl_seconds);
+// id 0: etcd picks the lease's ID; else that ID is asked for (etcd refuses
+// it if a lease of that ID exists).
+[[nodiscard]] std::string grant_body(std::int64_t ttl_seconds, std::int64_t id = 0);
 [[nodiscard]] std::string keepalive_body(std::int64_t lease);
 [[nodiscard]] std::string revoke_body(std::int64_t lease);
 // lease 0: the key lives until deleted.
@@ -51,8 +54,10 @@ inline constexpr std::string_view kPathTxn = "/v3/kv/txn";
 // `start_revision` on (the first revision the watcher has not seen).
 [[nodiscard]] std::string watch_prefix_body(std::string_view prefix, std::int64_t start_revision);
 // A transaction that puts `value` at `key` (no lease) only if the key's
-// mod_revision is still `mod_revision` (0: only if the key does not exist).
-[[nodiscard]] std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision);
+// mod_revision is still `mod_revision` (0: only if the key does not exist)
+// and none of the keys in `absent` exists.
+[[nodiscard]] std::string put_if_body(std::string_view key, std::string_view value, std::int64_t mod_revision,
+                                      std::span<const std::string> absent = {});
 
 struct Lease {
   std::int64_t id = 0;

@@ -41,7 +41,7 @@ MemberLease::MemberLease(reactor::Reactor& reactor, ClusterUrl url, Member self,
   // The async join, run to its end here (each step bounded by kSetupTimeout).
   std::optional<std::pair<int, std::string>> failed;
   bool done = false;
-  join(kSetupTimeout, [&](int code, const std::string& why) {
+  join(kSetupTimeout, 0, [&](int code, const std::string& why) {
     done = true;
     if (code != 0) failed.emplace(code, why);
   });
@@ -123,33 +123,60 @@ void MemberLease::on_renewed(EtcdReply& reply, Clock::time_point sent) {
   rejoin();
 }
 
-void MemberLease::join(std::chrono::milliseconds timeout, JoinDone done) {
+void MemberLease::join(std::chrono::milliseconds timeout, std::int64_t want, JoinDone done) {
   in_flight_ = true;
   const Clock::time_point sent = Clock::now();
-  etcd_.post(kPathGrant, grant_body(ttl_.count()), [this, timeout, sent, done = std::move(done)](EtcdReply& r) mutable {
+  etcd_.post(kPathGrant, grant_body(ttl_.count(), want),
+             [this, timeout, want, sent, done = std::move(done)](EtcdReply& r) mutable {
     std::string why;
     std::optional<Lease> lease;
-    if (!r.ok || !(lease = parse_grant(r.body, why))) {
-      in_flight_ = false;
-      return done(r.ok ? EPROTO : code_of(r), "etcd lease grant: " + (r.ok ? why : r.error));
+    if (r.ok && (lease = parse_grant(r.body, why))) {
+      lease_ = lease->id;
+      return put_record(timeout, sent, lease->ttl, std::move(done));
     }
-    lease_ = lease->id;
-    const std::int64_t ttl_s = lease->ttl;
-    etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, sent, ttl_s, done = std::move(done)](EtcdReply& p) {
-      in_flight_ = false;
-      if (p.ok) confirmed(sent, ttl_s);
-      done(p.ok ? 0 : code_of(p), p.ok ? std::string() : "etcd put of " + key_ + ": " + p.error);
-    }, timeout);
+    const std::string& refusal = r.ok ? why : r.error;
+    if (want != 0 && r.http_status != 0 && refusal.find("lease already exists") != std::string::npos) {
+      // An earlier attempt's grant of it landed and its put did not: it is
+      // this kvd's. Its TTL runs from that grant, so only the next renewal
+      // tells how long it holds (no `held` now).
+      lease_ = want;
+      return put_record(timeout, sent, 0, std::move(done));
+    }
+    if (want != 0 && r.http_status != 0) {  // etcd refused that ID: any other will do
+      spdlog::warn("kvd: cluster {}: etcd refused lease {:x} again ({}): joining under a new lease, as a new "
+                   "incarnation", url_.text(), want, refusal);
+      return join(timeout, 0, std::move(done));
+    }
+    in_flight_ = false;
+    return done(r.ok ? EPROTO : code_of(r), "etcd lease grant: " + refusal);
+  }, timeout);
+}
+
+void MemberLease::put_record(std::chrono::milliseconds timeout, Clock::time_point sent, std::int64_t ttl_s,
+                             JoinDone done) {
+  etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, sent, ttl_s, done = std::move(done)](EtcdReply& p) {
+    in_flight_ = false;
+    if (p.ok) {
+      std::string why;
+      const auto rev = parse_header_revision(p.body, why);
+      if (!rev) return done(EPROTO, "etcd put of " + key_ + ": " + why);
+      record_revision_ = *rev;
+      confirmed(sent, ttl_s);
+    }
+    done(p.ok ? 0 : code_of(p), p.ok ? std::string() : "etcd put of " + key_ + ": " + p.error);
   }, timeout);
 }
 
 void MemberLease::rejoin() {
-  join(std::chrono::milliseconds(0), [this](int code, const std::string& why) {
+  // The lease it had, asked for again: the same incarnation, which the map
+  // may still name (docs/cluster.md "Membership", A lease that lapsed).
+  join(std::chrono::milliseconds(0), lease_, [this](int code, const std::string& why) {
     if (state_ == LeaseState::left) return;
     if (code != 0) return on_failure("joining again", why);
     state_ = LeaseState::joined;
     failing_ = false;
-    spdlog::info("kvd: joined cluster {} again (lease {:x})", url_.text(), lease_);
+    spdlog::info("kvd: joined cluster {} again (lease {:x}, record at revision {})", url_.text(), lease_,
+                 record_revision_);
   });
 }
 

@@ -9,7 +9,11 @@
 // or stops renewing for longer than the TTL (killed, paused, cut off from
 // etcd), etcd expires the lease and deletes the record: etcd, not the kvd,
 // decides that a member is gone. A kvd that finds its lease expired while it
-// still runs joins again under a new one. Leaving (shutdown) revokes the
+// still runs joins again, asking etcd for the lease ID it had (a new
+// grant of the same ID): it is the same incarnation, holding what it held,
+// and a map no member changed meanwhile still names it (docs/cluster.md
+// "Membership", A lease that lapsed). If etcd refuses that ID it joins
+// under a new one, as a new incarnation. Leaving (shutdown) revokes the
 // lease, so the record goes at once.
 //
 // Until when the lease is surely held (its `held` callback; kvd's shard
@@ -76,6 +80,10 @@ class MemberLease {
   [[nodiscard]] LeaseState state() const noexcept { return state_; }
   [[nodiscard]] std::int64_t lease() const noexcept { return lease_; }
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
+  // The etcd revision at which the record was last put by a join (or a
+  // rejoin): a map this kvd's watch showed at or after it was planned by
+  // members that could see the record (kvd's fence waits for one, below).
+  [[nodiscard]] std::int64_t record_revision() const noexcept { return record_revision_; }
   // Renewals that failed to reach etcd, and times the lease was found expired.
   [[nodiscard]] std::uint64_t renew_failures() const noexcept { return renew_failures_; }
   [[nodiscard]] std::uint64_t rejoins() const noexcept { return rejoins_; }
@@ -89,8 +97,12 @@ class MemberLease {
   void confirmed(Clock::time_point sent, std::int64_t ttl_s);  // etcd confirmed the lease (grant or keepalive)
   // Grants a lease and puts the record under it (async; each request at
   // most `timeout`, 0: the client's); `done(0, "")`, or an errno value and why.
+  // `want` 0: a new lease; else that one is asked for again (rejoin()).
   using JoinDone = std::function<void(int code, const std::string& why)>;
-  void join(std::chrono::milliseconds timeout, JoinDone done);
+  void join(std::chrono::milliseconds timeout, std::int64_t want, JoinDone done);
+  // join()'s second step: the record put under lease_; ttl_s > 0 is the
+  // granted TTL `held` hears of (0: nothing is known until a renewal).
+  void put_record(std::chrono::milliseconds timeout, Clock::time_point sent, std::int64_t ttl_s, JoinDone done);
   void rejoin();                      // join() after the lease expired (and again until it works)
   void on_failure(std::string_view what, const std::string& why);
   void on_revoked(const EtcdReply& reply) const;  // leave()'s and leave_async()'s log line
@@ -103,6 +115,7 @@ class MemberLease {
   EtcdClient etcd_;
   reactor::Timer renew_timer_;
   std::int64_t lease_ = 0;
+  std::int64_t record_revision_ = 0;  // etcd's revision of the last put of the record (join, rejoin)
   LeaseState state_ = LeaseState::joined;
   bool in_flight_ = false;   // a keepalive or a rejoin step is out
   bool failing_ = false;     // the last request failed (logged once per streak)
@@ -143,8 +156,9 @@ struct ClusterView {
 // its record (as read, its lease included) again, marked draining, under the
 // same lease. The kvd sees its record so in its watch and leaves as on
 // SIGTERM: with replicas its primaries move to in-sync backups first. A
-// member that left or joined again since the read has another lease or none,
-// and etcd refuses the put (ClusterError): nothing is marked.
+// member that left or restarted since the read has another lease or none,
+// and etcd refuses the put (ClusterError): nothing is marked. (One whose
+// lease lapsed and that joined again under it is the same process: marked.)
 void mark_draining(const ClusterUrl& url, Member member, std::chrono::milliseconds timeout);
 
 }  // namespace rkv::cluster

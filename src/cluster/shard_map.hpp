@@ -10,11 +10,12 @@
 // (fencing).
 //
 // An owner is a member incarnation: its id and the etcd lease it held when
-// the map made it an owner (`leases`). A member whose lease lapsed and
-// that joined again, or a kvd restarted under the same id, holds another
-// lease, so plan_map takes it for a new member: it loses every shard of
-// the old incarnation, and kvd serves a shard only while the map's lease
-// for it is the one it holds (docs/cluster.md "Fencing").
+// the map made it an owner (`leases`). A kvd restarted under the same id
+// holds another lease, so plan_map takes it for a new member: it loses
+// every shard of the old incarnation, and kvd serves a shard only while the
+// map's lease for it is the one it holds (docs/cluster.md "Fencing"). A
+// member whose lease lapsed joins again under the same lease ID
+// (MemberLease), so a map no one changed meanwhile still names it.
 //
 // plan_map is the one rule that computes the next map from the last one and
 // the live members. It is deterministic, so every member that sees the same

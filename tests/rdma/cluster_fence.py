@@ -21,8 +21,10 @@ The classic long-GC-pause case (docs/cluster.md "Fencing"):
     a client of the cluster; with replicas, every one reads back from the
     new primaries once the map dropped the paused member (acknowledged
     writes survive it). Then each is written again ("after"). Once the
-    member has joined again (a new incarnation) and the map names it the
-    primary of some shards once more, it must not serve "before" for any:
+    member has joined again (under the lease it had: docs/cluster.md
+    "Membership", A lease that lapsed; the map had dropped it meanwhile,
+    so it comes back as a member without shards) and a later map names it
+    the primary of some shards once more, it must not serve "before" for any:
     with replicas it serves "after" (it was caught up before it took the
     shard over); with none a miss (a member drops its keys of every shard
     it loses, Server::serve_shards, and takes shards over without their
@@ -51,9 +53,10 @@ def fail(why: str) -> None:
     sys.exit(1)
 
 
-def primary_nowhere(cluster: str, member: str) -> bool:
+def primary_nowhere(cluster: str, member: str):
+    """The epoch of the map now if it names `member` the primary of no shard, else None."""
     m = read_map(cluster)
-    return m is not None and all(s["owners"][0] != member for s in m["shards"])
+    return m["epoch"] if m is not None and all(s["owners"][0] != member for s in m["shards"]) else None
 
 
 def its_keys(cluster: str, member: str) -> list:
@@ -76,12 +79,12 @@ async def fenced_writes(client: "rkv.Client", keys: list, cluster: str, member: 
     tasks = [asyncio.ensure_future(client.aset(k, b"late")) for k in keys]
     await asyncio.sleep(0.5)  # the loop sends them; they wait in the paused kvd's receive queue
     t0 = time.monotonic()
-    while not primary_nowhere(cluster, member):
+    while (dropped := primary_nowhere(cluster, member)) is None:
         if time.monotonic() - t0 > DEADLINE:
             fail(f"{member} dropped from the map while paused: not within {DEADLINE:.0f} s")
         await asyncio.sleep(0.2)
     os.kill(pid, signal.SIGCONT)
-    return await asyncio.gather(*tasks, return_exceptions=True)
+    return dropped, await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def held_keys(cluster: str) -> list:
@@ -99,11 +102,11 @@ def value(v) -> bytes:
     return None if v is None else bytes(v)
 
 
-def served_again(cluster: str, member: str, lease: int, keys: list) -> list:
-    """The keys whose shard the map names `member`, under a lease other than
-    `lease`, the primary of."""
+def served_again(cluster: str, member: str, dropped: int, keys: list) -> list:
+    """The keys whose shard a map later than epoch `dropped` (one that named
+    `member` the primary of nothing) names `member` the primary of."""
     m = read_map(cluster)
-    if m is None or m["leases"].get(member, lease) == lease:
+    if m is None or m["epoch"] <= dropped:
         return []
     return [k for k in keys if m["shards"][shard_of(k.encode(), len(m["shards"]))]["owners"][0] == member]
 
@@ -118,14 +121,13 @@ def main() -> None:
     # timeout must not fail them first.
     os.environ["RKV_TIMEOUT_MS"] = str(int(3 * DEADLINE * 1000))
     leases = read_map(cluster)["leases"]
-    lease = leases[member]
     held = held_keys(cluster)
     with rkv.Client(cluster) as c:
         for k in held:
             c.set(k, b"before")
     with rkv.Client(member) as paused:  # a static list of that member alone: connected now
         try:
-            results = asyncio.run(fenced_writes(paused, keys, cluster, member, pid))
+            dropped, results = asyncio.run(fenced_writes(paused, keys, cluster, member, pid))
         finally:
             os.kill(pid, signal.SIGCONT)  # whatever happened, never leave it stopped
     acked = [i for i, r in enumerate(results) if not isinstance(r, BaseException)]
@@ -153,7 +155,7 @@ def main() -> None:
     print(f"cluster_fence: {WRITES} writes sent to {member} while paused past its lease: all refused (ESTALE)"
           + (f"; all {len(held)} writes acknowledged before the pause read back" if replicas else ""))
     t0 = time.monotonic()
-    while not (back_keys := served_again(cluster, member, lease, held)):
+    while not (back_keys := served_again(cluster, member, dropped, held)):
         if time.monotonic() - t0 > DEADLINE:
             fail(f"{member} is not again the primary of any of its {len(held)} old shards within "
                  f"{DEADLINE:.0f} s: {read_map(cluster)}")
@@ -164,7 +166,7 @@ def main() -> None:
     # "before" (a miss, or "after" if that write came once it was back).
     wrong = {k: v for k, v in served.items() if (v != b"after" if replicas else v == b"before")}
     if wrong:
-        fail(f"{member}, primary again under a new lease, serves {wrong}")
+        fail(f"{member}, primary again after it was dropped, serves {wrong}")
     print(f"cluster_fence: {member} joined again, primary of {len(back_keys)} shards: "
           + ("each key served as written while it was away" if replicas else
              f"no value it held before served ({sum(v is None for v in served.values())} misses)"))

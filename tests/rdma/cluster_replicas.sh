@@ -31,6 +31,9 @@
 #    REPLICAS=1): the writes sent to it meanwhile are all refused, every
 #    write acknowledged before the pause reads back, and once it took
 #    shards over again it serves the values written while it was away;
+#  - every member paused past its lease at once (SIGSTOP of all four for
+#    twice the lease): each joins again under the lease it had, and every
+#    write acknowledged before reads back after;
 #  - kill -9 of the second kvd; once the map settled again, the third
 #    leaves (SIGTERM) under a fourth kvload --verify: it hands its
 #    primaries over before it leaves (it never logs leaving anyway while
@@ -188,6 +191,7 @@ py=$BUILD/tests/python/python_sanitized
   acked jn 300 "$jn_pid"
   start_kvd "${a##*:}" again
   [ "$kvd_id" = "$a" ] || fail "the victim came back as $kvd_id, not $a"
+  a_pid_now=${started[-1]}
   cr settled "$a" "$b" "$c"
   echo "cluster_replicas: $a came back and, once caught up, is the primary of $(primaries "$a") shard(s)"
   start_kvd 0 fourth
@@ -218,6 +222,28 @@ py=$BUILD/tests/python/python_sanitized
   # written while it was away (tests/rdma/cluster_fence.py).
   PAUSED_PID=$b_pid PAUSED_ID=$b REPLICAS=1 "$py" "$repo/tests/rdma/cluster_fence.py" || exit 1
   cr settled "$a" "$b" "$c" "$d"
+
+  # 3b. Every member paused past its lease at once (SIGSTOP of all four for
+  # twice the 5 s lease; as etcd cut off from all of them would do): every
+  # lease lapses, and each kvd joins again under the lease it had, so the
+  # map still names them and no shard is given to a member without its
+  # keys. Every write acknowledged before the pause reads back after it.
+  # (Before, they came back as new incarnations and every shard started
+  # empty: docs/cluster.md "Membership", A lease that lapsed.)
+  gen lp 1200 12
+  run lp || fail "kvload lp --verify before the pause of every member: $(cat "$work/lp.out")"
+  epoch_before=$(status | sed -n "s/.*epoch \([0-9]*\).*/\1/p" | head -1)
+  all_pids="$a_pid_now $b_pid $c_pid $d_pid"
+  kill -STOP $all_pids
+  sleep 10
+  kill -CONT $all_pids
+  cr settled "$a" "$b" "$c" "$d"
+  awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/lp.txt" | sort -u >"$work/lp-reads.txt"
+  "$B/kvload" --server "$RKV_CLUSTER" --file "$work/lp-reads.txt" --expect "$work/lp.txt" --depth 32 -q \
+    >"$work/lp-reads.out" 2>&1 ||
+    fail "after every lease lapsed at once, the writes acknowledged before are not all there: $(cat "$work/lp-reads.out")"
+  echo "cluster_replicas: every member paused past its lease at once; all $(wc -l <"$work/lp-reads.txt") keys written" \
+    "before read back (map epoch $epoch_before before, $(status | sed -n "s/.*epoch \([0-9]*\).*/\1/p" | head -1) after)"
 
   # 4. The two original members left go one after the other: b dies,
   # then c leaves (SIGTERM) under a fourth kvload --verify. c marks itself

@@ -3,7 +3,9 @@
 // member records, a record under another key than its id's is not a member,
 // and when etcd is killed and started again on the same data the watch reads
 // the members again and goes on watching. MapKeeper::member_gone revokes a
-// member's lease only under the id and lease its view shows, once. Runs on the host (etcd and the
+// member's lease only under the id and lease its view shows, once. A
+// member whose lease lapsed joins again under the same lease, and a
+// keeper holds a plan that would drop it meanwhile. Runs on the host (etcd and the
 // reactor; no verbs). Every wait has a 60 s deadline; nothing is timed.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -264,10 +266,10 @@ TEST_F(ClusterWatchTest, AMemberFoundGoneLosesOnlyTheLeaseItWasSeenUnder) {
   MemberLease a(reactor_, url_, Member{"10.0.0.1", 7471, 1}, 60s);
   MemberLease b(reactor_, url_, Member{"10.0.0.2", 7471, 2}, 60s);
   std::vector<std::string> seen;
-  MapKeeper keeper(reactor_, read_cluster(url_, 10s), MapShape{4, 0},
-                   [&](const ClusterView& v) { seen = ids(v.members); });
   const std::string a_id = "10.0.0.1:7471";
   const std::string b_id = "10.0.0.2:7471";
+  MapKeeper keeper(reactor_, read_cluster(url_, 10s), MapShape{4, 0}, a_id, 0ms,
+                   [&](const ClusterView& v) { seen = ids(v.members); });
   ASSERT_TRUE(run_until([&] { return seen == std::vector<std::string>{a_id, b_id}; }));
 
   keeper.member_gone(b_id, b.lease() + 1);  // another incarnation's lease
@@ -283,6 +285,81 @@ TEST_F(ClusterWatchTest, AMemberFoundGoneLosesOnlyTheLeaseItWasSeenUnder) {
   ASSERT_TRUE(run_until([&] { return keeper.revoked() == 1; }));
   EXPECT_EQ(ids(read_cluster(url_, 10s).members), std::vector<std::string>{a_id});
   a.leave();
+}
+
+// A member whose lease lapsed (here: revoked by hand, as etcd expires it)
+// joins again under the same lease ID, so it is the same incarnation; its
+// record is put again at a later revision.
+TEST_F(ClusterWatchTest, AMemberWhoseLeaseLapsedJoinsAgainUnderTheSameLease) {
+  MemberLease a(reactor_, url_, Member{"10.0.0.1", 7471, 1}, 2s);
+  const std::int64_t lease = a.lease();
+  const std::int64_t first_put = a.record_revision();
+  ASSERT_GT(first_put, 0);
+  {
+    EtcdClient etcd(reactor_, url_.endpoints(), 10s);
+    ASSERT_TRUE(etcd.call(kPathRevoke, revoke_body(lease)).ok);
+  }
+  ASSERT_TRUE(run_until([&] { return a.rejoins() == 1 && a.state() == LeaseState::joined; }))
+      << "state " << to_string(a.state()) << ", rejoins " << a.rejoins();
+  EXPECT_EQ(a.lease(), lease) << "joined again under another lease: a new incarnation";
+  EXPECT_GT(a.record_revision(), first_put);
+  const ClusterView v = read_cluster(url_, 10s);
+  ASSERT_EQ(v.members.size(), 1U);
+  EXPECT_EQ(v.members[0].lease, lease);
+  a.leave();
+}
+
+// A map transaction that drops an absent member lands only while that
+// member's record is still absent (etcd compares its version with 0).
+TEST_F(ClusterWatchTest, AMapPlannedWithoutAMemberDoesNotLandOnceItIsBack) {
+  EtcdClient etcd(reactor_, url_.endpoints(), 10s);
+  const std::vector<std::string> absent{url_.members_prefix() + "10.0.0.2:7471"};
+  std::string why;
+  auto r = etcd.call(kPathTxn, put_if_body(url_.map_key(), "one", 0, absent));
+  ASSERT_TRUE(r.ok) << r.error;
+  auto txn = parse_txn(r.body, why);
+  ASSERT_TRUE(txn && txn->succeeded) << why << r.body;
+  put(absent[0], Member{"10.0.0.2", 7471, 2});
+  const std::int64_t map_rev = read_cluster(url_, 10s).map_revision;
+  r = etcd.call(kPathTxn, put_if_body(url_.map_key(), "two", map_rev, absent));
+  ASSERT_TRUE(r.ok) << r.error;
+  txn = parse_txn(r.body, why);
+  ASSERT_TRUE(txn) << why;
+  EXPECT_FALSE(txn->succeeded) << "a map planned without 10.0.0.2 landed after its record was back";
+  r = etcd.call(kPathTxn, put_if_body(url_.map_key(), "three", map_rev));
+  txn = parse_txn(r.body, why);
+  ASSERT_TRUE(txn) << why;
+  EXPECT_TRUE(txn->succeeded) << "the map's own comparison failed: the test proves nothing";
+}
+
+// After a member's lease lapses, the keeper of another member holds the
+// plan that would give that member's shards (no other owner: replicas 0)
+// to members without their keys, and once the member is back under the
+// same lease there is nothing to change: it keeps its shards, at their
+// epochs. (Without the hold, they would have moved to a, empty.)
+TEST_F(ClusterWatchTest, AShardWhoseOwnersAllLapsedWaitsForThemToJoinAgain) {
+  const std::string a_id = "10.0.0.1:7471";
+  const std::string b_id = "10.0.0.2:7471";
+  MemberLease a(reactor_, url_, Member{"10.0.0.1", 7471, 1}, 60s);
+  MemberLease b(reactor_, url_, Member{"10.0.0.2", 7471, 2}, 2s);
+  std::optional<ShardMap> map;
+  MapKeeper keeper(reactor_, read_cluster(url_, 10s), MapShape{4, 0}, a_id, 60s,
+                   [&](const ClusterView& v) { map = v.map; });
+  ASSERT_TRUE(run_until([&] { return map && map->primaries().size() == 2; })) << "no map for a and b";
+  const ShardMap before = *map;
+  {
+    EtcdClient etcd(reactor_, url_.endpoints(), 10s);
+    ASSERT_TRUE(etcd.call(kPathRevoke, revoke_body(b.lease())).ok);
+  }
+  ASSERT_TRUE(run_until([&] { return keeper.holds() == 1; })) << "the keeper did not hold the plan back";
+  ASSERT_TRUE(run_until([&] { return b.rejoins() == 1 && b.state() == LeaseState::joined; }));
+  ASSERT_TRUE(run_until([&] { return keeper.state() == KeeperState::idle; })) << to_string(keeper.state());
+  const ClusterView v = read_cluster(url_, 10s);
+  ASSERT_TRUE(v.map);
+  EXPECT_EQ(v.map->shards, before.shards) << "b's shards moved while it was away";
+  EXPECT_EQ(v.map->leases, before.leases);
+  a.leave();
+  b.leave();
 }
 
 }  // namespace

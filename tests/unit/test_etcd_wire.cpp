@@ -54,6 +54,21 @@ TEST(EtcdWire, RequestBodiesAreWhatTheGatewayTakes) {
   EXPECT_EQ(txn["compare"][0]["result"], "EQUAL");
   EXPECT_EQ(txn["compare"][0]["mod_revision"], "9");
   EXPECT_EQ(txn["success"][0]["request_put"]["value"], "dg==");
+  EXPECT_EQ(txn["compare"].size(), 1U);
+  // A lease asked for by ID (a lapsed member joining again under it).
+  EXPECT_FALSE(nlohmann::json::parse(grant_body(5)).contains("ID"));
+  EXPECT_EQ(nlohmann::json::parse(grant_body(5, 0x1b00))["ID"], "6912");
+  // Keys that must still be absent when the map lands: version 0 each.
+  const std::vector<std::string> absent{"/rkv/c/members/a:1", "/rkv/c/members/b:1"};
+  const auto guarded = nlohmann::json::parse(put_if_body("k", "v", 9, absent));
+  ASSERT_EQ(guarded["compare"].size(), 3U);
+  EXPECT_EQ(guarded["compare"][0]["target"], "MOD");
+  for (std::size_t i = 0; i < absent.size(); ++i) {
+    EXPECT_EQ(guarded["compare"][i + 1]["key"], base64_encode(absent[i]));
+    EXPECT_EQ(guarded["compare"][i + 1]["target"], "VERSION");
+    EXPECT_EQ(guarded["compare"][i + 1]["result"], "EQUAL");
+    EXPECT_EQ(guarded["compare"][i + 1]["version"], "0");
+  }
 }
 
 TEST(EtcdWire, ParsesATransactionsReply) {
