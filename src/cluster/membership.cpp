@@ -156,14 +156,13 @@ void MemberLease::put_record(std::chrono::milliseconds timeout, Clock::time_poin
                              JoinDone done) {
   etcd_.post(kPathPut, put_body(key_, member_value(self_), lease_), [this, sent, ttl_s, done = std::move(done)](EtcdReply& p) {
     in_flight_ = false;
-    if (p.ok) {
-      std::string why;
-      const auto rev = parse_header_revision(p.body, why);
-      if (!rev) return done(EPROTO, "etcd put of " + key_ + ": " + why);
-      record_revision_ = *rev;
-      confirmed(sent, ttl_s);
-    }
-    done(p.ok ? 0 : code_of(p), p.ok ? std::string() : "etcd put of " + key_ + ": " + p.error);
+    if (!p.ok) return done(code_of(p), "etcd put of " + key_ + ": " + p.error);
+    std::string why;
+    const auto rev = parse_header_revision(p.body, why);
+    if (!rev) return done(EPROTO, "etcd put of " + key_ + ": " + why);
+    record_revision_ = *rev;
+    confirmed(sent, ttl_s);
+    done(0, {});
   }, timeout);
 }
 

@@ -90,6 +90,7 @@ py=$BUILD/tests/python/python_sanitized
   # ID N: column N of the line of member ID in a status read from stdin (6 primaries, 8 backups, 10 most_of_one)
   col_of() { awk -v id="$1" -v n="$2" "\$2 == id { print \$n }"; }
   primaries() { status | col_of "$1" 6; }
+  map_epoch() { status | sed -n "s/.*epoch \([0-9]*\).*/\1/p" | head -1; }
   started=()
   # On a failure: the last lines of the members started here (scripts/kvds
   # shows those it started), e.g. a lease that expired.
@@ -232,18 +233,32 @@ py=$BUILD/tests/python/python_sanitized
   # empty: docs/cluster.md "Membership", A lease that lapsed.)
   gen lp 1200 12
   run lp || fail "kvload lp --verify before the pause of every member: $(cat "$work/lp.out")"
-  epoch_before=$(status | sed -n "s/.*epoch \([0-9]*\).*/\1/p" | head -1)
+  epoch_before=$(map_epoch)
+  # Each member logs "the lease expired" when it finds it so: the pause
+  # counts only once all four did (a lapse that did not happen proves nothing).
+  logs4=("$work/again.log" "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" "$work/fourth.log")
+  lapses() { local f; for f in "${logs4[@]}"; do grep -c "the lease expired" "$f"; done; }
+  lapsed_before=($(lapses))  # (no /dev/fd in the guest for <(...))
   all_pids="$a_pid_now $b_pid $c_pid $d_pid"
   kill -STOP $all_pids
-  sleep 10
+  sleep 10  # the pause itself (twice the lease), not a wait for an event
   kill -CONT $all_pids
+  t0=$SECONDS
+  while :; do
+    lapsed_now=($(lapses))
+    all=1
+    for i in 0 1 2 3; do [ "${lapsed_now[$i]}" -gt "${lapsed_before[$i]}" ] || all=0; done
+    [ "$all" = 1 ] && break
+    [ $((SECONDS - t0)) -lt 120 ] || fail "not every member found its lease expired within 120 s of the pause: ${lapsed_before[*]} -> ${lapsed_now[*]}"
+    sleep 0.2
+  done
   cr settled "$a" "$b" "$c" "$d"
   awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/lp.txt" | sort -u >"$work/lp-reads.txt"
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/lp-reads.txt" --expect "$work/lp.txt" --depth 32 -q \
     >"$work/lp-reads.out" 2>&1 ||
     fail "after every lease lapsed at once, the writes acknowledged before are not all there: $(cat "$work/lp-reads.out")"
   echo "cluster_replicas: every member paused past its lease at once; all $(wc -l <"$work/lp-reads.txt") keys written" \
-    "before read back (map epoch $epoch_before before, $(status | sed -n "s/.*epoch \([0-9]*\).*/\1/p" | head -1) after)"
+    "before read back (map epoch $epoch_before before, $(map_epoch) after)"
 
   # 4. The two original members left go one after the other: b dies,
   # then c leaves (SIGTERM) under a fourth kvload --verify. c marks itself
