@@ -596,6 +596,27 @@ int kvd_main(int argc, char** argv) {
               });
               if (removed && !leaving) start_leaving("marked draining in etcd (rkv cluster remove)");
             });
+        // The membership's own figures, beside the server's (STATS, SIGUSR1,
+        // /metrics): none of them is in the map or the members' records.
+        server.set_extra_stats([&](kv::store::StatRows& rows) {
+          if (!member || !keeper) return;  // torn down: the final stats go without them
+          rows.insert(rows.end(), {
+              {"cluster_lease_renew_failures", member->renew_failures(), kv::store::StatKind::counter,
+               "lease keepalives that did not reach etcd"},
+              {"cluster_lease_rejoins", member->rejoins(), kv::store::StatKind::counter,
+               "times this member found its lease expired and joined again"},
+              {"cluster_rejoining", rejoining() ? 1u : 0u, kv::store::StatKind::gauge,
+               "1 while writes wait: the lease lapsed, or the watch has not yet shown the record's put"},
+              {"cluster_map_holds", keeper->holds(), kv::store::StatKind::counter,
+               "shard-map plans held back because they dropped owners that may be back soon"},
+              {"cluster_map_holding", keeper->state() == cluster::KeeperState::holding ? 1u : 0u,
+               kv::store::StatKind::gauge, "1 while a plan is held back (logged: holding the next shard map back)"},
+              {"cluster_revokes_asked", keeper->revoking(), kv::store::StatKind::counter,
+               "leases of members found gone that this member asked etcd to revoke"},
+              {"cluster_leases_revoked", keeper->revoked(), kv::store::StatKind::counter,
+               "of those, leases etcd revoked"},
+          });
+        });
         if (replicator) {  // its caught-up backups are marked in sync in the map
           replicator->set_on_in_sync([&keeper](std::uint32_t shard, const std::string& id, std::uint64_t epoch) {
             if (keeper) keeper->mark_in_sync(shard, id, epoch);

@@ -239,6 +239,7 @@ py=$BUILD/tests/python/python_sanitized
   logs4=("$work/again.log" "$RKV_KVD_LOGS/kvd1.log" "$RKV_KVD_LOGS/kvd2.log" "$work/fourth.log")
   lapses() { local f; for f in "${logs4[@]}"; do grep -c "the lease expired" "$f"; done; }
   lapsed_before=($(lapses))  # (no /dev/fd in the guest for <(...))
+  rejoins_before=$(summed cluster_lease_rejoins)
   all_pids="$a_pid_now $b_pid $c_pid $d_pid"
   kill -STOP $all_pids
   sleep 10  # the pause itself (twice the lease), not a wait for an event
@@ -253,12 +254,22 @@ py=$BUILD/tests/python/python_sanitized
     sleep 0.2
   done
   cr settled "$a" "$b" "$c" "$d"
+  # What rkv stats says of it: a rejoin counted by each member, and none
+  # of them still rejoining (writes refused) once the map settled.
+  rejoins=$(summed cluster_lease_rejoins)
+  [ "$rejoins" -ge $((rejoins_before + 4)) ] ||
+    fail "cluster_lease_rejoins went from $rejoins_before to $rejoins over a pause that lapsed all four leases"
+  t0=$SECONDS
+  until [ "$(summed cluster_rejoining)" = 0 ]; do
+    [ $((SECONDS - t0)) -lt 120 ] || fail "a member still reports cluster_rejoining 120 s after the pause ended"
+    sleep 0.2
+  done
   awk "\$1 == \"SET\" { print \"GET \" \$2 }" "$work/lp.txt" | sort -u >"$work/lp-reads.txt"
   "$B/kvload" --server "$RKV_CLUSTER" --file "$work/lp-reads.txt" --expect "$work/lp.txt" --depth 32 -q \
     >"$work/lp-reads.out" 2>&1 ||
     fail "after every lease lapsed at once, the writes acknowledged before are not all there: $(cat "$work/lp-reads.out")"
   echo "cluster_replicas: every member paused past its lease at once; all $(wc -l <"$work/lp-reads.txt") keys written" \
-    "before read back (map epoch $epoch_before before, $(map_epoch) after)"
+    "before read back (map epoch $epoch_before before, $(map_epoch) after; cluster_lease_rejoins $rejoins_before -> $rejoins)"
 
   # 4. The two original members left go one after the other: b dies,
   # then c leaves (SIGTERM) under a fourth kvload --verify. c marks itself

@@ -316,6 +316,7 @@ store::StatRows Server::stats_rows() const {
   if (durability_ != nullptr) durability_->append_stats(rows);
   latency_.append_stats(rows);
   if (metrics_) metrics_->append_stats(rows);
+  if (extra_stats_) extra_stats_(rows);
   return rows;
 }
 

@@ -201,6 +201,10 @@ class Server {
   // replication records is lost other than by shutdown(), with the shard of
   // its last record: kvd probes that shard's primary, which may have died.
   void set_on_record_peer_lost(std::function<void(std::uint32_t shard)> fn) { on_record_peer_lost_ = std::move(fn); }
+  // Rows of a part the Server does not own (kvd's cluster membership),
+  // appended last to every stats_rows() (STATS, SIGUSR1, /metrics) while
+  // set; on the reactor thread. Empty: none.
+  void set_extra_stats(std::function<void(store::StatRows&)> fn) { extra_stats_ = std::move(fn); }
   [[nodiscard]] bool shutting_down() const noexcept { return shutting_down_; }
 
   // Registers (or replaces) the handler of CALLs of user opcode `op`
@@ -363,6 +367,7 @@ class Server {
   bool shutting_down_ = false;
   std::function<void()> on_shutdown_done_;
   std::function<void(std::uint32_t)> on_record_peer_lost_;
+  std::function<void(store::StatRows&)> extra_stats_;  // set_extra_stats
   reactor::Poller poller_;              // polls the poll list; arms it before the loop sleeps
   reactor::Timer transfer_check_;       // check_transfers()
   reactor::Timer expiry_timer_;         // expire_keys(), every kExpiryPeriod while Store::expiring() > 0
