@@ -349,5 +349,101 @@ TEST_F(ServerRdv, DelOfAValueInTransferFreesItOnlyWhenTheTransferEnds) {
   EXPECT_EQ(counters_.del_hits, 2u);
 }
 
+// Large GETs and SETs in one SEND each. The GETs' WRITEs (their replies ride
+// in the immediates: a completion only drops a pin) leave in one chain with
+// only every 16th and the last signaled, and a signaled completion also
+// completes the unsignaled WRITEs posted before it (the send queue completes
+// in order): two completions drop twenty pins, and one that comes again for
+// a WRITE already completed that way is stale. The SETs' READs are each
+// signaled: a READ's completion installs and answers its SET at once.
+TEST(ServerRdvSignaling, WritesAreSignaledByIntervalAndEveryReadIsSignaled) {
+  FakeLink link;
+  FakeRegistrar reg;
+  BufferPool recv(4, 8192), send(8, 8192);
+  Store store;
+  ServerCounters counters;
+  LatencyHistograms latency;
+  ShardGate gate;
+  Arena arena(reg, {4096, 1u << 20, 64u << 20});
+  ServerConnConfig cfg;
+  cfg.credits = 4;
+  cfg.generation = 3;
+  cfg.peer_recv_size = 8192;
+  cfg.max_value = 1u << 20;
+  cfg.max_transfers = 32;
+  cfg.max_pins = 32;
+  cfg.stats = test::stats_of(counters, store);
+  cfg.latency = &latency;
+  cfg.gate = &gate;
+  store.attach_large_blocks([a = &arena](std::size_t n) { return a->allocate(n); });
+  ServerConn sc(link, recv, send, store, arena, counters, cfg);
+  ASSERT_EQ(sc.start(), Verdict::keep);
+  sc.on_established();
+  constexpr std::size_t kGets = 20;
+  std::vector<proto::MessageSpec> gets;
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kGets; ++i) keys.push_back("k" + std::to_string(i));
+  for (std::size_t i = 0; i < kGets; ++i) {
+    put_large(arena, store, keys[i], static_cast<char>('a' + i), 5000);
+    gets.push_back(proto::msg::get_request_rdv(static_cast<std::uint32_t>(i + 1), keys[i],
+                                               {0x1000 + 0x10000 * i, 77}, 8192));
+  }
+  std::size_t next_recv = 0;
+  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(gets)), Verdict::keep);
+  ASSERT_EQ(link.writes.size(), kGets);
+  for (std::size_t i = 0; i < kGets; ++i) {
+    EXPECT_EQ(link.writes[i].signaled, i == 15 || i == kGets - 1) << "WRITE " << i;
+    EXPECT_EQ(text(link.writes[i].bytes), std::string(5000, static_cast<char>('a' + i)));
+  }
+  EXPECT_EQ(sc.pins(), kGets);
+  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[15], CompletionOpcode::rdma_write)), Verdict::keep);
+  EXPECT_EQ(sc.pins(), kGets - 16) << "the 16th WRITE's completion completes the 15 before it";
+  const auto stale0 = counters.stale_completions;
+  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[3], CompletionOpcode::rdma_write)), Verdict::keep);
+  EXPECT_EQ(counters.stale_completions, stale0 + 1) << "again for a WRITE already complete: stale";
+  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[kGets - 1], CompletionOpcode::rdma_write)),
+            Verdict::keep);
+  EXPECT_EQ(sc.pins(), 0u);
+  EXPECT_EQ(sc.transfers_in_flight(), 0u);
+
+  std::vector<proto::MessageSpec> sets;
+  for (std::size_t i = 0; i < 3; ++i) {
+    sets.push_back(proto::msg::set_request_rdv(static_cast<std::uint32_t>(100 + i), keys[i],
+                                               {0x1000 + 0x10000 * i, 77}, 4096));
+  }
+  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(sets)), Verdict::keep);
+  ASSERT_EQ(link.reads.size(), 3u);
+  for (const auto& r : link.reads) EXPECT_TRUE(r.signaled) << "every READ";
+  std::memset(link.reads[0].target.data(), 'z', link.reads[0].target.size());
+  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
+  ASSERT_EQ(sc.flush(), Verdict::keep);
+  const auto r = decode(link.sends.back().bytes);
+  ASSERT_EQ(r.size(), 1u) << "the first SET is answered on its own READ's completion";
+  EXPECT_EQ(r[0].header.req_id, 100u);
+  EXPECT_EQ(store.get(keys[0]).value, std::string(4096, 'z'));
+  for (std::size_t i = 1; i < 3; ++i) {
+    ASSERT_EQ(sc.on_completion(FakeLink::complete(link.reads[i], CompletionOpcode::rdma_read)), Verdict::keep);
+  }
+
+  // A failed WRITE (the last of its chain): the connection fails, and the
+  // unsignaled WRITEs before it close with it (none trusted), so every pin
+  // goes and nothing is left in flight to wait for.
+  std::vector<proto::MessageSpec> more;
+  for (std::size_t i = 0; i < 3; ++i) {
+    more.push_back(proto::msg::get_request_rdv(static_cast<std::uint32_t>(200 + i), keys[10 + i],
+                                               {0x1000 + 0x10000 * i, 77}, 8192));
+  }
+  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(more)), Verdict::keep);
+  ASSERT_EQ(link.writes.size(), kGets + 3);
+  EXPECT_FALSE(link.writes[kGets].signaled);
+  EXPECT_TRUE(link.writes[kGets + 2].signaled);
+  EXPECT_EQ(sc.pins(), 3u);
+  EXPECT_NE(sc.on_completion(FakeLink::failed(link.writes[kGets + 2], CompletionStatus::remote_access_error)),
+            Verdict::keep);
+  EXPECT_EQ(sc.pins(), 0u);
+  EXPECT_EQ(sc.transfers_in_flight(), 0u);
+  EXPECT_EQ(counters.transfers_aborted, 3u);
+}
+
 }  // namespace
 }  // namespace rkv::kv::server

@@ -15,12 +15,15 @@
 namespace rkv::test {
 
 // Messages packed back to back, as one SEND.
-inline std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
+inline std::vector<std::byte> pack(std::span<const proto::MessageSpec> specs) {
   std::vector<std::byte> out(16384);
   proto::Encoder enc(out);
   for (const auto& s : specs) EXPECT_EQ(enc.append(s), proto::EncodeStatus::ok);
   out.resize(enc.size());
   return out;
+}
+inline std::vector<std::byte> pack(std::initializer_list<proto::MessageSpec> specs) {
+  return pack(std::span<const proto::MessageSpec>(specs.begin(), specs.size()));
 }
 
 // Every message of a posted SEND; a decode error fails the test.

@@ -54,7 +54,7 @@ ClientConn::ClientConn(Link& link, BufferPool& recv, BufferPool& send, Registrar
   channel_.count_posted({.reads = &counters_.rdma_reads,
                          .transfer_posts = &counters_.read_posts,
                          .transfers_unsignaled = &counters_.reads_unsignaled});
-  channel_.set_transfer_signaling(kReadSignalInterval, &reads_posted_);
+  channel_.set_transfer_signaling({.reads = kReadSignalInterval, .writes = kReadSignalInterval}, &reads_posted_);
 }
 
 ClientConn::~ClientConn() = default;

@@ -138,14 +138,15 @@ std::size_t MessageChannel::flush(std::size_t max_sends, int* error) noexcept {
   while (done < wrs_.size()) {
     const std::size_t n = std::min(verbs::QueuePair::kMaxChain, wrs_.size() - done);
     // This call's transfers (wrs_[done .. last_transfer]): they come before
-    // the SENDs. The READs and WRITEs among them are signaled by the
-    // interval, the last one always; a window's bind or invalidation keeps
+    // the SENDs. The READs and WRITEs among them are signaled by their
+    // intervals, the last one always; a window's bind or invalidation keeps
     // its own (it is the caller's, not in `posted_transfers_`).
     const std::size_t in_call = done < transfers ? std::min(n, transfers - done) : 0;
     verbs::SendWr* last = nullptr;
-    for (std::size_t i = done, k = 0; i < done + in_call; ++i) {
+    for (std::size_t i = done, reads = 0, writes = 0; i < done + in_call; ++i) {
       if (!moves_bytes(wrs_[i].op)) continue;
-      wrs_[i].signaled = ++k % signal_interval_ == 0;
+      wrs_[i].signaled = wrs_[i].op == verbs::SendOp::rdma_read ? ++reads % signal_reads_ == 0
+                                                                : ++writes % signal_writes_ == 0;
       last = &wrs_[i];
     }
     if (last != nullptr) last->signaled = true;

@@ -94,16 +94,22 @@ class MessageChannel {
     std::uint64_t* transfers_unsignaled = nullptr;  // +1 per READ or WRITE posted unsignaled
   };
   void count_posted(const PostAccounts& a) noexcept { posted_ = a; }
-  // How flush() signals the queued READs and WRITEs: every `interval`-th
-  // transfer of a post call and the call's last one are signaled, the others
-  // not. 1 (the default, the server's): every one, as each completion does
-  // work. With more, a signaled completion also says the unsignaled
-  // transfers posted before it are done (the send queue completes in order),
-  // so the caller needs their order: `posted` (valid while this channel
-  // posts) gets every posted transfer's wr_id, in post order; the caller
-  // pops them as it learns they completed.
-  void set_transfer_signaling(std::size_t interval, FifoVector<verbs::WrId>* posted) noexcept {
-    signal_interval_ = interval == 0 ? 1 : interval;
+  // How flush() signals the queued READs and WRITEs: every `reads`-th READ
+  // and every `writes`-th WRITE of a post call, and the call's last
+  // transfer, are signaled, the others not. 1 (the default): every one, for
+  // a completion that does work at once (the server's READs: the SET is
+  // installed and answered). With more, a signaled completion also says the
+  // unsignaled transfers posted before it are done (the send queue
+  // completes in order), so the caller needs their order: `posted` (valid
+  // while this channel posts) gets every posted transfer's wr_id, in post
+  // order; the caller pops them as it learns they completed.
+  struct TransferSignaling {
+    std::size_t reads = 1;
+    std::size_t writes = 1;
+  };
+  void set_transfer_signaling(TransferSignaling every, FifoVector<verbs::WrId>* posted) noexcept {
+    signal_reads_ = every.reads == 0 ? 1 : every.reads;
+    signal_writes_ = every.writes == 0 ? 1 : every.writes;
     posted_transfers_ = posted;
   }
   // At most `n` send buffers held at once (open, sealed and in flight).
@@ -173,7 +179,8 @@ class MessageChannel {
   std::size_t send_limit_ = std::numeric_limits<std::size_t>::max();
   std::uint64_t* value_account_ = nullptr;
   PostAccounts posted_;
-  std::size_t signal_interval_ = 1;                       // set_transfer_signaling
+  std::size_t signal_reads_ = 1;                          // set_transfer_signaling
+  std::size_t signal_writes_ = 1;                         // set_transfer_signaling
   FifoVector<verbs::WrId>* posted_transfers_ = nullptr;   // set_transfer_signaling
 };
 

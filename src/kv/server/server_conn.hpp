@@ -464,7 +464,11 @@ class ServerConn {
   // Closes the entries of the READ/WRITEs (and grant invalidations) queued
   // and never posted (closing).
   void drop_unposted() noexcept;
+  // A READ/WRITE completion: it also completes the unsignaled transfers
+  // posted before it (transfers_posted_, in post order), each then done by
+  // transfer_done as if its own completion had come.
   void on_transfer(const verbs::Completion& c) noexcept;
+  void transfer_done(const verbs::Completion& c) noexcept;
   // --- grants (server_grant.cpp) ---
   // The client WROTE into a grant (a receive with immediate `c.imm`; its
   // buffer `slot` is recycled here).
@@ -580,6 +584,15 @@ class ServerConn {
   std::deque<Key> queued_;                 // entries in Wait::send, in reply order
   std::optional<Key> pushed_;              // run() -> process(): the entry of an Outcome::pushed GET
   std::size_t transfers_in_flight_ = 0;    // entries in Wait::read and Wait::write
+  // The READs and WRITEs posted and not known complete, in post order. Every
+  // READ is signaled (its completion installs and answers a SET: waiting for
+  // a later one delays the reply); of the WRITEs (a large GET's, whose reply
+  // rides in the immediate: the completion only drops the pin) every
+  // kWriteSignalInterval-th and a post's last transfer are
+  // (MessageChannel::set_transfer_signaling). A signaled completion says
+  // those before it are done too (the send queue completes in order).
+  static constexpr std::size_t kWriteSignalInterval = 16;
+  conn::FifoVector<verbs::WrId> transfers_posted_;
   std::uint64_t transfers_finished_ = 0;
   std::size_t durable_waits_ = 0;          // records of entries in Wait::log, not durable yet
   // Pulled values (a large GET's, a large CALL reply's), pinned until the
