@@ -614,7 +614,7 @@ int kvd_main(int argc, char** argv) {
               {"cluster_revokes_asked", keeper->revoking(), kv::store::StatKind::counter,
                "leases of members found gone that this member asked etcd to revoke"},
               {"cluster_leases_revoked", keeper->revoked(), kv::store::StatKind::counter,
-               "of those, leases etcd revoked"},
+               "leases of members found gone that etcd revoked at this member's request"},
           });
         });
         if (replicator) {  // its caught-up backups are marked in sync in the map
