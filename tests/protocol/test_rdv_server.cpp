@@ -33,14 +33,17 @@ using test::text;
 
 class ServerRdv : public ::testing::Test {
  protected:
-  ServerRdv() : recv_(4, 8192), send_(8, 8192), arena_(reg_, {4096, 1u << 20, 64u << 20}) {
+  ServerRdv() : ServerRdv(2) {}
+  // Room for `transfers` rendezvous transfers and as many pinned values.
+  explicit ServerRdv(std::uint32_t transfers)
+      : recv_(4, 8192), send_(8, 8192), arena_(reg_, {4096, 1u << 20, 64u << 20}) {
     ServerConnConfig cfg;
     cfg.credits = 4;
     cfg.generation = 3;
     cfg.peer_recv_size = 8192;
     cfg.max_value = 1u << 20;
-    cfg.max_transfers = 2;
-    cfg.max_pins = 2;
+    cfg.max_transfers = transfers;
+    cfg.max_pins = transfers;
     cfg.stats = test::stats_of(counters_, store_);
     cfg.latency = &latency_;
     cfg.gate = &gate_;
@@ -356,73 +359,56 @@ TEST_F(ServerRdv, DelOfAValueInTransferFreesItOnlyWhenTheTransferEnds) {
 // in order): two completions drop twenty pins, and one that comes again for
 // a WRITE already completed that way is stale. The SETs' READs are each
 // signaled: a READ's completion installs and answers its SET at once.
-TEST(ServerRdvSignaling, WritesAreSignaledByIntervalAndEveryReadIsSignaled) {
-  FakeLink link;
-  FakeRegistrar reg;
-  BufferPool recv(4, 8192), send(8, 8192);
-  Store store;
-  ServerCounters counters;
-  LatencyHistograms latency;
-  ShardGate gate;
-  Arena arena(reg, {4096, 1u << 20, 64u << 20});
-  ServerConnConfig cfg;
-  cfg.credits = 4;
-  cfg.generation = 3;
-  cfg.peer_recv_size = 8192;
-  cfg.max_value = 1u << 20;
-  cfg.max_transfers = 32;
-  cfg.max_pins = 32;
-  cfg.stats = test::stats_of(counters, store);
-  cfg.latency = &latency;
-  cfg.gate = &gate;
-  store.attach_large_blocks([a = &arena](std::size_t n) { return a->allocate(n); });
-  ServerConn sc(link, recv, send, store, arena, counters, cfg);
-  ASSERT_EQ(sc.start(), Verdict::keep);
-  sc.on_established();
+// Room for 32 transfers: chains of 20 WRITEs.
+class ServerRdvSignaling : public ServerRdv {
+ protected:
+  ServerRdvSignaling() : ServerRdv(32) {}
+};
+
+TEST_F(ServerRdvSignaling, WritesAreSignaledByIntervalAndEveryReadIsSignaled) {
   constexpr std::size_t kGets = 20;
   std::vector<proto::MessageSpec> gets;
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < kGets; ++i) keys.push_back("k" + std::to_string(i));
   for (std::size_t i = 0; i < kGets; ++i) {
-    put_large(arena, store, keys[i], static_cast<char>('a' + i), 5000);
+    put_large(arena_, store_, keys[i], static_cast<char>('a' + i), 5000);
     gets.push_back(proto::msg::get_request_rdv(static_cast<std::uint32_t>(i + 1), keys[i],
                                                {0x1000 + 0x10000 * i, 77}, 8192));
   }
-  std::size_t next_recv = 0;
-  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(gets)), Verdict::keep);
-  ASSERT_EQ(link.writes.size(), kGets);
+  ASSERT_EQ(request(pack(gets)), Verdict::keep);
+  ASSERT_EQ(link_.writes.size(), kGets);
   for (std::size_t i = 0; i < kGets; ++i) {
-    EXPECT_EQ(link.writes[i].signaled, i == 15 || i == kGets - 1) << "WRITE " << i;
-    EXPECT_EQ(text(link.writes[i].bytes), std::string(5000, static_cast<char>('a' + i)));
+    EXPECT_EQ(link_.writes[i].signaled, i == 15 || i == kGets - 1) << "WRITE " << i;
+    EXPECT_EQ(text(link_.writes[i].bytes), std::string(5000, static_cast<char>('a' + i)));
   }
-  EXPECT_EQ(sc.pins(), kGets);
-  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[15], CompletionOpcode::rdma_write)), Verdict::keep);
-  EXPECT_EQ(sc.pins(), kGets - 16) << "the 16th WRITE's completion completes the 15 before it";
-  const auto stale0 = counters.stale_completions;
-  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[3], CompletionOpcode::rdma_write)), Verdict::keep);
-  EXPECT_EQ(counters.stale_completions, stale0 + 1) << "again for a WRITE already complete: stale";
-  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.writes[kGets - 1], CompletionOpcode::rdma_write)),
+  EXPECT_EQ(sc_->pins(), kGets);
+  ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[15], CompletionOpcode::rdma_write)), Verdict::keep);
+  EXPECT_EQ(sc_->pins(), kGets - 16) << "the 16th WRITE's completion completes the 15 before it";
+  const auto stale0 = counters_.stale_completions;
+  ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[3], CompletionOpcode::rdma_write)), Verdict::keep);
+  EXPECT_EQ(counters_.stale_completions, stale0 + 1) << "again for a WRITE already complete: stale";
+  ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.writes[kGets - 1], CompletionOpcode::rdma_write)),
             Verdict::keep);
-  EXPECT_EQ(sc.pins(), 0u);
-  EXPECT_EQ(sc.transfers_in_flight(), 0u);
+  EXPECT_EQ(sc_->pins(), 0u);
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u);
 
   std::vector<proto::MessageSpec> sets;
   for (std::size_t i = 0; i < 3; ++i) {
     sets.push_back(proto::msg::set_request_rdv(static_cast<std::uint32_t>(100 + i), keys[i],
                                                {0x1000 + 0x10000 * i, 77}, 4096));
   }
-  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(sets)), Verdict::keep);
-  ASSERT_EQ(link.reads.size(), 3u);
-  for (const auto& r : link.reads) EXPECT_TRUE(r.signaled) << "every READ";
-  std::memset(link.reads[0].target.data(), 'z', link.reads[0].target.size());
-  ASSERT_EQ(sc.on_completion(FakeLink::complete(link.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
-  ASSERT_EQ(sc.flush(), Verdict::keep);
-  const auto r = decode(link.sends.back().bytes);
+  ASSERT_EQ(request(pack(sets)), Verdict::keep);
+  ASSERT_EQ(link_.reads.size(), 3u);
+  for (const auto& r : link_.reads) EXPECT_TRUE(r.signaled) << "every READ";
+  std::memset(link_.reads[0].target.data(), 'z', link_.reads[0].target.size());
+  ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[0], CompletionOpcode::rdma_read)), Verdict::keep);
+  ASSERT_EQ(sc_->flush(), Verdict::keep);
+  const auto r = decode(link_.sends.back().bytes);
   ASSERT_EQ(r.size(), 1u) << "the first SET is answered on its own READ's completion";
   EXPECT_EQ(r[0].header.req_id, 100u);
-  EXPECT_EQ(store.get(keys[0]).value, std::string(4096, 'z'));
+  EXPECT_EQ(store_.get(keys[0]).value, std::string(4096, 'z'));
   for (std::size_t i = 1; i < 3; ++i) {
-    ASSERT_EQ(sc.on_completion(FakeLink::complete(link.reads[i], CompletionOpcode::rdma_read)), Verdict::keep);
+    ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.reads[i], CompletionOpcode::rdma_read)), Verdict::keep);
   }
 
   // A failed WRITE (the last of its chain): the connection fails, and the
@@ -433,16 +419,16 @@ TEST(ServerRdvSignaling, WritesAreSignaledByIntervalAndEveryReadIsSignaled) {
     more.push_back(proto::msg::get_request_rdv(static_cast<std::uint32_t>(200 + i), keys[10 + i],
                                                {0x1000 + 0x10000 * i, 77}, 8192));
   }
-  ASSERT_EQ(test::deliver_request(sc, link, next_recv, pack(more)), Verdict::keep);
-  ASSERT_EQ(link.writes.size(), kGets + 3);
-  EXPECT_FALSE(link.writes[kGets].signaled);
-  EXPECT_TRUE(link.writes[kGets + 2].signaled);
-  EXPECT_EQ(sc.pins(), 3u);
-  EXPECT_NE(sc.on_completion(FakeLink::failed(link.writes[kGets + 2], CompletionStatus::remote_access_error)),
+  ASSERT_EQ(request(pack(more)), Verdict::keep);
+  ASSERT_EQ(link_.writes.size(), kGets + 3);
+  EXPECT_FALSE(link_.writes[kGets].signaled);
+  EXPECT_TRUE(link_.writes[kGets + 2].signaled);
+  EXPECT_EQ(sc_->pins(), 3u);
+  EXPECT_NE(sc_->on_completion(FakeLink::failed(link_.writes[kGets + 2], CompletionStatus::remote_access_error)),
             Verdict::keep);
-  EXPECT_EQ(sc.pins(), 0u);
-  EXPECT_EQ(sc.transfers_in_flight(), 0u);
-  EXPECT_EQ(counters.transfers_aborted, 3u);
+  EXPECT_EQ(sc_->pins(), 0u);
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u);
+  EXPECT_EQ(counters_.transfers_aborted, 3u);
 }
 
 }  // namespace
