@@ -166,7 +166,6 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
   // done here, in post order, so every entry closes and the connection can
   // drain. After an error none of them is trusted: they close as flushed,
   // behind the error that fails the connection.
-  (void)transfers_posted_.remove(c.wr_id);
   if (!c.ok()) transfer_done(c);
   verbs::Completion earlier;
   earlier.status = c.ok() ? verbs::CompletionStatus::success : verbs::CompletionStatus::flushed;
@@ -177,6 +176,7 @@ void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
                                                                  : verbs::CompletionOpcode::rdma_read;
     transfer_done(earlier);
   }
+  (void)transfers_posted_.pop_front();  // its own, now the oldest (anything posted meanwhile went behind it)
   if (c.ok()) transfer_done(c);
 }
 
