@@ -1,5 +1,7 @@
 // FifoVector (kv/conn/fifo_vector.hpp): the in-order queue of posted receive
-// buffers, SENDs in flight and sealed send buffers.
+// buffers, SENDs in flight and sealed send buffers; and complete_transfers
+// (kv/conn/msg_channel.hpp), which closes the transfers posted unsignaled
+// before a signaled one from such a queue.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -8,10 +10,18 @@
 #include <vector>
 
 #include "kv/conn/fifo_vector.hpp"
+#include "kv/conn/msg_channel.hpp"
+#include "verbs/completion.hpp"
+#include "verbs/wr_id.hpp"
 
 namespace {
 
 using rkv::kv::conn::FifoVector;
+using rkv::verbs::Completion;
+using rkv::verbs::CompletionOpcode;
+using rkv::verbs::CompletionStatus;
+using rkv::verbs::WrId;
+using rkv::verbs::WrKind;
 
 std::vector<std::uint32_t> fifo_contents(const FifoVector<std::uint32_t>& q) {
   std::vector<std::uint32_t> out;
@@ -108,6 +118,69 @@ TEST(FifoVector, HoldsStructsAndClears) {
   q.clear();
   EXPECT_EQ(q.size(), 0u);
   EXPECT_TRUE(q.empty());
+}
+
+struct Done {
+  std::uint32_t slot;
+  CompletionStatus status;
+  CompletionOpcode opcode;
+  friend bool operator==(const Done&, const Done&) = default;
+};
+
+// Posted in this order: READ 1, WRITE 2, READ 3, WRITE 4 (generation 9).
+FifoVector<WrId> four_posted() {
+  FifoVector<WrId> q;
+  EXPECT_TRUE(q.make_room(4));
+  q.push(WrId(1, 9, WrKind::rdma_read));
+  q.push(WrId(2, 9, WrKind::rdma_write));
+  q.push(WrId(3, 9, WrKind::rdma_read));
+  q.push(WrId(4, 9, WrKind::rdma_write));
+  return q;
+}
+
+Completion completion_of(WrId id, CompletionStatus status) {
+  Completion c;
+  c.wr_id = id;
+  c.status = status;
+  c.opcode = id.kind() == WrKind::rdma_write ? CompletionOpcode::rdma_write : CompletionOpcode::rdma_read;
+  return c;
+}
+
+TEST(CompleteTransfers, ASignaledOneClosesTheEarlierOnesFirstInPostOrder) {
+  FifoVector<WrId> q = four_posted();
+  std::vector<Done> done;
+  const auto record = [&](const Completion& c) { done.push_back({c.wr_id.slot(), c.status, c.opcode}); };
+  ASSERT_TRUE(complete_transfers(q, completion_of(WrId(3, 9, WrKind::rdma_read), CompletionStatus::success), record));
+  const std::vector<Done> want{{1, CompletionStatus::success, CompletionOpcode::rdma_read},
+                               {2, CompletionStatus::success, CompletionOpcode::rdma_write},
+                               {3, CompletionStatus::success, CompletionOpcode::rdma_read}};
+  EXPECT_EQ(done, want);
+  ASSERT_EQ(q.size(), 1U);  // only the one posted after it is left
+  EXPECT_EQ(q.at(0), WrId(4, 9, WrKind::rdma_write));
+  // Its completion again, or one of those it closed: stale, nothing runs.
+  done.clear();
+  EXPECT_FALSE(complete_transfers(q, completion_of(WrId(3, 9, WrKind::rdma_read), CompletionStatus::success), record));
+  EXPECT_FALSE(complete_transfers(q, completion_of(WrId(1, 9, WrKind::rdma_read), CompletionStatus::success), record));
+  EXPECT_TRUE(done.empty());
+  EXPECT_EQ(q.size(), 1U);
+}
+
+TEST(CompleteTransfers, AfterAnErrorItRunsFirstAndTheEarlierOnesCloseAsFlushed) {
+  FifoVector<WrId> q = four_posted();
+  std::vector<Done> done;
+  const auto record = [&](const Completion& c) { done.push_back({c.wr_id.slot(), c.status, c.opcode}); };
+  ASSERT_TRUE(complete_transfers(
+      q, completion_of(WrId(3, 9, WrKind::rdma_read), CompletionStatus::remote_access_error), record));
+  const std::vector<Done> want{{3, CompletionStatus::remote_access_error, CompletionOpcode::rdma_read},
+                               {1, CompletionStatus::flushed, CompletionOpcode::rdma_read},
+                               {2, CompletionStatus::flushed, CompletionOpcode::rdma_write}};
+  EXPECT_EQ(done, want);
+  EXPECT_EQ(q.size(), 1U);
+  // The last one's own (flushed) completion still closes it.
+  done.clear();
+  ASSERT_TRUE(complete_transfers(q, completion_of(WrId(4, 9, WrKind::rdma_write), CompletionStatus::flushed), record));
+  EXPECT_EQ(done, (std::vector<Done>{{4, CompletionStatus::flushed, CompletionOpcode::rdma_write}}));
+  EXPECT_EQ(q.size(), 0U);
 }
 
 }  // namespace

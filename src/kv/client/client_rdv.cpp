@@ -192,39 +192,19 @@ bool ClientConn::on_get_rdv(SlotKey key, const proto::Header& h, const proto::Rd
 }
 
 void ClientConn::on_transfer(const verbs::Completion& c) noexcept {
-  const std::size_t at = reads_posted_.find(c.wr_id);
-  if (at == reads_posted_.size()) {  // not a transfer in flight: a repeated completion, or one never posted
-    if (ended()) return;
-    const SlotKey key = read_key(c.wr_id);
-    if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
-      ++counters_.stale_reads;
-      SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
-                   key.generation, verbs::to_string(c.status));
-      return;
-    }
-    fail(std::string(verbs::to_string(c.wr_id.kind())) + " completion for a request that posted none");
+  // After an error the connection fails at the first, and the earlier ones,
+  // flushed, find it ended.
+  if (conn::complete_transfers(reads_posted_, c, [this](const verbs::Completion& d) { transfer_done(d); })) return;
+  // Not a transfer in flight: a repeated completion, or one never posted.
+  if (ended()) return;
+  const SlotKey key = read_key(c.wr_id);
+  if (slots_.find(key) == nullptr) {  // its request is gone (the slot was freed, maybe reused)
+    ++counters_.stale_reads;
+    SPDLOG_DEBUG("client: dropping a stale RDMA READ completion (slot {} generation {}, {})", key.index,
+                 key.generation, verbs::to_string(c.status));
     return;
   }
-  if (!c.ok()) {
-    // The connection fails; the READs posted before this one are not looked at.
-    for (std::size_t i = 0; i <= at; ++i) reads_posted_.pop_front();
-    transfer_done(c);
-    return;
-  }
-  // The send queue completes in order: the unsignaled READs and WRITEs
-  // posted before this one have completed, successfully (an error would have
-  // come first).
-  verbs::Completion earlier;
-  earlier.status = verbs::CompletionStatus::success;
-  earlier.qp_num = c.qp_num;
-  for (std::size_t i = 0; i < at; ++i) {
-    earlier.wr_id = reads_posted_.pop_front();
-    earlier.opcode = earlier.wr_id.kind() == verbs::WrKind::rdma_write ? verbs::CompletionOpcode::rdma_write
-                                                                        : verbs::CompletionOpcode::rdma_read;
-    transfer_done(earlier);
-  }
-  reads_posted_.pop_front();
-  transfer_done(c);
+  fail(std::string(verbs::to_string(c.wr_id.kind())) + " completion for a request that posted none");
 }
 
 void ClientConn::transfer_done(const verbs::Completion& c) noexcept {

@@ -184,4 +184,33 @@ class MessageChannel {
   FifoVector<verbs::WrId>* posted_transfers_ = nullptr;   // set_transfer_signaling
 };
 
+// A completion of a READ or WRITE that flush() posted as
+// set_transfer_signaling says: it completes the unsignaled transfers posted
+// before it too (the send queue completes in order, and an error completion
+// comes signaled or not, first). done(completion) runs once for each, each
+// popped from `posted` (the list given to set_transfer_signaling): on
+// success the earlier ones first, as successes, in post order, then c;
+// after an error c first (its owner fails the connection), then the earlier
+// ones as flushed (none of them is trusted), so every posted transfer closes
+// once. False, with nothing run, if c is not in `posted`: a repeated
+// completion, or one never posted.
+template <class Done>
+bool complete_transfers(FifoVector<verbs::WrId>& posted, const verbs::Completion& c, Done&& done) noexcept {
+  const std::size_t at = posted.find(c.wr_id);
+  if (at == posted.size()) return false;
+  if (!c.ok()) done(c);
+  verbs::Completion earlier;
+  earlier.status = c.ok() ? verbs::CompletionStatus::success : verbs::CompletionStatus::flushed;
+  earlier.qp_num = c.qp_num;
+  for (std::size_t i = 0; i < at; ++i) {
+    earlier.wr_id = posted.pop_front();
+    earlier.opcode = earlier.wr_id.kind() == verbs::WrKind::rdma_write ? verbs::CompletionOpcode::rdma_write
+                                                                        : verbs::CompletionOpcode::rdma_read;
+    done(earlier);
+  }
+  (void)posted.pop_front();  // c's own, now the oldest (anything posted meanwhile went behind it)
+  if (c.ok()) done(c);
+  return true;
+}
+
 }  // namespace rkv::kv::conn

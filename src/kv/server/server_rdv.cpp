@@ -156,28 +156,11 @@ ServerConn::Outcome ServerConn::execute_release(const proto::MessageView& m) noe
 }
 
 void ServerConn::on_transfer(const verbs::Completion& c) noexcept {
-  const std::size_t at = transfers_posted_.find(c.wr_id);
-  if (at == transfers_posted_.size()) {  // never posted, or already completed by a later one
-    ++counters_->stale_completions;
-    return;
-  }
-  // The unsignaled transfers posted before it have completed (an error
-  // completion is made signaled or not, and would have come first): each is
-  // done here, in post order, so every entry closes and the connection can
-  // drain. After an error none of them is trusted: they close as flushed,
-  // behind the error that fails the connection.
-  if (!c.ok()) transfer_done(c);
-  verbs::Completion earlier;
-  earlier.status = c.ok() ? verbs::CompletionStatus::success : verbs::CompletionStatus::flushed;
-  earlier.qp_num = c.qp_num;
-  for (std::size_t i = 0; i < at; ++i) {
-    earlier.wr_id = transfers_posted_.pop_front();
-    earlier.opcode = earlier.wr_id.kind() == WrKind::rdma_write ? verbs::CompletionOpcode::rdma_write
-                                                                 : verbs::CompletionOpcode::rdma_read;
-    transfer_done(earlier);
-  }
-  (void)transfers_posted_.pop_front();  // its own, now the oldest (anything posted meanwhile went behind it)
-  if (c.ok()) transfer_done(c);
+  // After an error the earlier ones close as flushed, behind the error that
+  // fails the connection, so every entry closes and the connection drains.
+  const bool posted =
+      conn::complete_transfers(transfers_posted_, c, [this](const verbs::Completion& d) { transfer_done(d); });
+  if (!posted) ++counters_->stale_completions;  // never posted, or already completed by a later one
 }
 
 void ServerConn::transfer_done(const verbs::Completion& c) noexcept {
