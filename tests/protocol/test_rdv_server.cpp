@@ -431,5 +431,34 @@ TEST_F(ServerRdvSignaling, WritesAreSignaledByIntervalAndEveryReadIsSignaled) {
   EXPECT_EQ(counters_.transfers_aborted, 3u);
 }
 
+// A GET's client has its reply when the WRITE lands, and may ask again
+// before kvd sees the signaled WRITE after it complete: up to 15 more large
+// GETs than max_transfers are still pushed (one WRITE, the reply in its
+// immediate) rather than pulled (a reply, the client's READ, a RELEASE);
+// the one after those is pulled.
+TEST_F(ServerRdvSignaling, GetsBeyondMaxTransfersArePushedWhileTheLandedWritesAreUnseen) {
+  const std::size_t room = ServerConn::transfer_room(32);
+  ASSERT_EQ(room, 32u + 15u);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i <= room; ++i) keys.push_back("k" + std::to_string(i));
+  std::vector<proto::MessageSpec> gets;
+  for (std::size_t i = 0; i <= room; ++i) {
+    put_large(arena_, store_, keys[i], 'g', 5000);
+    gets.push_back(proto::msg::get_request_rdv(static_cast<std::uint32_t>(i + 1), keys[i], {0x1000, 77}, 8192));
+  }
+  ASSERT_EQ(request(pack(gets)), Verdict::keep);
+  EXPECT_EQ(link_.writes.size(), room) << "pushed up to the room";
+  EXPECT_EQ(sc_->transfers_in_flight(), room);
+  EXPECT_EQ(sc_->pulls_pinned(), 1u) << "the one beyond it is pulled";
+  ASSERT_FALSE(link_.sends.empty());
+  const auto r = last_send();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.req_id, room + 1) << "its reply (a descriptor to READ) is the only SEND";
+  ASSERT_TRUE(r[0].rdv.has_value());
+  ASSERT_EQ(sc_->on_completion(FakeLink::complete(link_.writes.back(), CompletionOpcode::rdma_write)),
+            Verdict::keep);
+  EXPECT_EQ(sc_->transfers_in_flight(), 0u) << "the last one's completion completes them all";
+}
+
 }  // namespace
 }  // namespace rkv::kv::server

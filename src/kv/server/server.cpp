@@ -401,7 +401,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
         (params.features & proto::kFeatureGrants) != 0
             ? std::min({options_.max_grants, std::uint32_t{params.credits}, conn::Link::kMaxWindows})
             : 0;
-    cfg.rdma_depth = transfers + 2 * grants;
+    cfg.rdma_depth = ServerConn::transfer_room(transfers) + 2 * grants;
     // Into the slot at once: a failure below destroys the Conn, QP before ServerConn.
     c.ep = std::make_unique<Endpoint>(std::move(id), pd_, cfg);
     Endpoint* ep = c.ep.get();

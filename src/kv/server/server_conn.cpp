@@ -46,7 +46,7 @@ ServerConn::ServerConn(Link& link, BufferPool& recv, BufferPool& send, Store& st
                          .writes = &counters_->rdma_writes});
   channel_.set_send_limit(config_.max_send_buffers);
   // Room for every transfer the connection may have in flight (transfers_full), so a post never grows it.
-  if (!transfers_posted_.make_room(config_.max_transfers)) throw std::bad_alloc();
+  if (!transfers_posted_.make_room(transfer_room(config_.max_transfers))) throw std::bad_alloc();
   channel_.set_transfer_signaling({.reads = 1, .writes = kWriteSignalInterval}, &transfers_posted_);
   pulls_.reserve(config_.max_pins);
   grants_.resize(std::min<std::uint32_t>(config_.max_grants, Link::kMaxWindows));

@@ -312,6 +312,12 @@ class ServerConn {
   // Grants the client holds now (bound, not used yet).
   [[nodiscard]] std::size_t grants_held() const noexcept { return grants_held_; }
 
+  // READs and WRITEs a connection of `max_transfers` may have posted and not
+  // seen complete: its send queue's RDMA depth (Server sizes the QP by it).
+  [[nodiscard]] static constexpr std::uint32_t transfer_room(std::uint32_t max_transfers) noexcept {
+    return max_transfers + static_cast<std::uint32_t>(kWriteSignalInterval) - 1;
+  }
+
  private:
   // A received buffer not fully handled yet.
   using Clock = RequestClock;  // latency.hpp
@@ -456,6 +462,13 @@ class ServerConn {
   // Closes an entry (its pin, and the log waits it still counted, go with it).
   void close_entry(Key k) noexcept;
   [[nodiscard]] bool transfers_full() const noexcept { return transfers_in_flight_ >= config_.max_transfers; }
+  // A large GET is pushed (a WRITE) below transfer_room: up to
+  // kWriteSignalInterval - 1 of the WRITEs in flight may have landed already,
+  // their client answered and asking again, before kvd sees the signaled
+  // WRITE after them complete. Such a GET is not pulled for that lag.
+  [[nodiscard]] bool pushes_full() const noexcept {
+    return transfers_in_flight_ >= transfer_room(config_.max_transfers);
+  }
   // Opens the entry of a READ/WRITE about to be queued (nullopt: no memory).
   std::optional<Key> open_transfer(Pending p) noexcept;
   // The entry's READ/WRITE (or grant invalidation) is queued for the next

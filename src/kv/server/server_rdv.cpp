@@ -101,7 +101,7 @@ ServerConn::Outcome ServerConn::execute_get_large(const proto::MessageView& m, c
                                                   proto::MessageSpec& reply) noexcept {
   const std::uint32_t id = m.header.req_id;
   const std::uint64_t len = v->bytes.size();
-  if (m.rdv && m.header.value_len >= len && len <= std::numeric_limits<std::uint32_t>::max() && !transfers_full()) {
+  if (m.rdv && m.header.value_len >= len && len <= std::numeric_limits<std::uint32_t>::max() && !pushes_full()) {
     // Push: one WRITE with immediate into the offered buffer, the reply
     // folded into it (append_pushed queues it once the request's buffer is
     // recycled, so its credit rides along).
