@@ -19,6 +19,8 @@ constexpr std::size_t key_len = 28;
 constexpr std::size_t value_len = 32;
 constexpr std::size_t data_crc = 36;
 constexpr std::size_t flags = 40;
+constexpr std::size_t expire_at = 44;
+static_assert(expire_at + 8 == kEntryCrcOffset);
 }  // namespace entry_off
 
 std::uint64_t fmix64(std::uint64_t h) noexcept {
@@ -53,6 +55,7 @@ std::array<std::byte, kBucketSize> encode_entry(const IndexEntry& e, std::span<c
   store_le(o, entry_off::value_len, e.value_len);
   store_le(o, entry_off::data_crc, e.data_crc);
   store_le(o, entry_off::flags, e.flags);
+  store_le(o, entry_off::expire_at, e.expire_at);
   store_le(o, kEntryCrcOffset, crc32c(out.data(), kEntryCrcOffset));
   return out;
 }
@@ -67,6 +70,7 @@ IndexEntry decode_own_entry(std::span<const std::byte> b) noexcept {
   e.value_len = load_le<std::uint32_t>(b, entry_off::value_len);
   e.data_crc = load_le<std::uint32_t>(b, entry_off::data_crc);
   e.flags = load_le<std::uint32_t>(b, entry_off::flags);
+  e.expire_at = load_le<std::uint64_t>(b, entry_off::expire_at);
   return e;
 }
 

@@ -18,8 +18,11 @@
 //   32 value_len u32
 //   36 data_crc  u32   crc32c(value bytes followed by key bytes)
 //   40 flags     u32   kFlagUsed | kFlagOverflow | kFlagRpcOnly | kFlagInline
-//   44 entry_crc u32   crc32c(bytes 0..43)
-//   48 .. 127          INLINE: [value_len value bytes][key_len key bytes]
+//   44 expire_at u64   the key's absolute expiry, ms since the Unix epoch by
+//                      the server's wall clock (0: none); readers apply it
+//                      with expiry_verdict
+//   52 entry_crc u32   crc32c(bytes 0..51)
+//   56 .. 127          INLINE: [value_len value bytes][key_len key bytes]
 //                      (at most kInlineMax), then zero; otherwise all zero
 // An all-zero bucket is empty (and has no overflow). Any other bucket whose
 // entry_crc does not match, or whose bytes after the inline data are not
@@ -38,10 +41,10 @@ namespace rkv::proto {
 inline constexpr std::size_t kBucketSize = 128;
 inline constexpr std::size_t kNeighborhood = 8;
 inline constexpr std::size_t kNeighborhoodBytes = kBucketSize * kNeighborhood;
-inline constexpr std::size_t kEntryCrcOffset = 44;
+inline constexpr std::size_t kEntryCrcOffset = 52;
 // Values whose value and key bytes together fit here travel in the entry:
 // a one-sided GET of them is ONE READ (the neighborhood), not two.
-inline constexpr std::size_t kInlineOffset = 48;
+inline constexpr std::size_t kInlineOffset = 56;
 inline constexpr std::size_t kInlineMax = kBucketSize - kInlineOffset;
 static_assert(kInlineOffset >= kEntryCrcOffset + 4 && kInlineMax > 0);
 // Most buckets an index may have (the count travels as a u32 power of two).
@@ -72,6 +75,7 @@ struct IndexEntry {
   std::uint32_t value_len = 0;
   std::uint32_t data_crc = 0;
   std::uint32_t flags = 0;
+  std::uint64_t expire_at = 0;  // ms since the Unix epoch, server's wall clock (0: none)
   [[nodiscard]] bool used() const noexcept { return (flags & kFlagUsed) != 0; }
   [[nodiscard]] bool overflow() const noexcept { return (flags & kFlagOverflow) != 0; }
   [[nodiscard]] bool rpc_only() const noexcept { return (flags & kFlagRpcOnly) != 0; }
@@ -97,6 +101,24 @@ struct IndexEntry {
 // own entries back): no checks, an all-zero bucket is an empty entry. Never
 // for bytes that came over the network.
 [[nodiscard]] IndexEntry decode_own_entry(std::span<const std::byte> bucket) noexcept;
+
+// How far a reader's wall clock may be from the server's for a one-sided
+// GET to apply a key's expiry exactly (docs/protocol.md "Time to live").
+inline constexpr std::int64_t kExpiryClockMarginMs = 50;
+// What a one-sided reader does with a found entry, by its own wall clock
+// `now_ms` (ms since the Unix epoch): live (use it), expired (the key is
+// gone: NOT FOUND, without asking the server) or ask_rpc (within
+// kExpiryClockMarginMs of its expiry, where clocks that differ that much
+// could disagree: the server's answer by message decides).
+enum class ExpiryVerdict : std::uint8_t { live, expired, ask_rpc };
+[[nodiscard]] constexpr ExpiryVerdict expiry_verdict(const IndexEntry& e, std::int64_t now_ms) noexcept {
+  if (e.expire_at == 0) return ExpiryVerdict::live;
+  const std::uint64_t at = e.expire_at;  // any u64 (bytes off the network): no arithmetic that overflows
+  const std::uint64_t now = now_ms < 0 ? 0 : static_cast<std::uint64_t>(now_ms);
+  constexpr auto margin = static_cast<std::uint64_t>(kExpiryClockMarginMs);
+  if (now >= at) return now - at >= margin ? ExpiryVerdict::expired : ExpiryVerdict::ask_rpc;
+  return at - now <= margin ? ExpiryVerdict::ask_rpc : ExpiryVerdict::live;
+}
 
 // Home bucket of a hash in an index of `buckets` (a power of two).
 [[nodiscard]] constexpr std::uint64_t home_bucket(std::uint64_t hash, std::uint32_t buckets) noexcept {

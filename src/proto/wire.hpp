@@ -33,9 +33,11 @@ inline constexpr std::size_t kRdvDescSize = 16;
 inline constexpr std::size_t kGrantDescSize = 16;
 inline constexpr std::size_t kTtlSize = 8;
 inline constexpr std::size_t kEpochSize = 8;
-// How long a one-sided GET may still find a key after its time to live ran
-// out (docs/protocol.md "Time to live"): the server withdraws expired keys
-// from its index at least this often. GETs by message: never.
+// How long after its time to live ran out the server withdraws an expired
+// key from its index, while its reactor runs (docs/protocol.md "Time to
+// live"). One-sided readers apply the expiry the entry carries themselves
+// (index_format.hpp, expiry_verdict); this bounds what a reader whose clock
+// is behind the server's by more than kExpiryClockMarginMs can see.
 inline constexpr std::uint64_t kOneSidedExpiryLagMs = 250;
 // Largest time to live a SET or EXPIRE may ask for (about 100 years, so an
 // absolute expiry time in milliseconds never overflows).

@@ -1,8 +1,11 @@
 // cache_e2e: kvd as a cache over Soft-RoCE (docs/protocol.md "Time to live"
 // and "TOUCH"; docs/architecture.md "Memory limit").
 // - A key SET with a 500 ms TTL reads back before it and is gone after it, by
-//   message at once, by one-sided GET within proto::kOneSidedExpiryLagMs (the
-//   lag is measured and printed), small and rendezvous-sized values alike.
+//   message at once, by one-sided GET once the entry's expiry passed by the
+//   reader's clock or kvd withdrew it (the lag is measured and printed),
+//   small and rendezvous-sized values alike.
+// - With kvd stopped (SIGSTOP) past a TTL, one-sided GETs find the expired
+//   keys gone from their entries' expiry alone, without a message.
 // - EXPIRE / TTL / persist, through the C++ client and the C API (sync and
 //   async), "no key" and "no expiry" told apart.
 // - With --data-dir, kill -9 and a restart: a key whose TTL ran out while kvd
@@ -17,9 +20,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -32,6 +38,7 @@
 #include "kvd_fixture.hpp"
 #include "pattern.hpp"
 #include "proto/crc32c.hpp"
+#include "proto/index_format.hpp"
 #include "proto/wire.hpp"
 #include "reactor/reactor.hpp"
 
@@ -228,6 +235,72 @@ TEST_F(Cache, TheExpiryTimerRemovesAKeyNobodyReads) {
   ASSERT_TRUE(read->onesided());
   EXPECT_FALSE(found(*read, "unread"));
   EXPECT_TRUE(found(*read, "kept"));
+}
+
+// A one-sided reader applies the expiry its index entry carries by its own
+// clock, so an expired key is gone for it even while kvd does not run (the
+// lag of kvd's timer, proto::kOneSidedExpiryLagMs, no longer matters):
+// with kvd stopped (SIGSTOP) past a TTL plus the clock margin, one-sided GETs
+// of the expired keys (one in its entry, one in a block) answer not found
+// without a message, and a key without a TTL is still read. Were the reader
+// to ask kvd, its GET would wait for kvd: the watchdog's SIGCONT after
+// kGoneDeadline bounds that hang, and the test fails on it.
+TEST_F(Cache, AOneSidedReaderSeesAKeyExpireWhileKvdIsStopped) {
+  start();
+  auto rpc = open_mode(reactor_, GetMode::rpc);
+  auto read = open_mode(reactor_, GetMode::read);
+  ASSERT_TRUE(read->onesided());
+  constexpr std::uint64_t kTtl = 2000;
+  ASSERT_EQ(rpc->set_sync("kept", std::string(100, 'k')), Status::ok);
+  ASSERT_EQ(rpc->set_sync("tiny", "t", kTtl), Status::ok);                     // in its entry
+  ASSERT_EQ(rpc->set_sync("blocky", std::string(300, 'b'), kTtl), Status::ok);  // in a block
+  const auto due = Clock::now() + std::chrono::milliseconds(kTtl);             // at or after kvd's expiry
+  ASSERT_TRUE(found(*read, "tiny"));
+  ASSERT_TRUE(found(*read, "blocky"));
+  ASSERT_TRUE(found(*read, "kept"));
+
+  const pid_t pid = kvd_->pid();
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  std::atomic<bool> resumed{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, kGoneDeadline + std::chrono::milliseconds(kTtl), [&] { return done; })) {
+      resumed = true;
+      ::kill(pid, SIGCONT);
+    }
+  });
+  std::this_thread::sleep_until(due + std::chrono::milliseconds(proto::kExpiryClockMarginMs) + kSlop);
+  const auto before = read->counters();
+  const bool tiny = found(*read, "tiny");
+  const bool blocky = found(*read, "blocky");
+  const bool kept = found(*read, "kept");
+  const auto after = read->counters();
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  if (!resumed) {
+    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  }
+  EXPECT_FALSE(resumed.load()) << "a GET waited for the stopped kvd";
+  EXPECT_FALSE(tiny) << "expired by the reader's clock";
+  EXPECT_FALSE(blocky) << "expired by the reader's clock";
+  EXPECT_TRUE(kept);
+  EXPECT_EQ(after.messages_sent, before.messages_sent) << "answered from the index alone";
+  EXPECT_EQ(after.onesided_misses, before.onesided_misses + 2);
+  EXPECT_EQ(after.onesided_fallbacks, before.onesided_fallbacks);
+  // kvd, running again, removes both (its timer) and still serves the rest.
+  std::map<std::string, std::uint64_t> stats;
+  EXPECT_TRUE(poll_until(Clock::now(), 10ms, [&] {
+    stats = kvd_stats();
+    return stats.at("expired_keys") == 2;
+  }).has_value());
+  EXPECT_TRUE(found(*rpc, "kept"));
 }
 
 TEST_F(Cache, ExpireTtlAndPersistInTheClientAndTheCApi) {

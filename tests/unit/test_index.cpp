@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,7 @@ IndexEntry sample(std::uint64_t version) {
   e.value_len = 100 + static_cast<std::uint32_t>(version);
   e.data_crc = 0xdeadbeef ^ static_cast<std::uint32_t>(version);
   e.flags = proto::kFlagUsed;
+  e.expire_at = 1'790'000'000'000ull + version;
   return e;
 }
 
@@ -53,15 +55,43 @@ TEST(IndexEntry, RoundTripsWithEntryCrcLast) {
   const auto back = proto::decode_entry(bytes);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, e);
+  std::uint64_t expire_at = 0;  // docs/protocol.md's table: expire_at at 44, entry_crc at 52, the rest zero
+  std::memcpy(&expire_at, bytes.data() + 44, 8);
+  EXPECT_EQ(expire_at, e.expire_at);
   std::uint32_t crc = 0;
-  std::memcpy(&crc, bytes.data() + 44, 4);
-  EXPECT_EQ(crc, proto::crc32c(bytes.data(), 44));
-  for (std::size_t i = 48; i < kBucket; ++i) EXPECT_EQ(bytes[i], std::byte{0});
+  std::memcpy(&crc, bytes.data() + 52, 4);
+  EXPECT_EQ(crc, proto::crc32c(bytes.data(), 52));
+  for (std::size_t i = 56; i < kBucket; ++i) EXPECT_EQ(bytes[i], std::byte{0});
   // An all-zero bucket is empty, not torn.
   const std::array<std::byte, kBucket> zero{};
   const auto empty = proto::decode_entry(zero);
   ASSERT_TRUE(empty.has_value());
   EXPECT_FALSE(empty->used());
+}
+
+// A reader applies an entry's expiry by its own clock: live until the margin
+// before it, then the server decides (by message) until the margin after
+// it, then gone; no expiry is always live, and no u64 off the wire overflows.
+TEST(IndexEntry, ExpiryVerdictAroundTheExpiryByTheMargin) {
+  using proto::ExpiryVerdict;
+  using proto::expiry_verdict;
+  constexpr std::int64_t m = proto::kExpiryClockMarginMs;
+  IndexEntry e = sample(1);
+  const auto at = static_cast<std::int64_t>(e.expire_at);
+  EXPECT_EQ(expiry_verdict(e, at - m - 1), ExpiryVerdict::live);
+  EXPECT_EQ(expiry_verdict(e, at - m), ExpiryVerdict::ask_rpc);
+  EXPECT_EQ(expiry_verdict(e, at), ExpiryVerdict::ask_rpc);
+  EXPECT_EQ(expiry_verdict(e, at + m - 1), ExpiryVerdict::ask_rpc);
+  EXPECT_EQ(expiry_verdict(e, at + m), ExpiryVerdict::expired);
+  EXPECT_EQ(expiry_verdict(e, at + 3'600'000), ExpiryVerdict::expired);
+  e.expire_at = 0;
+  EXPECT_EQ(expiry_verdict(e, at + 3'600'000), ExpiryVerdict::live);
+  e.expire_at = ~std::uint64_t{0};
+  EXPECT_EQ(expiry_verdict(e, at), ExpiryVerdict::live);
+  EXPECT_EQ(expiry_verdict(e, std::numeric_limits<std::int64_t>::max()), ExpiryVerdict::live);
+  e.expire_at = 1;
+  EXPECT_EQ(expiry_verdict(e, -5), ExpiryVerdict::ask_rpc);
+  EXPECT_EQ(expiry_verdict(e, std::numeric_limits<std::int64_t>::max()), ExpiryVerdict::expired);
 }
 
 TEST(IndexEntry, EveryMixOfOldAndNewBytesIsDetectedAsTorn) {
@@ -166,7 +196,7 @@ TEST_F(IndexTest, NeighborhoodPlacementAndStickyOverflow) {
   const auto keys = keys_homed_at(3, kBuckets, 9);
   for (std::size_t i = 0; i < 8; ++i) {
     EXPECT_EQ(index_.claim(keys[i]), 3 + i) << "first empty bucket of the neighborhood";
-    index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55, {});
+    index_.publish(3 + static_cast<std::uint32_t>(i), keys[i], 0x1000 * (i + 1), 5, 10, 0x55, {}, 0);
   }
   EXPECT_EQ(index_.claim(keys[8]), kv::store::ReadableIndex::kNoBucket) << "neighborhood full";
   EXPECT_EQ(index_.stats().overflow_keys, 1u);
@@ -194,10 +224,10 @@ TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
   ASSERT_NE(b, kv::store::ReadableIndex::kNoBucket);
   IndexEntry e;
   EXPECT_EQ(probe("alpha", e), ProbeResult::ask_rpc) << "claimed, not published yet";
-  const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11, {});
+  const auto v1 = index_.publish(b, "alpha", 0x1000, 7, 5, 0x11, {}, 0);
   ASSERT_EQ(probe("alpha", e), ProbeResult::found);
   EXPECT_EQ(e.version, v1);
-  const auto v2 = index_.publish(b, "alpha", 0x2000, 8, 6, 0x22, {});
+  const auto v2 = index_.publish(b, "alpha", 0x2000, 8, 6, 0x22, {}, 0);
   EXPECT_GT(v2, v1);
   ASSERT_EQ(probe("alpha", e), ProbeResult::found);
   EXPECT_EQ(e.addr, 0x2000u);
@@ -216,11 +246,11 @@ TEST_F(IndexTest, InPlaceUpdateBumpsTheVersionAndWithdrawNamesNoMemory) {
 
 TEST_F(IndexTest, ATornBucketMakesTheReaderReadAgain) {
   const std::uint32_t b = index_.claim("beta");
-  index_.publish(b, "beta", 0x1000, 7, 5, 0x11, {});
+  index_.publish(b, "beta", 0x1000, 7, 5, 0x11, {}, 0);
   const auto old_bytes = std::vector<std::byte>(region_.begin() + b * kBucket, region_.begin() + (b + 1) * kBucket);
-  index_.publish(b, "beta", 0x2000, 7, 5, 0x22, {});
+  index_.publish(b, "beta", 0x2000, 7, 5, 0x22, {}, 0);
   // What a READ racing the rewrite could see: new fields, old entry_crc.
-  std::memcpy(region_.data() + b * kBucket + 44, old_bytes.data() + 44, 4);
+  std::memcpy(region_.data() + b * kBucket + proto::kEntryCrcOffset, old_bytes.data() + proto::kEntryCrcOffset, 4);
   IndexEntry e;
   EXPECT_EQ(probe("beta", e), ProbeResult::torn);
 }
@@ -505,6 +535,44 @@ TEST_F(StoreIndexTest, EraseOfAnOverflowKeyForgetsIt) {
   EXPECT_TRUE(store_.set(keys[8], "back"));  // takes the freed bucket now
   EXPECT_EQ(index_.stats().used, 8u);
   EXPECT_EQ(index_.stats().overflow_keys, 0u);
+}
+
+// Every entry carries its key's expiry, so one-sided readers apply it
+// themselves: a SET with a TTL publishes it (in the entry or in a block), an
+// EXPIRE restamps the entry, a PERSIST or a SET without a TTL clears it, a
+// write that keeps the expiry keeps it.
+TEST_F(StoreIndexTest, EntriesCarryTheKeysExpiry) {
+  using kv::store::kKeepExpiry;
+  const kv::store::ExpireAt at = kv::store::wall_ms() + 60'000;
+  IndexEntry e;
+  ASSERT_TRUE(store_.set("inline", "v", at));
+  ASSERT_EQ(probe("inline", e), ProbeResult::found);
+  EXPECT_TRUE(e.inlined());
+  EXPECT_EQ(e.expire_at, static_cast<std::uint64_t>(at));
+  const std::string big(500, 'b');
+  ASSERT_TRUE(store_.set("block", big, at + 1));
+  ASSERT_EQ(probe("block", e), ProbeResult::found);
+  EXPECT_FALSE(e.inlined());
+  EXPECT_EQ(e.expire_at, static_cast<std::uint64_t>(at + 1));
+  const std::uint64_t version = e.version;
+  ASSERT_TRUE(store_.expire("block", at + 2));
+  ASSERT_EQ(probe("block", e), ProbeResult::found);
+  EXPECT_EQ(e.expire_at, static_cast<std::uint64_t>(at + 2));
+  EXPECT_EQ(e.version, version) << "the same value: restamped, not published again";
+  expect_block("block", big);
+  ASSERT_TRUE(store_.set("block", big + "!", kKeepExpiry));
+  ASSERT_EQ(probe("block", e), ProbeResult::found);
+  EXPECT_EQ(e.expire_at, static_cast<std::uint64_t>(at + 2)) << "a write that keeps the expiry";
+  ASSERT_TRUE(store_.expire("block", kv::store::kNoExpiry));  // PERSIST
+  ASSERT_EQ(probe("block", e), ProbeResult::found);
+  EXPECT_EQ(e.expire_at, 0u);
+  ASSERT_TRUE(store_.expire("inline", at + 3));
+  ASSERT_EQ(probe("inline", e), ProbeResult::found);
+  EXPECT_EQ(e.expire_at, static_cast<std::uint64_t>(at + 3));
+  expect_block("inline", "v");
+  ASSERT_TRUE(store_.set("inline", "w"));  // a SET without a TTL clears it
+  ASSERT_EQ(probe("inline", e), ProbeResult::found);
+  EXPECT_EQ(e.expire_at, 0u);
 }
 
 }  // namespace

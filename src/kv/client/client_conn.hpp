@@ -531,6 +531,7 @@ class ClientConn {
   // Checks a one-sided GET's value and key bytes (a block READ, or an INLINE
   // entry's data) against its entry: delivers, re-reads or asks by message.
   void check_value(SlotKey key, std::span<const std::byte> value, std::span<const std::byte> key_read) noexcept;
+  void miss(SlotKey key) noexcept;  // NOT FOUND (no such key, or it expired by this reader's clock)
   void retry_or_fallback(SlotKey key) noexcept;
   void fallback(SlotKey key) noexcept;  // re-queued as a message GET
   // A one-sided GET found `key`: it joins the TOUCH hints (docs/protocol.md

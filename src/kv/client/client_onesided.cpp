@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "kv/client/client_conn.hpp"
+#include "proto/wall_clock.hpp"
 
 namespace rkv::kv::client {
 
@@ -155,14 +156,15 @@ void ClientConn::on_hood(SlotKey key) noexcept {
   switch (res) {
     case proto::ProbeResult::torn: retry_or_fallback(key); return;
     case proto::ProbeResult::ask_rpc: fallback(key); return;
-    case proto::ProbeResult::not_found: {
-      ++counters_.onesided_misses;
-      Callback cb = std::move(s.cb);
-      free_slot(key);
-      finish(Status::ok, false, {}, cb);
-      return;
-    }
+    case proto::ProbeResult::not_found: miss(key); return;
     case proto::ProbeResult::found: break;
+  }
+  // The key's expiry by this reader's clock: what makes an expired key gone
+  // for one-sided readers whether or not kvd has run since.
+  switch (proto::expiry_verdict(s.entry, proto::wall_ms())) {
+    case proto::ExpiryVerdict::live: break;
+    case proto::ExpiryVerdict::expired: miss(key); return;
+    case proto::ExpiryVerdict::ask_rpc: fallback(key); return;
   }
   if (!proto::block_readable(s.entry, max_value_)) {  // a consistent entry the server could not have written
     fallback(key);
@@ -248,6 +250,13 @@ void ClientConn::check_value(SlotKey key, std::span<const std::byte> value,
   // area) stays valid during the callback: only flush() posts READs into
   // this slot's area again, and callbacks do not flush.
   finish(Status::ok, true, value, cb);
+}
+
+void ClientConn::miss(SlotKey key) noexcept {
+  ++counters_.onesided_misses;
+  Callback cb = std::move(live_slot(key).cb);
+  free_slot(key);
+  finish(Status::ok, false, {}, cb);
 }
 
 void ClientConn::retry_or_fallback(SlotKey key) noexcept {

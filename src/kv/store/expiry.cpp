@@ -14,19 +14,15 @@
 // holds the absolute expiry time, and recovery drops what has expired.
 //
 // Thread: the reactor's (as the Store).
-#include <time.h>
-
 #include <utility>
 
+#include "kv/store/readable_index.hpp"
 #include "kv/store/store.hpp"
+#include "proto/wall_clock.hpp"
 
 namespace rkv::kv::store {
 
-ExpireAt wall_ms() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return static_cast<ExpireAt>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
+ExpireAt wall_ms() noexcept { return proto::wall_ms(); }
 
 void Store::expire_entry(Node* it) noexcept {
   erase(it);
@@ -37,6 +33,8 @@ bool Store::expire(std::string_view key, ExpireAt expire_at) {
   Node* const it = find_live(key);
   if (it == nullptr) return false;
   set_expiry(*it, expire_at);
+  if (index_ != nullptr && it->second.bucket != ReadableIndex::kNoBucket)
+    index_->set_expiry(it->second.bucket, indexed_expiry(it->second));
   return true;
 }
 

@@ -97,7 +97,7 @@ std::uint32_t ReadableIndex::claim(std::string_view key) noexcept {
 
 std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key, std::uint64_t addr,
                                      std::uint32_t rkey, std::uint32_t value_len, std::uint32_t data_crc,
-                                     std::span<const std::byte> block) noexcept {
+                                     std::span<const std::byte> block, std::uint64_t expire_at) noexcept {
   proto::IndexEntry e = read(bucket);
   if (e.rpc_only() && stats_.rpc_only > 0) --stats_.rpc_only;
   const bool was_inline = e.inlined();
@@ -108,6 +108,7 @@ std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key,
   e.key_len = static_cast<std::uint32_t>(key.size());
   e.value_len = value_len;
   e.data_crc = data_crc;
+  e.expire_at = expire_at;
   e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed;
   const bool inlined = block.size() == e.data_len() && block.size() <= proto::kInlineMax;
   e.addr = inlined ? 0 : addr;
@@ -117,6 +118,13 @@ std::uint64_t ReadableIndex::publish(std::uint32_t bucket, std::string_view key,
   count_inline(was_inline, inlined);
   ++stats_.publishes;
   return e.version;
+}
+
+void ReadableIndex::set_expiry(std::uint32_t bucket, std::uint64_t expire_at) noexcept {
+  proto::IndexEntry e = read(bucket);
+  if (!e.used() || e.rpc_only() || e.expire_at == expire_at) return;
+  e.expire_at = expire_at;
+  write(bucket, e, inline_of(bucket, e));
 }
 
 void ReadableIndex::withdraw(std::uint32_t bucket, [[maybe_unused]] std::string_view key) noexcept {
@@ -129,6 +137,7 @@ void ReadableIndex::withdraw(std::uint32_t bucket, [[maybe_unused]] std::string_
   e.rkey = 0;
   e.value_len = 0;
   e.data_crc = 0;
+  e.expire_at = 0;
   e.flags = (e.flags & proto::kFlagOverflow) | proto::kFlagUsed | proto::kFlagRpcOnly;
   write(bucket, e);
 }

@@ -59,10 +59,15 @@ class ReadableIndex {
   // The key in `bucket` now has this value block: [value_len value bytes]
   // [key bytes] at addr/rkey, data_crc = crc32c of those bytes. `block`:
   // those bytes as the server holds them; when they fit proto::kInlineMax
-  // the entry carries them (INLINE, no address). Returns the entry's version
-  // (global SET sequence number).
+  // the entry carries them (INLINE, no address). `expire_at`: the key's
+  // absolute expiry (ms since the Unix epoch, 0: none), which readers apply
+  // themselves. Returns the entry's version (global SET sequence number).
   std::uint64_t publish(std::uint32_t bucket, std::string_view key, std::uint64_t addr, std::uint32_t rkey,
-                        std::uint32_t value_len, std::uint32_t data_crc, std::span<const std::byte> block) noexcept;
+                        std::uint32_t value_len, std::uint32_t data_crc, std::span<const std::byte> block,
+                        std::uint64_t expire_at) noexcept;
+  // The key in `bucket` has a new expiry (EXPIRE, PERSIST) and the same
+  // value: its entry is rewritten with it (an rpc-only one names none).
+  void set_expiry(std::uint32_t bucket, std::uint64_t expire_at) noexcept;
   // The key in `bucket` has no readable value (e.g. it is kept in ordinary
   // memory): readers must ask by message. The entry names no memory.
   void withdraw(std::uint32_t bucket, std::string_view key) noexcept;

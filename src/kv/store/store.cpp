@@ -67,7 +67,7 @@ void Store::reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_cr
     proto::copy_bytes(data.data() + value.size(), key.data(), key.size());
     const std::size_t len = value.size() + key.size();
     index_->publish(v.bucket, key, 0, 0, static_cast<std::uint32_t>(value.size()), proto::crc32c(data.data(), len),
-                    std::span<const std::byte>(data.data(), len));
+                    std::span<const std::byte>(data.data(), len), indexed_expiry(v));
     return;
   }
   const std::size_t n = b->bytes.size();
@@ -80,15 +80,16 @@ void Store::reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_cr
   const std::uint32_t crc = value_crc ? proto::crc32c_extend(*value_crc, key.data(), key.size())
                                       : proto::crc32c(b->bytes.data(), n + key.size());
   index_->publish(v.bucket, key, b->addr, b->rkey, static_cast<std::uint32_t>(n), crc,
-                  std::span<const std::byte>(b->bytes.data(), n + key.size()));
+                  std::span<const std::byte>(b->bytes.data(), n + key.size()), indexed_expiry(v));
 }
 
 inline void Store::landed(Node* it, bool is_new, std::optional<std::uint32_t> value_crc,
                           ExpireAt expire_at) noexcept {
+  // Most writes change nothing here (no TTL before, none after). Before the
+  // entry is published: it carries the expiry.
+  if (expire_at != kKeepExpiry && expire_at != it->second.expire_at) set_expiry(*it, expire_at);
   if (index_ != nullptr) reindex(it, is_new, value_crc);
   if (pooled()) pool_in(*it);
-  // Most writes change nothing here (no TTL before, none after).
-  if (expire_at != kKeepExpiry && expire_at != it->second.expire_at) set_expiry(*it, expire_at);
   touch(it->second);
 }
 

@@ -468,6 +468,10 @@ class Store {
   void expire_entry(Node* it) noexcept;
   // Index attached: publish or withdraw the entry of it (a new key claims first).
   void reindex(Node* it, bool is_new, std::optional<std::uint32_t> value_crc = std::nullopt) noexcept;
+  // The expiry an index entry carries for `v` (proto::IndexEntry::expire_at: 0 for none).
+  [[nodiscard]] static std::uint64_t indexed_expiry(const Value& v) noexcept {
+    return v.expire_at > 0 ? static_cast<std::uint64_t>(v.expire_at) : 0;
+  }
 
   std::shared_ptr<MemoryBudget> budget_;  // before map_: still there while the map's blocks go
   Map map_;
