@@ -169,8 +169,9 @@ KV_API int kv_del(void *kv_handle, const void *key, size_t key_len);
  * key had). kv_expire: the key expires ttl_ms from now; 0 makes it persist;
  * ENOENT: no such key. kv_ttl: *ttl_ms is the key's remaining time in ms,
  * or -1 when it has no expiry; ENOENT: no such key. An expired key is gone
- * for every call at once; a one-sided GET (RKV_GET_MODE=read) may still
- * find it for a short while (at most 250 ms, docs/protocol.md). ttl_ms over
+ * for every call at once, also for a one-sided GET (RKV_GET_MODE=read)
+ * while this machine's clock is within 50 ms of the server's (else it may
+ * find it for at most 250 ms more; docs/protocol.md). ttl_ms over
  * about 100 years (3,153,600,000,000): EINVAL. */
 KV_API int kv_set_ttl(void *kv_handle, const void *key, size_t key_len, const void *value, size_t value_len,
                       uint64_t ttl_ms);
