@@ -17,7 +17,6 @@
 
 #include "kv/load/fiber.hpp"
 #include "kv/load/runner.hpp"
-#include "proto/wire.hpp"
 #include "kv/load/report.hpp"
 #include "kv/load/workload.hpp"
 #include "kvload_flags.hpp"
@@ -189,9 +188,6 @@ int kvload_run_file(const KvloadFlags& f) {
   if (expect) lopt.expect = std::move(expect->ops);
   lopt.name = f.file;
   lopt.stall_timeout = std::chrono::milliseconds(f.stall_timeout_ms);
-  if (f.get_mode == kv::client::GetMode::read) {  // --verify: an expired key may still be read this long
-    lopt.expiry_lag = std::chrono::milliseconds(proto::kOneSidedExpiryLagMs);
-  }
   const bool show_progress = !f.quiet && ::isatty(STDERR_FILENO) == 1;
   if (!f.quiet) {
     lopt.on_error = [show_progress](const std::string& line) {  // over the progress line, if any

@@ -184,6 +184,35 @@ TEST(KvloadE2E, DelLinesRunInOrderAndVerify) {
   for (const auto& f : {file, gets, wrong}) std::remove(f.c_str());
 }
 
+// --verify holds GETs by RDMA READ to a key's expiry as it holds GETs by
+// message (no extra allowance since the reader applies the expiry itself,
+// docs/protocol.md "Time to live"): keys SET with a 300 ms TTL (one in its
+// index entry, one in a block), then read again and again at depth 1 by
+// one-sided GETs, every answer checked against the expiry window. Passing
+// does not depend on speed. Where the GETs straddle the expiry (in the
+// Soft-RoCE guest they do) a window misjudged either way fails it; the
+// reader's own check is cache_e2e's (kvd SIGSTOPped), since here kvd also
+// removes the expired keys lazily on the TOUCH hints of the hits.
+TEST(KvloadE2E, VerifyHoldsOneSidedGetsToTheExpiry) {
+  const std::string addr = verbs::test::softroce_addr();
+  KvdProcess kvd(RKV_KVD_PATH, addr);
+  std::string lines = "SET t v PX 300\nSET b @300:1 PX 300\nSET p kept\n";
+  for (int i = 0; i < 1500; ++i) lines += "GET t\nGET b\n";
+  lines += "GET p\n";
+  const std::string file = write_file("ttl_read.txt", lines);
+  const auto r = run_command({RKV_KVLOAD_PATH, "--server", addr, "--port", std::to_string(kvd.port()), "--file",
+                              file, "--json", "--verify", "--depth", "1", "--get-mode", "read"},
+                             {}, 300s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "\"errors\":0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"mismatches\":0")) << r.out << r.err;
+  const auto at = r.out.find("\"get_hits\"");
+  std::printf("kvload_e2e: one-sided GETs across a 300 ms TTL: %s\n",
+              at == std::string::npos ? "?" : r.out.substr(at, 36).c_str());
+  std::remove(file.c_str());
+}
+
 // rkv stats: the kvd's table over the wire, as JSON that parses, whose
 // counters move by exactly the operations a kvload run sent; the text form
 // has the same names. A malformed address exits 1 with a message.

@@ -198,7 +198,7 @@ void LoadRun::run_get(const Op& op, std::size_t shard) {
     return;
   }
   report_.record_get_found(r.found);
-  const Holds now = want_value != nullptr ? holds(*want, t0, t1, true) : Holds::value;
+  const Holds now = want_value != nullptr ? holds(*want, t0, t1) : Holds::value;
   if (want_value != nullptr && r.found && now == Holds::nothing) {
     ++report_.mismatches;
     error_line(op, "returned a value after its time to live ran out");
@@ -226,7 +226,7 @@ void LoadRun::run_del(const Op& op, std::size_t shard) {
   record_shard(shard, r.status, ns);
   if (options_.verify) {
     if (before == Expected::State::value) {  // a value with a TTL may have expired meanwhile
-      const Holds now = holds(expected_.find(op.key)->second, t0, t1, false);
+      const Holds now = holds(expected_.find(op.key)->second, t0, t1);
       if (now == Holds::either) before = Expected::State::unknown;
       if (now == Holds::nothing) before = Expected::State::missing;  // it expired: a DEL finds nothing
     }
@@ -243,15 +243,13 @@ void LoadRun::run_del(const Op& op, std::size_t shard) {
   if (!ok) error_line(op, std::string(to_string(r.status)));
 }
 
-LoadRun::Holds LoadRun::holds(const Expected& want, Clock::time_point t0, Clock::time_point t1,
-                              bool lagging) const noexcept {
+LoadRun::Holds LoadRun::holds(const Expected& want, Clock::time_point t0, Clock::time_point t1) const noexcept {
   if (!want.expiring()) return Holds::value;
   // The server's clock reads whole ms, coarsely (CLOCK_REALTIME_COARSE: a
   // few ms): a margin on both sides of the window.
   constexpr auto kSlop = std::chrono::milliseconds(20);
   if (t1 + kSlop < want.expires_from) return Holds::value;  // answered before it could expire
-  const auto lag = lagging ? options_.expiry_lag : std::chrono::milliseconds(0);
-  if (want.expires_by < Clock::time_point::max() - lag - kSlop && t0 > want.expires_by + lag + kSlop) {
+  if (want.expires_by < Clock::time_point::max() - kSlop && t0 > want.expires_by + kSlop) {
     return Holds::nothing;  // asked after it surely expired (and was withdrawn)
   }
   return Holds::either;
@@ -272,7 +270,7 @@ void LoadRun::run_expire(const Op& op, std::size_t shard) {
     return;
   }
   if (e.state == Expected::State::value) {
-    const Holds now = holds(e, t0, t1, false);
+    const Holds now = holds(e, t0, t1);
     if (!r.found && now == Holds::value) {
       ++report_.mismatches;
       error_line(op, "found no key, expected the value SET before");
@@ -307,7 +305,7 @@ void LoadRun::run_ttl(const Op& op, std::size_t shard) {
   if (it == expected_.end() || it->second.state == Expected::State::unknown) return;
   const Expected& e = it->second;
   const std::int64_t left = r.found ? client::ClientConn::ttl_of(r.value) : -2;
-  const Holds now = e.state == Expected::State::value ? holds(e, t0, t1, false) : Holds::nothing;
+  const Holds now = e.state == Expected::State::value ? holds(e, t0, t1) : Holds::nothing;
   if (r.found && now == Holds::nothing) {
     ++report_.mismatches;
     error_line(op, "found the key, expected none");

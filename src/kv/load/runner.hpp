@@ -22,7 +22,9 @@
 // never wrote are not checked. A key SET with a TTL (or given one by EXPIRE)
 // must read as its value before its expiry and as missing after it; around
 // the moment itself (the server's clock and the request's flight) either
-// answer is right, and a one-sided GET may find it up to expiry_lag longer.
+// answer is right. One-sided GETs are held to the same: their reader applies
+// the expiry by its clock (docs/protocol.md "Time to live"), the one this
+// process times its requests by.
 //
 // Errors never hang a run: a refused submit (too_large, not_connected after a
 // connection failure) completes the op at once with that status; a connection
@@ -65,10 +67,6 @@ struct LoadOptions {
   std::size_t max_error_lines = 10;  // per-op error/mismatch lines; later ones are only counted
   std::function<void(const std::string&)> on_error;  // one line, no newline; null: silent
   std::chrono::milliseconds stall_timeout{30'000};
-  // --verify with TTLs: how long after its expiry a GET may still find a key
-  // (one-sided GETs: the server withdraws expired keys from its index within
-  // this; docs/protocol.md "Time to live"). GETs by message: 0.
-  std::chrono::milliseconds expiry_lag{0};
   // Called for every SET the server acknowledged (status ok), with its bytes
   // (kvload --ack-log). Null: nothing.
   std::function<void(const Op&, std::span<const std::byte> value)> on_set_ok;
@@ -182,8 +180,7 @@ class LoadRun {
   // (reply): the key surely still holds `want`'s value, surely holds nothing
   // (expired), or either (the answer fell in its expiry window).
   enum class Holds : std::uint8_t { value, nothing, either };
-  [[nodiscard]] Holds holds(const Expected& want, Clock::time_point t0, Clock::time_point t1,
-                            bool lagging) const noexcept;
+  [[nodiscard]] Holds holds(const Expected& want, Clock::time_point t0, Clock::time_point t1) const noexcept;
   std::unordered_map<std::string, Expected> expected_;
 };
 
