@@ -20,7 +20,7 @@ constexpr std::size_t max_value = 12;
 constexpr std::size_t index_addr = 16;
 constexpr std::size_t index_rkey = 24;
 constexpr std::size_t index_buckets = 28;
-constexpr std::size_t index_bucket_size = 32;
+constexpr std::size_t index_layout = 32;
 constexpr std::size_t reserved1 = 36;
 constexpr std::size_t auth = 40;
 }  // namespace params_off
@@ -36,13 +36,13 @@ std::optional<Role> role_from_wire(std::uint8_t v) noexcept {
 
 bool has_index(const ConnectParams& p) noexcept {
   return p.index_addr != 0 || p.index_rkey != 0 || p.index_buckets != 0 ||
-         p.index_bucket_size != 0;
+         p.index_layout != 0;
 }
 
 // Either no index at all, or buckets and bucket size both set.
 bool index_consistent(const ConnectParams& p) noexcept {
   if (!has_index(p)) return true;
-  return p.index_buckets != 0 && p.index_bucket_size != 0;
+  return p.index_buckets != 0 && p.index_layout != 0;
 }
 
 // Framing checks that the ConnectParams struct cannot express.
@@ -108,7 +108,7 @@ std::array<std::byte, kConnectParamsSize> encode_connect_params(const ConnectPar
   store_le(o, params_off::index_addr, p.index_addr);
   store_le(o, params_off::index_rkey, p.index_rkey);
   store_le(o, params_off::index_buckets, p.index_buckets);
-  store_le(o, params_off::index_bucket_size, p.index_bucket_size);
+  store_le(o, params_off::index_layout, p.index_layout);
   for (std::size_t i = 0; i < p.auth.size(); ++i) out[params_off::auth + i] = p.auth[i];
   return out;
 }
@@ -124,7 +124,7 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
   p.index_addr = load_le<std::uint64_t>(data, params_off::index_addr);
   p.index_rkey = load_le<std::uint32_t>(data, params_off::index_rkey);
   p.index_buckets = load_le<std::uint32_t>(data, params_off::index_buckets);
-  p.index_bucket_size = load_le<std::uint32_t>(data, params_off::index_bucket_size);
+  p.index_layout = load_le<std::uint32_t>(data, params_off::index_layout);
   if (data.size() >= params_off::auth + p.auth.size()) {  // else: an older 40-byte sender, no token
     for (std::size_t i = 0; i < p.auth.size(); ++i) p.auth[i] = data[params_off::auth + i];
   }
@@ -133,7 +133,7 @@ ConnectDecodeResult decode_connect_params(std::span<const std::byte> data, Role 
 }
 
 std::optional<IndexGeometry> usable_index(const ConnectParams& server) noexcept {
-  if (server.role != Role::server || server.index_buckets == 0 || server.index_bucket_size != kBucketSize ||
+  if (server.role != Role::server || server.index_buckets == 0 || server.index_layout != kIndexLayout ||
       !std::has_single_bit(server.index_buckets) || server.index_buckets > kMaxIndexBuckets) {
     return std::nullopt;
   }

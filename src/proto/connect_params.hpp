@@ -6,7 +6,7 @@
 //   4 credits u16                 6 features u16 (kFeature*; other bits 0)
 //   8 recv_buf_size u32          12 max_value u32
 //  16 index_addr u64             24 index_rkey u32   28 index_buckets u32
-//  32 index_bucket_size u32      36 reserved u32 = 0
+//  32 index_layout u32 (bucket size | entry format << 16)  36 reserved u32 = 0
 //  40 auth [16 bytes]: client: proto::auth_digest(token), all zero = none
 //                      (proto/auth.hpp); server: all zero
 //
@@ -70,7 +70,10 @@ struct ConnectParams {
   std::uint64_t index_addr = 0;
   std::uint32_t index_rkey = 0;
   std::uint32_t index_buckets = 0;
-  std::uint32_t index_bucket_size = 0;
+  // The index's layout: bucket size in the low 16 bits, entry format in the
+  // high 16 (proto::kIndexLayout; a build before entry formats sent the
+  // bucket size alone, 128, so the two never mistake each other's entries).
+  std::uint32_t index_layout = 0;
   // client: digest of its token (proto/auth.hpp), all zero = none; server: all zero.
   AuthDigest auth{};
 
@@ -116,7 +119,7 @@ struct IndexGeometry {
 };
 // From a server's decoded parameters: the index if it is announced and has a
 // shape this client can probe (buckets a nonzero power of two no larger than
-// kMaxIndexBuckets, bucket size kBucketSize); nullopt otherwise (GETs then go
+// kMaxIndexBuckets, layout kIndexLayout); nullopt otherwise (GETs then go
 // by message). Pure: what a hostile server's accept data can make the client
 // do with the index goes through here (tests/fuzz/fuzz_connect_params.cpp).
 [[nodiscard]] std::optional<IndexGeometry> usable_index(const ConnectParams& server) noexcept;

@@ -39,6 +39,11 @@
 namespace rkv::proto {
 
 inline constexpr std::size_t kBucketSize = 128;
+// The entry layout below: 1 since entries carry expire_at (0: the 48-byte
+// header before it). With the bucket size it makes the index layout a server
+// announces (ConnectParams::index_layout); a client reads only its own.
+inline constexpr std::uint32_t kEntryFormat = 1;
+inline constexpr std::uint32_t kIndexLayout = kEntryFormat << 16 | static_cast<std::uint32_t>(kBucketSize);
 inline constexpr std::size_t kNeighborhood = 8;
 inline constexpr std::size_t kNeighborhoodBytes = kBucketSize * kNeighborhood;
 inline constexpr std::size_t kEntryCrcOffset = 52;

@@ -54,14 +54,14 @@ void one_direction(std::span<const std::byte> data, Role expected) {
   }
   if (expected == Role::client) {
     FUZZ_CHECK(p.max_value == 0 && p.index_addr == 0 && p.index_rkey == 0 && p.index_buckets == 0 &&
-               p.index_bucket_size == 0);
+               p.index_layout == 0);
     FUZZ_CHECK(!usable_index(p).has_value());
     return;
   }
   // The client's side: the index it would READ.
   if (const auto ix = usable_index(p)) {
     FUZZ_CHECK(ix->buckets != 0 && std::has_single_bit(ix->buckets) && ix->buckets <= kMaxIndexBuckets);
-    FUZZ_CHECK(ix->addr == p.index_addr && ix->rkey == p.index_rkey && p.index_bucket_size == kBucketSize);
+    FUZZ_CHECK(ix->addr == p.index_addr && ix->rkey == p.index_rkey && p.index_layout == kIndexLayout);
     // Every home bucket a key can hash to is inside the announced region.
     const std::uint64_t last_home = home_bucket(~std::uint64_t{0}, ix->buckets);
     FUZZ_CHECK((last_home + kNeighborhood) * kBucketSize <= index_region_bytes(ix->buckets));

@@ -127,7 +127,7 @@ void connect_params() {
   s.index_addr = 0x7f0000000000;
   s.index_rkey = 77;
   s.index_buckets = 1 << 18;
-  s.index_bucket_size = proto::kBucketSize;
+  s.index_layout = proto::kIndexLayout;
   const auto ix = proto::encode_connect_params(s);
   Bytes padded(ix.begin(), ix.end());
   put("connect_params", "server-index", padded);

@@ -27,7 +27,7 @@ ConnectParams server_params() {
   p.index_addr = 0xDEADBEEF000ull;
   p.index_rkey = 0x1234;
   p.index_buckets = 1u << 16;
-  p.index_bucket_size = 64;
+  p.index_layout = 64;
   return p;
 }
 
@@ -50,22 +50,27 @@ TEST(ProtoConnect, RoundTrip) {
   no_index.index_addr = 0;
   no_index.index_rkey = 0;
   no_index.index_buckets = 0;
-  no_index.index_bucket_size = 0;
+  no_index.index_layout = 0;
   EXPECT_EQ(std::get<ConnectParams>(
                 decode_connect_params(encode_connect_params(no_index), Role::server)),
             no_index);
 }
 
-// A client uses a server's index only if its buckets are this build's
-// layout: a kvd of the 64-byte layout (before INLINE entries) gets GETs by message.
-TEST(ProtoConnect, AnIndexOfAnotherBucketSizeIsNotUsed) {
+// A client uses a server's index only if it is this build's layout: a kvd
+// of the 64-byte buckets (before INLINE entries) or of the 48-byte entry
+// header (before expire_at: it announced 128 alone) gets GETs by message,
+// and so does a client of such a build from this kvd (it sees 0x10080).
+TEST(ProtoConnect, AnIndexOfAnotherLayoutIsNotUsed) {
   ConnectParams p = server_params();
-  p.index_bucket_size = static_cast<std::uint32_t>(kBucketSize);
+  p.index_layout = proto::kIndexLayout;
+  EXPECT_EQ(p.index_layout, 0x10080u) << "entry format 1, 128-byte buckets";
   const auto ix = usable_index(p);
   ASSERT_TRUE(ix.has_value());
   EXPECT_EQ(ix->buckets, p.index_buckets);
-  p.index_bucket_size = 64;
-  EXPECT_FALSE(usable_index(p).has_value());
+  for (const std::uint32_t other : {64u, 128u, 0x20080u, 0x10040u}) {
+    p.index_layout = other;
+    EXPECT_FALSE(usable_index(p).has_value()) << other;
+  }
 }
 
 TEST(ProtoConnect, GoldenBytes) {
@@ -210,7 +215,7 @@ TEST(ProtoConnect, Rejections) {
   EXPECT_EQ(check_connect_params(p), ConnectError::server_only_field);
 
   ConnectParams s = server_params();
-  s.index_bucket_size = 0;
+  s.index_layout = 0;
   EXPECT_EQ(connect_error(encode_connect_params(s), Role::server), ConnectError::bad_index);
   s = server_params();
   s.index_buckets = 0;

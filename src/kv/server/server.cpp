@@ -445,7 +445,7 @@ void Server::on_connect_request(verbs::CmEvent& ev) {
       mine.index_addr = index_->addr();
       mine.index_rkey = index_->rkey();
       mine.index_buckets = index_->index().buckets();
-      mine.index_bucket_size = static_cast<std::uint32_t>(proto::kBucketSize);
+      mine.index_layout = proto::kIndexLayout;
     }
     const auto priv = proto::encode_connect_params(mine);
     verbs::ConnParams cp;
