@@ -160,11 +160,14 @@ void ClientConn::on_hood(SlotKey key) noexcept {
     case proto::ProbeResult::found: break;
   }
   // The key's expiry by this reader's clock: what makes an expired key gone
-  // for one-sided readers whether or not kvd has run since.
-  switch (proto::expiry_verdict(s.entry, proto::wall_ms())) {
-    case proto::ExpiryVerdict::live: break;
-    case proto::ExpiryVerdict::expired: miss(key); return;
-    case proto::ExpiryVerdict::ask_rpc: fallback(key); return;
+  // for one-sided readers whether or not kvd has run since. The clock is read
+  // only for a key that has one (most GETs find none).
+  if (s.entry.expire_at != 0) {
+    switch (proto::expiry_verdict(s.entry, proto::wall_ms())) {
+      case proto::ExpiryVerdict::live: break;
+      case proto::ExpiryVerdict::expired: miss(key); return;
+      case proto::ExpiryVerdict::ask_rpc: fallback(key); return;
+    }
   }
   if (!proto::block_readable(s.entry, max_value_)) {  // a consistent entry the server could not have written
     fallback(key);
